@@ -1,1 +1,163 @@
-fn main() {}
+//! edgebench entry point: parse, dispatch, map failures to exit codes.
+//! Exit codes: 0 done; 1 runtime error; 2 bad config, flags or input, refused before any
+//! training; 3 the sweep finished but some trials failed; 130 interrupted.
+
+use clap::Parser;
+use edgebench::cli::{Cli, Command, ExportCommand, RunArgs};
+use edgebench::config::{Config, ConfigError};
+use edgebench::host::HostPaths;
+use edgebench::store::{ResultRow, Store};
+use edgebench::{models, report, runner};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// An error with the exit code it deserves.
+struct Failure {
+    code: i32,
+    error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        let error = e.into();
+        let code = if error.downcast_ref::<ConfigError>().is_some() { 2 } else { 1 };
+        Failure { code, error }
+    }
+}
+
+fn usage(error: anyhow::Error) -> Failure {
+    Failure { code: 2, error }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let level = if cli.quiet { "warn" } else { "info" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let host = HostPaths {
+        sysfs: cli.sysfs.clone(),
+        procfs: cli.procfs.clone(),
+    };
+    let code = match dispatch(cli.command, &host) {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("error: {:#}", f.error);
+            f.code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
+    match command {
+        Command::Run(args) => run(&args, host),
+        Command::Models { json } => {
+            let summaries: Vec<_> = models::all().iter().map(|n| n.summary()).collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summaries)?);
+            } else {
+                print!("{}", report::models_text(&summaries));
+            }
+            Ok(0)
+        }
+        Command::Results { db, json } => {
+            let rows = Store::open_readonly(&db)?.results()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no trials in {}", db.display());
+            } else {
+                print!("{}", report::summary::table(&rows));
+            }
+            Ok(0)
+        }
+        Command::Export(ExportCommand::Csv { db, out, machine }) => {
+            let store = Store::open_readonly(&db)?;
+            let machine = machine.unwrap_or_else(|| host.hostname());
+            for path in report::csv::export_csv(&store, &out, &machine)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
+    let (mut config, origin) = Config::resolve(args.config.as_deref())?;
+    config.apply(&args.overrides());
+    config.validate(&origin)?;
+    if config.train.threads > 0 {
+        // Read by candle, gemm and rayon when their pools start, which has not happened yet.
+        std::env::set_var("RAYON_NUM_THREADS", config.train.threads.to_string());
+    }
+    // Refuse what can be refused (no cuda build, unreadable data set) before touching the DB.
+    runner::preflight(&config).map_err(usage)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while stopping exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    let db = config.db_path();
+    let mut store = Store::open(&db)?;
+    tracing::info!("config: {origin}; results: {}", db.display());
+    let outcome = runner::run(
+        runner::RunRequest {
+            config: &config,
+            force: args.force,
+            host,
+            stop: &stop,
+        },
+        &mut store,
+    )?;
+    let rows = latest_for_sweep(store.results()?, &config, &runner::open_dataset(&config)?.identity());
+    if !rows.is_empty() {
+        print!("{}", report::summary::table(&rows));
+    }
+    println!(
+        "{} trial(s) run, {} already done, {} failed{} -> {}",
+        outcome.ran,
+        outcome.skipped,
+        outcome.failed,
+        if outcome.interrupted { ", interrupted" } else { "" },
+        db.display()
+    );
+    Ok(if outcome.interrupted {
+        130
+    } else if outcome.failed > 0 {
+        3
+    } else {
+        0
+    })
+}
+
+/// The newest trial of every (net, device, batch) this sweep covers.
+fn latest_for_sweep(rows: Vec<ResultRow>, config: &Config, dataset: &str) -> Vec<ResultRow> {
+    let s = &config.sweep;
+    let mut latest: Vec<ResultRow> = Vec::new();
+    for row in rows.into_iter().filter(|r| {
+        s.nets.iter().any(|n| n.eq_ignore_ascii_case(&r.net))
+            && s.devices.iter().any(|d| d.as_str() == r.device)
+            && s.batches.contains(&r.batch)
+            && r.epochs == s.epochs
+            && r.images == s.images
+            && r.dataset == dataset
+    }) {
+        // results() is ordered oldest first, so a later row replaces an earlier one.
+        match latest
+            .iter_mut()
+            .find(|l| (l.net.as_str(), l.device.as_str(), l.batch) == (row.net.as_str(), row.device.as_str(), row.batch))
+        {
+            Some(slot) => *slot = row,
+            None => latest.push(row),
+        }
+    }
+    latest
+}

@@ -1,0 +1,110 @@
+//! Command-line definitions (clap). Parsing only; main.rs dispatches.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "edgebench",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EDGEBENCH_GIT_COMMIT"), ", candle ", env!("EDGEBENCH_CANDLE_VERSION"), ")"),
+    about = "Benchmarks CNN training (AlexNet, GoogLeNet) on Jetson-class boards and Linux hosts"
+)]
+pub struct Cli {
+    /// Root of sysfs (tests and containers point it elsewhere).
+    #[arg(long, global = true, env = "EDGEBENCH_SYSFS", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// Root of procfs.
+    #[arg(long, global = true, env = "EDGEBENCH_PROCFS", default_value = "/proc")]
+    pub procfs: PathBuf,
+    /// Only warnings and errors on stderr.
+    #[arg(long, short, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sweep given by the config (default config/edgebench.toml) and print a summary.
+    Run(RunArgs),
+    /// Describe the networks: input, layers, parameters, forward multiply-adds.
+    Models {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One record per trial in the database.
+    Results {
+        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Export results in other formats.
+    #[command(subcommand)]
+    Export(ExportCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// The source studies' CSV files: loss_<machine>_edgebench.csv and times_<machine>_edgebench.csv.
+    Csv {
+        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        db: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// Machine name in the file names (default: this host's name).
+        #[arg(long)]
+        machine: Option<String>,
+    },
+}
+
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Config file (default: config/edgebench.toml if present, else built-in defaults).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Networks, comma separated: alexnet,googlenet.
+    #[arg(long, value_delimiter = ',')]
+    pub net: Option<Vec<String>>,
+    /// Devices, comma separated: cpu,cuda.
+    #[arg(long, value_delimiter = ',', value_parser = crate::config::DeviceKind::parse)]
+    pub device: Option<Vec<crate::config::DeviceKind>>,
+    /// Batch sizes, comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub batch: Option<Vec<usize>>,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    #[arg(long)]
+    pub images: Option<usize>,
+    /// Warm-up iterations per trial, stored but excluded from time per image.
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Image folder (one subfolder per class); default: the built-in synthetic set.
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    /// Results database (default ./edgebench.db).
+    #[arg(long, env = "EDGEBENCH_DB")]
+    pub db: Option<PathBuf>,
+    /// CPU threads (0 = all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Rerun trials that are already ok in the database.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl RunArgs {
+    pub fn overrides(&self) -> crate::config::Overrides {
+        crate::config::Overrides {
+            nets: self.net.clone(),
+            devices: self.device.clone(),
+            batches: self.batch.clone(),
+            epochs: self.epochs,
+            images: self.images,
+            warmup_iterations: self.warmup,
+            dataset: self.dataset.clone(),
+            db: self.db.clone(),
+            threads: self.threads,
+        }
+    }
+}

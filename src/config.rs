@@ -1,0 +1,320 @@
+//! The run configuration: TOML with serde. Unknown keys and wrong types are errors that name the
+//! file, line and key; command-line flags override the file; the effective config is stored with
+//! every run.
+
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The config file `edgebench run` reads when no `--config` is given (if it exists).
+pub const DEFAULT_CONFIG_PATH: &str = "config/edgebench.toml";
+/// The DB used when neither `--db`, `$EDGEBENCH_DB` nor the config names one.
+pub const DEFAULT_DB: &str = "edgebench.db";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl DeviceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<DeviceKind, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" | "gpu" => Ok(DeviceKind::Cuda),
+            other => Err(format!("unknown device '{other}' (expected cpu or cuda)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub sweep: Sweep,
+    pub data: Data,
+    pub store: StoreConfig,
+    pub train: Train,
+}
+
+/// What to train: every (net, device, batch) combination, in that nesting order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sweep {
+    pub nets: Vec<String>,
+    pub devices: Vec<DeviceKind>,
+    pub batches: Vec<usize>,
+    pub epochs: usize,
+    pub images: usize,
+    /// Leading iterations of each trial that are stored but left out of time per image.
+    pub warmup_iterations: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Data {
+    /// An image folder (one subfolder per class); absent = the synthetic set.
+    pub dataset: Option<PathBuf>,
+    /// Seed of the synthetic images.
+    pub synthetic_seed: u64,
+    /// Classes of the synthetic set (labels are image index mod classes). The studies trained on
+    /// one class (tench, ImageNet class 0).
+    pub synthetic_classes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    pub db: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Train {
+    /// CPU threads for the math (0 = all cores).
+    pub threads: usize,
+    /// Seed of the weight initialisation and dropout masks.
+    pub seed: u64,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Sweep {
+            nets: vec!["alexnet".into(), "googlenet".into()],
+            devices: vec![DeviceKind::Cpu],
+            batches: vec![1, 2, 4, 8],
+            epochs: 1,
+            images: 16,
+            warmup_iterations: 2,
+        }
+    }
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Data {
+            dataset: None,
+            synthetic_seed: 20170101,
+            synthetic_classes: 1,
+        }
+    }
+}
+
+impl Default for Train {
+    fn default() -> Self {
+        Train {
+            threads: 0,
+            seed: 1,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sweep: Sweep::default(),
+            data: Data::default(),
+            store: StoreConfig::default(),
+            train: Train::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is invalid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid configuration ({origin}): {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// Command-line overrides; `None` keeps the file's value.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub nets: Option<Vec<String>>,
+    pub devices: Option<Vec<DeviceKind>>,
+    pub batches: Option<Vec<usize>>,
+    pub epochs: Option<usize>,
+    pub images: Option<usize>,
+    pub warmup_iterations: Option<usize>,
+    pub dataset: Option<PathBuf>,
+    pub db: Option<PathBuf>,
+    pub threads: Option<usize>,
+}
+
+impl Config {
+    /// Parses TOML text; `path` names the origin in errors (toml's message carries the line,
+    /// column and key).
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// `--config FILE` if given, else `config/edgebench.toml` when present, else built-in
+    /// defaults (which that file mirrors). Returns the config and where it came from.
+    pub fn resolve(explicit: Option<&Path>) -> Result<(Config, String), ConfigError> {
+        match explicit {
+            Some(path) => Ok((Config::load(path)?, path.display().to_string())),
+            None if Path::new(DEFAULT_CONFIG_PATH).is_file() => Ok((
+                Config::load(Path::new(DEFAULT_CONFIG_PATH))?,
+                DEFAULT_CONFIG_PATH.to_string(),
+            )),
+            None => Ok((Config::default(), "built-in defaults".to_string())),
+        }
+    }
+
+    pub fn apply(&mut self, o: &Overrides) {
+        let s = &mut self.sweep;
+        macro_rules! set {
+            ($dst:expr, $src:expr) => {
+                if let Some(v) = $src.clone() {
+                    $dst = v;
+                }
+            };
+        }
+        set!(s.nets, o.nets);
+        set!(s.devices, o.devices);
+        set!(s.batches, o.batches);
+        set!(s.epochs, o.epochs);
+        set!(s.images, o.images);
+        set!(s.warmup_iterations, o.warmup_iterations);
+        set!(self.train.threads, o.threads);
+        if o.dataset.is_some() {
+            self.data.dataset = o.dataset.clone();
+        }
+        if o.db.is_some() {
+            self.store.db = o.db.clone();
+        }
+    }
+
+    /// Checks what serde cannot: known nets, non-empty lists, batches that fit the image count.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        let s = &self.sweep;
+        if s.nets.is_empty() || s.devices.is_empty() || s.batches.is_empty() {
+            return Err(invalid(
+                "sweep.nets, sweep.devices and sweep.batches must each name at least one value".into(),
+            ));
+        }
+        for net in &s.nets {
+            if crate::models::by_name(net).is_none() {
+                return Err(invalid(format!(
+                    "sweep.nets: unknown network '{net}' (known: {})",
+                    crate::models::names().join(", ")
+                )));
+            }
+        }
+        if s.epochs == 0 || s.images == 0 {
+            return Err(invalid("sweep.epochs and sweep.images must be at least 1".into()));
+        }
+        if let Some(&b) = s.batches.iter().find(|&&b| b == 0 || b > s.images) {
+            return Err(invalid(format!(
+                "sweep.batches: batch {b} does not fit sweep.images = {} (a trial runs \
+                 (images / batch) * epochs iterations); use batches between 1 and images",
+                s.images
+            )));
+        }
+        if self.data.synthetic_classes == 0 {
+            return Err(invalid("data.synthetic_classes must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The DB path: `--db` or `$EDGEBENCH_DB` (already folded into `store.db` by the CLI), the
+    /// config's `store.db`, else `./edgebench.db`.
+    pub fn db_path(&self) -> PathBuf {
+        self.store
+            .db
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("config serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_default_config_equals_builtin_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_CONFIG_PATH);
+        assert_eq!(Config::load(&path).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn paper_config_is_the_studies_sweep() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/paper.toml");
+        let c = Config::load(&path).unwrap();
+        c.validate("paper.toml").unwrap();
+        assert_eq!(c.sweep.batches, (0..10).map(|i| 1 << i).collect::<Vec<_>>());
+        assert_eq!((c.sweep.epochs, c.sweep.images), (10, 1024));
+        assert_eq!(c.sweep.devices, vec![DeviceKind::Cpu, DeviceKind::Cuda]);
+        assert_eq!(c.sweep.nets, vec!["alexnet", "googlenet"]);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let text = "[sweep]\nepochs = 2\nbatchez = [1]\n";
+        let err = Config::from_toml(text, Path::new("my.toml")).unwrap_err().to_string();
+        assert!(err.contains("my.toml"), "{err}");
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("batchez"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_line_and_key() {
+        let err = Config::from_toml("[sweep]\nimages = \"many\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2") && err.contains("images"), "{err}");
+        let err = Config::from_toml("[sweep]\ndevices = [\"tpu\"]\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("tpu") && err.contains("cuda"), "{err}");
+    }
+
+    #[test]
+    fn overrides_and_validation() {
+        let mut c = Config::from_toml("[sweep]\nimages = 8\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.sweep.epochs, 1); // unspecified keys keep their defaults
+        c.apply(&Overrides {
+            batches: Some(vec![1, 16]),
+            ..Default::default()
+        });
+        let err = c.validate("c.toml").unwrap_err().to_string();
+        assert!(err.contains("batch 16") && err.contains("c.toml"), "{err}");
+        c.apply(&Overrides {
+            batches: Some(vec![2]),
+            nets: Some(vec!["vgg".into()]),
+            ..Default::default()
+        });
+        assert!(c.validate("x").unwrap_err().to_string().contains("vgg"));
+    }
+}

@@ -1,0 +1,99 @@
+//! The host's identity, read through configurable sysfs/procfs roots so tests and containers
+//! can point elsewhere (`--sysfs`/`--procfs`, `EDGEBENCH_SYSFS`/`EDGEBENCH_PROCFS`).
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPaths {
+    pub sysfs: PathBuf,
+    pub procfs: PathBuf,
+}
+
+impl Default for HostPaths {
+    fn default() -> Self {
+        HostPaths {
+            sysfs: PathBuf::from("/sys"),
+            procfs: PathBuf::from("/proc"),
+        }
+    }
+}
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const GIT_COMMIT: &str = env!("EDGEBENCH_GIT_COMMIT");
+pub const CANDLE_VERSION: &str = env!("EDGEBENCH_CANDLE_VERSION");
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+impl HostPaths {
+    pub fn proc(&self, rel: &str) -> PathBuf {
+        self.procfs.join(rel)
+    }
+
+    pub fn sys(&self, rel: &str) -> PathBuf {
+        self.sysfs.join(rel)
+    }
+
+    pub fn hostname(&self) -> String {
+        read_trimmed(&self.proc("sys/kernel/hostname")).unwrap_or_else(|| "unknown-host".into())
+    }
+
+    /// "Linux <release>" from procfs.
+    pub fn os(&self) -> String {
+        match read_trimmed(&self.proc("sys/kernel/osrelease")) {
+            Some(release) => format!("Linux {release}"),
+            None => std::env::consts::OS.to_string(),
+        }
+    }
+
+    /// The CPU model from /proc/cpuinfo: x86's "model name", else ARM's "Hardware"/"CPU part".
+    pub fn cpu_model(&self) -> Option<String> {
+        let info = std::fs::read_to_string(self.proc("cpuinfo")).ok()?;
+        let field = |key: &str| {
+            info.lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        field("model name")
+            .or_else(|| field("Hardware"))
+            .or_else(|| field("CPU part").map(|p| format!("ARM CPU part {p}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_identity_from_a_prepared_procfs() {
+        let root = tempfile::tempdir().unwrap();
+        let proc = root.path().join("proc");
+        std::fs::create_dir_all(proc.join("sys/kernel")).unwrap();
+        std::fs::write(proc.join("sys/kernel/hostname"), "tx2-lab\n").unwrap();
+        std::fs::write(proc.join("sys/kernel/osrelease"), "4.9.253-tegra\n").unwrap();
+        std::fs::write(
+            proc.join("cpuinfo"),
+            "processor\t: 0\nmodel name\t: ARMv8 Processor rev 3 (v8l)\nCPU part\t: 0xd07\n",
+        )
+        .unwrap();
+        let host = HostPaths {
+            sysfs: root.path().join("sys"),
+            procfs: proc,
+        };
+        assert_eq!(host.hostname(), "tx2-lab");
+        assert_eq!(host.os(), "Linux 4.9.253-tegra");
+        assert_eq!(host.cpu_model().as_deref(), Some("ARMv8 Processor rev 3 (v8l)"));
+        let empty = HostPaths {
+            sysfs: root.path().join("none"),
+            procfs: root.path().join("none"),
+        };
+        assert_eq!(empty.hostname(), "unknown-host");
+        assert_eq!(empty.cpu_model(), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! The candle network built from a `NetSpec`: parameters as `Var`s (with Caffe's per-blob
+//! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
+
+use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
+use crate::ops::{lrn, pool2d, Lrn, Pool2d};
+use candle_core::{DType, Device, Result, Tensor, Var};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal};
+
+/// A learnable blob and the solver multipliers Caffe gives it.
+pub struct Param {
+    pub name: String,
+    pub var: Var,
+    pub lr_mult: f64,
+    pub decay_mult: f64,
+}
+
+enum Node {
+    Conv {
+        w: Tensor,
+        b: Tensor,
+        stride: usize,
+        pad: usize,
+        groups: usize,
+        relu: bool,
+    },
+    Fc {
+        w: Tensor,
+        b: Tensor,
+        relu: bool,
+    },
+    Pool(Pool2d),
+    Lrn(Lrn),
+    Dropout(f64),
+    Inception(Vec<Vec<Node>>),
+}
+
+struct AuxNodes {
+    after: usize,
+    nodes: Vec<Node>,
+    loss_weight: f64,
+}
+
+pub struct Network {
+    pub spec: &'static NetSpec,
+    device: Device,
+    tower: Vec<Node>,
+    aux: Vec<AuxNodes>,
+    params: Vec<Param>,
+}
+
+/// Per-layer output shapes recorded during a forward pass (`name`, dims with the batch first).
+pub type Trace = Vec<(String, Vec<usize>)>;
+
+/// What one training forward pass produces.
+pub struct Outputs {
+    pub logits: Tensor,
+    /// Auxiliary classifier logits with their loss weights (training only).
+    pub aux: Vec<(Tensor, f64)>,
+}
+
+struct Builder<'a> {
+    device: &'a Device,
+    rng: StdRng,
+    params: Vec<Param>,
+    bias_lr_mult: f64,
+    bias_decay_mult: f64,
+}
+
+impl Builder<'_> {
+    fn blob(&mut self, name: String, shape: &[usize], fan_in: usize, init: Init) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = match init {
+            Init::Gaussian { std } => {
+                let normal = Normal::new(0.0, std).expect("std is positive");
+                (0..n).map(|_| normal.sample(&mut self.rng) as f32).collect()
+            }
+            Init::Xavier => {
+                let scale = (3.0 / fan_in as f64).sqrt();
+                (0..n)
+                    .map(|_| self.rng.random_range(-scale..scale) as f32)
+                    .collect()
+            }
+        };
+        let var = Var::from_tensor(&Tensor::from_vec(data, shape, self.device)?)?;
+        let tensor = var.as_tensor().clone();
+        self.params.push(Param {
+            name,
+            var,
+            lr_mult: 1.0,
+            decay_mult: 1.0,
+        });
+        Ok(tensor)
+    }
+
+    fn bias(&mut self, name: String, n: usize, value: f64) -> Result<Tensor> {
+        let var = Var::from_tensor(&Tensor::full(value as f32, n, self.device)?)?;
+        let tensor = var.as_tensor().clone();
+        self.params.push(Param {
+            name,
+            var,
+            lr_mult: self.bias_lr_mult,
+            decay_mult: self.bias_decay_mult,
+        });
+        Ok(tensor)
+    }
+
+    fn conv(&mut self, s: &ConvSpec, in_c: usize) -> Result<Node> {
+        let per_group = in_c / s.groups;
+        let w = self.blob(
+            format!("{}/weight", s.name),
+            &[s.out, per_group, s.kernel, s.kernel],
+            per_group * s.kernel * s.kernel,
+            s.init,
+        )?;
+        let b = self.bias(format!("{}/bias", s.name), s.out, s.bias)?;
+        Ok(Node::Conv {
+            w,
+            b,
+            stride: s.stride,
+            pad: s.pad,
+            groups: s.groups,
+            relu: s.relu,
+        })
+    }
+
+    fn fc(&mut self, s: &FcSpec, fan_in: usize) -> Result<Node> {
+        let w = self.blob(format!("{}/weight", s.name), &[s.out, fan_in], fan_in, s.init)?;
+        let b = self.bias(format!("{}/bias", s.name), s.out, s.bias)?;
+        Ok(Node::Fc { w, b, relu: s.relu })
+    }
+
+    fn seq(&mut self, layers: &[Layer], mut shape: [usize; 3]) -> Result<(Vec<Node>, [usize; 3])> {
+        let mut nodes = Vec::with_capacity(layers.len());
+        for layer in layers {
+            nodes.push(match layer {
+                Layer::Conv(s) => self.conv(s, shape[0])?,
+                Layer::Fc(s) => self.fc(s, shape.iter().product())?,
+                Layer::Pool { pool, .. } => Node::Pool(*pool),
+                Layer::Lrn { lrn, .. } => Node::Lrn(*lrn),
+                Layer::Dropout { p, .. } => Node::Dropout(*p),
+                Layer::Inception { branches, .. } => Node::Inception(
+                    branches
+                        .iter()
+                        .map(|b| self.seq(b, shape).map(|(nodes, _)| nodes))
+                        .collect::<Result<_>>()?,
+                ),
+            });
+            shape = super::spec::infer_layer(layer, shape).0;
+        }
+        Ok((nodes, shape))
+    }
+}
+
+/// Inverted dropout as Caffe does it: keep with probability 1-p and scale by 1/(1-p). The mask
+/// comes from the network's seeded generator so a run's loss curve is reproducible.
+fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
+    let keep = 1.0 - p;
+    let scale = (1.0 / keep) as f32;
+    let mask: Vec<f32> = (0..x.elem_count())
+        .map(|_| if rng.random::<f64>() < keep { scale } else { 0.0 })
+        .collect();
+    x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
+}
+
+fn run_seq(
+    nodes: &[Node],
+    mut x: Tensor,
+    rng: &mut Option<&mut StdRng>,
+    names: Option<&[Layer]>,
+    trace: &mut Option<&mut Trace>,
+    at_layer: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
+) -> Result<Tensor> {
+    for (i, node) in nodes.iter().enumerate() {
+        x = match node {
+            Node::Conv {
+                w,
+                b,
+                stride,
+                pad,
+                groups,
+                relu,
+            } => {
+                let y = x
+                    .conv2d(w, *pad, *stride, 1, *groups)?
+                    .broadcast_add(&b.reshape((1, b.dim(0)?, 1, 1))?)?;
+                if *relu {
+                    y.relu()?
+                } else {
+                    y
+                }
+            }
+            Node::Fc { w, b, relu } => {
+                let y = x.flatten_from(1)?.matmul(&w.t()?)?.broadcast_add(b)?;
+                if *relu {
+                    y.relu()?
+                } else {
+                    y
+                }
+            }
+            Node::Pool(p) => pool2d(&x, *p)?,
+            Node::Lrn(p) => lrn(&x, *p)?,
+            Node::Dropout(p) => match rng.as_deref_mut() {
+                Some(rng) => dropout(&x, *p, rng)?,
+                None => x,
+            },
+            Node::Inception(branches) => {
+                let outs = branches
+                    .iter()
+                    .map(|b| run_seq(b, x.clone(), rng, None, &mut None, &mut |_, _| Ok(())))
+                    .collect::<Result<Vec<_>>>()?;
+                Tensor::cat(&outs, 1)?
+            }
+        };
+        if let (Some(trace), Some(names)) = (trace.as_deref_mut(), names) {
+            trace.push((names[i].name().to_string(), x.dims().to_vec()));
+        }
+        at_layer(i, &x)?;
+    }
+    Ok(x)
+}
+
+impl Network {
+    /// Builds the network with the BVLC initialisations, drawn from `seed`.
+    pub fn new(spec: &'static NetSpec, device: &Device, seed: u64) -> Result<Network> {
+        let mut b = Builder {
+            device,
+            rng: StdRng::seed_from_u64(seed),
+            params: Vec::new(),
+            bias_lr_mult: spec.solver.bias_lr_mult,
+            bias_decay_mult: spec.solver.bias_decay_mult,
+        };
+        let (tower, _) = b.seq(&spec.tower, spec.input)?;
+        let summary = spec.summary();
+        let mut aux = Vec::new();
+        for head in &spec.aux {
+            let after = spec
+                .tower
+                .iter()
+                .position(|l| l.name() == head.after)
+                .ok_or_else(|| candle_core::Error::Msg(format!("unknown layer {}", head.after)))?;
+            let (nodes, _) = b.seq(&head.layers, summary.stages[after].output)?;
+            aux.push(AuxNodes {
+                after,
+                nodes,
+                loss_weight: head.loss_weight,
+            });
+        }
+        Ok(Network {
+            spec,
+            device: device.clone(),
+            tower,
+            aux,
+            params: b.params,
+        })
+    }
+
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    pub fn param_count(&self) -> usize {
+        self.params.iter().map(|p| p.var.elem_count()).sum()
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Forward pass. With `dropout_rng` it is the training graph (dropout on, auxiliary heads
+    /// evaluated); without, the inference graph. `trace` records every top-level layer's output.
+    pub fn forward(
+        &self,
+        x: &Tensor,
+        mut dropout_rng: Option<&mut StdRng>,
+        mut trace: Option<&mut Trace>,
+    ) -> Result<Outputs> {
+        let training = dropout_rng.is_some();
+        let mut aux_inputs: Vec<(usize, Tensor)> = Vec::new();
+        let logits = run_seq(
+            &self.tower,
+            x.clone(),
+            &mut dropout_rng,
+            Some(&self.spec.tower),
+            &mut trace,
+            &mut |i, t| {
+                if training && self.aux.iter().any(|a| a.after == i) {
+                    aux_inputs.push((i, t.clone()));
+                }
+                Ok(())
+            },
+        )?;
+        let mut aux = Vec::new();
+        for (i, input) in aux_inputs {
+            for head in self.aux.iter().filter(|a| a.after == i) {
+                let out = run_seq(&head.nodes, input.clone(), &mut dropout_rng, None, &mut None, &mut |_, _| Ok(()))?;
+                aux.push((out, head.loss_weight));
+            }
+        }
+        Ok(Outputs { logits, aux })
+    }
+
+    /// The training loss: softmax cross-entropy of the classifier plus the weighted auxiliary
+    /// losses, as Caffe sums them. Built from differentiable ops (log_softmax), never
+    /// `softmax_last_dim`, which has no gradient.
+    pub fn loss(&self, outputs: &Outputs, labels: &Tensor) -> Result<Tensor> {
+        let mut loss = candle_nn::loss::cross_entropy(&outputs.logits, labels)?;
+        for (logits, weight) in &outputs.aux {
+            loss = (loss + (candle_nn::loss::cross_entropy(logits, labels)? * *weight)?)?;
+        }
+        Ok(loss)
+    }
+
+    pub fn dtype(&self) -> DType {
+        DType::F32
+    }
+}

@@ -1,0 +1,92 @@
+//! The text summary table printed after a sweep and by `edgebench results`.
+
+use crate::store::ResultRow;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// GPU-over-CPU speedup per (host, net, batch, epochs, images, dataset): CPU time per image
+/// divided by CUDA time per image, where both trials have a time.
+pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
+    let time = |device: &str, r: &ResultRow| {
+        (r.device == device && r.status == "ok")
+            .then_some(r.time_per_image_s)
+            .flatten()
+    };
+    let mut cpu = HashMap::new();
+    for r in rows {
+        if let Some(t) = time("cpu", r) {
+            cpu.insert((r.host.clone(), r.net.clone(), r.batch, r.epochs, r.images, r.dataset.clone()), t);
+        }
+    }
+    let mut out = HashMap::new();
+    for r in rows {
+        if let Some(t) = time("cuda", r) {
+            let k = (r.host.clone(), r.net.clone(), r.batch, r.epochs, r.images, r.dataset.clone());
+            if let Some(c) = cpu.get(&k) {
+                out.insert((r.host.clone(), r.net.clone(), r.batch), c / t);
+            }
+        }
+    }
+    out
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map(|s| format!("{:.2}", s * 1e3)).unwrap_or_else(|| "-".into())
+}
+
+/// Renders one line per trial, aligned in columns.
+pub fn table(rows: &[ResultRow]) -> String {
+    let speedup = speedups(rows);
+    let header = [
+        "host", "net", "device", "batch", "iters", "status", "ms/img", "±IQR", "img/s", "loss first→last",
+        "gpu/cpu", "flags",
+    ];
+    let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    for r in rows {
+        let mut flags = Vec::new();
+        if r.loss_anomaly {
+            flags.push("LOSS<0/NaN".to_string());
+        }
+        if r.swap_pressure == Some(true) {
+            flags.push("SWAP".to_string());
+        }
+        if let Some(e) = &r.error {
+            flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
+        }
+        let loss = match (r.loss_first, r.loss_last) {
+            (Some(a), Some(b)) => format!("{a:.3}→{b:.3}"),
+            _ => "-".into(),
+        };
+        lines.push(vec![
+            r.host.clone(),
+            r.net.clone(),
+            r.device.clone(),
+            r.batch.to_string(),
+            format!("{}/{}", r.iterations, r.iterations_planned),
+            r.status.clone(),
+            ms(r.time_per_image_s),
+            ms(r.time_per_image_spread_s),
+            r.images_per_s.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
+            loss,
+            (r.device == "cuda")
+                .then(|| speedup.get(&(r.host.clone(), r.net.clone(), r.batch)))
+                .flatten()
+                .map(|s| format!("{s:.1}x"))
+                .unwrap_or_else(|| "-".into()),
+            flags.join("; "),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for line in &lines {
+        let cells: Vec<String> = line
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}", w = *w))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}

@@ -1,0 +1,181 @@
+//! The networks are the BVLC definitions: parameter counts, every stage's output shape (by
+//! inference and by running the candle graph), and gradients reaching every parameter.
+
+use candle_core::{Device, Tensor};
+use edgebench::models::{self, Network};
+use rand::SeedableRng;
+
+fn stages(net: &str) -> Vec<(String, [usize; 3])> {
+    models::by_name(net)
+        .unwrap()
+        .summary()
+        .stages
+        .into_iter()
+        .map(|s| (s.name, s.output))
+        .collect()
+}
+
+#[test]
+fn alexnet_parameter_count_and_macs() {
+    let s = models::by_name("alexnet").unwrap().summary();
+    assert_eq!(s.params, 60_965_224);
+    assert_eq!(s.params_without_aux, 60_965_224);
+    // ~0.72 G multiply-adds per image with the grouped convolutions
+    assert!((s.forward_macs as f64 / 1e9 - 0.72).abs() < 0.02, "{}", s.forward_macs);
+}
+
+#[test]
+fn googlenet_parameter_count_and_macs() {
+    let s = models::by_name("googlenet").unwrap().summary();
+    assert_eq!(s.params, 13_378_280);
+    assert_eq!(s.params_without_aux, 6_998_552);
+    assert!((s.forward_macs_without_aux as f64 / 1e9 - 1.5).abs() < 0.1, "{}", s.forward_macs_without_aux);
+    assert_eq!(s.aux_heads.len(), 2);
+    assert!(s.aux_heads.iter().all(|a| a.loss_weight == 0.3));
+}
+
+#[test]
+fn alexnet_stage_shapes() {
+    let expected: Vec<(&str, [usize; 3])> = vec![
+        ("conv1", [96, 55, 55]),
+        ("norm1", [96, 55, 55]),
+        ("pool1", [96, 27, 27]),
+        ("conv2", [256, 27, 27]),
+        ("norm2", [256, 27, 27]),
+        ("pool2", [256, 13, 13]),
+        ("conv3", [384, 13, 13]),
+        ("conv4", [384, 13, 13]),
+        ("conv5", [256, 13, 13]),
+        ("pool5", [256, 6, 6]),
+        ("fc6", [4096, 1, 1]),
+        ("drop6", [4096, 1, 1]),
+        ("fc7", [4096, 1, 1]),
+        ("drop7", [4096, 1, 1]),
+        ("fc8", [1000, 1, 1]),
+    ];
+    let got = stages("alexnet");
+    assert_eq!(got.len(), expected.len());
+    for ((name, shape), (en, es)) in got.iter().zip(&expected) {
+        assert_eq!((name.as_str(), *shape), (*en, *es));
+    }
+}
+
+#[test]
+fn googlenet_stage_shapes_use_ceil_pooling() {
+    let expected: Vec<(&str, [usize; 3])> = vec![
+        ("conv1/7x7_s2", [64, 112, 112]),
+        ("pool1/3x3_s2", [64, 56, 56]),
+        ("pool1/norm1", [64, 56, 56]),
+        ("conv2/3x3_reduce", [64, 56, 56]),
+        ("conv2/3x3", [192, 56, 56]),
+        ("conv2/norm2", [192, 56, 56]),
+        ("pool2/3x3_s2", [192, 28, 28]),
+        ("inception_3a", [256, 28, 28]),
+        ("inception_3b", [480, 28, 28]),
+        ("pool3/3x3_s2", [480, 14, 14]),
+        ("inception_4a", [512, 14, 14]),
+        ("inception_4b", [512, 14, 14]),
+        ("inception_4c", [512, 14, 14]),
+        ("inception_4d", [528, 14, 14]),
+        ("inception_4e", [832, 14, 14]),
+        ("pool4/3x3_s2", [832, 7, 7]),
+        ("inception_5a", [832, 7, 7]),
+        ("inception_5b", [1024, 7, 7]),
+        ("pool5/7x7_s1", [1024, 1, 1]),
+        ("pool5/drop_7x7_s1", [1024, 1, 1]),
+        ("loss3/classifier", [1000, 1, 1]),
+    ];
+    let got = stages("googlenet");
+    assert_eq!(got.len(), expected.len());
+    for ((name, shape), (en, es)) in got.iter().zip(&expected) {
+        assert_eq!((name.as_str(), *shape), (*en, *es));
+    }
+    let s = models::by_name("googlenet").unwrap().summary();
+    for (aux, input_c) in s.aux_heads.iter().zip([512, 528]) {
+        let shapes: Vec<[usize; 3]> = aux.stages.iter().map(|s| s.output).collect();
+        assert_eq!(
+            shapes,
+            vec![[input_c, 4, 4], [128, 4, 4], [1024, 1, 1], [1024, 1, 1], [1000, 1, 1]]
+        );
+    }
+}
+
+/// The candle graph produces exactly the inferred shapes, holds exactly the counted
+/// parameters, and backward reaches every one of them (aux heads included).
+fn check_graph(name: &str) {
+    let spec = models::by_name(name).unwrap();
+    let dev = Device::Cpu;
+    let net = Network::new(spec, &dev, 3).unwrap();
+    assert_eq!(net.param_count(), spec.summary().params);
+    let [c, h, w] = spec.input;
+    let x = Tensor::randn(0f32, 50.0, (2, c, h, w), &dev).unwrap();
+    let mut trace = Vec::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let out = net.forward(&x, Some(&mut rng), Some(&mut trace)).unwrap();
+    let inferred = stages(name);
+    assert_eq!(trace.len(), inferred.len());
+    for ((tn, dims), (n, [c, h, w])) in trace.iter().zip(&inferred) {
+        assert_eq!(tn, n);
+        let expect = if *h == 1 && *w == 1 && dims.len() == 2 { vec![2, *c] } else { vec![2, *c, *h, *w] };
+        assert_eq!(dims, &expect, "{n}");
+    }
+    assert_eq!(out.aux.len(), spec.aux.len());
+    let labels = Tensor::new(&[0u32, 1], &dev).unwrap();
+    let loss = net.loss(&out, &labels).unwrap();
+    let l = loss.to_scalar::<f32>().unwrap();
+    // fresh weights: loss near ln(1000) per classifier (1 + 0.3 + 0.3 for GoogLeNet)
+    let heads = 1.0 + 0.3 * spec.aux.len() as f32;
+    assert!(l.is_finite() && (l / heads - 1000f32.ln()).abs() < 1.0, "loss {l}");
+    let grads = loss.backward().unwrap();
+    for p in net.params() {
+        let g = grads.get(p.var.as_tensor()).unwrap_or_else(|| panic!("no gradient for {}", p.name));
+        assert_eq!(g.dims(), p.var.dims(), "{}", p.name);
+    }
+    // Eval graph: no aux heads, no dropout, deterministic
+    let a = net.forward(&x, None, None).unwrap();
+    let b = net.forward(&x, None, None).unwrap();
+    assert!(a.aux.is_empty());
+    let diff = (a.logits - b.logits).unwrap().abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+    assert_eq!(diff, 0.0);
+}
+
+#[test]
+fn alexnet_graph_matches_spec_and_backprops() {
+    check_graph("alexnet");
+}
+
+#[test]
+fn googlenet_graph_matches_spec_and_backprops() {
+    check_graph("googlenet");
+}
+
+#[test]
+fn initialisation_follows_bvlc_fillers() {
+    let spec = models::by_name("alexnet").unwrap();
+    let net = Network::new(spec, &Device::Cpu, 11).unwrap();
+    let get = |name: &str| {
+        net.params().iter().find(|p| p.name == name).unwrap().var.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
+    let std = |v: &[f32]| {
+        let m = v.iter().sum::<f32>() / v.len() as f32;
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f32>() / v.len() as f32).sqrt()
+    };
+    assert!((std(&get("conv1/weight")) - 0.01).abs() < 0.0005);
+    assert!((std(&get("fc6/weight")) - 0.005).abs() < 0.0001);
+    assert!(get("conv2/bias").iter().all(|&b| b == 0.1));
+    assert!(get("fc8/bias").iter().all(|&b| b == 0.0));
+    let bias = net.params().iter().find(|p| p.name == "conv2/bias").unwrap();
+    assert_eq!((bias.lr_mult, bias.decay_mult), (2.0, 0.0));
+
+    let g = models::by_name("googlenet").unwrap();
+    let net = Network::new(g, &Device::Cpu, 11).unwrap();
+    let w = net.params().iter().find(|p| p.name == "inception_3a/3x3/weight").unwrap();
+    let v = w.var.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let bound = (3.0f32 / (96.0 * 9.0)).sqrt(); // xavier: fan_in = 96 channels x 3x3
+    assert!(v.iter().all(|x| x.abs() <= bound));
+    assert!(v.iter().any(|x| x.abs() > 0.9 * bound));
+    // same seed, same weights
+    let again = Network::new(g, &Device::Cpu, 11).unwrap();
+    let w2 = again.params().iter().find(|p| p.name == "inception_3a/3x3/weight").unwrap();
+    assert_eq!(v, w2.var.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap());
+}
