@@ -586,3 +586,56 @@ fn record_iteration_is_cheap() {
     assert_eq!(s.results().unwrap()[0].iterations, n);
     assert!(us < 2_000.0, "record_iteration took {us:.1} µs per call");
 }
+
+/// `edgebench results` may run while a sweep writes; neither side may get SQLITE_BUSY.
+#[test]
+fn reader_sees_progress_while_writer_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut w = Store::open(&path).unwrap();
+    let run = w
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let t = w
+        .begin_trial(run, &key("alexnet", "cpu", 8), 10, 1, "t")
+        .unwrap();
+    for i in 0..3 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    let r = Store::open_readonly(&path).unwrap();
+    let row = &r.results().unwrap()[0];
+    assert_eq!((row.status.as_str(), row.iterations), ("running", 3));
+    for i in 3..6 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    assert_eq!(r.iterations(t).unwrap().len(), 6);
+}
+
+/// After a trial ends its rows are in the main file, so copying just `bench.db` off a board
+/// mid-sweep (without `-wal`) loses nothing finished.
+#[test]
+fn finished_trial_is_in_main_file_without_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut w = Store::open(&path).unwrap();
+    let run = w
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let t = w
+        .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "t")
+        .unwrap();
+    for i in 0..4 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    w.finish_trial(t, &summary("ok")).unwrap();
+
+    let copy_dir = tempfile::tempdir().unwrap();
+    let copy = copy_dir.path().join("pulled.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let r = Store::open_readonly(&copy).unwrap();
+    let rows = r.results().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].status.as_str(), rows[0].iterations), ("ok", 4));
+    assert_eq!(r.iterations(rows[0].trial_rowid).unwrap().len(), 4);
+    drop(w);
+}

@@ -75,14 +75,36 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
-    #[error(
-        "SQLite error on {}: {source}; check the disk has space and no other program holds a \
-         write lock on the file",
-        path.display()
-    )]
+    #[error("SQLite error on {}: {source}; {hint}", path.display())]
     Sqlite {
         path: PathBuf,
         #[source]
         source: rusqlite::Error,
+        /// What the user can do about it, chosen from the SQLite error code.
+        hint: &'static str,
     },
+}
+
+/// Advice for a SQLite failure; generic advice would mislead (a full disk is not a lock).
+pub(crate) fn hint(e: &rusqlite::Error) -> &'static str {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code() {
+        Some(DatabaseBusy | DatabaseLocked) => {
+            "another process holds a lock on the file; wait for it to finish or stop it"
+        }
+        Some(DiskFull) => "the disk is full; free some space and retry",
+        Some(ReadOnly) => {
+            "the file is read-only (permissions, a read-only mount, or opened read-only)"
+        }
+        Some(CannotOpen) => "check that the directory exists and is readable/writable",
+        Some(PermissionDenied) => "check the file's and directory's permissions",
+        Some(SystemIoFailure) => "an I/O error occurred; check the disk",
+        Some(DatabaseCorrupt | NotADatabase) => {
+            "the file is damaged; keep a copy and start a new database file"
+        }
+        Some(ConstraintViolation) => {
+            "a write broke the schema's rules; this is an edgebench bug, please report it"
+        }
+        _ => "if this persists, keep a copy of the file and report it",
+    }
 }

@@ -4,6 +4,8 @@
 //! boards, so rows carry UUIDs (row ids are local) and the schema is documented in
 //! [`schema`]. The file is in WAL mode with `synchronous=NORMAL`: a commit per iteration costs
 //! no fsync, and a crash loses at most the last few iterations, never consistency.
+//! Recent rows live in `<file>-wal` until a checkpoint; the store checkpoints after each
+//! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 
 mod error;
 pub mod schema;
@@ -176,7 +178,12 @@ impl Store {
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(sql_err(&path))?;
         migrate(&mut conn, &path, found)?;
-        Ok(Store { conn, path })
+        let store = Store { conn, path };
+        if found < SCHEMA_VERSION {
+            // Keep the schema in the main file too; see `checkpoint`.
+            store.checkpoint();
+        }
+        Ok(store)
     }
 
     /// Opens an existing database read-only (for `results`/`export`); never creates or
@@ -193,7 +200,7 @@ impl Store {
         if found == 0 {
             return Err(StoreError::Foreign {
                 path,
-                reason: "it contains no edgebench tables".into(),
+                reason: "it is empty; no edgebench run has written to it yet".into(),
             });
         }
         check_not_newer(&path, found)?;
@@ -250,7 +257,9 @@ impl Store {
             .prepare_cached("UPDATE runs SET ended_at = ?2, status = ?3 WHERE id = ?1")
             .and_then(|mut st| st.execute(params![run_id, ended_at, status]))
             .map_err(sql_err(&self.path))?;
-        self.expect_one(n, "run", run_id)
+        self.expect_one(n, "run", run_id)?;
+        self.checkpoint();
+        Ok(())
     }
 
     /// Inserts a trial with status `running` and a fresh UUID; returns its row id.
@@ -354,7 +363,20 @@ impl Store {
                 ])
             })
             .map_err(sql_err(&self.path))?;
-        self.expect_one(n, "trial", trial_id)
+        self.expect_one(n, "trial", trial_id)?;
+        self.checkpoint();
+        Ok(())
+    }
+
+    /// Copies the WAL into the main file (best effort, never waits) so that a user who
+    /// copies only `*.db` mid-sweep still gets every finished trial.
+    fn checkpoint(&self) {
+        let r = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
+        if let Err(e) = r {
+            tracing::debug!(path = %self.path.display(), error = %e, "WAL checkpoint skipped");
+        }
     }
 
     /// Keys of trials that finished with status `ok` (in any run), for resuming a sweep.
@@ -479,6 +501,7 @@ impl Store {
 fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |source| StoreError::Sqlite {
         path: path.to_path_buf(),
+        hint: error::hint(&source),
         source,
     }
 }
