@@ -1,0 +1,7 @@
+//! Reports from the store: the summary table, the models listing, the studies' CSV files.
+
+pub mod csv;
+pub mod models;
+pub mod summary;
+
+pub use models::models_text;

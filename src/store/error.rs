@@ -1,0 +1,110 @@
+use std::path::PathBuf;
+
+/// Errors of the result store. Every message names the database file and what to do, because
+/// they end up in front of a user at a terminal on some board.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(
+        "{} is not a SQLite database; edgebench left it untouched. \
+         Pass another database path, or move that file aside",
+        path.display()
+    )]
+    NotSqlite { path: PathBuf },
+
+    #[error(
+        "{} is a SQLite database but not an edgebench one ({reason}); edgebench left it \
+         untouched. Pass another database path, or move that file aside",
+        path.display()
+    )]
+    Foreign { path: PathBuf, reason: String },
+
+    #[error(
+        "{} has schema version {found}, newer than the {supported} this edgebench understands; \
+         the file was left untouched. Use a newer edgebench to read or write it",
+        path.display()
+    )]
+    TooNew {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+
+    #[error(
+        "{} has schema version {found}, older than {supported}, and was opened read-only; \
+         open it once with a writing command (e.g. `edgebench run`) of this version to upgrade it",
+        path.display()
+    )]
+    NeedsUpgrade {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+
+    #[error(
+        "database {} does not exist; check the path, or run `edgebench run` first to create it",
+        path.display()
+    )]
+    Missing { path: PathBuf },
+
+    #[error(
+        "upgrading {} to schema version {version} failed (the file keeps its previous version): \
+         {source}",
+        path.display()
+    )]
+    Migration {
+        path: PathBuf,
+        version: u32,
+        #[source]
+        source: rusqlite::Error,
+    },
+
+    #[error("{what} {id} not found in {}; was it created by this store?", path.display())]
+    NotFound {
+        path: PathBuf,
+        what: &'static str,
+        id: i64,
+    },
+
+    #[error(
+        "cannot create the directory for {}: {source}; check the path and permissions",
+        path.display()
+    )]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("SQLite error on {}: {source}; {hint}", path.display())]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+        /// What the user can do about it, chosen from the SQLite error code.
+        hint: &'static str,
+    },
+}
+
+/// Advice for a SQLite failure; generic advice would mislead (a full disk is not a lock).
+pub(crate) fn hint(e: &rusqlite::Error) -> &'static str {
+    use rusqlite::ErrorCode::*;
+    match e.sqlite_error_code() {
+        Some(DatabaseBusy | DatabaseLocked) => {
+            "another process holds a lock on the file; wait for it to finish or stop it"
+        }
+        Some(DiskFull) => "the disk is full; free some space and retry",
+        Some(ReadOnly) => {
+            "the file is read-only (permissions, a read-only mount, or opened read-only)"
+        }
+        Some(CannotOpen) => "check that the directory exists and is readable/writable",
+        Some(PermissionDenied) => "check the file's and directory's permissions",
+        Some(SystemIoFailure) => "an I/O error occurred; check the disk",
+        Some(DatabaseCorrupt | NotADatabase) => {
+            "the file is damaged; keep a copy and start a new database file"
+        }
+        Some(ConstraintViolation) => {
+            "a write broke the schema's rules; this is an edgebench bug, please report it"
+        }
+        _ => "if this persists, keep a copy of the file and report it",
+    }
+}

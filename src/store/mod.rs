@@ -1,0 +1,631 @@
+//! Local SQLite result store: one file per board, one row per training iteration.
+//!
+//! Users open the file with sqlite3/pandas, copy it to a workstation and merge files across
+//! boards, so rows carry UUIDs (row ids are local) and the schema is documented in
+//! [`schema`]. The file is in WAL mode with `synchronous=NORMAL`: a commit per iteration costs
+//! no fsync, and a crash loses at most the last few iterations, never consistency.
+//! Recent rows live in `<file>-wal` until a checkpoint; the store checkpoints after each
+//! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
+
+mod error;
+pub mod schema;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+pub use error::StoreError;
+pub use schema::SCHEMA_VERSION;
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How long a writer waits for another process's lock (e.g. `edgebench results` reading
+/// while a run is writing) before giving up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Metadata of one `edgebench run` invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub uuid: String,
+    pub host: String,
+    pub started_at: String,
+    pub config_toml: String,
+    pub edgebench_version: String,
+    pub git_commit: String,
+    pub candle_version: String,
+    pub cpu_threads: usize,
+    pub cpu_model: Option<String>,
+    pub os: String,
+}
+
+/// What makes two trials "the same measurement" (used to skip completed work on resume).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TrialKey {
+    pub net: String,
+    pub device: String,
+    pub batch: usize,
+    pub epochs: usize,
+    pub images: usize,
+    pub dataset: String,
+}
+
+/// One training step. A NaN `loss` is stored as NULL (SQLite has no NaN) and reads back as NaN.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    pub step: usize,
+    pub epoch: usize,
+    pub loss: f64,
+    pub lr: f64,
+    pub data_s: f64,
+    pub step_s: f64,
+    pub t_start_ns: i64,
+    pub t_end_ns: i64,
+}
+
+/// Outcome of a trial, written once when it ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialSummary {
+    pub status: String,
+    pub error: Option<String>,
+    pub ended_at: String,
+    pub time_per_image_s: Option<f64>,
+    pub time_per_image_spread_s: Option<f64>,
+    pub images_per_s: Option<f64>,
+    pub loss_first: Option<f64>,
+    pub loss_last: Option<f64>,
+    pub loss_anomaly: bool,
+}
+
+/// One trial joined with its run: exactly the object `edgebench results --json` prints.
+/// `Option` fields serialise as `null`, never omitted, so consumers can rely on every key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ResultRow {
+    /// The run's UUID.
+    pub run_id: String,
+    /// The trial's UUID.
+    pub trial_id: String,
+    pub host: String,
+    pub net: String,
+    pub device: String,
+    pub batch: usize,
+    pub epochs: usize,
+    pub images: usize,
+    pub dataset: String,
+    /// Iterations recorded (`trials.iterations_done`).
+    pub iterations: usize,
+    pub iterations_planned: usize,
+    pub warmup_iterations: usize,
+    pub status: String,
+    pub error: Option<String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+    pub time_per_image_s: Option<f64>,
+    pub time_per_image_spread_s: Option<f64>,
+    pub images_per_s: Option<f64>,
+    pub loss_first: Option<f64>,
+    pub loss_last: Option<f64>,
+    pub loss_anomaly: bool,
+    pub energy_j: Option<f64>,
+    pub avg_power_w: Option<f64>,
+    pub energy_per_image_j: Option<f64>,
+    pub edp_js: Option<f64>,
+    pub swap_pressure: Option<bool>,
+    pub peak_rss_bytes: Option<i64>,
+    /// Local `trials.id`, for [`Store::iterations`]; not part of the JSON.
+    #[serde(skip)]
+    pub trial_rowid: i64,
+}
+
+impl ResultRow {
+    pub fn key(&self) -> TrialKey {
+        TrialKey {
+            net: self.net.clone(),
+            device: self.device.clone(),
+            batch: self.batch,
+            epochs: self.epochs,
+            images: self.images,
+            dataset: self.dataset.clone(),
+        }
+    }
+}
+
+/// Handle on one edgebench database file.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if absent) a database for writing and brings its schema up to date.
+    ///
+    /// A file that is not SQLite, is SQLite but not ours, or has a newer schema is refused
+    /// before anything is written to it.
+    pub fn open(path: &Path) -> Result<Store> {
+        let path = path.to_path_buf();
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::Io {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(sql_err(&path))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(&path))?;
+
+        // Inspect first: journal_mode=WAL rewrites the header, so it must not touch a
+        // foreign file.
+        let found = inspect(&conn, &path)?;
+        check_not_newer(&path, found)?;
+
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(sql_err(&path))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            // E.g. some network file systems; still correct, only slower.
+            tracing::warn!(path = %path.display(), mode, "could not enable WAL journal mode");
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            .map_err(sql_err(&path))?;
+        migrate(&mut conn, &path, found)?;
+        let store = Store { conn, path };
+        if found < SCHEMA_VERSION {
+            // Keep the schema in the main file too; see `checkpoint`.
+            store.checkpoint();
+        }
+        Ok(store)
+    }
+
+    /// Opens an existing database read-only (for `results`/`export`); never creates or
+    /// upgrades it.
+    pub fn open_readonly(path: &Path) -> Result<Store> {
+        let path = path.to_path_buf();
+        if !path.is_file() {
+            return Err(StoreError::Missing { path });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(sql_err(&path))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(&path))?;
+        let found = inspect(&conn, &path)?;
+        if found == 0 {
+            return Err(StoreError::Foreign {
+                path,
+                reason: "it is empty; no edgebench run has written to it yet".into(),
+            });
+        }
+        check_not_newer(&path, found)?;
+        if found < SCHEMA_VERSION {
+            return Err(StoreError::NeedsUpgrade {
+                path,
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        conn.execute_batch("PRAGMA foreign_keys=ON;")
+            .map_err(sql_err(&path))?;
+        Ok(Store { conn, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Schema version of the open file (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<u32> {
+        user_version(&self.conn).map_err(sql_err(&self.path))
+    }
+
+    /// Inserts a run with status `running`; returns its row id.
+    pub fn begin_run(&mut self, info: &RunInfo) -> Result<i64> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO runs (uuid, host, started_at, status, config_toml, \
+                 edgebench_version, git_commit, candle_version, cpu_threads, cpu_model, os) \
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    info.uuid,
+                    info.host,
+                    info.started_at,
+                    info.config_toml,
+                    info.edgebench_version,
+                    info.git_commit,
+                    info.candle_version,
+                    int(info.cpu_threads),
+                    info.cpu_model,
+                    info.os,
+                ])
+            })
+            .map_err(sql_err(&self.path))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    pub fn finish_run(&mut self, run_id: i64, ended_at: &str, status: &str) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE runs SET ended_at = ?2, status = ?3 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![run_id, ended_at, status]))
+            .map_err(sql_err(&self.path))?;
+        self.expect_one(n, "run", run_id)?;
+        self.checkpoint();
+        Ok(())
+    }
+
+    /// Inserts a trial with status `running` and a fresh UUID; returns its row id.
+    pub fn begin_trial(
+        &mut self,
+        run_id: i64,
+        key: &TrialKey,
+        iterations_planned: usize,
+        warmup_iterations: usize,
+        started_at: &str,
+    ) -> Result<i64> {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        self.conn
+            .prepare_cached(
+                "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
+                 iterations_planned, iterations_done, warmup_iterations, status, started_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    uuid,
+                    run_id,
+                    key.net,
+                    key.device,
+                    int(key.batch),
+                    int(key.epochs),
+                    int(key.images),
+                    key.dataset,
+                    int(iterations_planned),
+                    int(warmup_iterations),
+                    started_at,
+                ])
+            })
+            .map_err(sql_err(&self.path))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// One iteration = one transaction: inserts the row and bumps `trials.iterations_done`,
+    /// so the count always matches the rows even after a crash.
+    pub fn record_iteration(&mut self, trial_id: i64, rec: &IterationRecord) -> Result<()> {
+        let path = &self.path;
+        // IMMEDIATE takes the write lock up front, so a concurrent reader cannot make the
+        // upgrade from read to write lock fail with SQLITE_BUSY mid-transaction.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err(path))?;
+        let updated = (|| {
+            tx.prepare_cached(
+                "INSERT INTO iterations (trial_id, step, epoch, loss, lr, data_s, step_s, \
+                 t_start_ns, t_end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?
+            .execute(params![
+                trial_id,
+                int(rec.step),
+                int(rec.epoch),
+                rec.loss,
+                rec.lr,
+                rec.data_s,
+                rec.step_s,
+                rec.t_start_ns,
+                rec.t_end_ns,
+            ])?;
+            tx.prepare_cached(
+                "UPDATE trials SET iterations_done = iterations_done + 1 WHERE id = ?1",
+            )?
+            .execute([trial_id])
+        })()
+        .map_err(sql_err(path))?;
+        if updated != 1 {
+            // Unreachable with foreign keys on; kept so a bad id never commits silently.
+            return Err(StoreError::NotFound {
+                path: path.clone(),
+                what: "trial",
+                id: trial_id,
+            });
+        }
+        tx.commit().map_err(sql_err(path))
+    }
+
+    pub fn finish_trial(&mut self, trial_id: i64, s: &TrialSummary) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE trials SET status = ?2, error = ?3, ended_at = ?4, time_per_image_s = ?5, \
+                 time_per_image_spread_s = ?6, images_per_s = ?7, loss_first = ?8, \
+                 loss_last = ?9, loss_anomaly = ?10 WHERE id = ?1",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    trial_id,
+                    s.status,
+                    s.error,
+                    s.ended_at,
+                    s.time_per_image_s,
+                    s.time_per_image_spread_s,
+                    s.images_per_s,
+                    s.loss_first,
+                    s.loss_last,
+                    s.loss_anomaly,
+                ])
+            })
+            .map_err(sql_err(&self.path))?;
+        self.expect_one(n, "trial", trial_id)?;
+        self.checkpoint();
+        Ok(())
+    }
+
+    /// Copies the WAL into the main file (best effort, never waits) so that a user who
+    /// copies only `*.db` mid-sweep still gets every finished trial.
+    fn checkpoint(&self) {
+        let r = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(0));
+        if let Err(e) = r {
+            tracing::debug!(path = %self.path.display(), error = %e, "WAL checkpoint skipped");
+        }
+    }
+
+    /// Keys of trials that finished with status `ok` (in any run), for resuming a sweep.
+    pub fn completed_keys(&self) -> Result<HashSet<TrialKey>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT net, device, batch, epochs, images, dataset FROM trials \
+                 WHERE status = 'ok'",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(TrialKey {
+                    net: r.get(0)?,
+                    device: r.get(1)?,
+                    batch: uint(r, 2)?,
+                    epochs: uint(r, 3)?,
+                    images: uint(r, 4)?,
+                    dataset: r.get(5)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<HashSet<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
+    /// One row per trial, ordered by run start time, then trial row id.
+    pub fn results(&self) -> Result<Vec<ResultRow>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT r.uuid, t.uuid, r.host, t.net, t.device, t.batch, t.epochs, t.images, \
+                 t.dataset, t.iterations_done, t.iterations_planned, t.warmup_iterations, \
+                 t.status, t.error, t.started_at, t.ended_at, t.time_per_image_s, \
+                 t.time_per_image_spread_s, t.images_per_s, t.loss_first, t.loss_last, \
+                 t.loss_anomaly, t.energy_j, t.avg_power_w, t.energy_per_image_j, t.edp_js, \
+                 t.swap_pressure, t.peak_rss_bytes, t.id \
+                 FROM trials t JOIN runs r ON r.id = t.run_id \
+                 ORDER BY r.started_at, r.id, t.id",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(ResultRow {
+                    run_id: r.get(0)?,
+                    trial_id: r.get(1)?,
+                    host: r.get(2)?,
+                    net: r.get(3)?,
+                    device: r.get(4)?,
+                    batch: uint(r, 5)?,
+                    epochs: uint(r, 6)?,
+                    images: uint(r, 7)?,
+                    dataset: r.get(8)?,
+                    iterations: uint(r, 9)?,
+                    iterations_planned: uint(r, 10)?,
+                    warmup_iterations: uint(r, 11)?,
+                    status: r.get(12)?,
+                    error: r.get(13)?,
+                    started_at: r.get(14)?,
+                    ended_at: r.get(15)?,
+                    time_per_image_s: r.get(16)?,
+                    time_per_image_spread_s: r.get(17)?,
+                    images_per_s: r.get(18)?,
+                    loss_first: r.get(19)?,
+                    loss_last: r.get(20)?,
+                    loss_anomaly: r.get(21)?,
+                    energy_j: r.get(22)?,
+                    avg_power_w: r.get(23)?,
+                    energy_per_image_j: r.get(24)?,
+                    edp_js: r.get(25)?,
+                    swap_pressure: r.get(26)?,
+                    peak_rss_bytes: r.get(27)?,
+                    trial_rowid: r.get(28)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
+    /// Iterations of a trial (by row id), ordered by step.
+    pub fn iterations(&self, trial_id: i64) -> Result<Vec<IterationRecord>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT step, epoch, loss, lr, data_s, step_s, t_start_ns, t_end_ns \
+                 FROM iterations WHERE trial_id = ?1 ORDER BY step",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([trial_id], |r| {
+                Ok(IterationRecord {
+                    step: uint(r, 0)?,
+                    epoch: uint(r, 1)?,
+                    loss: r.get::<_, Option<f64>>(2)?.unwrap_or(f64::NAN),
+                    lr: r.get(3)?,
+                    data_s: r.get(4)?,
+                    step_s: r.get(5)?,
+                    t_start_ns: r.get(6)?,
+                    t_end_ns: r.get(7)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
+    fn expect_one(&self, changed: usize, what: &'static str, id: i64) -> Result<()> {
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound {
+                path: self.path.clone(),
+                what,
+                id,
+            })
+        }
+    }
+}
+
+fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        hint: error::hint(&source),
+        source,
+    }
+}
+
+/// Counts are `usize` in Rust and INTEGER (i64) in SQLite; saturating is fine for counts.
+fn int(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn uint(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<usize> {
+    let v: i64 = row.get(idx)?;
+    usize::try_from(v).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, v))
+}
+
+fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    // user_version is a signed 32-bit field; a negative one is certainly not ours.
+    Ok(u32::try_from(v).unwrap_or(u32::MAX))
+}
+
+fn check_not_newer(path: &Path, found: u32) -> Result<()> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Decides, by reading only, whether the file is a fresh database (returns 0) or an edgebench
+/// one (returns its schema version); anything else is an error.
+fn inspect(conn: &Connection, path: &Path) -> Result<u32> {
+    let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::NotSqlite {
+            path: path.to_path_buf(),
+        },
+        _ => sql_err(path)(e),
+    };
+    let foreign = |reason: &str| StoreError::Foreign {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let version = user_version(conn).map_err(not_sqlite)?;
+    let objects: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(not_sqlite)?;
+    if objects == 0 {
+        return if version == 0 {
+            Ok(0)
+        } else {
+            Err(foreign("it has a user_version but no tables"))
+        };
+    }
+    let has_meta: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(sql_err(path))?;
+    if !has_meta {
+        return Err(foreign("it has tables but no `meta` table"));
+    }
+    // A foreign `meta` table may have other columns; that is "not ours", not an I/O error.
+    let app: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'application'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(|_| foreign("its `meta` table is not edgebench's"))?;
+    match app.as_deref() {
+        Some(schema::APPLICATION) => {}
+        Some(other) => {
+            return Err(foreign(&format!(
+                "its meta table says application = {other:?}"
+            )))
+        }
+        None => return Err(foreign("its `meta` table has no application row")),
+    }
+    if version == 0 {
+        return Err(foreign(
+            "it has an edgebench meta row but schema version 0; it looks damaged",
+        ));
+    }
+    Ok(version)
+}
+
+/// Applies every migration newer than `found`, each in its own IMMEDIATE transaction.
+fn migrate(conn: &mut Connection, path: &Path, found: u32) -> Result<()> {
+    for m in schema::MIGRATIONS.iter().filter(|m| m.version > found) {
+        let mig_err = |source| StoreError::Migration {
+            path: path.to_path_buf(),
+            version: m.version,
+            source,
+        };
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(mig_err)?;
+        // Re-read under the write lock: another process may have migrated meanwhile.
+        let current = user_version(&tx).map_err(mig_err)?;
+        check_not_newer(path, current)?;
+        if current >= m.version {
+            continue;
+        }
+        tx.execute_batch(m.sql).map_err(mig_err)?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', ?1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            [m.version.to_string()],
+        )
+        .map_err(mig_err)?;
+        tx.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('created_with', ?1)",
+            [env!("CARGO_PKG_VERSION")],
+        )
+        .map_err(mig_err)?;
+        tx.pragma_update(None, "user_version", m.version)
+            .map_err(mig_err)?;
+        tx.commit().map_err(mig_err)?;
+        tracing::debug!(path = %path.display(), version = m.version, "applied schema migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! Database schema and its migrations.
+//!
+//! The schema version lives in `PRAGMA user_version` (cheap to read, survives copies) and is
+//! mirrored in the `meta` table so that a human with `sqlite3` sees it too. Each entry of
+//! [`MIGRATIONS`] moves the database from version `n - 1` to `n` and runs in its own
+//! transaction together with the version bump, so a crash leaves either the old or the new
+//! schema, never half of one. Later issues append steps; never edit a released step.
+//!
+//! # Tables
+//!
+//! Times are RFC 3339 UTC text (`2025-01-31T12:00:00Z`), durations are seconds (REAL), counts
+//! are INTEGER. SQLite stores a NaN REAL as NULL, so a NaN loss reads back as NULL.
+//!
+//! ## `meta`
+//!
+//! | column  | type | meaning |
+//! |---------|------|---------|
+//! | `key`   | TEXT PRIMARY KEY | `application` (always `edgebench`), `schema_version`, `created_with` (edgebench version that created the file) |
+//! | `value` | TEXT NOT NULL | the value |
+//!
+//! ## `runs` — one invocation of `edgebench run`
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `id` | INTEGER PRIMARY KEY | local row id; differs between boards, use `uuid` to merge |
+//! | `uuid` | TEXT UNIQUE NOT NULL | globally unique run id (UUID v4) |
+//! | `host` | TEXT NOT NULL | host name of the board |
+//! | `started_at` | TEXT NOT NULL | RFC 3339 UTC start time |
+//! | `ended_at` | TEXT | RFC 3339 UTC end time; NULL while running or after a crash |
+//! | `status` | TEXT NOT NULL | `running`, `finished` or `interrupted` |
+//! | `config_toml` | TEXT NOT NULL | the full effective configuration, as TOML |
+//! | `edgebench_version` | TEXT NOT NULL | version of the edgebench binary |
+//! | `git_commit` | TEXT NOT NULL | commit the binary was built from (`unknown` if not known) |
+//! | `candle_version` | TEXT NOT NULL | candle version linked in |
+//! | `cpu_threads` | INTEGER NOT NULL | CPU threads used for training |
+//! | `cpu_model` | TEXT | CPU model name, NULL if unknown |
+//! | `os` | TEXT NOT NULL | operating system / kernel description |
+//!
+//! ## `trials` — one (net, device, batch, epochs, images, dataset) training job of a run
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `id` | INTEGER PRIMARY KEY | local row id (referenced by `iterations.trial_id`) |
+//! | `uuid` | TEXT UNIQUE NOT NULL | globally unique trial id (UUID v4) |
+//! | `run_id` | INTEGER NOT NULL → `runs.id` | the run this trial belongs to |
+//! | `net` | TEXT NOT NULL | network, e.g. `alexnet`, `googlenet` |
+//! | `device` | TEXT NOT NULL | `cpu` or `cuda` |
+//! | `batch` | INTEGER NOT NULL | batch size |
+//! | `epochs` | INTEGER NOT NULL | epochs planned |
+//! | `images` | INTEGER NOT NULL | training images per epoch |
+//! | `dataset` | TEXT NOT NULL | identity of the data set (name/path/hash text) |
+//! | `iterations_planned` | INTEGER NOT NULL | training steps planned |
+//! | `iterations_done` | INTEGER NOT NULL | steps recorded in `iterations` so far |
+//! | `warmup_iterations` | INTEGER NOT NULL | leading steps excluded from the timing summary |
+//! | `status` | TEXT NOT NULL | `running`, `ok`, `failed`, `interrupted` (more may be added; no CHECK) |
+//! | `error` | TEXT | error message if the trial failed, else NULL |
+//! | `started_at` | TEXT NOT NULL | RFC 3339 UTC start time |
+//! | `ended_at` | TEXT | RFC 3339 UTC end time; NULL while running or after a crash |
+//! | `time_per_image_s` | REAL | seconds per image (step time / batch, warm-up excluded) |
+//! | `time_per_image_spread_s` | REAL | spread of the above (seconds) |
+//! | `images_per_s` | REAL | throughput, images per second |
+//! | `loss_first` | REAL | loss of the first step |
+//! | `loss_last` | REAL | loss of the last step |
+//! | `loss_anomaly` | INTEGER NOT NULL | 1 if the loss diverged or was not finite, else 0 |
+//! | `energy_j` | REAL | energy of the trial in joules (NULL until power sampling exists) |
+//! | `avg_power_w` | REAL | mean power in watts (NULL until power sampling exists) |
+//! | `energy_per_image_j` | REAL | joules per image (NULL until power sampling exists) |
+//! | `edp_js` | REAL | energy-delay product, J·s (NULL until power sampling exists) |
+//! | `swap_pressure` | INTEGER | 1 if the system swapped during the trial, 0 if not, NULL if unmeasured |
+//! | `peak_rss_bytes` | INTEGER | peak resident set size in bytes, NULL if unmeasured |
+//!
+//! Index `trials_key` on (`net`, `device`, `batch`, `epochs`, `images`, `dataset`, `status`)
+//! serves resume (`completed_keys`); `trials_run` on `run_id` serves the foreign key.
+//!
+//! ## `iterations` — one training step (WITHOUT ROWID, clustered by trial and step)
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER NOT NULL → `trials.id` | the trial |
+//! | `step` | INTEGER NOT NULL | 0-based step within the trial |
+//! | `epoch` | INTEGER NOT NULL | 0-based epoch of the step |
+//! | `loss` | REAL | training loss of the step (NULL if NaN) |
+//! | `lr` | REAL NOT NULL | learning rate used |
+//! | `data_s` | REAL NOT NULL | seconds spent loading the batch |
+//! | `step_s` | REAL NOT NULL | seconds for forward + backward + update |
+//! | `t_start_ns` | INTEGER NOT NULL | CLOCK_MONOTONIC ns at step start (to align power samples) |
+//! | `t_end_ns` | INTEGER NOT NULL | CLOCK_MONOTONIC ns at step end |
+//!
+//! Primary key (`trial_id`, `step`).
+
+/// Value of `meta.application` that marks a file as ours.
+pub const APPLICATION: &str = "edgebench";
+
+/// One schema step: applying `sql` to a database at `version - 1` yields `version`.
+pub struct Migration {
+    pub version: u32,
+    pub sql: &'static str,
+}
+
+/// Ordered migrations; the last one's version is the version this binary writes.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: V1,
+}];
+
+/// Schema version this binary creates and understands.
+pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
+
+const V1: &str = "
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT INTO meta (key, value) VALUES ('application', 'edgebench');
+
+CREATE TABLE runs (
+    id                INTEGER PRIMARY KEY,
+    uuid              TEXT NOT NULL UNIQUE,
+    host              TEXT NOT NULL,
+    started_at        TEXT NOT NULL,
+    ended_at          TEXT,
+    status            TEXT NOT NULL,
+    config_toml       TEXT NOT NULL,
+    edgebench_version TEXT NOT NULL,
+    git_commit        TEXT NOT NULL,
+    candle_version    TEXT NOT NULL,
+    cpu_threads       INTEGER NOT NULL,
+    cpu_model         TEXT,
+    os                TEXT NOT NULL
+);
+
+CREATE TABLE trials (
+    id                      INTEGER PRIMARY KEY,
+    uuid                    TEXT NOT NULL UNIQUE,
+    run_id                  INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    net                     TEXT NOT NULL,
+    device                  TEXT NOT NULL,
+    batch                   INTEGER NOT NULL,
+    epochs                  INTEGER NOT NULL,
+    images                  INTEGER NOT NULL,
+    dataset                 TEXT NOT NULL,
+    iterations_planned      INTEGER NOT NULL,
+    iterations_done         INTEGER NOT NULL DEFAULT 0,
+    warmup_iterations       INTEGER NOT NULL,
+    status                  TEXT NOT NULL,
+    error                   TEXT,
+    started_at              TEXT NOT NULL,
+    ended_at                TEXT,
+    time_per_image_s        REAL,
+    time_per_image_spread_s REAL,
+    images_per_s            REAL,
+    loss_first              REAL,
+    loss_last               REAL,
+    loss_anomaly            INTEGER NOT NULL DEFAULT 0 CHECK (loss_anomaly IN (0, 1)),
+    energy_j                REAL,
+    avg_power_w             REAL,
+    energy_per_image_j      REAL,
+    edp_js                  REAL,
+    swap_pressure           INTEGER CHECK (swap_pressure IN (0, 1)),
+    peak_rss_bytes          INTEGER
+);
+CREATE INDEX trials_key ON trials (net, device, batch, epochs, images, dataset, status);
+CREATE INDEX trials_run ON trials (run_id);
+
+CREATE TABLE iterations (
+    trial_id   INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    step       INTEGER NOT NULL,
+    epoch      INTEGER NOT NULL,
+    loss       REAL,
+    lr         REAL NOT NULL,
+    data_s     REAL NOT NULL,
+    step_s     REAL NOT NULL,
+    t_start_ns INTEGER NOT NULL,
+    t_end_ns   INTEGER NOT NULL,
+    PRIMARY KEY (trial_id, step)
+) WITHOUT ROWID;
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_consecutive_from_one() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "migration {i} out of order");
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! Store and CSV export, against real temporary database files.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Instant, SystemTime};
+
+use edgebench::report::export_csv;
+use edgebench::store::{
+    IterationRecord, RunInfo, Store, StoreError, TrialKey, TrialSummary, SCHEMA_VERSION,
+};
+use rusqlite::Connection;
+
+fn run_info(uuid: &str, started_at: &str) -> RunInfo {
+    RunInfo {
+        uuid: uuid.into(),
+        host: "jetson-nano".into(),
+        started_at: started_at.into(),
+        config_toml: "[sweep]\nbatch = [8, 16]\n".into(),
+        edgebench_version: "0.1.0".into(),
+        git_commit: "abc1234".into(),
+        candle_version: "0.11.0".into(),
+        cpu_threads: 4,
+        cpu_model: Some("ARMv8 Processor rev 1 (v8l)".into()),
+        os: "Linux 4.9.253-tegra aarch64".into(),
+    }
+}
+
+fn key(net: &str, device: &str, batch: usize) -> TrialKey {
+    TrialKey {
+        net: net.into(),
+        device: device.into(),
+        batch,
+        epochs: 1,
+        images: 256,
+        dataset: "synthetic:224x224:seed=1".into(),
+    }
+}
+
+fn iter(step: usize, loss: f64, step_s: f64) -> IterationRecord {
+    IterationRecord {
+        step,
+        epoch: step / 4,
+        loss,
+        lr: 0.01,
+        data_s: 0.002,
+        step_s,
+        t_start_ns: 1_000_000 * step as i64,
+        t_end_ns: 1_000_000 * step as i64 + 900_000,
+    }
+}
+
+fn summary(status: &str) -> TrialSummary {
+    TrialSummary {
+        status: status.into(),
+        error: (status == "failed").then(|| "out of memory".to_string()),
+        ended_at: "2025-01-31T12:05:00Z".into(),
+        time_per_image_s: Some(0.0125),
+        time_per_image_spread_s: Some(0.001),
+        images_per_s: Some(80.0),
+        loss_first: Some(6.9),
+        loss_last: Some(6.5),
+        loss_anomaly: false,
+    }
+}
+
+/// Bytes and mtime, to prove a refused file was not touched.
+fn snapshot(path: &Path) -> (Vec<u8>, SystemTime) {
+    (
+        std::fs::read(path).unwrap(),
+        std::fs::metadata(path).unwrap().modified().unwrap(),
+    )
+}
+
+fn sidecars_absent(path: &Path) -> bool {
+    let p = path.display().to_string();
+    !Path::new(&format!("{p}-wal")).exists() && !Path::new(&format!("{p}-journal")).exists()
+}
+
+#[test]
+fn creates_schema_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dir/bench.db");
+    {
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.path(), path);
+        assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+        s.begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+            .unwrap();
+    }
+    let raw = Connection::open(&path).unwrap();
+    let uv: u32 = raw
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(uv, SCHEMA_VERSION);
+    let meta = |k: &str| -> String {
+        raw.query_row("SELECT value FROM meta WHERE key = ?1", [k], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(meta("application"), "edgebench");
+    assert_eq!(meta("schema_version"), SCHEMA_VERSION.to_string());
+    let tables: BTreeSet<String> = raw
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for t in ["meta", "runs", "trials", "iterations"] {
+        assert!(tables.contains(t), "missing table {t}: {tables:?}");
+    }
+    drop(raw);
+
+    // Reopening neither re-migrates (would fail: tables exist) nor loses data.
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    drop(s);
+    let raw = Connection::open(&path).unwrap();
+    let runs: i64 = raw
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(runs, 1);
+    let ro = Store::open_readonly(&path).unwrap();
+    assert_eq!(ro.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn wal_mode_and_foreign_keys_are_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut s = Store::open(&path).unwrap();
+    let raw = Connection::open(&path).unwrap();
+    let mode: String = raw
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    // Foreign keys: a trial of a missing run and an iteration of a missing trial are refused.
+    assert!(s
+        .begin_trial(42, &key("alexnet", "cpu", 8), 10, 1, "t")
+        .is_err());
+    let err = s.record_iteration(42, &iter(0, 1.0, 0.1)).unwrap_err();
+    assert!(err.to_string().contains("bench.db"), "{err}");
+}
+
+#[test]
+fn refuses_foreign_sqlite_file_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("CREATE TABLE foo (x INTEGER); INSERT INTO foo VALUES (1);")
+            .unwrap();
+    }
+    let before = snapshot(&path);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("not an edgebench"), "{msg}");
+    let err = Store::open_readonly(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
+
+    assert_eq!(snapshot(&path), before);
+    assert!(sidecars_absent(&path));
+    // Still a rollback-journal database: WAL was not switched on.
+    let c = Connection::open(&path).unwrap();
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete");
+}
+
+#[test]
+fn refuses_foreign_meta_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE meta (key TEXT, value TEXT); \
+             INSERT INTO meta VALUES ('application', 'someone-else');",
+        )
+        .unwrap();
+    }
+    let before = snapshot(&path);
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
+    assert!(err.to_string().contains("someone-else"), "{err}");
+    assert_eq!(snapshot(&path), before);
+}
+
+#[test]
+fn refuses_non_sqlite_file_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    let bytes: Vec<u8> = b"batch,time\n8,0.1\n".repeat(300);
+    std::fs::write(&path, &bytes).unwrap();
+    let before = snapshot(&path);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NotSqlite { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("notes.txt") && msg.contains("not a SQLite"),
+        "{msg}"
+    );
+    let err = Store::open_readonly(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NotSqlite { .. }), "{err:?}");
+
+    assert_eq!(snapshot(&path), before);
+    assert_eq!(before.0, bytes);
+    assert!(sidecars_absent(&path));
+}
+
+#[test]
+fn refuses_newer_schema_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    drop(Store::open(&path).unwrap());
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA user_version = 999;").unwrap();
+    }
+    let before = snapshot(&path);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let err = Store::open(&path).unwrap_err();
+    match &err {
+        StoreError::TooNew {
+            found, supported, ..
+        } => {
+            assert_eq!(*found, 999);
+            assert_eq!(*supported, SCHEMA_VERSION);
+        }
+        other => panic!("expected TooNew, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("future.db") && msg.contains("newer edgebench"),
+        "{msg}"
+    );
+    assert!(matches!(
+        Store::open_readonly(&path).unwrap_err(),
+        StoreError::TooNew { found: 999, .. }
+    ));
+    assert_eq!(snapshot(&path), before);
+}
+
+#[test]
+fn readonly_missing_file_is_an_error_and_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.db");
+    let err = Store::open_readonly(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Missing { .. }), "{err:?}");
+    assert!(err.to_string().contains("absent.db"), "{err}");
+    assert!(!path.exists());
+}
+
+#[test]
+fn readonly_store_reads_but_cannot_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    {
+        let mut s = Store::open(&path).unwrap();
+        let run = s
+            .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+            .unwrap();
+        s.begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "2025-01-31T12:00:01Z")
+            .unwrap();
+    }
+    let mut ro = Store::open_readonly(&path).unwrap();
+    assert_eq!(ro.results().unwrap().len(), 1);
+    assert!(ro
+        .begin_run(&run_info("run-2", "2025-01-31T13:00:00Z"))
+        .is_err());
+}
+
+#[test]
+fn round_trip_run_trial_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut s = Store::open(&path).unwrap();
+    let info = run_info(
+        "11111111-1111-4111-8111-111111111111",
+        "2025-01-31T12:00:00Z",
+    );
+    let run = s.begin_run(&info).unwrap();
+    let k = key("alexnet", "cpu", 8);
+    let trial = s
+        .begin_trial(run, &k, 5, 1, "2025-01-31T12:00:01Z")
+        .unwrap();
+
+    let recs: Vec<_> = (0..5)
+        .map(|i| iter(i, 6.9 - 0.1 * i as f64, 0.1 + 0.01 * i as f64))
+        .collect();
+    for (i, r) in recs.iter().enumerate() {
+        s.record_iteration(trial, r).unwrap();
+        assert_eq!(s.results().unwrap()[0].iterations, i + 1);
+    }
+    assert_eq!(s.iterations(trial).unwrap(), recs);
+
+    // A duplicate step is refused and, being one transaction, does not bump the count.
+    assert!(s.record_iteration(trial, &recs[2]).is_err());
+    assert_eq!(s.results().unwrap()[0].iterations, 5);
+
+    let sum = summary("ok");
+    s.finish_trial(trial, &sum).unwrap();
+    s.finish_run(run, "2025-01-31T12:10:00Z", "finished")
+        .unwrap();
+    assert!(matches!(
+        s.finish_trial(trial + 100, &sum).unwrap_err(),
+        StoreError::NotFound { what: "trial", .. }
+    ));
+
+    let rows = s.results().unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r.run_id, info.uuid);
+    assert_eq!(r.trial_id.len(), 36);
+    assert_eq!(r.host, "jetson-nano");
+    assert_eq!(r.key(), k);
+    assert_eq!(
+        (r.iterations, r.iterations_planned, r.warmup_iterations),
+        (5, 5, 1)
+    );
+    assert_eq!(r.status, "ok");
+    assert_eq!(r.error, None);
+    assert_eq!(r.started_at, "2025-01-31T12:00:01Z");
+    assert_eq!(r.ended_at.as_deref(), Some("2025-01-31T12:05:00Z"));
+    assert_eq!(r.time_per_image_s, Some(0.0125));
+    assert_eq!(r.images_per_s, Some(80.0));
+    assert_eq!((r.loss_first, r.loss_last), (Some(6.9), Some(6.5)));
+    assert!(!r.loss_anomaly);
+    assert_eq!(r.trial_rowid, trial);
+
+    let raw = Connection::open(&path).unwrap();
+    let (status, ended, cfg): (String, String, String) = raw
+        .query_row(
+            "SELECT status, ended_at, config_toml FROM runs WHERE id = ?1",
+            [run],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(status, "finished");
+    assert_eq!(ended, "2025-01-31T12:10:00Z");
+    assert_eq!(cfg, info.config_toml);
+
+    // Trial UUIDs are fresh per trial.
+    let t2 = s
+        .begin_trial(run, &k, 5, 1, "2025-01-31T12:06:00Z")
+        .unwrap();
+    let uuids: BTreeSet<String> = s
+        .results()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.trial_id)
+        .collect();
+    assert_eq!(uuids.len(), 2);
+    assert_ne!(t2, trial);
+}
+
+#[test]
+fn nan_loss_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let trial = s
+        .begin_trial(run, &key("googlenet", "cuda", 16), 2, 0, "t")
+        .unwrap();
+    s.record_iteration(trial, &iter(0, f64::NAN, 0.2)).unwrap();
+    s.record_iteration(trial, &iter(1, f64::INFINITY, 0.2))
+        .unwrap();
+    let it = s.iterations(trial).unwrap();
+    assert!(it[0].loss.is_nan());
+    assert_eq!(it[1].loss, f64::INFINITY);
+}
+
+#[test]
+fn completed_keys_only_has_ok_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let ok = key("alexnet", "cpu", 8);
+    for (k, status) in [
+        (ok.clone(), Some("ok")),
+        (key("alexnet", "cpu", 16), Some("failed")),
+        (key("alexnet", "cpu", 32), Some("interrupted")),
+        (key("alexnet", "cpu", 64), None), // still running
+    ] {
+        let t = s.begin_trial(run, &k, 4, 1, "t").unwrap();
+        if let Some(st) = status {
+            s.finish_trial(t, &summary(st)).unwrap();
+        }
+    }
+    let done = s.completed_keys().unwrap();
+    assert_eq!(done.len(), 1);
+    assert!(done.contains(&ok));
+    // Differs only in dataset: not completed.
+    let mut other = ok.clone();
+    other.dataset = "imagenet-subset".into();
+    assert!(!done.contains(&other));
+}
+
+#[test]
+fn results_json_has_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let t = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "t")
+        .unwrap();
+    s.record_iteration(t, &iter(0, 6.9, 0.1)).unwrap();
+    s.finish_trial(t, &summary("ok")).unwrap();
+
+    let json = serde_json::to_value(s.results().unwrap()).unwrap();
+    let obj = json[0].as_object().unwrap();
+    let expected = [
+        "run_id",
+        "trial_id",
+        "host",
+        "net",
+        "device",
+        "batch",
+        "epochs",
+        "images",
+        "dataset",
+        "iterations",
+        "iterations_planned",
+        "warmup_iterations",
+        "status",
+        "error",
+        "started_at",
+        "ended_at",
+        "time_per_image_s",
+        "time_per_image_spread_s",
+        "images_per_s",
+        "loss_first",
+        "loss_last",
+        "loss_anomaly",
+        "energy_j",
+        "avg_power_w",
+        "energy_per_image_j",
+        "edp_js",
+        "swap_pressure",
+        "peak_rss_bytes",
+    ];
+    let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
+    assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
+    for k in [
+        "energy_j",
+        "avg_power_w",
+        "energy_per_image_j",
+        "edp_js",
+        "swap_pressure",
+        "peak_rss_bytes",
+        "error",
+    ] {
+        assert!(obj[k].is_null(), "{k} should be null: {}", obj[k]);
+    }
+    assert_eq!(obj["run_id"], "run-1");
+    assert_eq!(obj["batch"], 8);
+    assert_eq!(obj["iterations"], 1);
+    assert_eq!(obj["loss_anomaly"], false);
+    assert_eq!(obj["status"], "ok");
+}
+
+#[test]
+fn csv_export_two_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+
+    let a = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "t")
+        .unwrap();
+    let a_times = [0.5, 0.25, 0.125];
+    for (i, t) in a_times.iter().enumerate() {
+        s.record_iteration(a, &iter(i, 6.9 - i as f64 * 0.1, *t))
+            .unwrap();
+    }
+    s.finish_trial(a, &summary("ok")).unwrap();
+
+    let g = s
+        .begin_trial(run, &key("googlenet", "cuda", 16), 4, 1, "t")
+        .unwrap();
+    let g_times = [0.31, 0.17, 0.19, 0.23];
+    for (i, t) in g_times.iter().enumerate() {
+        s.record_iteration(g, &iter(i, 6.9, *t)).unwrap();
+    }
+    s.finish_trial(g, &summary("ok")).unwrap();
+
+    // An older, superseded alexnet/cpu/8 series must not appear.
+    let run0 = s
+        .begin_run(&run_info("run-0", "2025-01-30T12:00:00Z"))
+        .unwrap();
+    let old = s
+        .begin_trial(run0, &key("alexnet", "cpu", 8), 3, 1, "t")
+        .unwrap();
+    s.record_iteration(old, &iter(0, 1.0, 9.0)).unwrap();
+    s.finish_trial(old, &summary("ok")).unwrap();
+
+    let out = dir.path().join("csv/out");
+    let files = export_csv(&s, &out, "nano").unwrap();
+    assert_eq!(
+        files,
+        vec![
+            out.join("loss_nano_edgebench.csv"),
+            out.join("times_nano_edgebench.csv")
+        ]
+    );
+
+    let loss = std::fs::read_to_string(&files[0]).unwrap();
+    let lines: Vec<&str> = loss.lines().collect();
+    assert_eq!(lines[0], "#network,mode,batch,step,loss,time");
+    assert_eq!(lines.len() - 1, a_times.len() + g_times.len());
+    assert!(loss.ends_with('\n'));
+    let first: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(&first[..4], &["alexnet", "CPU", "008", "0"]);
+    assert_eq!(first[4].parse::<f64>().unwrap(), 6.9);
+    assert_eq!(first[5].parse::<f64>().unwrap(), 0.5);
+    let g_rows: Vec<&&str> = lines[1..]
+        .iter()
+        .filter(|l| l.starts_with("googlenet,GPU,016,"))
+        .collect();
+    assert_eq!(g_rows.len(), 4);
+    let steps: Vec<&str> = g_rows
+        .iter()
+        .map(|l| l.split(',').nth(3).unwrap())
+        .collect();
+    assert_eq!(steps, ["0", "1", "2", "3"]);
+    assert!(!loss.contains(",9\n"), "superseded trial exported:\n{loss}");
+
+    let times = std::fs::read_to_string(&files[1]).unwrap();
+    let lines: Vec<&str> = times.lines().collect();
+    assert_eq!(lines[0], "#network,mode,batch,avg_time");
+    assert_eq!(lines.len(), 3);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    for (line, prefix, expected) in [
+        (lines[1], "alexnet,CPU,008,", mean(&a_times)),
+        (lines[2], "googlenet,GPU,016,", mean(&g_times)),
+    ] {
+        let avg = line
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(avg.parse::<f64>().unwrap(), expected, "{line}");
+    }
+}
+
+#[test]
+fn csv_export_rejects_path_like_machine_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("bench.db")).unwrap();
+    assert!(export_csv(&s, dir.path(), "../evil").is_err());
+    assert!(export_csv(&s, dir.path(), "").is_err());
+}
+
+/// Cost of one record_iteration (one transaction) on a temp file. The bound is loose on
+/// purpose: it catches a missing WAL/synchronous setting (an fsync per step), not jitter.
+#[test]
+fn record_iteration_is_cheap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let n = 5_000;
+    let t = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), n, 0, "t")
+        .unwrap();
+    let start = Instant::now();
+    for i in 0..n {
+        s.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    eprintln!("record_iteration: {us:.1} µs per call over {n} calls");
+    assert_eq!(s.results().unwrap()[0].iterations, n);
+    assert!(us < 2_000.0, "record_iteration took {us:.1} µs per call");
+}
+
+/// `edgebench results` may run while a sweep writes; neither side may get SQLITE_BUSY.
+#[test]
+fn reader_sees_progress_while_writer_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut w = Store::open(&path).unwrap();
+    let run = w
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let t = w
+        .begin_trial(run, &key("alexnet", "cpu", 8), 10, 1, "t")
+        .unwrap();
+    for i in 0..3 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    let r = Store::open_readonly(&path).unwrap();
+    let row = &r.results().unwrap()[0];
+    assert_eq!((row.status.as_str(), row.iterations), ("running", 3));
+    for i in 3..6 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    assert_eq!(r.iterations(t).unwrap().len(), 6);
+}
+
+/// After a trial ends its rows are in the main file, so copying just `bench.db` off a board
+/// mid-sweep (without `-wal`) loses nothing finished.
+#[test]
+fn finished_trial_is_in_main_file_without_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    let mut w = Store::open(&path).unwrap();
+    let run = w
+        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let t = w
+        .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "t")
+        .unwrap();
+    for i in 0..4 {
+        w.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    w.finish_trial(t, &summary("ok")).unwrap();
+
+    let copy_dir = tempfile::tempdir().unwrap();
+    let copy = copy_dir.path().join("pulled.db");
+    std::fs::copy(&path, &copy).unwrap();
+    let r = Store::open_readonly(&copy).unwrap();
+    let rows = r.results().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].status.as_str(), rows[0].iterations), ("ok", 4));
+    assert_eq!(r.iterations(rows[0].trial_rowid).unwrap().len(), 4);
+    drop(w);
+}
