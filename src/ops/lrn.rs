@@ -1,0 +1,384 @@
+//! Caffe `LRNLayer` with `norm_region: ACROSS_CHANNELS` as a differentiable candle op (candle 0.11
+//! has no LRN). AlexNet and GoogLeNet use size 5, alpha 1e-4, beta 0.75, k 1.
+
+use super::{nchw_slice, Float};
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+/// Caffe LRN ACROSS_CHANNELS: scale_c = k + (alpha / size) * sum_{c' in [c - (size-1)/2, c + size/2] ∩ [0, C)} x_{c'}^2 ; y = x * scale^(-beta)
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lrn {
+    pub size: usize,
+    pub alpha: f64,
+    pub beta: f64,
+    pub k: f64,
+}
+
+/// x: (N, C, H, W) -> same shape, differentiable.
+pub fn lrn(x: &Tensor, p: Lrn) -> Result<Tensor> {
+    x.dims4()?;
+    p.check()?;
+    // Contiguous copy is differentiable, so strided inputs still get their gradient.
+    x.contiguous()?.apply_op1(p)
+}
+
+impl Lrn {
+    fn check(&self) -> Result<()> {
+        if self.size == 0 {
+            bail!("lrn: size must be > 0, got {self:?}");
+        }
+        Ok(())
+    }
+
+    /// Channels before/after c in its window: [c - pre, c + post].
+    fn pre_post(&self) -> (usize, usize) {
+        let pre = (self.size - 1) / 2;
+        (pre, self.size - 1 - pre)
+    }
+
+    /// scale^(-beta); beta = 0.75 (every Caffe model) avoids powf, which dominates otherwise.
+    #[inline]
+    fn pow_neg_beta<T: Float>(&self, s: T) -> T {
+        if self.beta == 0.75 {
+            let r = s.sqrt();
+            T::ONE / (r * r.sqrt())
+        } else {
+            s.powf(T::from_f64(-self.beta))
+        }
+    }
+
+    /// Writes scale_c (before the power) into `acc` for one channel of a sample.
+    fn scale_plane<T: Float>(&self, sample: &[T], ch: usize, c: usize, hw: usize, acc: &mut [T]) {
+        let (pre, post) = self.pre_post();
+        acc.fill(T::ZERO);
+        for cc in ch.saturating_sub(pre)..=(ch + post).min(c - 1) {
+            for (a, &v) in acc.iter_mut().zip(&sample[cc * hw..(cc + 1) * hw]) {
+                *a += v * v;
+            }
+        }
+        let (k, ratio) = (
+            T::from_f64(self.k),
+            T::from_f64(self.alpha / self.size as f64),
+        );
+        for a in acc.iter_mut() {
+            *a = k + ratio * *a;
+        }
+    }
+
+    fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
+        let hw = h * w;
+        let mut out = vec![T::ZERO; n * c * hw];
+        if hw == 0 || c == 0 {
+            return out;
+        }
+        // One task per (n, c) plane; each reads the `size` neighbouring planes of its sample.
+        out.par_chunks_mut(hw).enumerate().for_each(|(i, o)| {
+            let (ni, ch) = (i / c, i % c);
+            let sample = &x[ni * c * hw..(ni + 1) * c * hw];
+            self.scale_plane(sample, ch, c, hw, o);
+            for (s, &v) in o.iter_mut().zip(&sample[ch * hw..(ch + 1) * hw]) {
+                *s = v * self.pow_neg_beta(*s);
+            }
+        });
+        out
+    }
+
+    fn bwd_cpu<T: Float>(
+        &self,
+        x: &[T],
+        y: &[T],
+        dy: &[T],
+        (n, c, h, w): (usize, usize, usize, usize),
+    ) -> Vec<T> {
+        let hw = h * w;
+        let chw = c * hw;
+        let mut dx = vec![T::ZERO; n * chw];
+        if hw == 0 || c == 0 {
+            return dx;
+        }
+        let (pre, post) = self.pre_post();
+        let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
+        // Per sample: scale and t = dy * y / scale for all channels, then each dx_c sums t over
+        // the channels c' whose window contains c, i.e. c' in [c - post, c + pre].
+        dx.par_chunks_mut(chw)
+            .zip(x.par_chunks(chw))
+            .zip(y.par_chunks(chw).zip(dy.par_chunks(chw)))
+            .for_each_init(
+                || (vec![T::ZERO; chw], vec![T::ZERO; chw]),
+                |(scale, t), ((dxs, xs), (ys, dys))| {
+                    for (ch, sp) in scale.chunks_exact_mut(hw).enumerate() {
+                        self.scale_plane(xs, ch, c, hw, sp);
+                    }
+                    for (((tv, &s), &yv), &g) in t.iter_mut().zip(scale.iter()).zip(ys).zip(dys) {
+                        *tv = g * yv / s;
+                    }
+                    for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
+                        dxp.fill(T::ZERO);
+                        for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
+                            for (a, &tv) in dxp.iter_mut().zip(&t[cc * hw..(cc + 1) * hw]) {
+                                *a += tv;
+                            }
+                        }
+                        let r = ch * hw..(ch + 1) * hw;
+                        for (((a, &s), &xv), &g) in dxp
+                            .iter_mut()
+                            .zip(&scale[r.clone()])
+                            .zip(&xs[r.clone()])
+                            .zip(&dys[r])
+                        {
+                            *a = g * self.pow_neg_beta(s) - cache_ratio * xv * *a;
+                        }
+                    }
+                },
+            );
+        dx
+    }
+}
+
+impl CustomOp1 for Lrn {
+    fn name(&self) -> &'static str {
+        "lrn"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        self.check()?;
+        let dims = l.shape().dims4()?;
+        let out = match s {
+            CpuStorage::F32(v) => CpuStorage::F32(self.fwd(nchw_slice(v, l, "lrn")?, dims)),
+            CpuStorage::F64(v) => CpuStorage::F64(self.fwd(nchw_slice(v, l, "lrn")?, dims)),
+            _ => bail!("lrn: only f32/f64 are supported, got {:?}", s.dtype()),
+        };
+        Ok((out, l.shape().clone()))
+    }
+
+    // cuda_fwd/metal_fwd: default "no cuda implementation" errors; these ops are CPU-only.
+
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let dx = arg.contiguous()?.apply_op3_no_bwd(
+            &res.contiguous()?,
+            &grad_res.contiguous()?,
+            &LrnBwd(*self),
+        )?;
+        Ok(Some(dx))
+    }
+}
+
+/// Input gradient of `Lrn`: (x, y, dy) -> dx, Caffe's CPU formula.
+struct LrnBwd(Lrn);
+
+impl CustomOp3 for LrnBwd {
+    fn name(&self) -> &'static str {
+        "lrn-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let dims = l1.shape().dims4()?;
+        if l2.shape() != l1.shape() || l3.shape() != l1.shape() {
+            bail!(
+                "lrn-bwd: shapes differ: x {:?}, y {:?}, dy {:?}",
+                l1.shape(),
+                l2.shape(),
+                l3.shape()
+            );
+        }
+        let p = &self.0;
+        let dx = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
+                CpuStorage::F32(p.bwd_cpu(
+                    nchw_slice(x, l1, "lrn-bwd")?,
+                    nchw_slice(y, l2, "lrn-bwd")?,
+                    nchw_slice(g, l3, "lrn-bwd")?,
+                    dims,
+                ))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => {
+                CpuStorage::F64(p.bwd_cpu(
+                    nchw_slice(x, l1, "lrn-bwd")?,
+                    nchw_slice(y, l2, "lrn-bwd")?,
+                    nchw_slice(g, l3, "lrn-bwd")?,
+                    dims,
+                ))
+            }
+            _ => bail!(
+                "lrn-bwd: need matching f32/f64 inputs, got {:?}, {:?}, {:?}",
+                s1.dtype(),
+                s2.dtype(),
+                s3.dtype()
+            ),
+        };
+        Ok((dx, l1.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::test_util::{grad_check, tensor, to_vec, Rng};
+    use candle_core::{DType, Var};
+
+    const NET: Lrn = Lrn {
+        size: 5,
+        alpha: 1e-4,
+        beta: 0.75,
+        k: 1.0,
+    };
+    // Large alpha so the cross-channel term is not drowned by the k term in the checks.
+    const STRONG: Lrn = Lrn {
+        size: 5,
+        alpha: 2.0,
+        beta: 0.75,
+        k: 1.0,
+    };
+    const EVEN: Lrn = Lrn {
+        size: 4,
+        alpha: 1.5,
+        beta: 0.6,
+        k: 2.0,
+    };
+
+    /// Caffe's definition, computed point by point.
+    fn reference(x: &[f64], (n, c, h, w): (usize, usize, usize, usize), p: Lrn) -> Vec<f64> {
+        let idx = |ni: usize, ci: usize, j: usize| (ni * c + ci) * h * w + j;
+        let mut out = vec![0.0; x.len()];
+        for ni in 0..n {
+            for ci in 0..c {
+                for j in 0..h * w {
+                    let lo = ci as i64 - (p.size as i64 - 1) / 2;
+                    let hi = ci as i64 + p.size as i64 / 2;
+                    let mut sum = 0.0;
+                    for cc in lo.max(0)..=hi.min(c as i64 - 1) {
+                        sum += x[idx(ni, cc as usize, j)].powi(2);
+                    }
+                    let scale = p.k + p.alpha / p.size as f64 * sum;
+                    out[idx(ni, ci, j)] = x[idx(ni, ci, j)] * scale.powf(-p.beta);
+                }
+            }
+        }
+        out
+    }
+
+    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+        assert_eq!(a.len(), b.len(), "lengths differ");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn forward_matches_reference() {
+        let mut rng = Rng::new(11);
+        for p in [
+            NET,
+            STRONG,
+            EVEN,
+            Lrn {
+                size: 3,
+                alpha: 1.0,
+                beta: 1.3,
+                k: 0.5,
+            },
+        ] {
+            for c in [1, 3, 5, 8] {
+                let dims = (2, c, 3, 4);
+                let x: Vec<f64> = rng.vec(2 * c * 12).iter().map(|v| v * 3.0).collect();
+                let y = lrn(&tensor(&x, dims), p).unwrap();
+                assert_eq!(y.dims(), &[2, c, 3, 4]);
+                assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-13);
+            }
+        }
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        let mut rng = Rng::new(12);
+        for p in [NET, STRONG, EVEN] {
+            // C < size, C == size and C > size windows.
+            for c in [1, 2, 5, 7] {
+                let dims = (2, c, 3, 3);
+                let x: Vec<f64> = rng.vec(2 * c * 9).iter().map(|v| v * 2.0).collect();
+                let err = grad_check(&x, dims, 50 + c as u64, |t| lrn(t, p));
+                assert!(err < 1e-6, "{p:?} C={c}: relative error {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn f32_forward_and_backward_match_f64() {
+        let mut rng = Rng::new(13);
+        for p in [NET, STRONG, EVEN] {
+            let x64 = tensor(&rng.vec(2 * 7 * 5 * 6), (2, 7, 5, 6));
+            let (v64, v32) = (
+                Var::from_tensor(&x64).unwrap(),
+                Var::from_tensor(&x64.to_dtype(DType::F32).unwrap()).unwrap(),
+            );
+            let (y64, y32) = (lrn(&v64, p).unwrap(), lrn(&v32, p).unwrap());
+            assert_eq!(y32.dtype(), DType::F32);
+            assert_close(&to_vec(&y32), &to_vec(&y64), 1e-6);
+            let g64 = y64.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+            let g32 = y32.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+            assert_close(
+                &to_vec(g32.get(&v32).unwrap()),
+                &to_vec(g64.get(&v64).unwrap()),
+                1e-5,
+            );
+        }
+    }
+
+    #[test]
+    fn non_contiguous_input_matches_contiguous_copy() {
+        let mut rng = Rng::new(14);
+        let base = tensor(&rng.vec(3 * 4 * 6 * 5), (3, 4, 6, 5))
+            .transpose(1, 2)
+            .unwrap();
+        for x in [
+            base.clone(),
+            base.narrow(1, 1, 4).unwrap(),
+            base.narrow(3, 1, 3).unwrap(),
+        ] {
+            assert!(!x.is_contiguous());
+            let a = lrn(&x, STRONG).unwrap();
+            let b = lrn(&x.contiguous().unwrap(), STRONG).unwrap();
+            assert_close(&to_vec(&a), &to_vec(&b), 0.0);
+        }
+        // Gradient through a transposed view equals the transposed gradient of the copy.
+        let v = Var::from_tensor(&base.contiguous().unwrap()).unwrap();
+        let w = tensor(&rng.vec(3 * 6 * 4 * 5), (3, 6, 4, 5));
+        let g = (lrn(&v, STRONG).unwrap() * &w)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let v2 = Var::from_tensor(
+            &base
+                .contiguous()
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+                .contiguous()
+                .unwrap(),
+        )
+        .unwrap();
+        let y2 = lrn(&v2.transpose(1, 2).unwrap(), STRONG).unwrap();
+        let g2 = (y2 * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = g2.get(&v2).unwrap().transpose(1, 2).unwrap();
+        assert_close(&to_vec(g.get(&v).unwrap()), &to_vec(&g2), 1e-14);
+    }
+
+    #[test]
+    fn invalid_inputs_error() {
+        let x = tensor(&[1.0; 8], (1, 2, 2, 2));
+        assert!(lrn(&x, Lrn { size: 0, ..NET }).is_err());
+        assert!(lrn(&x.flatten_all().unwrap(), NET).is_err());
+        assert!(lrn(&x.to_dtype(DType::U8).unwrap(), NET).is_err());
+    }
+}

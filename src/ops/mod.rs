@@ -1,0 +1,233 @@
+//! Custom candle ops that candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling
+//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. CPU only: the
+//! `cuda_fwd`/`metal_fwd` defaults are left in place, so on a GPU these ops error with
+//! "no cuda implementation for ...".
+
+pub mod lrn;
+pub mod pool;
+
+pub use lrn::{lrn, Lrn};
+pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
+
+use candle_core::{bail, Layout, Result};
+use std::ops::{Add, AddAssign, Div, Mul, Sub};
+
+/// The float types the kernels are generic over (f32 for training, f64 for gradient tests).
+pub(crate) trait Float:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + AddAssign
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    /// Caffe initialises the running max with -FLT_MAX, so an empty window yields this.
+    const LOWEST: Self;
+    fn from_f64(v: f64) -> Self;
+    fn powf(self, e: Self) -> Self;
+    fn sqrt(self) -> Self;
+}
+
+macro_rules! impl_float {
+    ($t:ty) => {
+        impl Float for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const LOWEST: Self = <$t>::MIN;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+        }
+    };
+}
+impl_float!(f32);
+impl_float!(f64);
+
+/// The elements of a contiguous layout; the public wrappers make inputs contiguous, so a
+/// strided layout here is a bug in the caller and is reported rather than misread.
+pub(crate) fn nchw_slice<'a, T>(data: &'a [T], layout: &Layout, op: &str) -> Result<&'a [T]> {
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&data[start..end]),
+        None => bail!(
+            "{op}: expects a contiguous NCHW tensor, got shape {:?} strides {:?} (call .contiguous())",
+            layout.dims(),
+            layout.stride()
+        ),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use candle_core::{Device, Result, Tensor, Var};
+
+    /// Deterministic xorshift so the tests need no extra crates.
+    pub struct Rng(u64);
+
+    impl Rng {
+        pub fn new(seed: u64) -> Self {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+        pub fn next_u64(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        /// Uniform in [-1, 1).
+        pub fn uniform(&mut self) -> f64 {
+            (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        }
+        pub fn vec(&mut self, n: usize) -> Vec<f64> {
+            (0..n).map(|_| self.uniform()).collect()
+        }
+        /// Pairwise distinct values 0.01 apart (shuffled), so max-pool argmaxes survive
+        /// finite-difference nudges.
+        pub fn distinct(&mut self, n: usize) -> Vec<f64> {
+            let mut v: Vec<f64> = (0..n).map(|i| i as f64 * 0.01 - n as f64 * 0.005).collect();
+            for i in (1..n).rev() {
+                let j = (self.next_u64() % (i as u64 + 1)) as usize;
+                v.swap(i, j);
+            }
+            v
+        }
+    }
+
+    pub fn tensor(v: &[f64], dims: (usize, usize, usize, usize)) -> Tensor {
+        Tensor::from_vec(v.to_vec(), dims, &Device::Cpu).unwrap()
+    }
+
+    pub fn to_vec(t: &Tensor) -> Vec<f64> {
+        t.to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    }
+
+    /// Checks the autograd input gradient of `f` against central differences of
+    /// loss = sum(f(x) * w) in f64; returns the worst relative error.
+    pub fn grad_check(
+        x: &[f64],
+        dims: (usize, usize, usize, usize),
+        seed: u64,
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> f64 {
+        let var = Var::from_tensor(&tensor(x, dims)).unwrap();
+        let y = f(var.as_tensor()).unwrap();
+        let w = Tensor::from_vec(
+            Rng::new(seed).vec(y.elem_count()),
+            y.shape().clone(),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let loss = |t: &Tensor| -> f64 {
+            (f(t).unwrap() * &w)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar()
+                .unwrap()
+        };
+        let grads = (y * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let analytic = to_vec(grads.get(var.as_tensor()).expect("input has a gradient"));
+        assert_eq!(analytic.len(), x.len());
+        assert!(
+            analytic.iter().any(|g| g.abs() > 1e-3),
+            "gradient is (nearly) all zero"
+        );
+        let eps = 1e-6;
+        let mut worst = 0f64;
+        let mut xp = x.to_vec();
+        for i in 0..x.len() {
+            xp[i] = x[i] + eps;
+            let lp = loss(&tensor(&xp, dims));
+            xp[i] = x[i] - eps;
+            let lm = loss(&tensor(&xp, dims));
+            xp[i] = x[i];
+            let numeric = (lp - lm) / (2.0 * eps);
+            let err =
+                (analytic[i] - numeric).abs() / analytic[i].abs().max(numeric.abs()).max(1e-2);
+            worst = worst.max(err);
+        }
+        worst
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use candle_core::{CustomOp1, Device, Tensor};
+    use std::time::Instant;
+
+    fn time<R>(label: &str, reps: u32, mut f: impl FnMut() -> R) {
+        f(); // warm-up: page faults and rayon start-up
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(f());
+        }
+        let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        println!("{label}: {ms:.1} ms");
+    }
+
+    /// `cargo test --release --lib ops::bench -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn bench_32x96x55x55() {
+        let x = Tensor::randn(0f32, 1., (32, 96, 55, 55), &Device::Cpu).unwrap();
+        let pool = Pool2d {
+            kind: PoolKind::Max,
+            kernel: 3,
+            stride: 2,
+            pad: 0,
+        };
+        let norm = Lrn {
+            size: 5,
+            alpha: 1e-4,
+            beta: 0.75,
+            k: 1.0,
+        };
+        println!("threads: {}", rayon::current_num_threads());
+
+        let y = pool2d(&x, pool).unwrap();
+        let dy = y.ones_like().unwrap();
+        time("max pool 3x3/s2 fwd", 10, || pool2d(&x, pool).unwrap());
+        time("max pool 3x3/s2 bwd", 10, || pool.bwd(&x, &y, &dy).unwrap());
+
+        let y = lrn(&x, norm).unwrap();
+        let dy = y.ones_like().unwrap();
+        time("lrn 5 fwd", 10, || lrn(&x, norm).unwrap());
+        time("lrn 5 bwd", 10, || norm.bwd(&x, &y, &dy).unwrap());
+
+        // End to end through candle's autograd, for comparison.
+        let v = candle_core::Var::from_tensor(&x).unwrap();
+        time("max pool fwd+autograd bwd", 5, || {
+            pool2d(&v, pool)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+        });
+        time("lrn fwd+autograd bwd", 5, || {
+            lrn(&v, norm)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap()
+        });
+    }
+}

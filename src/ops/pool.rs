@@ -1,0 +1,559 @@
+//! Caffe `PoolingLayer` (MAX and AVE) as a differentiable candle op. candle's own pooling only
+//! back-propagates when kernel == stride with no padding; GoogLeNet and AlexNet need overlapping,
+//! padded and ceil-mode windows.
+
+use super::{nchw_slice, Float};
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolKind {
+    Max,
+    Avg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2d {
+    pub kind: PoolKind,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+/// Caffe's output size: ceil((input + 2*pad - kernel) / stride) + 1, then if pad > 0 and the last
+/// window would start at or past input + pad, subtract 1. Expects `stride > 0`; `pool2d` checks the
+/// remaining preconditions.
+pub fn pool_output_size(input: usize, kernel: usize, stride: usize, pad: usize) -> usize {
+    let span = (input + 2 * pad).saturating_sub(kernel);
+    let mut out = span.div_ceil(stride) + 1;
+    // Caffe: make sure the last pooling window starts strictly inside the image (plus padding).
+    if pad > 0 && (out - 1) * stride >= input + pad {
+        out -= 1;
+    }
+    out
+}
+
+/// x: (N, C, H, W) -> (N, C, OH, OW), differentiable (candle backprop works through it).
+pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
+    let (_, _, h, w) = x.dims4()?;
+    p.check(h, w)?;
+    // The kernels index planes directly; a copy here is differentiable, so strided inputs still
+    // get their gradient.
+    x.contiguous()?.apply_op1(p)
+}
+
+/// One axis of a pooling window: clipped [start, end) and, for AVE, Caffe's divisor length
+/// (measured before clipping to the image, but after clipping to image + pad).
+#[derive(Debug, Clone, Copy)]
+struct Win {
+    start: usize,
+    end: usize,
+    avg_len: usize,
+}
+
+impl Pool2d {
+    fn check(&self, h: usize, w: usize) -> Result<()> {
+        if self.kernel == 0 || self.stride == 0 {
+            bail!("pool2d: kernel and stride must be > 0, got {self:?}");
+        }
+        // Caffe CHECK_LT(pad, kernel): otherwise whole windows could lie in the padding.
+        if self.pad >= self.kernel {
+            bail!("pool2d: pad must be < kernel, got {self:?}");
+        }
+        if h == 0 || w == 0 || h + 2 * self.pad < self.kernel || w + 2 * self.pad < self.kernel {
+            bail!("pool2d: input {h}x{w} too small for {self:?}");
+        }
+        Ok(())
+    }
+
+    fn windows(&self, len: usize) -> Vec<Win> {
+        let (k, s, pad) = (
+            self.kernel as isize,
+            self.stride as isize,
+            self.pad as isize,
+        );
+        let n = len as isize;
+        (0..pool_output_size(len, self.kernel, self.stride, self.pad) as isize)
+            .map(|o| {
+                let start = o * s - pad;
+                let (end, avg_end) = ((start + k).min(n), (start + k).min(n + pad));
+                let start_c = start.max(0);
+                Win {
+                    start: start_c as usize,
+                    // An empty window (only possible when stride > kernel) pools nothing.
+                    end: end.max(start_c) as usize,
+                    avg_len: (avg_end - start).max(0) as usize,
+                }
+            })
+            .collect()
+    }
+
+    fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
+        let (hw, ww) = (self.windows(h), self.windows(w));
+        let plane_out = hw.len() * ww.len();
+        let mut out = vec![T::ZERO; n * c * plane_out];
+        if plane_out == 0 {
+            return out;
+        }
+        out.par_chunks_mut(plane_out)
+            .zip(x.par_chunks(h * w))
+            .for_each(|(o, xp)| {
+                let mut o = o.iter_mut();
+                for hy in &hw {
+                    for wx in &ww {
+                        let v = o.next().expect("output plane sized from windows");
+                        *v = match self.kind {
+                            PoolKind::Max => {
+                                // Strict `>` from -FLT_MAX like Caffe: padding never wins.
+                                let mut m = T::LOWEST;
+                                for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
+                                    for &e in &row[wx.start..wx.end] {
+                                        if e > m {
+                                            m = e;
+                                        }
+                                    }
+                                }
+                                m
+                            }
+                            PoolKind::Avg => {
+                                let mut sum = T::ZERO;
+                                for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
+                                    for &e in &row[wx.start..wx.end] {
+                                        sum += e;
+                                    }
+                                }
+                                let size = hy.avg_len * wx.avg_len;
+                                if size == 0 {
+                                    T::ZERO
+                                } else {
+                                    sum / T::from_f64(size as f64)
+                                }
+                            }
+                        };
+                    }
+                }
+            });
+        out
+    }
+
+    fn bwd_cpu<T: Float>(
+        &self,
+        x: &[T],
+        dy: &[T],
+        (n, c, h, w): (usize, usize, usize, usize),
+    ) -> Vec<T> {
+        let (hw, ww) = (self.windows(h), self.windows(w));
+        let plane_out = hw.len() * ww.len();
+        let mut dx = vec![T::ZERO; n * c * h * w];
+        if plane_out == 0 {
+            return dx;
+        }
+        dx.par_chunks_mut(h * w)
+            .zip(x.par_chunks(h * w))
+            .zip(dy.par_chunks(plane_out))
+            .for_each(|((dxp, xp), dyp)| {
+                let mut g = dyp.iter();
+                for hy in &hw {
+                    for wx in &ww {
+                        let g = *g.next().expect("grad plane sized from windows");
+                        match self.kind {
+                            PoolKind::Max => {
+                                // Recompute Caffe's argmax (first strict max in row-major order).
+                                let mut m = T::LOWEST;
+                                let mut arg = None;
+                                for yy in hy.start..hy.end {
+                                    for xx in wx.start..wx.end {
+                                        let e = xp[yy * w + xx];
+                                        if e > m {
+                                            m = e;
+                                            arg = Some(yy * w + xx);
+                                        }
+                                    }
+                                }
+                                if let Some(i) = arg {
+                                    dxp[i] += g;
+                                }
+                            }
+                            PoolKind::Avg => {
+                                let size = hy.avg_len * wx.avg_len;
+                                if size == 0 {
+                                    continue;
+                                }
+                                let g = g / T::from_f64(size as f64);
+                                for row in dxp[hy.start * w..hy.end * w].chunks_exact_mut(w) {
+                                    for e in &mut row[wx.start..wx.end] {
+                                        *e += g;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        dx
+    }
+
+    fn out_shape(&self, (n, c, h, w): (usize, usize, usize, usize)) -> Shape {
+        let oh = pool_output_size(h, self.kernel, self.stride, self.pad);
+        let ow = pool_output_size(w, self.kernel, self.stride, self.pad);
+        Shape::from((n, c, oh, ow))
+    }
+}
+
+impl CustomOp1 for Pool2d {
+    fn name(&self) -> &'static str {
+        "pool2d"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let dims = l.shape().dims4()?;
+        self.check(dims.2, dims.3)?;
+        let out = match s {
+            CpuStorage::F32(v) => CpuStorage::F32(self.fwd(nchw_slice(v, l, "pool2d")?, dims)),
+            CpuStorage::F64(v) => CpuStorage::F64(self.fwd(nchw_slice(v, l, "pool2d")?, dims)),
+            _ => bail!("pool2d: only f32/f64 are supported, got {:?}", s.dtype()),
+        };
+        Ok((out, self.out_shape(dims)))
+    }
+
+    // cuda_fwd/metal_fwd: default "no cuda implementation" errors; these ops are CPU-only.
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let dx = arg
+            .contiguous()?
+            .apply_op2_no_bwd(&grad_res.contiguous()?, &PoolBwd(*self))?;
+        Ok(Some(dx))
+    }
+}
+
+/// Input gradient of `Pool2d`: (x, dy) -> dx.
+struct PoolBwd(Pool2d);
+
+impl CustomOp2 for PoolBwd {
+    fn name(&self) -> &'static str {
+        "pool2d-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let p = &self.0;
+        let dims = l1.shape().dims4()?;
+        let want = p.out_shape(dims);
+        if l2.shape() != &want {
+            bail!(
+                "pool2d-bwd: grad shape {:?} does not match output shape {want:?}",
+                l2.shape()
+            );
+        }
+        let dx = match (s1, s2) {
+            (CpuStorage::F32(x), CpuStorage::F32(g)) => CpuStorage::F32(p.bwd_cpu(
+                nchw_slice(x, l1, "pool2d-bwd")?,
+                nchw_slice(g, l2, "pool2d-bwd")?,
+                dims,
+            )),
+            (CpuStorage::F64(x), CpuStorage::F64(g)) => CpuStorage::F64(p.bwd_cpu(
+                nchw_slice(x, l1, "pool2d-bwd")?,
+                nchw_slice(g, l2, "pool2d-bwd")?,
+                dims,
+            )),
+            _ => bail!(
+                "pool2d-bwd: need matching f32/f64 inputs, got {:?} and {:?}",
+                s1.dtype(),
+                s2.dtype()
+            ),
+        };
+        Ok((dx, l1.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::test_util::{grad_check, tensor, to_vec, Rng};
+    use candle_core::{DType, Device};
+
+    fn max(kernel: usize, stride: usize, pad: usize) -> Pool2d {
+        Pool2d {
+            kind: PoolKind::Max,
+            kernel,
+            stride,
+            pad,
+        }
+    }
+
+    fn avg(kernel: usize, stride: usize, pad: usize) -> Pool2d {
+        Pool2d {
+            kind: PoolKind::Avg,
+            kernel,
+            stride,
+            pad,
+        }
+    }
+
+    /// Caffe's PoolingLayer::Forward_cpu, written out loop by loop.
+    fn reference(x: &[f64], (n, c, h, w): (usize, usize, usize, usize), p: Pool2d) -> Vec<f64> {
+        let size = |len: usize| {
+            let mut o = ((len + 2 * p.pad - p.kernel) as f64 / p.stride as f64).ceil() as i64 + 1;
+            if p.pad > 0 && (o - 1) * p.stride as i64 >= (len + p.pad) as i64 {
+                o -= 1;
+            }
+            o
+        };
+        let (oh, ow) = (size(h), size(w));
+        let (k, s, pad) = (p.kernel as i64, p.stride as i64, p.pad as i64);
+        let (h, w) = (h as i64, w as i64);
+        let mut out = Vec::new();
+        for plane in 0..(n * c) as i64 {
+            let at = |y: i64, xx: i64| x[(plane * h * w + y * w + xx) as usize];
+            for ph in 0..oh {
+                for pw in 0..ow {
+                    let (mut hs, mut ws) = (ph * s - pad, pw * s - pad);
+                    match p.kind {
+                        PoolKind::Max => {
+                            let (he, we) = ((hs + k).min(h), (ws + k).min(w));
+                            hs = hs.max(0);
+                            ws = ws.max(0);
+                            let mut m = f64::MIN;
+                            for y in hs..he {
+                                for xx in ws..we {
+                                    if at(y, xx) > m {
+                                        m = at(y, xx);
+                                    }
+                                }
+                            }
+                            out.push(m);
+                        }
+                        PoolKind::Avg => {
+                            let (mut he, mut we) = ((hs + k).min(h + pad), (ws + k).min(w + pad));
+                            let pool_size = ((he - hs) * (we - ws)) as f64;
+                            hs = hs.max(0);
+                            ws = ws.max(0);
+                            he = he.min(h);
+                            we = we.min(w);
+                            let mut sum = 0.0;
+                            for y in hs..he {
+                                for xx in ws..we {
+                                    sum += at(y, xx);
+                                }
+                            }
+                            out.push(sum / pool_size);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+        assert_eq!(a.len(), b.len(), "lengths differ");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn output_size_matches_caffe() {
+        // The networks' 3x3/s2 max pools (ceil mode).
+        assert_eq!(pool_output_size(112, 3, 2, 0), 56);
+        assert_eq!(pool_output_size(55, 3, 2, 0), 27);
+        assert_eq!(pool_output_size(28, 3, 2, 0), 14);
+        assert_eq!(pool_output_size(14, 3, 2, 0), 7);
+        assert_eq!(pool_output_size(13, 3, 2, 0), 6);
+        // 3x3/s1/pad1 keeps the size; global 7x7 average; 5x5/s3 aux average.
+        assert_eq!(pool_output_size(28, 3, 1, 1), 28);
+        assert_eq!(pool_output_size(7, 7, 1, 0), 1);
+        assert_eq!(pool_output_size(14, 5, 3, 0), 4);
+        // Ceil mode differs from floor here: floor would give 2.
+        assert_eq!(pool_output_size(6, 3, 2, 0), 3);
+        // Clip rule: ceil((5 + 2 - 2) / 2) + 1 = 4, but window 3 would start at 6 >= 5 + 1.
+        assert_eq!(pool_output_size(5, 2, 2, 1), 3);
+        // Pad without the clip firing: ceil((6 + 2 - 3) / 2) + 1 = 4, last start 6 < 7.
+        assert_eq!(pool_output_size(6, 3, 2, 1), 4);
+    }
+
+    const CONFIGS: &[(PoolKind, usize, usize, usize, usize, usize)] = &[
+        // (kind, kernel, stride, pad, h, w)
+        (PoolKind::Max, 3, 2, 0, 6, 7),   // ceil-mode partial windows
+        (PoolKind::Max, 3, 1, 1, 5, 6),   // GoogLeNet inception branch
+        (PoolKind::Max, 2, 2, 1, 5, 5),   // pad + clip rule
+        (PoolKind::Max, 3, 2, 1, 8, 7),   // kernel != stride with pad
+        (PoolKind::Avg, 3, 2, 0, 6, 7),   // ceil-mode partial windows
+        (PoolKind::Avg, 3, 1, 1, 5, 6),   // pad: divisor counts padding
+        (PoolKind::Avg, 2, 2, 1, 5, 5),   // pad + clip rule
+        (PoolKind::Avg, 5, 3, 0, 14, 14), // GoogLeNet aux head
+        (PoolKind::Avg, 7, 1, 0, 7, 7),   // global average
+        (PoolKind::Avg, 3, 2, 2, 7, 6),   // windows reaching into padding on both sides
+    ];
+
+    #[test]
+    fn forward_matches_reference() {
+        let mut rng = Rng::new(1);
+        for &(kind, kernel, stride, pad, h, w) in CONFIGS {
+            let p = Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            };
+            let dims = (2, 3, h, w);
+            let x = rng.vec(2 * 3 * h * w);
+            let y = pool2d(&tensor(&x, dims), p).unwrap();
+            let (oh, ow) = (
+                pool_output_size(h, kernel, stride, pad),
+                pool_output_size(w, kernel, stride, pad),
+            );
+            assert_eq!(y.dims(), &[2, 3, oh, ow], "{p:?}");
+            assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-12);
+        }
+    }
+
+    #[test]
+    fn forward_matches_candle_when_kernel_equals_stride() {
+        let mut rng = Rng::new(2);
+        for (k, h, w) in [(2, 8, 6), (3, 9, 12), (7, 7, 7)] {
+            let x = tensor(&rng.vec(2 * 4 * h * w), (2, 4, h, w))
+                .to_dtype(DType::F32)
+                .unwrap();
+            let ours = pool2d(&x, max(k, k, 0)).unwrap();
+            assert_close(&to_vec(&ours), &to_vec(&x.max_pool2d(k).unwrap()), 0.0);
+            let ours = pool2d(&x, avg(k, k, 0)).unwrap();
+            assert_close(&to_vec(&ours), &to_vec(&x.avg_pool2d(k).unwrap()), 1e-6);
+        }
+        // candle's forward also handles kernel != stride when floor and ceil agree.
+        let x = tensor(&rng.vec(2 * 3 * 7 * 9), (2, 3, 7, 9));
+        let ours = pool2d(&x, max(3, 2, 0)).unwrap();
+        assert_close(
+            &to_vec(&ours),
+            &to_vec(&x.max_pool2d_with_stride(3, 2).unwrap()),
+            0.0,
+        );
+    }
+
+    #[test]
+    fn max_pool_gradient_matches_finite_differences() {
+        let mut rng = Rng::new(3);
+        for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Max) {
+            let p = Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            };
+            let dims = (2, 2, h, w);
+            let x = rng.distinct(2 * 2 * h * w);
+            let err = grad_check(&x, dims, 30, |t| pool2d(t, p));
+            assert!(err < 1e-6, "{p:?}: relative error {err}");
+        }
+    }
+
+    #[test]
+    fn avg_pool_gradient_matches_finite_differences() {
+        let mut rng = Rng::new(4);
+        for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Avg) {
+            let p = Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            };
+            let dims = (2, 2, h, w);
+            let x = rng.vec(2 * 2 * h * w);
+            let err = grad_check(&x, dims, 40, |t| pool2d(t, p));
+            assert!(err < 1e-6, "{p:?}: relative error {err}");
+        }
+    }
+
+    #[test]
+    fn max_pool_gradient_goes_to_first_max_and_sums_overlaps() {
+        // All equal: Caffe's strict `>` picks the first element of each window.
+        let x = Tensor::ones((1, 1, 3, 3), DType::F64, &Device::Cpu).unwrap();
+        let var = candle_core::Var::from_tensor(&x).unwrap();
+        let y = pool2d(var.as_tensor(), max(2, 1, 0)).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let g = to_vec(g.get(var.as_tensor()).unwrap());
+        assert_eq!(g, vec![1., 1., 0., 1., 1., 0., 0., 0., 0.]);
+        // One peak shared by all four overlapping windows collects all four gradients.
+        let x = tensor(&[0., 0., 0., 0., 5., 0., 0., 0., 0.], (1, 1, 3, 3));
+        let var = candle_core::Var::from_tensor(&x).unwrap();
+        let y = pool2d(var.as_tensor(), max(2, 1, 0)).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let g = to_vec(g.get(var.as_tensor()).unwrap());
+        assert_eq!(g, vec![0., 0., 0., 0., 4., 0., 0., 0., 0.]);
+    }
+
+    #[test]
+    fn f32_forward_and_backward_match_f64() {
+        let mut rng = Rng::new(5);
+        for p in [max(3, 2, 0), max(3, 1, 1), avg(5, 3, 0), avg(3, 2, 1)] {
+            let x64 = tensor(&rng.distinct(2 * 3 * 14 * 13), (2, 3, 14, 13));
+            let x32 = x64.to_dtype(DType::F32).unwrap();
+            let (v64, v32) = (
+                candle_core::Var::from_tensor(&x64).unwrap(),
+                candle_core::Var::from_tensor(&x32).unwrap(),
+            );
+            let (y64, y32) = (pool2d(&v64, p).unwrap(), pool2d(&v32, p).unwrap());
+            assert_eq!(y32.dtype(), DType::F32);
+            assert_close(&to_vec(&y32), &to_vec(&y64), 1e-6);
+            let g64 = (y64.sqr().unwrap()).sum_all().unwrap().backward().unwrap();
+            let g32 = (y32.sqr().unwrap()).sum_all().unwrap().backward().unwrap();
+            let g32 = g32.get(&v32).unwrap();
+            assert_eq!(g32.dtype(), DType::F32);
+            assert_close(&to_vec(g32), &to_vec(g64.get(&v64).unwrap()), 1e-5);
+        }
+    }
+
+    #[test]
+    fn non_contiguous_input_matches_contiguous_copy() {
+        let mut rng = Rng::new(6);
+        // (N, H, C, W) transposed to (N, C, H, W), then narrowed on channels and on batch.
+        let base = tensor(&rng.distinct(3 * 9 * 4 * 8), (3, 9, 4, 8))
+            .transpose(1, 2)
+            .unwrap();
+        let views = [
+            base.clone(),
+            base.narrow(1, 1, 2).unwrap(),
+            base.contiguous().unwrap().narrow(0, 1, 2).unwrap(), // contiguous with an offset
+        ];
+        for x in &views {
+            for p in [max(3, 2, 1), avg(3, 2, 0)] {
+                let a = pool2d(x, p).unwrap();
+                let b = pool2d(&x.contiguous().unwrap(), p).unwrap();
+                assert_close(&to_vec(&a), &to_vec(&b), 0.0);
+            }
+        }
+        // Gradients flow back through the strided view.
+        let v = candle_core::Var::from_tensor(&tensor(&rng.distinct(2 * 6 * 3 * 7), (2, 6, 3, 7)))
+            .unwrap();
+        let y = pool2d(&v.transpose(1, 2).unwrap(), max(3, 2, 0)).unwrap();
+        let g = y.sum_all().unwrap().backward().unwrap();
+        let g = g.get(&v).unwrap();
+        assert_eq!(g.dims(), &[2, 6, 3, 7]);
+        let total: f64 = to_vec(g).iter().sum();
+        assert_eq!(total, y.elem_count() as f64);
+    }
+
+    #[test]
+    fn strided_storage_is_rejected_by_the_raw_op() {
+        let x = tensor(&[0.0; 2 * 3 * 4 * 4], (2, 4, 3, 4))
+            .transpose(1, 2)
+            .unwrap();
+        let err = x.apply_op1(max(2, 2, 0)).unwrap_err().to_string();
+        assert!(err.contains("contiguous"), "{err}");
+    }
+
+    #[test]
+    fn invalid_configs_error() {
+        let x = tensor(&[0.0; 16], (1, 1, 4, 4));
+        assert!(pool2d(&x, max(3, 0, 0)).is_err());
+        assert!(pool2d(&x, max(2, 2, 2)).is_err()); // pad >= kernel
+        assert!(pool2d(&x, max(7, 1, 1)).is_err()); // window larger than padded input
+        assert!(pool2d(&x.to_dtype(DType::U32).unwrap(), max(2, 2, 0)).is_err());
+    }
+}
