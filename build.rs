@@ -17,7 +17,11 @@ fn main() {
         .filter(|o| o.status.success())
         .map(|o| !o.stdout.is_empty())
         .unwrap_or(false);
-    let commit = if dirty { format!("{commit}-dirty") } else { commit };
+    let commit = if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
+    };
     println!("cargo:rustc-env=EDGEBENCH_GIT_COMMIT={commit}");
 
     let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
@@ -25,7 +29,11 @@ fn main() {
         .split("[[package]]")
         .find(|p| p.contains("name = \"candle-core\""))
         .and_then(|p| p.lines().find(|l| l.starts_with("version = ")))
-        .map(|l| l.trim_start_matches("version = ").trim_matches('"').to_string())
+        .map(|l| {
+            l.trim_start_matches("version = ")
+                .trim_matches('"')
+                .to_string()
+        })
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=EDGEBENCH_CANDLE_VERSION={candle}");
     println!("cargo:rerun-if-changed=Cargo.lock");

@@ -217,7 +217,8 @@ impl Config {
         let s = &self.sweep;
         if s.nets.is_empty() || s.devices.is_empty() || s.batches.is_empty() {
             return Err(invalid(
-                "sweep.nets, sweep.devices and sweep.batches must each name at least one value".into(),
+                "sweep.nets, sweep.devices and sweep.batches must each name at least one value"
+                    .into(),
             ));
         }
         for net in &s.nets {
@@ -229,7 +230,9 @@ impl Config {
             }
         }
         if s.epochs == 0 || s.images == 0 {
-            return Err(invalid("sweep.epochs and sweep.images must be at least 1".into()));
+            return Err(invalid(
+                "sweep.epochs and sweep.images must be at least 1".into(),
+            ));
         }
         if let Some(&b) = s.batches.iter().find(|&&b| b == 0 || b > s.images) {
             return Err(invalid(format!(
@@ -282,7 +285,9 @@ mod tests {
     #[test]
     fn unknown_key_names_file_line_and_key() {
         let text = "[sweep]\nepochs = 2\nbatchez = [1]\n";
-        let err = Config::from_toml(text, Path::new("my.toml")).unwrap_err().to_string();
+        let err = Config::from_toml(text, Path::new("my.toml"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("my.toml"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("batchez"), "{err}");

@@ -88,7 +88,10 @@ mod tests {
         };
         assert_eq!(host.hostname(), "tx2-lab");
         assert_eq!(host.os(), "Linux 4.9.253-tegra");
-        assert_eq!(host.cpu_model().as_deref(), Some("ARMv8 Processor rev 3 (v8l)"));
+        assert_eq!(
+            host.cpu_model().as_deref(),
+            Some("ARMv8 Processor rev 3 (v8l)")
+        );
         let empty = HostPaths {
             sysfs: root.path().join("none"),
             procfs: root.path().join("none"),

@@ -20,7 +20,11 @@ struct Failure {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         let error = e.into();
-        let code = if error.downcast_ref::<ConfigError>().is_some() { 2 } else { 1 };
+        let code = if error.downcast_ref::<ConfigError>().is_some() {
+            2
+        } else {
+            1
+        };
         Failure { code, error }
     }
 }
@@ -117,7 +121,11 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         },
         &mut store,
     )?;
-    let rows = latest_for_sweep(store.results()?, &config, &runner::open_dataset(&config)?.identity());
+    let rows = latest_for_sweep(
+        store.results()?,
+        &config,
+        &runner::open_dataset(&config)?.identity(),
+    );
     if !rows.is_empty() {
         print!("{}", report::summary::table(&rows));
     }
@@ -126,7 +134,11 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         outcome.ran,
         outcome.skipped,
         outcome.failed,
-        if outcome.interrupted { ", interrupted" } else { "" },
+        if outcome.interrupted {
+            ", interrupted"
+        } else {
+            ""
+        },
         db.display()
     );
     Ok(if outcome.interrupted {
@@ -151,10 +163,10 @@ fn latest_for_sweep(rows: Vec<ResultRow>, config: &Config, dataset: &str) -> Vec
             && r.dataset == dataset
     }) {
         // results() is ordered oldest first, so a later row replaces an earlier one.
-        match latest
-            .iter_mut()
-            .find(|l| (l.net.as_str(), l.device.as_str(), l.batch) == (row.net.as_str(), row.device.as_str(), row.batch))
-        {
+        match latest.iter_mut().find(|l| {
+            (l.net.as_str(), l.device.as_str(), l.batch)
+                == (row.net.as_str(), row.device.as_str(), row.batch)
+        }) {
             Some(slot) => *slot = row,
             None => latest.push(row),
         }

@@ -76,8 +76,20 @@ mod tests {
         c.sweep.images = 8;
         c.sweep.epochs = 3;
         let p = plan(&c, "synthetic", &HashSet::new(), false);
-        let order: Vec<(&str, usize)> = p.to_run.iter().map(|t| (t.spec.net.name, t.spec.batch)).collect();
-        assert_eq!(order, vec![("googlenet", 4), ("googlenet", 1), ("alexnet", 4), ("alexnet", 1)]);
+        let order: Vec<(&str, usize)> = p
+            .to_run
+            .iter()
+            .map(|t| (t.spec.net.name, t.spec.batch))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("googlenet", 4),
+                ("googlenet", 1),
+                ("alexnet", 4),
+                ("alexnet", 1)
+            ]
+        );
         assert_eq!(p.to_run[0].spec.iterations(), 6);
         assert_eq!(p.to_run[1].spec.iterations(), 24);
 

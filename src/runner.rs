@@ -82,11 +82,9 @@ fn progress_bar(enabled: bool) -> Option<ProgressBar> {
     enabled.then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(
-            ProgressStyle::with_template(
-                "{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}",
-            )
-            .expect("valid template")
-            .progress_chars("=> "),
+            ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} it  {msg}  ETA {eta}")
+                .expect("valid template")
+                .progress_chars("=> "),
         );
         bar
     })
@@ -123,7 +121,12 @@ fn run_one(
             bar.set_position(rec.step as u64 + 1);
             bar.set_message(format!("loss {:.4}", rec.loss));
         } else if rec.step % 50 == 0 || rec.step + 1 == planned {
-            tracing::info!(step = rec.step, loss = rec.loss, step_s = rec.step_s, "iteration");
+            tracing::info!(
+                step = rec.step,
+                loss = rec.loss,
+                step_s = rec.step_s,
+                "iteration"
+            );
         }
         Ok(if stop.load(Ordering::SeqCst) {
             Control::Stop
@@ -145,7 +148,10 @@ fn run_one(
     });
     if let Some(e) = store_error {
         // The DB itself failed: nothing more can be recorded, so stop the sweep.
-        anyhow::bail!("the results database failed while recording {}: {e}", trial_label(trial));
+        anyhow::bail!(
+            "the results database failed while recording {}: {e}",
+            trial_label(trial)
+        );
     }
     let (status, error) = match result {
         Ok(TrialEnd::Completed) => ("ok", None),
@@ -165,9 +171,13 @@ fn run_one(
         loss_anomaly: losses.iter().any(|&l| stats::loss_is_anomalous(l)),
     };
     store.finish_trial(trial_id, &summary)?;
-    match &error {
-        Some(e) => tracing::warn!("{} failed: {e}", trial_label(trial)),
-        None => tracing::info!(
+    let line = match &error {
+        Some(e) => format!(
+            "{} failed after {} iterations: {e}",
+            trial_label(trial),
+            step_s.len()
+        ),
+        None => format!(
             "{} {status}: {} iterations, {}",
             trial_label(trial),
             step_s.len(),
@@ -175,6 +185,12 @@ fn run_one(
                 .map(|t| format!("{:.2} ms/img", t.time_per_image_s * 1e3))
                 .unwrap_or_else(|| "no measured iterations".into())
         ),
+    };
+    // On a terminal the bar owns the screen; log lines go above it.
+    match (bar, error.is_some()) {
+        (Some(bar), _) => bar.println(line),
+        (None, true) => tracing::warn!("{line}"),
+        (None, false) => tracing::info!("{line}"),
     }
     Ok(status.to_string())
 }
@@ -190,7 +206,11 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
         ..Default::default()
     };
     for t in &plan.skipped {
-        tracing::info!("{} already ok in {} (use --force to rerun)", trial_label(t), store.path().display());
+        tracing::info!(
+            "{} already ok in {} (use --force to rerun)",
+            trial_label(t),
+            store.path().display()
+        );
     }
     if plan.to_run.is_empty() {
         return Ok(outcome);
@@ -219,7 +239,12 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
             bar.set_length(trial.spec.iterations() as u64);
             bar.set_prefix(format!("trial {}/{total} {}", k + 1, trial_label(trial)));
         } else {
-            tracing::info!("trial {}/{total}: {} ({} iterations)", k + 1, trial_label(trial), trial.spec.iterations());
+            tracing::info!(
+                "trial {}/{total}: {} ({} iterations)",
+                k + 1,
+                trial_label(trial),
+                trial.spec.iterations()
+            );
         }
         let status = run_one(
             store,
@@ -254,7 +279,11 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let status = if outcome.interrupted { "interrupted" } else { "finished" };
+    let status = if outcome.interrupted {
+        "interrupted"
+    } else {
+        "finished"
+    };
     store.finish_run(run_id, &now(), status)?;
     Ok(outcome)
 }

@@ -48,7 +48,11 @@ pub fn time_summary(step_s: &[f64], warmup: usize, batch: usize) -> Option<TimeS
     Some(TimeSummary {
         time_per_image_s: median / batch as f64,
         time_per_image_spread_s: iqr / batch as f64,
-        images_per_s: if median > 0.0 { batch as f64 / median } else { f64::INFINITY },
+        images_per_s: if median > 0.0 {
+            batch as f64 / median
+        } else {
+            f64::INFINITY
+        },
     })
 }
 
@@ -59,7 +63,10 @@ mod tests {
     #[test]
     fn median_and_iqr_match_numpy() {
         // numpy: median 3.5, percentile 75 - 25 = 4.75 - 2.25 = 2.5
-        assert_eq!(median_iqr(&[6.0, 1.0, 3.0, 4.0, 2.0, 5.0]), Some((3.5, 2.5)));
+        assert_eq!(
+            median_iqr(&[6.0, 1.0, 3.0, 4.0, 2.0, 5.0]),
+            Some((3.5, 2.5))
+        );
         assert_eq!(median_iqr(&[2.0]), Some((2.0, 0.0)));
         assert_eq!(median_iqr(&[]), None);
     }

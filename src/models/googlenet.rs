@@ -10,7 +10,8 @@ use super::spec::{
 fn inception(name: &'static str, widths: [usize; 6]) -> Layer {
     let [n1, r3, n3, r5, n5, pp] = widths;
     // Names must be 'static; specs are built once (models::all), so this leaks a fixed few.
-    let n = |suffix: &str| -> &'static str { Box::leak(format!("{name}/{suffix}").into_boxed_str()) };
+    let n =
+        |suffix: &str| -> &'static str { Box::leak(format!("{name}/{suffix}").into_boxed_str()) };
     let c = |nm, out, k, pad| conv(nm, out, k, 1, pad, 1, Init::Xavier, 0.2);
     Layer::Inception {
         name,
@@ -24,7 +25,8 @@ fn inception(name: &'static str, widths: [usize; 6]) -> Layer {
 }
 
 fn aux_head(name: &'static str, after: &'static str) -> AuxHead {
-    let n = |suffix: &str| -> &'static str { Box::leak(format!("{name}/{suffix}").into_boxed_str()) };
+    let n =
+        |suffix: &str| -> &'static str { Box::leak(format!("{name}/{suffix}").into_boxed_str()) };
     AuxHead {
         name,
         after,
@@ -45,7 +47,8 @@ fn aux_head(name: &'static str, after: &'static str) -> AuxHead {
 pub fn spec() -> NetSpec {
     NetSpec {
         name: "googlenet",
-        description: "BVLC GoogLeNet / Inception v1 (Szegedy et al. 2014, Caffe reference definition)",
+        description:
+            "BVLC GoogLeNet / Inception v1 (Szegedy et al. 2014, Caffe reference definition)",
         input: [3, 224, 224],
         classes: 1000,
         tower: vec![

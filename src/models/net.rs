@@ -74,7 +74,9 @@ impl Builder<'_> {
         let data: Vec<f32> = match init {
             Init::Gaussian { std } => {
                 let normal = Normal::new(0.0, std).expect("std is positive");
-                (0..n).map(|_| normal.sample(&mut self.rng) as f32).collect()
+                (0..n)
+                    .map(|_| normal.sample(&mut self.rng) as f32)
+                    .collect()
             }
             Init::Xavier => {
                 let scale = (3.0 / fan_in as f64).sqrt();
@@ -126,7 +128,12 @@ impl Builder<'_> {
     }
 
     fn fc(&mut self, s: &FcSpec, fan_in: usize) -> Result<Node> {
-        let w = self.blob(format!("{}/weight", s.name), &[s.out, fan_in], fan_in, s.init)?;
+        let w = self.blob(
+            format!("{}/weight", s.name),
+            &[s.out, fan_in],
+            fan_in,
+            s.init,
+        )?;
         let b = self.bias(format!("{}/bias", s.name), s.out, s.bias)?;
         Ok(Node::Fc { w, b, relu: s.relu })
     }
@@ -159,7 +166,13 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
     let keep = 1.0 - p;
     let scale = (1.0 / keep) as f32;
     let mask: Vec<f32> = (0..x.elem_count())
-        .map(|_| if rng.random::<f64>() < keep { scale } else { 0.0 })
+        .map(|_| {
+            if rng.random::<f64>() < keep {
+                scale
+            } else {
+                0.0
+            }
+        })
         .collect();
     x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
 }
@@ -294,7 +307,14 @@ impl Network {
         let mut aux = Vec::new();
         for (i, input) in aux_inputs {
             for head in self.aux.iter().filter(|a| a.after == i) {
-                let out = run_seq(&head.nodes, input.clone(), &mut dropout_rng, None, &mut None, &mut |_, _| Ok(()))?;
+                let out = run_seq(
+                    &head.nodes,
+                    input.clone(),
+                    &mut dropout_rng,
+                    None,
+                    &mut None,
+                    &mut |_, _| Ok(()),
+                )?;
                 aux.push((out, head.loss_weight));
             }
         }

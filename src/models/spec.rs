@@ -8,7 +8,9 @@ use serde::Serialize;
 /// Weight initialisation, as the BVLC prototxt fillers name them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Init {
-    Gaussian { std: f64 },
+    Gaussian {
+        std: f64,
+    },
     /// Caffe's xavier filler: uniform in ±sqrt(3 / fan_in).
     Xavier,
 }
@@ -38,13 +40,25 @@ pub struct FcSpec {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Layer {
     Conv(ConvSpec),
-    Pool { name: &'static str, pool: Pool2d },
-    Lrn { name: &'static str, lrn: Lrn },
+    Pool {
+        name: &'static str,
+        pool: Pool2d,
+    },
+    Lrn {
+        name: &'static str,
+        lrn: Lrn,
+    },
     /// Flattens its input first, like Caffe's InnerProduct.
     Fc(FcSpec),
-    Dropout { name: &'static str, p: f64 },
+    Dropout {
+        name: &'static str,
+        p: f64,
+    },
     /// Parallel branches over the same input, concatenated on channels.
-    Inception { name: &'static str, branches: Vec<Vec<Layer>> },
+    Inception {
+        name: &'static str,
+        branches: Vec<Vec<Layer>>,
+    },
 }
 
 impl Layer {
@@ -150,7 +164,11 @@ pub fn infer_layer(layer: &Layer, input: [usize; 3]) -> ([usize; 3], usize, usiz
                 conv_out(w, s.kernel, s.stride, s.pad),
             );
             let per_out = (c / s.groups) * s.kernel * s.kernel;
-            ([s.out, oh, ow], s.out * per_out + s.out, s.out * oh * ow * per_out)
+            (
+                [s.out, oh, ow],
+                s.out * per_out + s.out,
+                s.out * oh * ow * per_out,
+            )
         }
         Layer::Pool { pool, .. } => (
             [
@@ -265,7 +283,9 @@ impl NetSpec {
                 let at = tower
                     .iter()
                     .find(|s| s.name == head.after)
-                    .unwrap_or_else(|| panic!("aux head {} attaches to unknown {}", head.name, head.after));
+                    .unwrap_or_else(|| {
+                        panic!("aux head {} attaches to unknown {}", head.name, head.after)
+                    });
                 AuxSummary {
                     name: head.name.to_string(),
                     after: head.after.to_string(),

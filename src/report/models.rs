@@ -52,7 +52,11 @@ pub fn models_text(nets: &[NetSummary]) -> String {
         );
         stage_lines(&mut out, &n.stages, "  ");
         for aux in &n.aux_heads {
-            let _ = writeln!(out, "  auxiliary head {} after {} (loss weight {}):", aux.name, aux.after, aux.loss_weight);
+            let _ = writeln!(
+                out,
+                "  auxiliary head {} after {} (loss weight {}):",
+                aux.name, aux.after, aux.loss_weight
+            );
             stage_lines(&mut out, &aux.stages, "    ");
         }
         out.push('\n');

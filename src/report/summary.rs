@@ -15,13 +15,30 @@ pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
     let mut cpu = HashMap::new();
     for r in rows {
         if let Some(t) = time("cpu", r) {
-            cpu.insert((r.host.clone(), r.net.clone(), r.batch, r.epochs, r.images, r.dataset.clone()), t);
+            cpu.insert(
+                (
+                    r.host.clone(),
+                    r.net.clone(),
+                    r.batch,
+                    r.epochs,
+                    r.images,
+                    r.dataset.clone(),
+                ),
+                t,
+            );
         }
     }
     let mut out = HashMap::new();
     for r in rows {
         if let Some(t) = time("cuda", r) {
-            let k = (r.host.clone(), r.net.clone(), r.batch, r.epochs, r.images, r.dataset.clone());
+            let k = (
+                r.host.clone(),
+                r.net.clone(),
+                r.batch,
+                r.epochs,
+                r.images,
+                r.dataset.clone(),
+            );
             if let Some(c) = cpu.get(&k) {
                 out.insert((r.host.clone(), r.net.clone(), r.batch), c / t);
             }
@@ -31,15 +48,26 @@ pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
 }
 
 fn ms(v: Option<f64>) -> String {
-    v.map(|s| format!("{:.2}", s * 1e3)).unwrap_or_else(|| "-".into())
+    v.map(|s| format!("{:.2}", s * 1e3))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
     let speedup = speedups(rows);
     let header = [
-        "host", "net", "device", "batch", "iters", "status", "ms/img", "±IQR", "img/s", "loss first→last",
-        "gpu/cpu", "flags",
+        "host",
+        "net",
+        "device",
+        "batch",
+        "iters",
+        "status",
+        "ms/img",
+        "±IQR",
+        "img/s",
+        "loss first→last",
+        "gpu/cpu",
+        "flags",
     ];
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
@@ -66,7 +94,9 @@ pub fn table(rows: &[ResultRow]) -> String {
             r.status.clone(),
             ms(r.time_per_image_s),
             ms(r.time_per_image_spread_s),
-            r.images_per_s.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into()),
+            r.images_per_s
+                .map(|v| format!("{v:.1}"))
+                .unwrap_or_else(|| "-".into()),
             loss,
             (r.device == "cuda")
                 .then(|| speedup.get(&(r.host.clone(), r.net.clone(), r.batch)))
@@ -77,7 +107,13 @@ pub fn table(rows: &[ResultRow]) -> String {
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
-        .map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            lines
+                .iter()
+                .map(|l| l[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let mut out = String::new();
     for line in &lines {

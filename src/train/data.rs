@@ -15,7 +15,11 @@ pub enum DataError {
     #[error("cannot read image {path}: {reason}. Replace or remove the file, or point --dataset at another folder")]
     BadImage { path: PathBuf, reason: String },
     #[error("dataset folder {dir} holds {found} images but the sweep asks for {wanted}; lower --images or add images")]
-    TooFew { dir: PathBuf, found: usize, wanted: usize },
+    TooFew {
+        dir: PathBuf,
+        found: usize,
+        wanted: usize,
+    },
     #[error("cannot read dataset folder {dir}: {reason}. --dataset wants a folder with one subfolder of JPEG/PNG images per class")]
     BadFolder { dir: PathBuf, reason: String },
 }
@@ -23,10 +27,17 @@ pub enum DataError {
 /// Where the images come from.
 pub enum Dataset {
     /// Deterministic noise images: image `i` is the same in every run with the same seed.
-    Synthetic { seed: u64, classes: usize, images: usize },
+    Synthetic {
+        seed: u64,
+        classes: usize,
+        images: usize,
+    },
     /// An image folder: one subfolder per class (sorted by name = class index), or images
     /// directly in the folder for a single class, like the studies' 1024 tench images.
-    Folder { dir: PathBuf, files: Vec<(PathBuf, u32)> },
+    Folder {
+        dir: PathBuf,
+        files: Vec<(PathBuf, u32)>,
+    },
 }
 
 /// One batch in NCHW order, mean subtracted, and its labels.
@@ -222,7 +233,13 @@ mod tests {
         let mean: f32 = a.images.iter().sum::<f32>() / a.images.len() as f32;
         assert!(mean.abs() < 15.0, "mean {mean}");
         assert!(a.images.iter().all(|v| (-127.5..=127.5).contains(v)));
-        assert_ne!(Dataset::synthetic(8, 1, 4).batch(0, 1, [3, 8, 8]).unwrap().images, a.images[..192]);
+        assert_ne!(
+            Dataset::synthetic(8, 1, 4)
+                .batch(0, 1, [3, 8, 8])
+                .unwrap()
+                .images,
+            a.images[..192]
+        );
     }
 
     #[test]
@@ -231,8 +248,11 @@ mod tests {
         for (class, n) in [("a_tench", 2), ("b_goldfish", 1)] {
             std::fs::create_dir(dir.path().join(class)).unwrap();
             for i in 0..n {
-                let img = image::RgbImage::from_fn(300, 280, |x, y| image::Rgb([(x % 256) as u8, (y % 256) as u8, 9]));
-                img.save(dir.path().join(class).join(format!("{i}.png"))).unwrap();
+                let img = image::RgbImage::from_fn(300, 280, |x, y| {
+                    image::Rgb([(x % 256) as u8, (y % 256) as u8, 9])
+                });
+                img.save(dir.path().join(class).join(format!("{i}.png")))
+                    .unwrap();
             }
         }
         let ds = Dataset::folder(dir.path(), 3).unwrap();
@@ -241,9 +261,16 @@ mod tests {
         // centre crop of a 256x256 resize: blue channel is constant 9 - mean
         assert!((batch.images[2 * 227 * 227 + 5] - (9.0 - MEAN_RGB[2])).abs() < 1.0);
         let too_many = Dataset::folder(dir.path(), 10).err().unwrap().to_string();
-        assert!(too_many.contains("holds 3 images") && too_many.contains("10"), "{too_many}");
+        assert!(
+            too_many.contains("holds 3 images") && too_many.contains("10"),
+            "{too_many}"
+        );
 
-        std::fs::write(dir.path().join("b_goldfish").join("1.jpg"), b"not a jpeg at all").unwrap();
+        std::fs::write(
+            dir.path().join("b_goldfish").join("1.jpg"),
+            b"not a jpeg at all",
+        )
+        .unwrap();
         let err = Dataset::folder(dir.path(), 4).err().unwrap().to_string();
         assert!(err.contains("1.jpg"), "{err}");
     }

@@ -94,8 +94,14 @@ mod tests {
         assert!((learning_rate(&poly, 75, 100) - 0.005).abs() < 1e-12);
         assert_eq!(learning_rate(&poly, 100, 100), 0.0);
         // The shipped solvers
-        assert!(matches!(models::by_name("alexnet").unwrap().solver.policy, LrPolicy::Step { .. }));
-        assert!(matches!(models::by_name("googlenet").unwrap().solver.policy, LrPolicy::Poly { .. }));
+        assert!(matches!(
+            models::by_name("alexnet").unwrap().solver.policy,
+            LrPolicy::Step { .. }
+        ));
+        assert!(matches!(
+            models::by_name("googlenet").unwrap().solver.policy,
+            LrPolicy::Poly { .. }
+        ));
     }
 
     /// Two steps on a weight and a bias, checked against the update written out by hand.
@@ -105,10 +111,23 @@ mod tests {
         let w = Var::from_vec(vec![1.0f32, -2.0], 2, &dev)?;
         let b = Var::from_vec(vec![0.5f32], 1, &dev)?;
         let params = vec![
-            Param { name: "w".into(), var: w.clone(), lr_mult: 1.0, decay_mult: 1.0 },
-            Param { name: "b".into(), var: b.clone(), lr_mult: 2.0, decay_mult: 0.0 },
+            Param {
+                name: "w".into(),
+                var: w.clone(),
+                lr_mult: 1.0,
+                decay_mult: 1.0,
+            },
+            Param {
+                name: "b".into(),
+                var: b.clone(),
+                lr_mult: 2.0,
+                decay_mult: 0.0,
+            },
         ];
-        let s = solver(LrPolicy::Step { gamma: 0.1, stepsize: 1000 });
+        let s = solver(LrPolicy::Step {
+            gamma: 0.1,
+            stepsize: 1000,
+        });
         let mut sgd = Sgd::new(s, &params, 10)?;
         // loss = 3*w0 + 5*w1 + 7*b: constant gradients (3, 5) and 7.
         let (mut vw, mut vb) = ([0.0f64; 2], 0.0f64);
@@ -128,9 +147,18 @@ mod tests {
         let got_w = w.as_tensor().to_vec1::<f32>()?;
         let got_b = b.as_tensor().to_vec1::<f32>()?;
         for i in 0..2 {
-            assert!((got_w[i] as f64 - ew[i]).abs() < 1e-6, "w[{i}] {} vs {}", got_w[i], ew[i]);
+            assert!(
+                (got_w[i] as f64 - ew[i]).abs() < 1e-6,
+                "w[{i}] {} vs {}",
+                got_w[i],
+                ew[i]
+            );
         }
-        assert!((got_b[0] as f64 - eb).abs() < 1e-6, "b {} vs {eb}", got_b[0]);
+        assert!(
+            (got_b[0] as f64 - eb).abs() < 1e-6,
+            "b {} vs {eb}",
+            got_b[0]
+        );
         Ok(())
     }
 }
