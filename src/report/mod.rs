@@ -4,4 +4,5 @@ pub mod csv;
 pub mod models;
 pub mod summary;
 
+pub use self::csv::export_csv;
 pub use models::models_text;
