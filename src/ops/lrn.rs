@@ -37,14 +37,19 @@ impl Lrn {
         (pre, self.size - 1 - pre)
     }
 
-    /// scale^(-beta); beta = 0.75 (every Caffe model) avoids powf, which dominates otherwise.
-    #[inline]
-    fn pow_neg_beta<T: Float>(&self, s: T) -> T {
+    /// s <- s^(-beta). beta = 0.75 (every Caffe model) uses two square roots instead of powf,
+    /// which dominates otherwise; the branch sits outside the loop so it vectorises.
+    fn pow_neg_beta<T: Float>(&self, s: &mut [T]) {
         if self.beta == 0.75 {
-            let r = s.sqrt();
-            T::ONE / (r * r.sqrt())
+            for v in s {
+                let r = v.sqrt();
+                *v = T::ONE / (r * r.sqrt());
+            }
         } else {
-            s.powf(T::from_f64(-self.beta))
+            let e = T::from_f64(-self.beta);
+            for v in s {
+                *v = v.powf(e);
+            }
         }
     }
 
@@ -77,8 +82,9 @@ impl Lrn {
             let (ni, ch) = (i / c, i % c);
             let sample = &x[ni * c * hw..(ni + 1) * c * hw];
             self.scale_plane(sample, ch, c, hw, o);
+            self.pow_neg_beta(o);
             for (s, &v) in o.iter_mut().zip(&sample[ch * hw..(ch + 1) * hw]) {
-                *s = v * self.pow_neg_beta(*s);
+                *s = v * *s;
             }
         });
         out
@@ -113,6 +119,7 @@ impl Lrn {
                     for (((tv, &s), &yv), &g) in t.iter_mut().zip(scale.iter()).zip(ys).zip(dys) {
                         *tv = g * yv / s;
                     }
+                    self.pow_neg_beta(scale);
                     for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
                         dxp.fill(T::ZERO);
                         for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
@@ -120,6 +127,7 @@ impl Lrn {
                                 *a += tv;
                             }
                         }
+                        // `scale` now holds scale^(-beta).
                         let r = ch * hw..(ch + 1) * hw;
                         for (((a, &s), &xv), &g) in dxp
                             .iter_mut()
@@ -127,7 +135,7 @@ impl Lrn {
                             .zip(&xs[r.clone()])
                             .zip(&dys[r])
                         {
-                            *a = g * self.pow_neg_beta(s) - cache_ratio * xv * *a;
+                            *a = g * s - cache_ratio * xv * *a;
                         }
                     }
                 },

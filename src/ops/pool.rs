@@ -153,6 +153,9 @@ impl Pool2d {
             .zip(x.par_chunks(h * w))
             .zip(dy.par_chunks(plane_out))
             .for_each(|((dxp, xp), dyp)| {
+                // Write before reading: a first read of calloc'ed memory maps the shared zero
+                // page and the later `+=` then takes a copy-on-write fault plus a TLB shootdown.
+                dxp.fill(T::ZERO);
                 let mut g = dyp.iter();
                 for hy in &hw {
                     for wx in &ww {
@@ -160,19 +163,21 @@ impl Pool2d {
                         match self.kind {
                             PoolKind::Max => {
                                 // Recompute Caffe's argmax (first strict max in row-major order).
+                                // Selects instead of branches: random data mispredicts badly.
                                 let mut m = T::LOWEST;
-                                let mut arg = None;
+                                let mut arg = usize::MAX;
                                 for yy in hy.start..hy.end {
-                                    for xx in wx.start..wx.end {
-                                        let e = xp[yy * w + xx];
-                                        if e > m {
-                                            m = e;
-                                            arg = Some(yy * w + xx);
-                                        }
+                                    let row = yy * w;
+                                    for (xx, &e) in
+                                        xp[row + wx.start..row + wx.end].iter().enumerate()
+                                    {
+                                        let better = e > m;
+                                        m = if better { e } else { m };
+                                        arg = if better { row + wx.start + xx } else { arg };
                                     }
                                 }
-                                if let Some(i) = arg {
-                                    dxp[i] += g;
+                                if arg != usize::MAX {
+                                    dxp[arg] += g;
                                 }
                             }
                             PoolKind::Avg => {
