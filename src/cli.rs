@@ -42,6 +42,9 @@ pub enum Command {
     /// Export results in other formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Internal: train one trial (job on stdin, JSON lines on stdout). Started by `run`.
+    #[command(hide = true)]
+    Worker,
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,6 +94,18 @@ pub struct RunArgs {
     /// Rerun trials that are already ok in the database.
     #[arg(long)]
     pub force: bool,
+    /// Rerun trials that ended failed, oom, crashed or skipped_memory.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Run each trial in a memory cgroup of this size (e.g. 4G) to emulate a board.
+    #[arg(long)]
+    pub mem_limit: Option<String>,
+    /// Swap a capped trial may use on top of --mem-limit (0 = none; default: as the host).
+    #[arg(long)]
+    pub mem_swap_limit: Option<String>,
+    /// Run trials predicted not to fit RAM + swap instead of skipping them.
+    #[arg(long)]
+    pub try_anyway: bool,
 }
 
 impl RunArgs {
@@ -105,6 +120,9 @@ impl RunArgs {
             dataset: self.dataset.clone(),
             db: self.db.clone(),
             threads: self.threads,
+            mem_limit: self.mem_limit.clone(),
+            mem_swap_limit: self.mem_swap_limit.clone(),
+            try_anyway: self.try_anyway,
         }
     }
 }

@@ -41,6 +41,7 @@ pub struct Config {
     pub data: Data,
     pub store: StoreConfig,
     pub train: Train,
+    pub memory: MemoryConfig,
 }
 
 /// What to train: every (net, device, batch) combination, in that nesting order.
@@ -83,6 +84,51 @@ pub struct Train {
     pub seed: u64,
 }
 
+/// Memory: per-trial cap, swap verdict thresholds, the pre-trial fit check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryConfig {
+    /// Run each trial in a memory cgroup of this size, e.g. "4G" (absent = no cap).
+    pub limit: Option<String>,
+    /// Swap the capped trial may use on top, e.g. "6G"; "0" = none; absent = as the host has.
+    pub swap_limit: Option<String>,
+    /// How often the memory sampler reads procfs.
+    pub sample_interval_ms: u64,
+    /// Swap verdict: the worker's own major faults per measured iteration that, with matching
+    /// swap-ins, mark a trial swap-spoiled (see README, "Memory").
+    pub major_faults_per_iteration: f64,
+    /// Run trials predicted not to fit RAM + swap instead of recording `skipped_memory`.
+    pub try_anyway: bool,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            limit: None,
+            swap_limit: None,
+            sample_interval_ms: 100,
+            major_faults_per_iteration: 256.0,
+            try_anyway: false,
+        }
+    }
+}
+
+impl MemoryConfig {
+    pub fn limit_bytes(&self) -> Result<Option<u64>, String> {
+        self.limit
+            .as_deref()
+            .map(|s| crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.limit: {e}")))
+            .transpose()
+    }
+
+    pub fn swap_limit_bytes(&self) -> Result<Option<u64>, String> {
+        self.swap_limit
+            .as_deref()
+            .map(|s| crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.swap_limit: {e}")))
+            .transpose()
+    }
+}
+
 impl Default for Sweep {
     fn default() -> Self {
         Sweep {
@@ -122,6 +168,7 @@ impl Default for Config {
             data: Data::default(),
             store: StoreConfig::default(),
             train: Train::default(),
+            memory: MemoryConfig::default(),
         }
     }
 }
@@ -151,6 +198,9 @@ pub struct Overrides {
     pub dataset: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub mem_limit: Option<String>,
+    pub mem_swap_limit: Option<String>,
+    pub try_anyway: bool,
 }
 
 impl Config {
@@ -200,6 +250,13 @@ impl Config {
         set!(s.images, o.images);
         set!(s.warmup_iterations, o.warmup_iterations);
         set!(self.train.threads, o.threads);
+        if o.mem_limit.is_some() {
+            self.memory.limit = o.mem_limit.clone();
+        }
+        if o.mem_swap_limit.is_some() {
+            self.memory.swap_limit = o.mem_swap_limit.clone();
+        }
+        self.memory.try_anyway |= o.try_anyway;
         if o.dataset.is_some() {
             self.data.dataset = o.dataset.clone();
         }
@@ -240,6 +297,11 @@ impl Config {
                  (images / batch) * epochs iterations); use batches between 1 and images",
                 s.images
             )));
+        }
+        self.memory.limit_bytes().map_err(invalid)?;
+        self.memory.swap_limit_bytes().map_err(invalid)?;
+        if self.memory.sample_interval_ms == 0 {
+            return Err(invalid("memory.sample_interval_ms must be at least 1".into()));
         }
         if self.data.synthetic_classes == 0 {
             return Err(invalid("data.synthetic_classes must be at least 1".into()));

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod config;
 pub mod host;
+pub mod memory;
 pub mod models;
 pub mod ops;
 pub mod plan;
@@ -12,3 +13,4 @@ pub mod runner;
 pub mod stats;
 pub mod store;
 pub mod train;
+pub mod worker;

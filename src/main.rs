@@ -61,6 +61,7 @@ fn main() {
 fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
     match command {
         Command::Run(args) => run(&args, host),
+        Command::Worker => Ok(edgebench::worker::main()),
         Command::Models { json } => {
             let summaries: Vec<_> = models::all().iter().map(|n| n.summary()).collect();
             if json {
@@ -101,7 +102,7 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         std::env::set_var("RAYON_NUM_THREADS", config.train.threads.to_string());
     }
     // Refuse what can be refused (no cuda build, unreadable data set) before touching the DB.
-    runner::preflight(&config).map_err(usage)?;
+    runner::preflight(&config, host).map_err(usage)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -116,6 +117,7 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         runner::RunRequest {
             config: &config,
             force: args.force,
+            retry_failed: args.retry_failed,
             host,
             stop: &stop,
         },

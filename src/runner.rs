@@ -4,14 +4,20 @@
 
 use crate::config::Config;
 use crate::host::{self, HostPaths};
+use crate::memory::procfs::ProcReader;
+use crate::memory::{assess, cgroup, estimate, MemorySampler, SwapThresholds};
 use crate::plan::{self, PlannedTrial};
 use crate::stats;
-use crate::store::{IterationRecord, RunInfo, Store, TrialSummary};
-use crate::train::{self, data::Dataset, Control, TrialEnd};
+use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, TrialSummary};
+use crate::train::{self, data::Dataset};
+use crate::worker::{DataSpec, WorkerJob, WorkerMessage};
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::IsTerminal;
-use std::panic::AssertUnwindSafe;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
 
 /// How a run ended.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +33,8 @@ pub struct RunOutcome {
 pub struct RunRequest<'a> {
     pub config: &'a Config,
     pub force: bool,
+    /// Rerun trials that ended failed, oom, crashed or skipped_memory.
+    pub retry_failed: bool,
     pub host: &'a HostPaths,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
@@ -70,12 +78,31 @@ pub fn open_dataset(config: &Config) -> anyhow::Result<Dataset> {
     })
 }
 
-/// Everything that can be refused before a byte is written: the devices and the data set.
-pub fn preflight(config: &Config) -> anyhow::Result<Dataset> {
+/// Everything that can be refused before a byte is written: the devices, the data set, and a
+/// memory cgroup when `--mem-limit` asks for one.
+pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Dataset> {
     for device in &config.sweep.devices {
         train::device(*device)?;
     }
-    open_dataset(config)
+    let data = open_dataset(config)?;
+    if let Some(limit) = config.memory.limit_bytes().map_err(anyhow::Error::msg)? {
+        cgroup::check(host, limit)?;
+    }
+    Ok(data)
+}
+
+fn memory_plan(config: &Config, host: &HostPaths) -> anyhow::Result<MemoryPlan> {
+    let limit = config.memory.limit_bytes().map_err(anyhow::Error::msg)?;
+    Ok(MemoryPlan {
+        limit,
+        swap_limit: config.memory.swap_limit_bytes().map_err(anyhow::Error::msg)?,
+        parent: limit.map(|_| cgroup::locate(host)).transpose()?,
+        thresholds: SwapThresholds {
+            major_faults_per_iteration: config.memory.major_faults_per_iteration,
+        },
+        interval: Duration::from_millis(config.memory.sample_interval_ms),
+        try_anyway: config.memory.try_anyway,
+    })
 }
 
 fn progress_bar(enabled: bool) -> Option<ProgressBar> {
@@ -94,71 +121,275 @@ fn trial_label(t: &PlannedTrial) -> String {
     format!("{} {} batch {}", t.key.net, t.key.device, t.key.batch)
 }
 
-/// Runs one trial and writes everything about it; returns its final status.
+/// Statuses that count as done for resume: `ok` always; the trials memory or a crash ended,
+/// and failures, unless `--retry-failed`. `interrupted` never: it is run again.
+pub fn done_statuses(retry_failed: bool) -> &'static [&'static str] {
+    if retry_failed {
+        &["ok"]
+    } else {
+        &["ok", "oom", "crashed", "skipped_memory", "failed"]
+    }
+}
+
+/// What the run knows about memory before any trial: the host's capacity and the cgroup cap.
+struct MemoryPlan {
+    limit: Option<u64>,
+    swap_limit: Option<u64>,
+    parent: Option<cgroup::CgroupParent>,
+    thresholds: SwapThresholds,
+    interval: Duration,
+    try_anyway: bool,
+}
+
+impl MemoryPlan {
+    fn capacity(&self, host: &HostPaths) -> Option<estimate::Capacity> {
+        let m = ProcReader::new(host).meminfo()?;
+        let ram = self.limit.map_or(m.mem_total, |l| l.min(m.mem_total));
+        Some(estimate::Capacity {
+            ram_bytes: ram,
+            available_bytes: m.mem_available.min(ram),
+            swap_bytes: self.swap_limit.map_or(m.swap_free, |s| s.min(m.swap_free)),
+        })
+    }
+}
+
+/// How the worker process ended, as far as the parent saw it.
+struct WorkerEnd {
+    last: Option<WorkerMessage>,
+    status: Option<std::process::ExitStatus>,
+    oom_kills: u64,
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
+}
+
+/// Turns what the worker said and how it exited into (status, error).
+fn classify(end: &WorkerEnd) -> (&'static str, Option<String>) {
+    use std::os::unix::process::ExitStatusExt;
+    match &end.last {
+        Some(WorkerMessage::Done { stopped: false }) => ("ok", None),
+        Some(WorkerMessage::Done { stopped: true }) => ("interrupted", None),
+        Some(WorkerMessage::Failed { error }) => ("failed", Some(error.clone())),
+        _ => match end.status.and_then(|s| s.signal()) {
+            // SIGKILL alone could be anyone; the kernel's oom_kill counter says it was the OOM killer.
+            Some(libc::SIGKILL) if end.oom_kills > 0 => (
+                "oom",
+                Some("killed by the kernel OOM killer (SIGKILL; oom_kill counter rose): the trial does not fit memory".into()),
+            ),
+            Some(sig) => ("crashed", Some(format!("worker died of {}", signal_name(sig)))),
+            None => (
+                "crashed",
+                Some(match end.status.and_then(|s| s.code()) {
+                    Some(code) => format!("worker exited with code {code} without reporting an end"),
+                    None => "worker ended without reporting".into(),
+                }),
+            ),
+        },
+    }
+}
+
+fn worker_command() -> anyhow::Result<Command> {
+    let exe = std::env::current_exe().context("cannot find the edgebench executable to start a worker")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("worker")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    Ok(cmd)
+}
+
+fn data_spec(config: &Config) -> DataSpec {
+    match &config.data.dataset {
+        Some(dir) => DataSpec::Folder { dir: dir.clone() },
+        None => DataSpec::Synthetic {
+            seed: config.data.synthetic_seed,
+            classes: config.data.synthetic_classes,
+        },
+    }
+}
+
+/// Runs one trial in a worker process and writes everything about it; returns its status.
 fn run_one(
+    ctx: &TrialContext<'_>,
     store: &mut Store,
     run_id: i64,
     trial: &PlannedTrial,
-    data: &Dataset,
-    warmup: usize,
-    stop: &AtomicBool,
     bar: Option<&ProgressBar>,
 ) -> anyhow::Result<String> {
     let planned = trial.spec.iterations();
-    let warmup = stats::effective_warmup(warmup, planned);
+    let warmup = stats::effective_warmup(ctx.config.sweep.warmup_iterations, planned);
     let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
-    let mut step_s = Vec::with_capacity(planned);
-    let mut losses = Vec::with_capacity(planned);
-    let mut store_error = None;
-    let mut on_iteration = |rec: &IterationRecord| -> anyhow::Result<Control> {
-        if let Err(e) = store.record_iteration(trial_id, rec) {
-            store_error = Some(e.to_string());
-            anyhow::bail!("cannot record iteration {}: {e}", rec.step);
-        }
-        step_s.push(rec.step_s);
-        losses.push(rec.loss);
-        if let Some(bar) = bar {
-            bar.set_position(rec.step as u64 + 1);
-            bar.set_message(format!("loss {:.4}", rec.loss));
-        } else if rec.step % 50 == 0 || rec.step + 1 == planned {
-            tracing::info!(
-                step = rec.step,
-                loss = rec.loss,
-                step_s = rec.step_s,
-                "iteration"
-            );
-        }
-        Ok(if stop.load(Ordering::SeqCst) {
-            Control::Stop
-        } else {
-            Control::Continue
-        })
+    let estimate = estimate::estimate(trial.spec.net, trial.spec.batch);
+    let mut memory = MemoryColumns {
+        mem_estimate_bytes: Some(estimate.total_bytes as i64),
+        mem_limit_bytes: ctx.memory.limit.map(|l| l as i64),
+        ..Default::default()
     };
-    // A panic inside candle costs this trial, not the sweep (an abort needs the worker process).
-    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        train::run_trial(&trial.spec, data, &mut on_iteration)
-    }))
-    .unwrap_or_else(|panic| {
-        let msg = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(anyhow::anyhow!("panic while training: {msg}"))
-    });
-    if let Some(e) = store_error {
-        // The DB itself failed: nothing more can be recorded, so stop the sweep.
-        anyhow::bail!(
-            "the results database failed while recording {}: {e}",
-            trial_label(trial)
-        );
+    let say = |line: String, warn: bool| match (bar, warn) {
+        // On a terminal the bar owns the screen; log lines go above it.
+        (Some(bar), _) => bar.println(line),
+        (None, true) => tracing::warn!("{line}"),
+        (None, false) => tracing::info!("{line}"),
+    };
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(cap) = ctx.memory.capacity(ctx.host) {
+        match estimate::fit(estimate.total_bytes, cap) {
+            estimate::Fit::DoesNotFit if !ctx.memory.try_anyway => {
+                let why = format!(
+                    "predicted to need {:.2} GiB, more than RAM {:.2} GiB + swap {:.2} GiB; skipped (--try-anyway runs it)",
+                    gib(estimate.total_bytes),
+                    gib(cap.ram_bytes),
+                    gib(cap.swap_bytes)
+                );
+                say(format!("{}: {why}", trial_label(trial)), true);
+                memory.memory_note = Some(why.clone());
+                store.record_memory(trial_id, None, None, &memory)?;
+                store.finish_trial(trial_id, &empty_summary("skipped_memory", Some(why)))?;
+                return Ok("skipped_memory".into());
+            }
+            estimate::Fit::NeedsSwap | estimate::Fit::DoesNotFit => say(
+                format!(
+                    "{}: predicted to need {:.2} GiB, more than the {:.2} GiB available: it will swap",
+                    trial_label(trial),
+                    gib(estimate.total_bytes),
+                    gib(cap.available_bytes)
+                ),
+                true,
+            ),
+            estimate::Fit::Fits => {}
+        }
     }
-    let (status, error) = match result {
-        Ok(TrialEnd::Completed) => ("ok", None),
-        Ok(TrialEnd::Stopped) => ("interrupted", None),
-        Err(e) => ("failed", Some(format!("{e:#}"))),
+
+    let cgroup = match (&ctx.memory.parent, ctx.memory.limit) {
+        (Some(parent), Some(limit)) => Some(cgroup::TrialCgroup::create(
+            parent,
+            &format!("edgebench-{}-{trial_id}", std::process::id()),
+            limit,
+            ctx.memory.swap_limit,
+        )?),
+        _ => None,
     };
+    let vm_before = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
+    let mut child = worker_command()?.spawn().context("cannot start the worker process")?;
+    let pid = child.id();
+    // Into the cgroup before it has the job, so nothing it allocates escapes the cap.
+    if let Some(cg) = &cgroup {
+        if let Err(e) = cg.add(pid) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.into());
+        }
+    }
+    let sampler = MemorySampler::start(ctx.host, pid, ctx.memory.interval)?;
+    let job = WorkerJob::new(&trial.spec, data_spec(ctx.config));
+    {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut line = serde_json::to_string(&job)?;
+        line.push('\n');
+        // A worker that died at once shows up below as its exit status.
+        let _ = stdin.write_all(line.as_bytes());
+    }
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel::<WorkerMessage>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<WorkerMessage>(&line) {
+                Ok(msg) => {
+                    if tx.send(msg).is_err() {
+                        break;
+                    }
+                }
+                // Something else printed on stdout: not ours to interpret, but not lost.
+                Err(_) => eprintln!("{line}"),
+            }
+        }
+    });
+
+    let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
+    let mut last = None;
+    let mut forwarded_stop = false;
+    let mut store_error = None;
+    loop {
+        if ctx.stop.load(Ordering::SeqCst) && !forwarded_stop {
+            // The worker finishes its iteration and reports `stopped`.
+            // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            forwarded_stop = true;
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(WorkerMessage::Iteration(rec)) => {
+                if store_error.is_none() {
+                    if let Err(e) = store.record_iteration(trial_id, &rec) {
+                        // The DB failed: stop the worker; nothing more can be recorded.
+                        store_error = Some(e.to_string());
+                        let _ = child.kill();
+                    }
+                }
+                if let Some(bar) = bar {
+                    bar.set_position(rec.step as u64 + 1);
+                    bar.set_message(format!("loss {:.4}", rec.loss));
+                } else if rec.step % 50 == 0 || rec.step + 1 == planned {
+                    tracing::info!(step = rec.step, loss = rec.loss, step_s = rec.step_s, "iteration");
+                }
+                iterations.push(rec);
+            }
+            Ok(msg) => last = Some(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = reader.join();
+    let status = child.wait().ok();
+    let samples = sampler.stop();
+    let oom_kills = match &cgroup {
+        Some(cg) => cg.oom_kills().unwrap_or(0),
+        None => {
+            let after = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
+            after.zip(vm_before).map_or(0, |(a, b)| a.saturating_sub(b))
+        }
+    };
+    drop(cgroup);
+    if let Some(e) = store_error {
+        anyhow::bail!("the results database failed while recording {}: {e}", trial_label(trial));
+    }
+    let (status, error) = classify(&WorkerEnd { last, status, oom_kills });
+
+    let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
+    let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
     let times = stats::time_summary(&step_s, warmup, trial.spec.batch);
+    let measured = iterations.get(warmup.min(iterations.len())..).unwrap_or_default();
+    let (from_ns, to_ns) = match (measured.first(), measured.last()) {
+        (Some(a), Some(b)) => (a.t_start_ns, b.t_end_ns),
+        _ => (
+            samples.first().map_or(0, |s| s.t_ns),
+            samples.last().map_or(0, |s| s.t_ns),
+        ),
+    };
+    let report = assess(&samples, from_ns, to_ns, measured.len(), &ctx.memory.thresholds);
+    memory.swap_in_pages = Some(report.swap_in_pages as i64);
+    memory.swap_out_pages = Some(report.swap_out_pages as i64);
+    memory.major_faults = Some(report.major_faults as i64);
+    memory.swapped_bytes_max = report.swapped_bytes_max.map(|b| b as i64);
+    memory.mem_available_min_bytes = report.mem_available_min_bytes.map(|b| b as i64);
+    memory.psi_memory_some_us = report.psi_some_us.map(|v| v as i64);
+    memory.psi_memory_full_us = report.psi_full_us.map(|v| v as i64);
+    memory.memory_note = Some(report.note.clone());
+    let verdict = (!samples.is_empty() && !measured.is_empty()).then_some(report.swap_pressure);
+    store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
+
     let summary = TrialSummary {
         status: status.to_string(),
         error: error.clone(),
@@ -172,35 +403,55 @@ fn run_one(
     };
     store.finish_trial(trial_id, &summary)?;
     let line = match &error {
-        Some(e) => format!(
-            "{} failed after {} iterations: {e}",
-            trial_label(trial),
-            step_s.len()
-        ),
+        Some(e) => format!("{} {status} after {} iterations: {e}", trial_label(trial), step_s.len()),
         None => format!(
-            "{} {status}: {} iterations, {}",
+            "{} {status}: {} iterations, {}{}",
             trial_label(trial),
             step_s.len(),
             times
                 .map(|t| format!("{:.2} ms/img", t.time_per_image_s * 1e3))
-                .unwrap_or_else(|| "no measured iterations".into())
+                .unwrap_or_else(|| "no measured iterations".into()),
+            if report.swap_pressure { " (SWAP-SPOILED)" } else { "" }
         ),
     };
-    // On a terminal the bar owns the screen; log lines go above it.
-    match (bar, error.is_some()) {
-        (Some(bar), _) => bar.println(line),
-        (None, true) => tracing::warn!("{line}"),
-        (None, false) => tracing::info!("{line}"),
-    }
+    say(line, error.is_some() || report.swap_pressure);
     Ok(status.to_string())
+}
+
+fn empty_summary(status: &str, error: Option<String>) -> TrialSummary {
+    TrialSummary {
+        status: status.into(),
+        error,
+        ended_at: now(),
+        time_per_image_s: None,
+        time_per_image_spread_s: None,
+        images_per_s: None,
+        loss_first: None,
+        loss_last: None,
+        loss_anomaly: false,
+    }
+}
+
+struct TrialContext<'a> {
+    config: &'a Config,
+    host: &'a HostPaths,
+    stop: &'a AtomicBool,
+    memory: MemoryPlan,
 }
 
 /// Runs the sweep into `store`. Preflight errors return before the run is created.
 pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     let config = req.config;
-    let data = preflight(config)?;
+    let data = preflight(config, req.host)?;
     let identity = data.identity();
-    let plan = plan::plan(config, &identity, &store.completed_keys()?, req.force);
+    let done = store.keys_with_status(done_statuses(req.retry_failed))?;
+    let plan = plan::plan(config, &identity, &done, req.force);
+    let ctx = TrialContext {
+        config,
+        host: req.host,
+        stop: req.stop,
+        memory: memory_plan(config, req.host)?,
+    };
     let mut outcome = RunOutcome {
         skipped: plan.skipped.len(),
         ..Default::default()
@@ -246,15 +497,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
                 trial.spec.iterations()
             );
         }
-        let status = run_one(
-            store,
-            run_id,
-            trial,
-            &data,
-            config.sweep.warmup_iterations,
-            req.stop,
-            bar.as_ref(),
-        );
+        let status = run_one(&ctx, store, run_id, trial, bar.as_ref());
         let status = match status {
             Ok(s) => s,
             Err(e) => {
@@ -264,7 +507,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
         };
         outcome.ran += 1;
         match status.as_str() {
-            "failed" => outcome.failed += 1,
+            "failed" | "oom" | "crashed" => outcome.failed += 1,
             "interrupted" => {
                 outcome.interrupted = true;
                 break;

@@ -272,7 +272,38 @@ fn stages(layers: &[Layer], input: [usize; 3]) -> (Vec<StageInfo>, [usize; 3]) {
     (out, shape)
 }
 
+/// Elements of every tensor the layers produce for one image, branches included.
+fn activation_elements(layers: &[Layer], mut shape: [usize; 3]) -> (usize, [usize; 3]) {
+    let mut total = 0;
+    for layer in layers {
+        if let Layer::Inception { branches, .. } = layer {
+            total += branches
+                .iter()
+                .map(|b| activation_elements(b, shape).0)
+                .sum::<usize>();
+        }
+        shape = infer_layer(layer, shape).0;
+        total += shape.iter().product::<usize>();
+    }
+    (total, shape)
+}
+
 impl NetSpec {
+    /// Elements of all layer outputs per image in the training graph (input, tower, auxiliary
+    /// heads): what the memory estimate scales with the batch.
+    pub fn activation_elements_per_image(&self) -> usize {
+        let summary = self.summary();
+        let aux: usize = self
+            .aux
+            .iter()
+            .map(|head| {
+                let at = summary.stages.iter().find(|s| s.name == head.after).expect("checked in summary");
+                activation_elements(&head.layers, at.output).0
+            })
+            .sum();
+        self.input.iter().product::<usize>() + activation_elements(&self.tower, self.input).0 + aux
+    }
+
     /// Shape inference over the whole training graph.
     pub fn summary(&self) -> NetSummary {
         let (tower, _) = stages(&self.tower, self.input);

@@ -20,7 +20,7 @@ pub fn lrn(x: &Tensor, p: Lrn) -> Result<Tensor> {
     x.dims4()?;
     p.check()?;
     // Contiguous copy is differentiable, so strided inputs still get their gradient.
-    x.contiguous()?.apply_op1(p)
+    super::on_cpu(x, |x| x.contiguous()?.apply_op1(p))
 }
 
 impl Lrn {

@@ -1,7 +1,6 @@
 //! Custom candle ops that candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling
-//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. CPU only: the
-//! `cuda_fwd`/`metal_fwd` defaults are left in place, so on a GPU these ops error with
-//! "no cuda implementation for ...".
+//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. The kernels are CPU
+//! only; on a GPU the public wrappers route the tensor through host memory (see `on_cpu`).
 
 pub mod lrn;
 pub mod pool;
@@ -229,5 +228,19 @@ mod bench {
                 .backward()
                 .unwrap()
         });
+    }
+}
+
+/// Runs an op that has only a CPU kernel on a tensor of any device. A tensor on a GPU goes
+/// through host memory and back (`to_device` is differentiable, so gradients follow): correct
+/// everywhere, and cheap on a Jetson's unified memory; native CUDA kernels are still to come.
+fn on_cpu(
+    x: &candle_core::Tensor,
+    op: impl Fn(&candle_core::Tensor) -> candle_core::Result<candle_core::Tensor>,
+) -> candle_core::Result<candle_core::Tensor> {
+    if x.device().is_cpu() {
+        op(x)
+    } else {
+        op(&x.to_device(&candle_core::Device::Cpu)?)?.to_device(x.device())
     }
 }

@@ -40,7 +40,7 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     p.check(h, w)?;
     // The kernels index planes directly; a copy here is differentiable, so strided inputs still
     // get their gradient.
-    x.contiguous()?.apply_op1(p)
+    super::on_cpu(x, |x| x.contiguous()?.apply_op1(p))
 }
 
 /// One axis of a pooling window: clipped [start, end) and, for AVE, Caffe's divisor length

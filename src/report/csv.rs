@@ -134,6 +134,7 @@ mod tests {
             swap_pressure: None,
             peak_rss_bytes: None,
             trial_rowid: id,
+            memory: Default::default(),
         }
     }
 

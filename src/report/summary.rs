@@ -75,7 +75,8 @@ pub fn table(rows: &[ResultRow]) -> String {
         if r.loss_anomaly {
             flags.push("LOSS<0/NaN".to_string());
         }
-        if r.swap_pressure == Some(true) {
+        let spoiled = r.swap_pressure == Some(true);
+        if spoiled {
             flags.push("SWAP".to_string());
         }
         if let Some(e) = &r.error {
@@ -92,7 +93,12 @@ pub fn table(rows: &[ResultRow]) -> String {
             r.batch.to_string(),
             format!("{}/{}", r.iterations, r.iterations_planned),
             r.status.clone(),
-            ms(r.time_per_image_s),
+            // A swap-spoiled time is not a speed: mark it where it is read.
+            if spoiled {
+                format!("{} [swap]", ms(r.time_per_image_s))
+            } else {
+                ms(r.time_per_image_s)
+            },
             ms(r.time_per_image_spread_s),
             r.images_per_s
                 .map(|v| format!("{v:.1}"))
@@ -123,6 +129,12 @@ pub fn table(rows: &[ResultRow]) -> String {
             .map(|(cell, w)| format!("{cell:<w$}", w = *w))
             .collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    if rows.iter().any(|r| r.swap_pressure == Some(true)) {
+        out.push_str(
+            "[swap]: the trial's own memory was paged out and read back while it trained; its time \
+             per image measures the swap device, not the board's speed\n",
+        );
     }
     out
 }

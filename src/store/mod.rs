@@ -8,6 +8,7 @@
 //! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 
 mod error;
+mod memory;
 pub mod schema;
 
 use std::collections::HashSet;
@@ -18,6 +19,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use memory::MemoryColumns;
 pub use schema::SCHEMA_VERSION;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -114,6 +116,9 @@ pub struct ResultRow {
     pub edp_js: Option<f64>,
     pub swap_pressure: Option<bool>,
     pub peak_rss_bytes: Option<i64>,
+    /// The rest of the memory record (all null when unmeasured).
+    #[serde(flatten)]
+    pub memory: MemoryColumns,
     /// Local `trials.id`, for [`Store::iterations`]; not part of the JSON.
     #[serde(skip)]
     pub trial_rowid: i64,
@@ -451,11 +456,12 @@ impl Store {
                     swap_pressure: r.get(26)?,
                     peak_rss_bytes: r.get(27)?,
                     trial_rowid: r.get(28)?,
+                    memory: MemoryColumns::default(),
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(sql_err(&self.path))?;
-        Ok(rows)
+        self.fill_memory(rows)
     }
 
     /// Iterations of a trial (by row id), ordered by step.

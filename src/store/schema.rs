@@ -87,6 +87,21 @@
 //! | `t_end_ns` | INTEGER NOT NULL | CLOCK_MONOTONIC ns at step end |
 //!
 //! Primary key (`trial_id`, `step`).
+//!
+//! ## `trial_memory` (v2) — what memory did to a trial; `trials.swap_pressure` and
+//! `trials.peak_rss_bytes` hold the verdict and the peak
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER PRIMARY KEY → `trials.id` | the trial |
+//! | `mem_estimate_bytes` | INTEGER | memory predicted before the trial ran |
+//! | `mem_limit_bytes` | INTEGER | the cgroup cap (`--mem-limit`), NULL if none |
+//! | `swap_in_pages` / `swap_out_pages` | INTEGER | system-wide pswpin/pswpout over the measured iterations |
+//! | `major_faults` | INTEGER | the worker's own major page faults over the measured iterations |
+//! | `swapped_bytes_max` | INTEGER | most of the worker's own memory seen in swap (VmSwap) |
+//! | `mem_available_min_bytes` | INTEGER | lowest MemAvailable over the measured iterations |
+//! | `psi_memory_some_us` / `psi_memory_full_us` | INTEGER | PSI memory stall time; NULL without PSI |
+//! | `memory_note` | TEXT | the verdict in words |
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -98,10 +113,16 @@ pub struct Migration {
 }
 
 /// Ordered migrations; the last one's version is the version this binary writes.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: V1,
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: V1,
+    },
+    Migration {
+        version: 2,
+        sql: V2_MEMORY,
+    },
+];
 
 /// Schema version this binary creates and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -174,6 +195,23 @@ CREATE TABLE iterations (
     t_end_ns   INTEGER NOT NULL,
     PRIMARY KEY (trial_id, step)
 ) WITHOUT ROWID;
+";
+
+/// v2: what memory did to each trial (see `src/memory/verdict.rs` for the rule).
+const V2_MEMORY: &str = "
+CREATE TABLE trial_memory (
+    trial_id                INTEGER PRIMARY KEY REFERENCES trials(id) ON DELETE CASCADE,
+    mem_estimate_bytes      INTEGER,
+    mem_limit_bytes         INTEGER,
+    swap_in_pages           INTEGER,
+    swap_out_pages          INTEGER,
+    major_faults            INTEGER,
+    swapped_bytes_max       INTEGER,
+    mem_available_min_bytes INTEGER,
+    psi_memory_some_us      INTEGER,
+    psi_memory_full_us      INTEGER,
+    memory_note             TEXT
+);
 ";
 
 #[cfg(test)]

@@ -1,0 +1,251 @@
+//! A memory cgroup per trial (`--mem-limit`), so a workstation can reproduce a 4 GB TX1 or an
+//! 8 GB TX2. cgroup v2 where the unified hierarchy has the memory controller, else v1's memory
+//! hierarchy. Paths go through the sysfs root (`<sysfs>/fs/cgroup`), our own cgroup through the
+//! procfs root (`<procfs>/self/cgroup`).
+
+use crate::host::HostPaths;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "--mem-limit needs a memory cgroup, and none is usable here: {0}. Run edgebench as root, \
+         or under systemd with Delegate=yes (e.g. `systemd-run --user -p Delegate=yes --scope edgebench run ...`), \
+         or drop --mem-limit"
+    )]
+    Unavailable(String),
+    #[error("cannot set up memory cgroup {path}: {reason}")]
+    Setup { path: PathBuf, reason: String },
+}
+
+/// Where new cgroups go: the memory hierarchy's directory for our own cgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupParent {
+    pub version: Version,
+    pub dir: PathBuf,
+}
+
+/// `<procfs>/self/cgroup` lines: `0::/path` (v2) or `N:memory:/path` (v1; controllers may be
+/// comma-joined).
+pub fn own_cgroup_path(self_cgroup: &str, version: Version) -> Option<String> {
+    self_cgroup.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let wanted = match version {
+            Version::V2 => controllers.is_empty(),
+            Version::V1 => controllers.split(',').any(|c| c == "memory"),
+        };
+        wanted.then(|| path.trim().to_string())
+    })
+}
+
+/// Finds the hierarchy and our place in it.
+pub fn locate(paths: &HostPaths) -> Result<CgroupParent, CgroupError> {
+    let root = paths.sys("fs/cgroup");
+    let self_cgroup = std::fs::read_to_string(paths.proc("self/cgroup"))
+        .map_err(|e| CgroupError::Unavailable(format!("cannot read {}: {e}", paths.proc("self/cgroup").display())))?;
+    let v2_controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    let (version, base) = if v2_controllers.split_whitespace().any(|c| c == "memory") {
+        (Version::V2, root.clone())
+    } else if root.join("memory").is_dir() {
+        (Version::V1, root.join("memory"))
+    } else {
+        return Err(CgroupError::Unavailable(format!(
+            "no memory controller under {} (neither cgroup v2 with `memory` nor a v1 memory hierarchy)",
+            root.display()
+        )));
+    };
+    let own = own_cgroup_path(&self_cgroup, version).unwrap_or_else(|| "/".into());
+    Ok(CgroupParent {
+        version,
+        dir: base.join(own.trim_start_matches('/')),
+    })
+}
+
+/// One trial's cgroup; removed when dropped (after its process has exited).
+#[derive(Debug)]
+pub struct TrialCgroup {
+    pub version: Version,
+    pub dir: PathBuf,
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    std::fs::write(path, value).map_err(|e| CgroupError::Setup {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+fn counter(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next()? == key).then(|| it.next()?.parse().ok())?
+    })
+}
+
+impl TrialCgroup {
+    /// Creates `<parent>/<name>` capped at `limit` bytes of RAM and, when `swap` is given, that
+    /// much swap on top (None leaves swap as the host has it).
+    pub fn create(parent: &CgroupParent, name: &str, limit: u64, swap: Option<u64>) -> Result<TrialCgroup, CgroupError> {
+        let dir = parent.dir.join(name);
+        if parent.version == Version::V2 {
+            // Children only get the controller if the parent hands it down.
+            let control = parent.dir.join("cgroup.subtree_control");
+            let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+            if !enabled.split_whitespace().any(|c| c == "memory") {
+                write(&control, "+memory").map_err(|e| CgroupError::Unavailable(e.to_string()))?;
+            }
+        }
+        std::fs::create_dir(&dir).map_err(|e| CgroupError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
+        let cg = TrialCgroup { version: parent.version, dir };
+        match cg.version {
+            Version::V2 => {
+                write(&cg.dir.join("memory.max"), &limit.to_string())?;
+                if let Some(swap) = swap {
+                    write(&cg.dir.join("memory.swap.max"), &swap.to_string())?;
+                }
+            }
+            Version::V1 => {
+                write(&cg.dir.join("memory.limit_in_bytes"), &limit.to_string())?;
+                if let Some(swap) = swap {
+                    // memsw counts RAM + swap; it must be set after, and be >=, the RAM limit.
+                    let memsw = cg.dir.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write(&memsw, &limit.saturating_add(swap).to_string())?;
+                    } else if swap == 0 {
+                        write(&cg.dir.join("memory.swappiness"), "0")?;
+                    }
+                }
+            }
+        }
+        Ok(cg)
+    }
+
+    pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
+        write(&self.dir.join("cgroup.procs"), &pid.to_string())
+    }
+
+    /// OOM kills inside this cgroup.
+    pub fn oom_kills(&self) -> Option<u64> {
+        let file = match self.version {
+            Version::V2 => "memory.events",
+            Version::V1 => "memory.oom_control",
+        };
+        counter(&std::fs::read_to_string(self.dir.join(file)).ok()?, "oom_kill")
+    }
+}
+
+impl Drop for TrialCgroup {
+    fn drop(&mut self) {
+        // Fails only while a process is still inside; then the directory is left for the admin.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Proves before the run that a cgroup can be made here (creates and removes a probe).
+pub fn check(paths: &HostPaths, limit: u64) -> Result<CgroupParent, CgroupError> {
+    let parent = locate(paths)?;
+    let probe = TrialCgroup::create(&parent, &format!("edgebench-probe-{}", std::process::id()), limit, None)?;
+    drop(probe);
+    Ok(parent)
+}
+
+/// Parses sizes like `4G`, `512M`, `1.5GiB`, `1000000` (bytes). Binary units.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("invalid size '{text}' (e.g. 4G, 512M)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("invalid size unit '{other}' in '{text}' (use K, M, G)")),
+    };
+    Ok((value * mult as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn own_cgroup_from_proc_self_cgroup() {
+        let text = "9:name=systemd:/\n4:cpu,memory:/process_api/abc\n0::/user.slice/x.scope\n";
+        assert_eq!(own_cgroup_path(text, Version::V1).as_deref(), Some("/process_api/abc"));
+        assert_eq!(own_cgroup_path(text, Version::V2).as_deref(), Some("/user.slice/x.scope"));
+    }
+
+    fn tree(v2: bool) -> (tempfile::TempDir, HostPaths) {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let proc_ = dir.path().join("proc");
+        std::fs::create_dir_all(proc_.join("self")).unwrap();
+        if v2 {
+            std::fs::create_dir_all(sys.join("fs/cgroup/user.slice")).unwrap();
+            std::fs::write(sys.join("fs/cgroup/cgroup.controllers"), "cpu io memory pids\n").unwrap();
+            std::fs::write(sys.join("fs/cgroup/user.slice/cgroup.subtree_control"), "").unwrap();
+            std::fs::write(proc_.join("self/cgroup"), "0::/user.slice\n").unwrap();
+        } else {
+            std::fs::create_dir_all(sys.join("fs/cgroup/memory/jobs")).unwrap();
+            std::fs::write(proc_.join("self/cgroup"), "4:memory:/jobs\n0::/\n").unwrap();
+        }
+        let paths = HostPaths { sysfs: sys, procfs: proc_ };
+        (dir, paths)
+    }
+
+    // A plain directory tree stands in for cgroupfs: the files edgebench writes are checked.
+    #[test]
+    fn v2_limits_and_oom_counter() {
+        let (_d, paths) = tree(true);
+        let parent = locate(&paths).unwrap();
+        assert_eq!(parent.version, Version::V2);
+        assert!(parent.dir.ends_with("fs/cgroup/user.slice"));
+        let cg = TrialCgroup::create(&parent, "t1", 1 << 30, Some(0)).unwrap();
+        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.max")).unwrap(), "1073741824");
+        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.swap.max")).unwrap(), "0");
+        assert_eq!(std::fs::read_to_string(parent.dir.join("cgroup.subtree_control")).unwrap(), "+memory");
+        std::fs::write(cg.dir.join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        assert_eq!(cg.oom_kills(), Some(1));
+    }
+
+    #[test]
+    fn v1_limits_and_oom_counter() {
+        let (_d, paths) = tree(false);
+        let parent = locate(&paths).unwrap();
+        assert_eq!(parent.version, Version::V1);
+        assert!(parent.dir.ends_with("fs/cgroup/memory/jobs"));
+        let cg = TrialCgroup::create(&parent, "t2", 100, Some(50)).unwrap();
+        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.limit_in_bytes")).unwrap(), "100");
+        std::fs::write(cg.dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+        assert_eq!(cg.oom_kills(), Some(2));
+    }
+
+    #[test]
+    fn no_memory_controller_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = HostPaths { sysfs: dir.path().join("sys"), procfs: dir.path().join("proc") };
+        std::fs::create_dir_all(paths.proc("self")).unwrap();
+        std::fs::write(paths.proc("self/cgroup"), "0::/\n").unwrap();
+        let err = locate(&paths).unwrap_err().to_string();
+        assert!(err.contains("--mem-limit") && err.contains("memory controller"), "{err}");
+    }
+}

@@ -1,0 +1,108 @@
+//! How much memory a trial will need, predicted before it runs, so configurations that cannot
+//! fit are skipped instead of taking the board down, and so the prediction can be checked
+//! against the measured peak (both are stored).
+//!
+//! peak ≈ base + params x 4 B x PARAM_COPIES + activations/image x batch x 4 B x ACTIVATION_COPIES
+//!
+//! PARAM_COPIES covers weights, gradients, momentum and the update's temporaries;
+//! ACTIVATION_COPIES the forward outputs candle keeps for backward (conv, +bias, ReLU are
+//! separate tensors) plus the gradients alive during backward. The constants were fitted to
+//! peak RSS measured on the CPU (see README, "Memory").
+
+use crate::models::NetSpec;
+use serde::Serialize;
+
+pub const BASE_BYTES: u64 = 64 << 20;
+pub const PARAM_COPIES: f64 = 4.0;
+pub const ACTIVATION_COPIES: f64 = 4.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemoryEstimate {
+    pub params_bytes: u64,
+    pub activations_bytes: u64,
+    pub base_bytes: u64,
+    pub total_bytes: u64,
+}
+
+pub fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
+    let params = net.summary().params as f64 * 4.0 * PARAM_COPIES;
+    let activations = net.activation_elements_per_image() as f64 * batch as f64 * 4.0 * ACTIVATION_COPIES;
+    let (params, activations) = (params as u64, activations as u64);
+    MemoryEstimate {
+        params_bytes: params,
+        activations_bytes: activations,
+        base_bytes: BASE_BYTES,
+        total_bytes: BASE_BYTES + params + activations,
+    }
+}
+
+/// What the host offers a trial: RAM (or the cgroup cap) and swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    pub ram_bytes: u64,
+    pub available_bytes: u64,
+    pub swap_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit {
+    Fits,
+    /// More than the RAM available now: it will swap (a warning; the trial runs).
+    NeedsSwap,
+    /// More than RAM + swap: skipped unless --try-anyway.
+    DoesNotFit,
+}
+
+pub fn fit(need: u64, cap: Capacity) -> Fit {
+    if need > cap.ram_bytes.saturating_add(cap.swap_bytes) {
+        Fit::DoesNotFit
+    } else if need > cap.available_bytes.min(cap.ram_bytes) {
+        Fit::NeedsSwap
+    } else {
+        Fit::Fits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models;
+
+    #[test]
+    fn estimate_grows_with_batch_and_counts_parameters() {
+        let alex = models::by_name("alexnet").unwrap();
+        let e1 = estimate(alex, 1);
+        let e32 = estimate(alex, 32);
+        assert_eq!(e1.params_bytes, (60_965_224.0 * 4.0 * PARAM_COPIES) as u64);
+        assert_eq!(e32.activations_bytes, e1.activations_bytes * 32);
+        assert_eq!(e32.total_bytes, BASE_BYTES + e32.params_bytes + e32.activations_bytes);
+        let goog = models::by_name("googlenet").unwrap();
+        // GoogLeNet has 4.5x fewer parameters but far more activations per image
+        assert!(goog.activation_elements_per_image() > 4 * alex.activation_elements_per_image());
+    }
+
+    #[test]
+    fn activation_elements_count_every_output() {
+        // AlexNet per image: input + every layer output (hand-summed from the stage shapes)
+        let alex = models::by_name("alexnet").unwrap();
+        let by_hand = 3 * 227 * 227
+            + 2 * 96 * 55 * 55 // conv1, norm1
+            + 96 * 27 * 27
+            + 2 * 256 * 27 * 27
+            + 256 * 13 * 13
+            + 2 * 384 * 13 * 13
+            + 256 * 13 * 13
+            + 256 * 6 * 6
+            + 4 * 4096
+            + 1000;
+        assert_eq!(alex.activation_elements_per_image(), by_hand);
+    }
+
+    #[test]
+    fn fit_verdicts() {
+        let cap = Capacity { ram_bytes: 4 << 30, available_bytes: 3 << 30, swap_bytes: 2 << 30 };
+        assert_eq!(fit(1 << 30, cap), Fit::Fits);
+        assert_eq!(fit(7 << 29, cap), Fit::NeedsSwap);
+        assert_eq!(fit(7 << 30, cap), Fit::DoesNotFit);
+    }
+}

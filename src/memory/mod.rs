@@ -1,0 +1,11 @@
+//! Memory: procfs counters, the sampler that reads them while a worker trains, the swap
+//! verdict, the pre-trial estimate, and the per-trial memory cgroup.
+
+pub mod cgroup;
+pub mod estimate;
+pub mod procfs;
+pub mod sampler;
+pub mod verdict;
+
+pub use sampler::{MemorySample, MemorySampler};
+pub use verdict::{assess, MemoryReport, SwapThresholds};

@@ -1,0 +1,252 @@
+//! Parsers for the procfs files the memory sampler reads, each a pure function of the text so
+//! fixtures test them exactly, plus thin readers through the configurable procfs root.
+
+use crate::host::HostPaths;
+
+/// /proc/meminfo values, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    pub mem_total: u64,
+    pub mem_available: u64,
+    pub swap_total: u64,
+    pub swap_free: u64,
+}
+
+/// The /proc/vmstat counters that tell about swapping and the OOM killer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VmStat {
+    pub pswpin: u64,
+    pub pswpout: u64,
+    pub pgmajfault: u64,
+    /// Absent before Linux 4.13; treated as 0.
+    pub oom_kill: u64,
+}
+
+/// One line of /proc/swaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SwapDevice {
+    pub name: String,
+    /// `partition` or `file` as the kernel says; zram devices are partitions named /dev/zramN.
+    pub kind: String,
+    pub size_bytes: u64,
+    pub used_bytes: u64,
+    pub zram: bool,
+}
+
+/// A process's memory from /proc/<pid>/status and /proc/<pid>/stat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcMemory {
+    pub rss_bytes: u64,
+    /// Peak resident set ("high water mark").
+    pub hwm_bytes: u64,
+    /// The process's own pages now in swap.
+    pub swap_bytes: u64,
+    /// Major page faults of the process (stat field 12).
+    pub major_faults: u64,
+}
+
+/// /proc/pressure/memory totals (microseconds stalled), absent on Jetson L4T kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Psi {
+    pub some_total_us: u64,
+    pub full_total_us: u64,
+}
+
+fn kb_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        (k.trim() == key).then(|| v.split_whitespace().next()?.parse::<u64>().ok())?
+    })
+}
+
+pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
+    let kb = |key| kb_field(text, key).map(|v| v * 1024);
+    Some(MemInfo {
+        mem_total: kb("MemTotal")?,
+        // MemAvailable exists since 3.14; older kernels: free + cached is the usual stand-in.
+        mem_available: kb("MemAvailable")
+            .or_else(|| Some(kb("MemFree")? + kb("Cached").unwrap_or(0)))?,
+        swap_total: kb("SwapTotal").unwrap_or(0),
+        swap_free: kb("SwapFree").unwrap_or(0),
+    })
+}
+
+pub fn parse_vmstat(text: &str) -> VmStat {
+    let mut v = VmStat::default();
+    for line in text.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(key), Some(Ok(value))) = (parts.next(), parts.next().map(str::parse::<u64>)) else {
+            continue;
+        };
+        match key {
+            "pswpin" => v.pswpin = value,
+            "pswpout" => v.pswpout = value,
+            "pgmajfault" => v.pgmajfault = value,
+            "oom_kill" => v.oom_kill = value,
+            _ => {}
+        }
+    }
+    v
+}
+
+pub fn parse_swaps(text: &str) -> Vec<SwapDevice> {
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 4 {
+                return None;
+            }
+            let name = f[0].to_string();
+            Some(SwapDevice {
+                zram: name.contains("/zram"),
+                kind: f[1].to_string(),
+                size_bytes: f[2].parse::<u64>().ok()? * 1024,
+                used_bytes: f[3].parse::<u64>().ok()? * 1024,
+                name,
+            })
+        })
+        .collect()
+}
+
+/// Parses /proc/<pid>/status (VmRSS, VmHWM, VmSwap) and /proc/<pid>/stat (majflt).
+pub fn parse_proc_memory(status: &str, stat: &str) -> Option<ProcMemory> {
+    // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // Fields from 3 on; majflt is field 12, so index 9 here.
+    let major_faults = after_comm.split_whitespace().nth(9)?.parse().ok()?;
+    Some(ProcMemory {
+        rss_bytes: kb_field(status, "VmRSS").unwrap_or(0) * 1024,
+        hwm_bytes: kb_field(status, "VmHWM").unwrap_or(0) * 1024,
+        swap_bytes: kb_field(status, "VmSwap").unwrap_or(0) * 1024,
+        major_faults,
+    })
+}
+
+pub fn parse_psi(text: &str) -> Option<Psi> {
+    let total = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))?
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("total="))?
+            .parse::<u64>()
+            .ok()
+    };
+    Some(Psi {
+        some_total_us: total("some")?,
+        full_total_us: total("full").unwrap_or(0),
+    })
+}
+
+/// Reads through the procfs root; a missing file is `None`, never an error: not every kernel
+/// has every file (PSI is off on Jetson kernels).
+pub struct ProcReader {
+    paths: HostPaths,
+}
+
+impl ProcReader {
+    pub fn new(paths: &HostPaths) -> ProcReader {
+        ProcReader {
+            paths: paths.clone(),
+        }
+    }
+
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.paths.proc(rel)).ok()
+    }
+
+    pub fn meminfo(&self) -> Option<MemInfo> {
+        parse_meminfo(&self.read("meminfo")?)
+    }
+
+    pub fn vmstat(&self) -> Option<VmStat> {
+        self.read("vmstat").map(|t| parse_vmstat(&t))
+    }
+
+    pub fn swaps(&self) -> Vec<SwapDevice> {
+        self.read("swaps").map(|t| parse_swaps(&t)).unwrap_or_default()
+    }
+
+    pub fn process(&self, pid: u32) -> Option<ProcMemory> {
+        parse_proc_memory(
+            &self.read(&format!("{pid}/status"))?,
+            &self.read(&format!("{pid}/stat"))?,
+        )
+    }
+
+    pub fn psi(&self) -> Option<Psi> {
+        parse_psi(&self.read("pressure/memory")?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEMINFO: &str = "MemTotal:        4059284 kB\nMemFree:          211340 kB\n\
+        MemAvailable:    1520900 kB\nBuffers:           40000 kB\nCached:          1200000 kB\n\
+        SwapCached:        12000 kB\nSwapTotal:       2029632 kB\nSwapFree:        1900000 kB\n";
+
+    #[test]
+    fn meminfo_in_bytes() {
+        let m = parse_meminfo(MEMINFO).unwrap();
+        assert_eq!(m.mem_total, 4_059_284 * 1024);
+        assert_eq!(m.mem_available, 1_520_900 * 1024);
+        assert_eq!((m.swap_total, m.swap_free), (2_029_632 * 1024, 1_900_000 * 1024));
+        // 3.10 kernels (L4T 28) have no MemAvailable
+        let old = "MemTotal: 100 kB\nMemFree: 10 kB\nCached: 5 kB\n";
+        assert_eq!(parse_meminfo(old).unwrap().mem_available, 15 * 1024);
+        assert_eq!(parse_meminfo("garbage"), None);
+    }
+
+    #[test]
+    fn vmstat_counters() {
+        let v = parse_vmstat("nr_free_pages 1000\npswpin 17\npswpout 230\npgmajfault 999\noom_kill 2\n");
+        assert_eq!(v, VmStat { pswpin: 17, pswpout: 230, pgmajfault: 999, oom_kill: 2 });
+        assert_eq!(parse_vmstat("pswpin 1\n").oom_kill, 0);
+    }
+
+    #[test]
+    fn swaps_zram_and_file() {
+        let text = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n\
+            /dev/zram0                              partition\t507416\t\t1024\t\t5\n\
+            /swapfile                               file\t\t2097148\t\t0\t\t-2\n";
+        let s = parse_swaps(text);
+        assert_eq!(s.len(), 2);
+        assert!(s[0].zram && s[0].kind == "partition" && s[0].used_bytes == 1024 * 1024);
+        assert!(!s[1].zram && s[1].kind == "file" && s[1].size_bytes == 2_097_148 * 1024);
+        assert!(parse_swaps("Filename Type Size Used Priority\n").is_empty());
+    }
+
+    #[test]
+    fn process_memory_with_a_hostile_command_name() {
+        let status = "Name:\tedgebench\nVmHWM:\t 2000 kB\nVmRSS:\t 1500 kB\nVmSwap:\t  300 kB\n";
+        let stat = "4242 (edge bench) (x)) R 1 4242 4242 0 -1 4194304 5000 0 77 0 10 5 0 0 20 0";
+        let p = parse_proc_memory(status, stat).unwrap();
+        assert_eq!(p.major_faults, 77);
+        assert_eq!((p.rss_bytes, p.hwm_bytes, p.swap_bytes), (1_536_000, 2_048_000, 307_200));
+    }
+
+    #[test]
+    fn psi_totals() {
+        let text = "some avg10=0.00 avg60=0.10 avg300=0.05 total=123456\n\
+            full avg10=0.00 avg60=0.00 avg300=0.00 total=6543\n";
+        assert_eq!(parse_psi(text), Some(Psi { some_total_us: 123_456, full_total_us: 6543 }));
+        assert_eq!(parse_psi(""), None);
+    }
+
+    #[test]
+    fn reader_uses_the_procfs_root_and_tolerates_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("meminfo"), MEMINFO).unwrap();
+        let r = ProcReader::new(&HostPaths {
+            sysfs: dir.path().join("sys"),
+            procfs: dir.path().to_path_buf(),
+        });
+        assert_eq!(r.meminfo().unwrap().mem_total, 4_059_284 * 1024);
+        assert_eq!(r.psi(), None); // no PSI, as on L4T
+        assert_eq!(r.vmstat(), None);
+        assert!(r.swaps().is_empty());
+        assert_eq!(r.process(1), None);
+    }
+}

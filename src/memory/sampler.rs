@@ -1,0 +1,70 @@
+//! The memory sampler: a thread in the parent that reads procfs at a fixed interval while a
+//! worker trains, so it keeps running even if the worker is killed.
+
+use super::procfs::{MemInfo, ProcMemory, ProcReader, Psi, VmStat};
+use crate::host::HostPaths;
+use crate::train::monotonic_ns;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One reading, on the same CLOCK_MONOTONIC as the iteration records.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemorySample {
+    pub t_ns: i64,
+    pub system: Option<MemInfo>,
+    pub vm: Option<VmStat>,
+    pub psi: Option<Psi>,
+    /// The worker; `None` once it has exited.
+    pub process: Option<ProcMemory>,
+}
+
+pub fn sample(reader: &ProcReader, pid: Option<u32>) -> MemorySample {
+    MemorySample {
+        t_ns: monotonic_ns(),
+        system: reader.meminfo(),
+        vm: reader.vmstat(),
+        psi: reader.psi(),
+        process: pid.and_then(|p| reader.process(p)),
+    }
+}
+
+pub struct MemorySampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<MemorySample>>,
+}
+
+impl MemorySampler {
+    /// Samples now and then every `interval` until `stop`.
+    pub fn start(paths: &HostPaths, pid: u32, interval: Duration) -> std::io::Result<MemorySampler> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = ProcReader::new(paths);
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("memory-sampler".into())
+            .spawn(move || {
+                let mut samples = Vec::new();
+                loop {
+                    samples.push(sample(&reader, Some(pid)));
+                    // Sleep in short slices so stop() returns promptly.
+                    let mut left = interval;
+                    while !left.is_zero() && !flag.load(Ordering::Relaxed) {
+                        let nap = left.min(Duration::from_millis(20));
+                        std::thread::sleep(nap);
+                        left -= nap;
+                    }
+                    if flag.load(Ordering::Relaxed) {
+                        samples.push(sample(&reader, Some(pid)));
+                        return samples;
+                    }
+                }
+            })?;
+        Ok(MemorySampler { stop, thread })
+    }
+
+    pub fn stop(self) -> Vec<MemorySample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}

@@ -1,0 +1,169 @@
+//! The worker: the child process that trains one trial (`edgebench worker`, hidden). It reads
+//! its job as one JSON line on stdin and answers with JSON lines on stdout, one per iteration
+//! and a last one saying how it ended. An OOM kill, an abort or a panic costs this process and
+//! this trial only; the parent already holds every iteration reported.
+
+use crate::config::DeviceKind;
+use crate::models;
+use crate::store::IterationRecord;
+use crate::train::data::Dataset;
+use crate::train::{self, Control, TrialEnd, TrialSpec};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSpec {
+    Synthetic { seed: u64, classes: usize },
+    Folder { dir: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerJob {
+    pub net: String,
+    pub device: DeviceKind,
+    pub batch: usize,
+    pub epochs: usize,
+    pub images: usize,
+    pub seed: u64,
+    pub data: DataSpec,
+}
+
+impl WorkerJob {
+    pub fn new(spec: &TrialSpec, data: DataSpec) -> WorkerJob {
+        WorkerJob {
+            net: spec.net.name.to_string(),
+            device: spec.device,
+            batch: spec.batch,
+            epochs: spec.epochs,
+            images: spec.images,
+            seed: spec.seed,
+            data,
+        }
+    }
+}
+
+/// What the worker says on stdout, one JSON object per line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMessage {
+    Iteration(IterationRecord),
+    /// Trained every iteration, or stopped at a boundary when asked (SIGTERM/SIGINT).
+    Done { stopped: bool },
+    /// An error or a panic; the message says what.
+    Failed { error: String },
+}
+
+fn train(job: &WorkerJob, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<TrialEnd> {
+    let net = models::by_name(&job.net).ok_or_else(|| anyhow::anyhow!("unknown network {}", job.net))?;
+    let data = match &job.data {
+        DataSpec::Synthetic { seed, classes } => Dataset::synthetic(*seed, *classes, job.images),
+        DataSpec::Folder { dir } => Dataset::folder(dir, job.images)?,
+    };
+    let spec = TrialSpec {
+        net,
+        device: job.device,
+        batch: job.batch,
+        epochs: job.epochs,
+        images: job.images,
+        seed: job.seed,
+    };
+    train::run_trial(&spec, &data, &mut |rec| {
+        send(out, &WorkerMessage::Iteration(*rec))?;
+        Ok(if stop.load(Ordering::SeqCst) { Control::Stop } else { Control::Continue })
+    })
+}
+
+fn send(out: &mut dyn Write, msg: &WorkerMessage) -> anyhow::Result<()> {
+    let mut line = serde_json::to_string(msg)?;
+    line.push('\n');
+    out.write_all(line.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The worker process's whole life; returns its exit code.
+pub fn main() -> i32 {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if signal_hook::flag::register(signal, Arc::clone(&stop)).is_err() {
+            return 1;
+        }
+    }
+    let mut line = String::new();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let job: WorkerJob = match std::io::stdin().lock().read_line(&mut line).map_err(anyhow::Error::from).and_then(|_| {
+        serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("bad worker job: {e}"))
+    }) {
+        Ok(job) => job,
+        Err(e) => {
+            let _ = send(&mut out, &WorkerMessage::Failed { error: format!("{e:#}") });
+            return 2;
+        }
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| train(&job, &stop, &mut out)));
+    let msg = match result {
+        Ok(Ok(end)) => WorkerMessage::Done {
+            stopped: end == TrialEnd::Stopped,
+        },
+        Ok(Err(e)) => WorkerMessage::Failed { error: format!("{e:#}") },
+        Err(panic) => WorkerMessage::Failed {
+            error: format!("panic while training: {}", panic_text(&panic)),
+        },
+    };
+    match send(&mut out, &msg) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+pub fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_as_json_lines() {
+        let rec = IterationRecord {
+            step: 3,
+            epoch: 0,
+            loss: 6.5,
+            lr: 0.01,
+            data_s: 0.001,
+            step_s: 0.2,
+            t_start_ns: 10,
+            t_end_ns: 20,
+        };
+        for msg in [
+            WorkerMessage::Iteration(rec),
+            WorkerMessage::Done { stopped: true },
+            WorkerMessage::Failed { error: "x".into() },
+        ] {
+            let line = serde_json::to_string(&msg).unwrap();
+            assert!(!line.contains('\n'));
+            assert_eq!(serde_json::from_str::<WorkerMessage>(&line).unwrap(), msg);
+        }
+        let job = WorkerJob {
+            net: "alexnet".into(),
+            device: DeviceKind::Cpu,
+            batch: 2,
+            epochs: 1,
+            images: 4,
+            seed: 1,
+            data: DataSpec::Folder { dir: "/data".into() },
+        };
+        let text = serde_json::to_string(&job).unwrap();
+        assert_eq!(serde_json::from_str::<WorkerJob>(&text).unwrap(), job);
+    }
+}
