@@ -124,7 +124,9 @@ impl MemoryConfig {
     pub fn swap_limit_bytes(&self) -> Result<Option<u64>, String> {
         self.swap_limit
             .as_deref()
-            .map(|s| crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.swap_limit: {e}")))
+            .map(|s| {
+                crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.swap_limit: {e}"))
+            })
             .transpose()
     }
 }
@@ -301,7 +303,9 @@ impl Config {
         self.memory.limit_bytes().map_err(invalid)?;
         self.memory.swap_limit_bytes().map_err(invalid)?;
         if self.memory.sample_interval_ms == 0 {
-            return Err(invalid("memory.sample_interval_ms must be at least 1".into()));
+            return Err(invalid(
+                "memory.sample_interval_ms must be at least 1".into(),
+            ));
         }
         if self.data.synthetic_classes == 0 {
             return Err(invalid("data.synthetic_classes must be at least 1".into()));

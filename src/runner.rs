@@ -95,8 +95,16 @@ fn memory_plan(config: &Config, host: &HostPaths) -> anyhow::Result<MemoryPlan> 
     let limit = config.memory.limit_bytes().map_err(anyhow::Error::msg)?;
     Ok(MemoryPlan {
         limit,
-        swap_limit: config.memory.swap_limit_bytes().map_err(anyhow::Error::msg)?,
-        parent: limit.map(|_| cgroup::locate(host)).transpose()?,
+        swap_limit: config
+            .memory
+            .swap_limit_bytes()
+            .map_err(anyhow::Error::msg)?,
+        // Without --mem-limit a cgroup is still worth having (it attributes OOM kills to the
+        // trial), but not worth failing for.
+        parent: match limit {
+            Some(_) => Some(cgroup::locate(host)?),
+            None => cgroup::locate(host).ok(),
+        },
         thresholds: SwapThresholds {
             major_faults_per_iteration: config.memory.major_faults_per_iteration,
         },
@@ -201,7 +209,8 @@ fn classify(end: &WorkerEnd) -> (&'static str, Option<String>) {
 }
 
 fn worker_command() -> anyhow::Result<Command> {
-    let exe = std::env::current_exe().context("cannot find the edgebench executable to start a worker")?;
+    let exe = std::env::current_exe()
+        .context("cannot find the edgebench executable to start a worker")?;
     let mut cmd = Command::new(exe);
     cmd.arg("worker")
         .stdin(Stdio::piped())
@@ -272,26 +281,34 @@ fn run_one(
         }
     }
 
+    let cgroup_name = format!("edgebench-{}-{trial_id}", std::process::id());
     let cgroup = match (&ctx.memory.parent, ctx.memory.limit) {
         (Some(parent), Some(limit)) => Some(cgroup::TrialCgroup::create(
             parent,
-            &format!("edgebench-{}-{trial_id}", std::process::id()),
-            limit,
+            &cgroup_name,
+            Some(limit),
             ctx.memory.swap_limit,
         )?),
-        _ => None,
+        (Some(parent), None) => cgroup::TrialCgroup::create(parent, &cgroup_name, None, None)
+            .map_err(|e| tracing::debug!("no accounting cgroup: {e}"))
+            .ok(),
+        (None, _) => None,
     };
     let vm_before = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
-    let mut child = worker_command()?.spawn().context("cannot start the worker process")?;
+    let mut child = worker_command()?
+        .spawn()
+        .context("cannot start the worker process")?;
     let pid = child.id();
     // Into the cgroup before it has the job, so nothing it allocates escapes the cap.
-    if let Some(cg) = &cgroup {
-        if let Err(e) = cg.add(pid) {
+    let cgroup = match cgroup.map(|cg| cg.add(pid).map(|_| cg)) {
+        Some(Err(e)) if ctx.memory.limit.is_some() => {
             let _ = child.kill();
             let _ = child.wait();
             return Err(e.into());
         }
-    }
+        Some(Err(_)) | None => None,
+        Some(Ok(cg)) => Some(cg),
+    };
     let sampler = MemorySampler::start(ctx.host, pid, ctx.memory.interval)?;
     let job = WorkerJob::new(&trial.spec, data_spec(ctx.config));
     {
@@ -342,7 +359,12 @@ fn run_one(
                     bar.set_position(rec.step as u64 + 1);
                     bar.set_message(format!("loss {:.4}", rec.loss));
                 } else if rec.step % 50 == 0 || rec.step + 1 == planned {
-                    tracing::info!(step = rec.step, loss = rec.loss, step_s = rec.step_s, "iteration");
+                    tracing::info!(
+                        step = rec.step,
+                        loss = rec.loss,
+                        step_s = rec.step_s,
+                        "iteration"
+                    );
                 }
                 iterations.push(rec);
             }
@@ -354,8 +376,10 @@ fn run_one(
     let _ = reader.join();
     let status = child.wait().ok();
     let samples = sampler.stop();
-    let oom_kills = match &cgroup {
-        Some(cg) => cg.oom_kills().unwrap_or(0),
+    // The trial's own cgroup counts only its OOM kills; the system-wide counter (the fallback
+    // without cgroups) could also count another process killed meanwhile.
+    let oom_kills = match cgroup.as_ref().and_then(|cg| cg.oom_kills()) {
+        Some(n) => n,
         None => {
             let after = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
             after.zip(vm_before).map_or(0, |(a, b)| a.saturating_sub(b))
@@ -363,14 +387,23 @@ fn run_one(
     };
     drop(cgroup);
     if let Some(e) = store_error {
-        anyhow::bail!("the results database failed while recording {}: {e}", trial_label(trial));
+        anyhow::bail!(
+            "the results database failed while recording {}: {e}",
+            trial_label(trial)
+        );
     }
-    let (status, error) = classify(&WorkerEnd { last, status, oom_kills });
+    let (status, error) = classify(&WorkerEnd {
+        last,
+        status,
+        oom_kills,
+    });
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
     let times = stats::time_summary(&step_s, warmup, trial.spec.batch);
-    let measured = iterations.get(warmup.min(iterations.len())..).unwrap_or_default();
+    let measured = iterations
+        .get(warmup.min(iterations.len())..)
+        .unwrap_or_default();
     let (from_ns, to_ns) = match (measured.first(), measured.last()) {
         (Some(a), Some(b)) => (a.t_start_ns, b.t_end_ns),
         _ => (
@@ -378,7 +411,13 @@ fn run_one(
             samples.last().map_or(0, |s| s.t_ns),
         ),
     };
-    let report = assess(&samples, from_ns, to_ns, measured.len(), &ctx.memory.thresholds);
+    let report = assess(
+        &samples,
+        from_ns,
+        to_ns,
+        measured.len(),
+        &ctx.memory.thresholds,
+    );
     memory.swap_in_pages = Some(report.swap_in_pages as i64);
     memory.swap_out_pages = Some(report.swap_out_pages as i64);
     memory.major_faults = Some(report.major_faults as i64);
@@ -403,7 +442,11 @@ fn run_one(
     };
     store.finish_trial(trial_id, &summary)?;
     let line = match &error {
-        Some(e) => format!("{} {status} after {} iterations: {e}", trial_label(trial), step_s.len()),
+        Some(e) => format!(
+            "{} {status} after {} iterations: {e}",
+            trial_label(trial),
+            step_s.len()
+        ),
         None => format!(
             "{} {status}: {} iterations, {}{}",
             trial_label(trial),
@@ -411,7 +454,11 @@ fn run_one(
             times
                 .map(|t| format!("{:.2} ms/img", t.time_per_image_s * 1e3))
                 .unwrap_or_else(|| "no measured iterations".into()),
-            if report.swap_pressure { " (SWAP-SPOILED)" } else { "" }
+            if report.swap_pressure {
+                " (SWAP-SPOILED)"
+            } else {
+                ""
+            }
         ),
     };
     say(line, error.is_some() || report.swap_pressure);

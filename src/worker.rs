@@ -52,13 +52,18 @@ impl WorkerJob {
 pub enum WorkerMessage {
     Iteration(IterationRecord),
     /// Trained every iteration, or stopped at a boundary when asked (SIGTERM/SIGINT).
-    Done { stopped: bool },
+    Done {
+        stopped: bool,
+    },
     /// An error or a panic; the message says what.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }
 
 fn train(job: &WorkerJob, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<TrialEnd> {
-    let net = models::by_name(&job.net).ok_or_else(|| anyhow::anyhow!("unknown network {}", job.net))?;
+    let net =
+        models::by_name(&job.net).ok_or_else(|| anyhow::anyhow!("unknown network {}", job.net))?;
     let data = match &job.data {
         DataSpec::Synthetic { seed, classes } => Dataset::synthetic(*seed, *classes, job.images),
         DataSpec::Folder { dir } => Dataset::folder(dir, job.images)?,
@@ -73,7 +78,11 @@ fn train(job: &WorkerJob, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Res
     };
     train::run_trial(&spec, &data, &mut |rec| {
         send(out, &WorkerMessage::Iteration(*rec))?;
-        Ok(if stop.load(Ordering::SeqCst) { Control::Stop } else { Control::Continue })
+        Ok(if stop.load(Ordering::SeqCst) {
+            Control::Stop
+        } else {
+            Control::Continue
+        })
     })
 }
 
@@ -96,21 +105,34 @@ pub fn main() -> i32 {
     let mut line = String::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let job: WorkerJob = match std::io::stdin().lock().read_line(&mut line).map_err(anyhow::Error::from).and_then(|_| {
-        serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("bad worker job: {e}"))
-    }) {
+    let job: WorkerJob = match std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(anyhow::Error::from)
+        .and_then(|_| {
+            serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("bad worker job: {e}"))
+        }) {
         Ok(job) => job,
         Err(e) => {
-            let _ = send(&mut out, &WorkerMessage::Failed { error: format!("{e:#}") });
+            let _ = send(
+                &mut out,
+                &WorkerMessage::Failed {
+                    error: format!("{e:#}"),
+                },
+            );
             return 2;
         }
     };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| train(&job, &stop, &mut out)));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train(&job, &stop, &mut out)
+    }));
     let msg = match result {
         Ok(Ok(end)) => WorkerMessage::Done {
             stopped: end == TrialEnd::Stopped,
         },
-        Ok(Err(e)) => WorkerMessage::Failed { error: format!("{e:#}") },
+        Ok(Err(e)) => WorkerMessage::Failed {
+            error: format!("{e:#}"),
+        },
         Err(panic) => WorkerMessage::Failed {
             error: format!("panic while training: {}", panic_text(&panic)),
         },
@@ -161,7 +183,9 @@ mod tests {
             epochs: 1,
             images: 4,
             seed: 1,
-            data: DataSpec::Folder { dir: "/data".into() },
+            data: DataSpec::Folder {
+                dir: "/data".into(),
+            },
         };
         let text = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<WorkerJob>(&text).unwrap(), job);

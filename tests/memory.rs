@@ -13,14 +13,28 @@ use std::time::{Duration, Instant};
 
 fn edgebench(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
-    cmd.current_dir(dir).env_remove("EDGEBENCH_DB").env("RAYON_NUM_THREADS", "2");
+    cmd.current_dir(dir)
+        .env_remove("EDGEBENCH_DB")
+        .env("RAYON_NUM_THREADS", "2");
     cmd
 }
 
 fn results(dir: &Path, db: &Path) -> Vec<Value> {
-    let out = edgebench(dir).args(["results", "--json", "--db"]).arg(db).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice::<Value>(&out.stdout).unwrap().as_array().unwrap().clone()
+    let out = edgebench(dir)
+        .args(["results", "--json", "--db"])
+        .arg(db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn describe(out: &Output) -> String {
@@ -38,14 +52,20 @@ fn cgroup_unusable() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("not root".into());
     }
-    cgroup::check(&HostPaths::default(), 1 << 30).err().map(|e| e.to_string())
+    cgroup::check(&HostPaths::default(), 1 << 30)
+        .err()
+        .map(|e| e.to_string())
 }
 
 fn worker_of(parent: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: u32 = e.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid: u32 = stat[stat.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok()?;
+        let ppid: u32 = stat[stat.rfind(')')? + 2..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
         (ppid == parent && cmdline.contains("worker")).then_some(pid)
     })
@@ -56,7 +76,9 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
     let mut child = edgebench(dir.path())
-        .args(["run", "--net", "alexnet", "--batch", "1,2", "--images", "40", "--epochs", "1", "--db"])
+        .args([
+            "run", "--net", "alexnet", "--batch", "1,2", "--images", "40", "--epochs", "1", "--db",
+        ])
         .arg(&db)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -67,7 +89,12 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         std::thread::sleep(Duration::from_millis(200));
         let done = Connection::open(&db)
             .ok()
-            .and_then(|c| c.query_row("SELECT COUNT(*) FROM iterations", [], |r| r.get::<_, i64>(0)).ok())
+            .and_then(|c| {
+                c.query_row("SELECT COUNT(*) FROM iterations", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .ok()
+            })
             .unwrap_or(0);
         if done >= 2 {
             break;
@@ -96,7 +123,10 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
     let rows = results(dir.path(), &db);
     let crashed = &rows[0];
     assert_eq!(crashed["status"], "crashed", "{crashed}");
-    assert!(crashed["error"].as_str().unwrap().contains("SIGKILL"), "{crashed}");
+    assert!(
+        crashed["error"].as_str().unwrap().contains("SIGKILL"),
+        "{crashed}"
+    );
     let kept = crashed["iterations"].as_u64().unwrap();
     assert!(kept >= 2, "{crashed}");
     let conn = Connection::open(&db).unwrap();
@@ -105,14 +135,24 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         .unwrap();
     assert_eq!(stored as u64, kept, "every reported iteration is kept");
     assert_eq!(rows[1]["batch"], 2);
-    assert!(["interrupted", "ok"].contains(&rows[1]["status"].as_str().unwrap()), "{}", rows[1]);
+    assert!(
+        ["interrupted", "ok"].contains(&rows[1]["status"].as_str().unwrap()),
+        "{}",
+        rows[1]
+    );
     // A resumed sweep treats the crashed trial as done, unless --retry-failed.
     let out = edgebench(dir.path())
-        .args(["run", "--net", "alexnet", "--batch", "1", "--images", "40", "--epochs", "1", "--db"])
+        .args([
+            "run", "--net", "alexnet", "--batch", "1", "--images", "40", "--epochs", "1", "--db",
+        ])
         .arg(&db)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("0 trial(s) run, 1 already done"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 trial(s) run, 1 already done"),
+        "{}",
+        describe(&out)
+    );
 }
 
 #[test]
@@ -120,7 +160,18 @@ fn memory_fields_and_estimate_are_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("m.db");
     let out = edgebench(dir.path())
-        .args(["run", "--net", "googlenet", "--batch", "1", "--images", "3", "--warmup", "1", "--db"])
+        .args([
+            "run",
+            "--net",
+            "googlenet",
+            "--batch",
+            "1",
+            "--images",
+            "3",
+            "--warmup",
+            "1",
+            "--db",
+        ])
         .arg(&db)
         .output()
         .unwrap();
@@ -130,7 +181,10 @@ fn memory_fields_and_estimate_are_recorded() {
     let peak = r["peak_rss_bytes"].as_f64().unwrap();
     let estimate = r["mem_estimate_bytes"].as_f64().unwrap();
     assert!(peak > 100e6 && estimate > 100e6, "{r}");
-    assert!(r["memory_note"].as_str().unwrap().contains("not swap-spoiled"));
+    assert!(r["memory_note"]
+        .as_str()
+        .unwrap()
+        .contains("not swap-spoiled"));
     assert!(r["mem_available_min_bytes"].as_u64().unwrap() > 0);
     let psi = Path::new("/proc/pressure/memory").exists();
     assert_eq!(r["psi_memory_some_us"].is_null(), !psi, "{r}");
@@ -147,7 +201,20 @@ fn a_trial_that_cannot_fit_is_skipped_before_it_runs() {
         return;
     }
     let out = edgebench(dir.path())
-        .args(["run", "--net", "alexnet", "--batch", "1", "--images", "1", "--mem-limit", "1M", "--mem-swap-limit", "0", "--db"])
+        .args([
+            "run",
+            "--net",
+            "alexnet",
+            "--batch",
+            "1",
+            "--images",
+            "1",
+            "--mem-limit",
+            "1M",
+            "--mem-swap-limit",
+            "0",
+            "--db",
+        ])
         .arg(&db)
         .output()
         .unwrap();
@@ -166,11 +233,25 @@ fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("oom.db");
-    // No swap in the cgroup and a cap far below GoogLeNet at batch 16, above it at batch 1.
+    // No swap in the cgroup and a cap well below GoogLeNet at batch 8 (~1.1 GB), above it at
+    // batch 1 (~0.4 GB).
     let out = edgebench(dir.path())
         .args([
-            "run", "--net", "googlenet", "--batch", "16,1", "--images", "16", "--epochs", "1",
-            "--mem-limit", "700M", "--mem-swap-limit", "0", "--try-anyway", "--db",
+            "run",
+            "--net",
+            "googlenet",
+            "--batch",
+            "8,1",
+            "--images",
+            "8",
+            "--epochs",
+            "1",
+            "--mem-limit",
+            "700M",
+            "--mem-swap-limit",
+            "0",
+            "--try-anyway",
+            "--db",
         ])
         .arg(&db)
         .output()
@@ -179,9 +260,13 @@ fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
     let rows = results(dir.path(), &db);
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0]["status"], "oom", "{}", rows[0]);
-    assert!(rows[0]["error"].as_str().unwrap().contains("OOM"), "{}", rows[0]);
+    assert!(
+        rows[0]["error"].as_str().unwrap().contains("OOM"),
+        "{}",
+        rows[0]
+    );
     assert_eq!(rows[1]["status"], "ok", "{}", rows[1]);
-    assert_eq!(rows[1]["iterations"], 16);
+    assert_eq!(rows[1]["iterations"], 8);
     assert_eq!(rows[1]["mem_limit_bytes"], 700 << 20);
 }
 
@@ -191,7 +276,9 @@ fn a_trial_pushed_into_swap_is_flagged() {
         eprintln!("skipped: memory cgroup unusable: {why}");
         return;
     }
-    let swap = ProcReader::new(&HostPaths::default()).meminfo().map_or(0, |m| m.swap_free);
+    let swap = ProcReader::new(&HostPaths::default())
+        .meminfo()
+        .map_or(0, |m| m.swap_free);
     if swap < 1 << 30 {
         eprintln!("skipped: needs at least 1 GiB of free swap (.ci/run turns on a swap file); have {swap} bytes");
         return;
@@ -200,7 +287,22 @@ fn a_trial_pushed_into_swap_is_flagged() {
     let db = dir.path().join("swap.db");
     // AlexNet at batch 4 peaks well above 600 MiB: with swap allowed it completes, paging.
     let out = edgebench(dir.path())
-        .args(["run", "--net", "alexnet", "--batch", "4", "--images", "12", "--epochs", "1", "--warmup", "1", "--mem-limit", "600M", "--db"])
+        .args([
+            "run",
+            "--net",
+            "alexnet",
+            "--batch",
+            "4",
+            "--images",
+            "12",
+            "--epochs",
+            "1",
+            "--warmup",
+            "1",
+            "--mem-limit",
+            "600M",
+            "--db",
+        ])
         .arg(&db)
         .output()
         .unwrap();
@@ -209,5 +311,11 @@ fn a_trial_pushed_into_swap_is_flagged() {
     assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["swap_pressure"], true, "{r}");
     assert!(r["major_faults"].as_u64().unwrap() > 0, "{r}");
-    assert!(r["memory_note"].as_str().unwrap().starts_with("swap-spoiled"), "{r}");
+    assert!(
+        r["memory_note"]
+            .as_str()
+            .unwrap()
+            .starts_with("swap-spoiled"),
+        "{r}"
+    );
 }

@@ -48,9 +48,14 @@ pub fn own_cgroup_path(self_cgroup: &str, version: Version) -> Option<String> {
 /// Finds the hierarchy and our place in it.
 pub fn locate(paths: &HostPaths) -> Result<CgroupParent, CgroupError> {
     let root = paths.sys("fs/cgroup");
-    let self_cgroup = std::fs::read_to_string(paths.proc("self/cgroup"))
-        .map_err(|e| CgroupError::Unavailable(format!("cannot read {}: {e}", paths.proc("self/cgroup").display())))?;
-    let v2_controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+    let self_cgroup = std::fs::read_to_string(paths.proc("self/cgroup")).map_err(|e| {
+        CgroupError::Unavailable(format!(
+            "cannot read {}: {e}",
+            paths.proc("self/cgroup").display()
+        ))
+    })?;
+    let v2_controllers =
+        std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
     let (version, base) = if v2_controllers.split_whitespace().any(|c| c == "memory") {
         (Version::V2, root.clone())
     } else if root.join("memory").is_dir() {
@@ -90,9 +95,15 @@ fn counter(text: &str, key: &str) -> Option<u64> {
 }
 
 impl TrialCgroup {
-    /// Creates `<parent>/<name>` capped at `limit` bytes of RAM and, when `swap` is given, that
-    /// much swap on top (None leaves swap as the host has it).
-    pub fn create(parent: &CgroupParent, name: &str, limit: u64, swap: Option<u64>) -> Result<TrialCgroup, CgroupError> {
+    /// Creates `<parent>/<name>` capped at `limit` bytes of RAM (None: no cap, the cgroup only
+    /// counts, so an OOM kill is attributed to this trial and not to another process) and, when
+    /// `swap` is given, that much swap on top (None leaves swap as the host has it).
+    pub fn create(
+        parent: &CgroupParent,
+        name: &str,
+        limit: Option<u64>,
+        swap: Option<u64>,
+    ) -> Result<TrialCgroup, CgroupError> {
         let dir = parent.dir.join(name);
         if parent.version == Version::V2 {
             // Children only get the controller if the parent hands it down.
@@ -102,8 +113,16 @@ impl TrialCgroup {
                 write(&control, "+memory").map_err(|e| CgroupError::Unavailable(e.to_string()))?;
             }
         }
-        std::fs::create_dir(&dir).map_err(|e| CgroupError::Unavailable(format!("cannot create {}: {e}", dir.display())))?;
-        let cg = TrialCgroup { version: parent.version, dir };
+        std::fs::create_dir(&dir).map_err(|e| {
+            CgroupError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+        })?;
+        let cg = TrialCgroup {
+            version: parent.version,
+            dir,
+        };
+        let Some(limit) = limit else {
+            return Ok(cg);
+        };
         match cg.version {
             Version::V2 => {
                 write(&cg.dir.join("memory.max"), &limit.to_string())?;
@@ -137,7 +156,10 @@ impl TrialCgroup {
             Version::V2 => "memory.events",
             Version::V1 => "memory.oom_control",
         };
-        counter(&std::fs::read_to_string(self.dir.join(file)).ok()?, "oom_kill")
+        counter(
+            &std::fs::read_to_string(self.dir.join(file)).ok()?,
+            "oom_kill",
+        )
     }
 }
 
@@ -151,7 +173,12 @@ impl Drop for TrialCgroup {
 /// Proves before the run that a cgroup can be made here (creates and removes a probe).
 pub fn check(paths: &HostPaths, limit: u64) -> Result<CgroupParent, CgroupError> {
     let parent = locate(paths)?;
-    let probe = TrialCgroup::create(&parent, &format!("edgebench-probe-{}", std::process::id()), limit, None)?;
+    let probe = TrialCgroup::create(
+        &parent,
+        &format!("edgebench-probe-{}", std::process::id()),
+        Some(limit),
+        None,
+    )?;
     drop(probe);
     Ok(parent)
 }
@@ -159,16 +186,24 @@ pub fn check(paths: &HostPaths, limit: u64) -> Result<CgroupParent, CgroupError>
 /// Parses sizes like `4G`, `512M`, `1.5GiB`, `1000000` (bytes). Binary units.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("invalid size '{text}' (e.g. 4G, 512M)"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size '{text}' (e.g. 4G, 512M)"))?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("invalid size unit '{other}' in '{text}' (use K, M, G)")),
+        other => {
+            return Err(format!(
+                "invalid size unit '{other}' in '{text}' (use K, M, G)"
+            ))
+        }
     };
     Ok((value * mult as f64) as u64)
 }
@@ -190,8 +225,14 @@ mod tests {
     #[test]
     fn own_cgroup_from_proc_self_cgroup() {
         let text = "9:name=systemd:/\n4:cpu,memory:/process_api/abc\n0::/user.slice/x.scope\n";
-        assert_eq!(own_cgroup_path(text, Version::V1).as_deref(), Some("/process_api/abc"));
-        assert_eq!(own_cgroup_path(text, Version::V2).as_deref(), Some("/user.slice/x.scope"));
+        assert_eq!(
+            own_cgroup_path(text, Version::V1).as_deref(),
+            Some("/process_api/abc")
+        );
+        assert_eq!(
+            own_cgroup_path(text, Version::V2).as_deref(),
+            Some("/user.slice/x.scope")
+        );
     }
 
     fn tree(v2: bool) -> (tempfile::TempDir, HostPaths) {
@@ -201,14 +242,21 @@ mod tests {
         std::fs::create_dir_all(proc_.join("self")).unwrap();
         if v2 {
             std::fs::create_dir_all(sys.join("fs/cgroup/user.slice")).unwrap();
-            std::fs::write(sys.join("fs/cgroup/cgroup.controllers"), "cpu io memory pids\n").unwrap();
+            std::fs::write(
+                sys.join("fs/cgroup/cgroup.controllers"),
+                "cpu io memory pids\n",
+            )
+            .unwrap();
             std::fs::write(sys.join("fs/cgroup/user.slice/cgroup.subtree_control"), "").unwrap();
             std::fs::write(proc_.join("self/cgroup"), "0::/user.slice\n").unwrap();
         } else {
             std::fs::create_dir_all(sys.join("fs/cgroup/memory/jobs")).unwrap();
             std::fs::write(proc_.join("self/cgroup"), "4:memory:/jobs\n0::/\n").unwrap();
         }
-        let paths = HostPaths { sysfs: sys, procfs: proc_ };
+        let paths = HostPaths {
+            sysfs: sys,
+            procfs: proc_,
+        };
         (dir, paths)
     }
 
@@ -219,11 +267,24 @@ mod tests {
         let parent = locate(&paths).unwrap();
         assert_eq!(parent.version, Version::V2);
         assert!(parent.dir.ends_with("fs/cgroup/user.slice"));
-        let cg = TrialCgroup::create(&parent, "t1", 1 << 30, Some(0)).unwrap();
-        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.max")).unwrap(), "1073741824");
-        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.swap.max")).unwrap(), "0");
-        assert_eq!(std::fs::read_to_string(parent.dir.join("cgroup.subtree_control")).unwrap(), "+memory");
-        std::fs::write(cg.dir.join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        let cg = TrialCgroup::create(&parent, "t1", Some(1 << 30), Some(0)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cg.dir.join("memory.max")).unwrap(),
+            "1073741824"
+        );
+        assert_eq!(
+            std::fs::read_to_string(cg.dir.join("memory.swap.max")).unwrap(),
+            "0"
+        );
+        assert_eq!(
+            std::fs::read_to_string(parent.dir.join("cgroup.subtree_control")).unwrap(),
+            "+memory"
+        );
+        std::fs::write(
+            cg.dir.join("memory.events"),
+            "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
         assert_eq!(cg.oom_kills(), Some(1));
     }
 
@@ -233,19 +294,32 @@ mod tests {
         let parent = locate(&paths).unwrap();
         assert_eq!(parent.version, Version::V1);
         assert!(parent.dir.ends_with("fs/cgroup/memory/jobs"));
-        let cg = TrialCgroup::create(&parent, "t2", 100, Some(50)).unwrap();
-        assert_eq!(std::fs::read_to_string(cg.dir.join("memory.limit_in_bytes")).unwrap(), "100");
-        std::fs::write(cg.dir.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+        let cg = TrialCgroup::create(&parent, "t2", Some(100), Some(50)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cg.dir.join("memory.limit_in_bytes")).unwrap(),
+            "100"
+        );
+        std::fs::write(
+            cg.dir.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
         assert_eq!(cg.oom_kills(), Some(2));
     }
 
     #[test]
     fn no_memory_controller_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = HostPaths { sysfs: dir.path().join("sys"), procfs: dir.path().join("proc") };
+        let paths = HostPaths {
+            sysfs: dir.path().join("sys"),
+            procfs: dir.path().join("proc"),
+        };
         std::fs::create_dir_all(paths.proc("self")).unwrap();
         std::fs::write(paths.proc("self/cgroup"), "0::/\n").unwrap();
         let err = locate(&paths).unwrap_err().to_string();
-        assert!(err.contains("--mem-limit") && err.contains("memory controller"), "{err}");
+        assert!(
+            err.contains("--mem-limit") && err.contains("memory controller"),
+            "{err}"
+        );
     }
 }

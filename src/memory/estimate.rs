@@ -4,17 +4,19 @@
 //!
 //! peak ≈ base + params x 4 B x PARAM_COPIES + activations/image x batch x 4 B x ACTIVATION_COPIES
 //!
-//! PARAM_COPIES covers weights, gradients, momentum and the update's temporaries;
+//! PARAM_COPIES covers weights, gradients, momentum and the SGD update's temporaries (the peak
+//! falls in the update);
 //! ACTIVATION_COPIES the forward outputs candle keeps for backward (conv, +bias, ReLU are
 //! separate tensors) plus the gradients alive during backward. The constants were fitted to
-//! peak RSS measured on the CPU (see README, "Memory").
+//! the peak RSS (VmHWM) of 5-iteration CPU trials of both nets at batch 1 and 8 (README,
+//! "Memory"); one iteration is not enough, the allocator's peak still grows after the first.
 
 use crate::models::NetSpec;
 use serde::Serialize;
 
-pub const BASE_BYTES: u64 = 64 << 20;
-pub const PARAM_COPIES: f64 = 4.0;
-pub const ACTIVATION_COPIES: f64 = 4.0;
+pub const BASE_BYTES: u64 = 16 << 20;
+pub const PARAM_COPIES: f64 = 5.2;
+pub const ACTIVATION_COPIES: f64 = 3.6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoryEstimate {
@@ -26,7 +28,8 @@ pub struct MemoryEstimate {
 
 pub fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
     let params = net.summary().params as f64 * 4.0 * PARAM_COPIES;
-    let activations = net.activation_elements_per_image() as f64 * batch as f64 * 4.0 * ACTIVATION_COPIES;
+    let activations =
+        net.activation_elements_per_image() as f64 * batch as f64 * 4.0 * ACTIVATION_COPIES;
     let (params, activations) = (params as u64, activations as u64);
     MemoryEstimate {
         params_bytes: params,
@@ -75,7 +78,10 @@ mod tests {
         let e32 = estimate(alex, 32);
         assert_eq!(e1.params_bytes, (60_965_224.0 * 4.0 * PARAM_COPIES) as u64);
         assert_eq!(e32.activations_bytes, e1.activations_bytes * 32);
-        assert_eq!(e32.total_bytes, BASE_BYTES + e32.params_bytes + e32.activations_bytes);
+        assert_eq!(
+            e32.total_bytes,
+            BASE_BYTES + e32.params_bytes + e32.activations_bytes
+        );
         let goog = models::by_name("googlenet").unwrap();
         // GoogLeNet has 4.5x fewer parameters but far more activations per image
         assert!(goog.activation_elements_per_image() > 4 * alex.activation_elements_per_image());
@@ -100,7 +106,11 @@ mod tests {
 
     #[test]
     fn fit_verdicts() {
-        let cap = Capacity { ram_bytes: 4 << 30, available_bytes: 3 << 30, swap_bytes: 2 << 30 };
+        let cap = Capacity {
+            ram_bytes: 4 << 30,
+            available_bytes: 3 << 30,
+            swap_bytes: 2 << 30,
+        };
         assert_eq!(fit(1 << 30, cap), Fit::Fits);
         assert_eq!(fit(7 << 29, cap), Fit::NeedsSwap);
         assert_eq!(fit(7 << 30, cap), Fit::DoesNotFit);

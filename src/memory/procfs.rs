@@ -75,7 +75,8 @@ pub fn parse_vmstat(text: &str) -> VmStat {
     let mut v = VmStat::default();
     for line in text.lines() {
         let mut parts = line.split_whitespace();
-        let (Some(key), Some(Ok(value))) = (parts.next(), parts.next().map(str::parse::<u64>)) else {
+        let (Some(key), Some(Ok(value))) = (parts.next(), parts.next().map(str::parse::<u64>))
+        else {
             continue;
         };
         match key {
@@ -164,7 +165,9 @@ impl ProcReader {
     }
 
     pub fn swaps(&self) -> Vec<SwapDevice> {
-        self.read("swaps").map(|t| parse_swaps(&t)).unwrap_or_default()
+        self.read("swaps")
+            .map(|t| parse_swaps(&t))
+            .unwrap_or_default()
     }
 
     pub fn process(&self, pid: u32) -> Option<ProcMemory> {
@@ -192,7 +195,10 @@ mod tests {
         let m = parse_meminfo(MEMINFO).unwrap();
         assert_eq!(m.mem_total, 4_059_284 * 1024);
         assert_eq!(m.mem_available, 1_520_900 * 1024);
-        assert_eq!((m.swap_total, m.swap_free), (2_029_632 * 1024, 1_900_000 * 1024));
+        assert_eq!(
+            (m.swap_total, m.swap_free),
+            (2_029_632 * 1024, 1_900_000 * 1024)
+        );
         // 3.10 kernels (L4T 28) have no MemAvailable
         let old = "MemTotal: 100 kB\nMemFree: 10 kB\nCached: 5 kB\n";
         assert_eq!(parse_meminfo(old).unwrap().mem_available, 15 * 1024);
@@ -201,8 +207,18 @@ mod tests {
 
     #[test]
     fn vmstat_counters() {
-        let v = parse_vmstat("nr_free_pages 1000\npswpin 17\npswpout 230\npgmajfault 999\noom_kill 2\n");
-        assert_eq!(v, VmStat { pswpin: 17, pswpout: 230, pgmajfault: 999, oom_kill: 2 });
+        let v = parse_vmstat(
+            "nr_free_pages 1000\npswpin 17\npswpout 230\npgmajfault 999\noom_kill 2\n",
+        );
+        assert_eq!(
+            v,
+            VmStat {
+                pswpin: 17,
+                pswpout: 230,
+                pgmajfault: 999,
+                oom_kill: 2
+            }
+        );
         assert_eq!(parse_vmstat("pswpin 1\n").oom_kill, 0);
     }
 
@@ -224,14 +240,23 @@ mod tests {
         let stat = "4242 (edge bench) (x)) R 1 4242 4242 0 -1 4194304 5000 0 77 0 10 5 0 0 20 0";
         let p = parse_proc_memory(status, stat).unwrap();
         assert_eq!(p.major_faults, 77);
-        assert_eq!((p.rss_bytes, p.hwm_bytes, p.swap_bytes), (1_536_000, 2_048_000, 307_200));
+        assert_eq!(
+            (p.rss_bytes, p.hwm_bytes, p.swap_bytes),
+            (1_536_000, 2_048_000, 307_200)
+        );
     }
 
     #[test]
     fn psi_totals() {
         let text = "some avg10=0.00 avg60=0.10 avg300=0.05 total=123456\n\
             full avg10=0.00 avg60=0.00 avg300=0.00 total=6543\n";
-        assert_eq!(parse_psi(text), Some(Psi { some_total_us: 123_456, full_total_us: 6543 }));
+        assert_eq!(
+            parse_psi(text),
+            Some(Psi {
+                some_total_us: 123_456,
+                full_total_us: 6543
+            })
+        );
         assert_eq!(parse_psi(""), None);
     }
 

@@ -37,7 +37,11 @@ pub struct MemorySampler {
 
 impl MemorySampler {
     /// Samples now and then every `interval` until `stop`.
-    pub fn start(paths: &HostPaths, pid: u32, interval: Duration) -> std::io::Result<MemorySampler> {
+    pub fn start(
+        paths: &HostPaths,
+        pid: u32,
+        interval: Duration,
+    ) -> std::io::Result<MemorySampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let reader = ProcReader::new(paths);
         let flag = Arc::clone(&stop);

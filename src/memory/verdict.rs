@@ -47,14 +47,22 @@ pub struct MemoryReport {
 }
 
 fn at_or_before(samples: &[MemorySample], t: i64) -> Option<&MemorySample> {
-    samples.iter().rev().find(|s| s.t_ns <= t).or(samples.first())
+    samples
+        .iter()
+        .rev()
+        .find(|s| s.t_ns <= t)
+        .or(samples.first())
 }
 
 fn at_or_after(samples: &[MemorySample], t: i64) -> Option<&MemorySample> {
     samples.iter().find(|s| s.t_ns >= t).or(samples.last())
 }
 
-fn delta<T>(a: Option<&MemorySample>, b: Option<&MemorySample>, f: impl Fn(&MemorySample) -> Option<T>) -> Option<u64>
+fn delta<T>(
+    a: Option<&MemorySample>,
+    b: Option<&MemorySample>,
+    f: impl Fn(&MemorySample) -> Option<T>,
+) -> Option<u64>
 where
     T: Into<u64>,
 {
@@ -77,7 +85,10 @@ pub fn assess(
         };
     }
     let (start, end) = (at_or_before(samples, from_ns), at_or_after(samples, to_ns));
-    let inside: Vec<&MemorySample> = samples.iter().filter(|s| s.t_ns >= from_ns && s.t_ns <= to_ns).collect();
+    let inside: Vec<&MemorySample> = samples
+        .iter()
+        .filter(|s| s.t_ns >= from_ns && s.t_ns <= to_ns)
+        .collect();
     // The worker may be gone at the end (OOM): then its last reading is the best we have.
     let with_process = || samples.iter().filter(|s| s.process.is_some());
     let first_process = with_process()
@@ -89,9 +100,18 @@ pub fn assess(
         .or_else(|| with_process().last());
     let swap_in = delta(start, end, |s| s.vm.map(|v| v.pswpin)).unwrap_or(0);
     let swap_out = delta(start, end, |s| s.vm.map(|v| v.pswpout)).unwrap_or(0);
-    let faults = delta(first_process, last_process, |s| s.process.map(|p| p.major_faults)).unwrap_or(0);
-    let peak_rss = samples.iter().filter_map(|s| s.process.map(|p| p.hwm_bytes.max(p.rss_bytes))).max();
-    let swapped = samples.iter().filter_map(|s| s.process.map(|p| p.swap_bytes)).max();
+    let faults = delta(first_process, last_process, |s| {
+        s.process.map(|p| p.major_faults)
+    })
+    .unwrap_or(0);
+    let peak_rss = samples
+        .iter()
+        .filter_map(|s| s.process.map(|p| p.hwm_bytes.max(p.rss_bytes)))
+        .max();
+    let swapped = samples
+        .iter()
+        .filter_map(|s| s.process.map(|p| p.swap_bytes))
+        .max();
     let available = inside
         .iter()
         .chain([start, end].iter().flatten())
@@ -149,10 +169,28 @@ mod tests {
     fn s(t: i64, pswpin: u64, majflt: u64, avail: u64, psi: Option<u64>) -> MemorySample {
         MemorySample {
             t_ns: t,
-            system: Some(MemInfo { mem_total: 4 << 30, mem_available: avail, swap_total: 1 << 30, swap_free: 1 << 29 }),
-            vm: Some(VmStat { pswpin, pswpout: pswpin * 2, pgmajfault: majflt, oom_kill: 0 }),
-            psi: psi.map(|p| Psi { some_total_us: p, full_total_us: p / 2 }),
-            process: Some(ProcMemory { rss_bytes: 100 << 20, hwm_bytes: 120 << 20, swap_bytes: 10 << 20, major_faults: majflt }),
+            system: Some(MemInfo {
+                mem_total: 4 << 30,
+                mem_available: avail,
+                swap_total: 1 << 30,
+                swap_free: 1 << 29,
+            }),
+            vm: Some(VmStat {
+                pswpin,
+                pswpout: pswpin * 2,
+                pgmajfault: majflt,
+                oom_kill: 0,
+            }),
+            psi: psi.map(|p| Psi {
+                some_total_us: p,
+                full_total_us: p / 2,
+            }),
+            process: Some(ProcMemory {
+                rss_bytes: 100 << 20,
+                hwm_bytes: 120 << 20,
+                swap_bytes: 10 << 20,
+                major_faults: majflt,
+            }),
         }
     }
 
@@ -179,7 +217,11 @@ mod tests {
     #[test]
     fn someone_elses_swapping_does_not_spoil() {
         // the system swaps a little, the worker faults a handful of times
-        let samples = vec![s(0, 0, 0, 900, None), s(90, 10, 2, 900, None), s(410, 40, 5, 880, None)];
+        let samples = vec![
+            s(0, 0, 0, 900, None),
+            s(90, 10, 2, 900, None),
+            s(410, 40, 5, 880, None),
+        ];
         let r = assess(&samples, 100, 400, 3, &SwapThresholds::default());
         assert!(!r.swap_pressure);
         assert_eq!(r.major_faults, 3);
@@ -201,7 +243,9 @@ mod tests {
         // 600 faults in 3 iterations: 200 per iteration, under the default 256
         let samples = vec![s(0, 0, 0, 900, None), s(410, 600, 600, 900, None)];
         assert!(!assess(&samples, 100, 400, 3, &SwapThresholds::default()).swap_pressure);
-        let low = SwapThresholds { major_faults_per_iteration: 100.0 };
+        let low = SwapThresholds {
+            major_faults_per_iteration: 100.0,
+        };
         assert!(assess(&samples, 100, 400, 3, &low).swap_pressure);
         let none = assess(&[], 0, 1, 3, &low);
         assert!(!none.swap_pressure && none.note.contains("no memory samples"));

@@ -297,7 +297,11 @@ impl NetSpec {
             .aux
             .iter()
             .map(|head| {
-                let at = summary.stages.iter().find(|s| s.name == head.after).expect("checked in summary");
+                let at = summary
+                    .stages
+                    .iter()
+                    .find(|s| s.name == head.after)
+                    .expect("checked in summary");
                 activation_elements(&head.layers, at.output).0
             })
             .sum();

@@ -49,15 +49,19 @@ impl Sgd {
             let Some(grad) = grads.get(w) else {
                 continue; // not on this step's graph
             };
+            // Gradients computed from Vars carry autograd history that reaches back to this
+            // step's activations; detached, the momentum buffer cannot keep them (and, through
+            // the previous buffer, every earlier step's) alive.
+            let grad = grad.detach();
             let decay = self.solver.weight_decay * param.decay_mult;
             let grad = if decay != 0.0 {
                 (grad + (w.detach() * decay)?)?
             } else {
-                grad.clone()
+                grad
             };
             let update = ((&*history * self.solver.momentum)? + (grad * (lr * param.lr_mult))?)?;
             param.var.set(&(w.detach() - &update)?)?;
-            *history = update;
+            *history = update.detach();
         }
         Ok(lr)
     }
