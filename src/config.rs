@@ -55,6 +55,9 @@ pub struct Sweep {
     pub images: usize,
     /// Leading iterations of each trial that are stored but left out of time per image.
     pub warmup_iterations: usize,
+    /// On SIGINT/SIGTERM the current iteration may finish for this long; then the worker is
+    /// killed and the trial is still `interrupted` (systemd waits 10 s by default).
+    pub stop_grace_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,6 +143,7 @@ impl Default for Sweep {
             epochs: 1,
             images: 16,
             warmup_iterations: 2,
+            stop_grace_s: 8.0,
         }
     }
 }
@@ -275,6 +279,11 @@ impl Config {
                     crate::models::names().join(", ")
                 )));
             }
+        }
+        if !(s.stop_grace_s >= 0.0 && s.stop_grace_s.is_finite()) {
+            return Err(invalid(
+                "sweep.stop_grace_s must be a number of seconds >= 0".into(),
+            ));
         }
         if s.epochs == 0 || s.images == 0 {
             return Err(invalid(

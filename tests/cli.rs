@@ -338,3 +338,56 @@ fn models_lists_both_networks() {
         "{text}"
     );
 }
+
+#[test]
+fn a_stop_abandons_a_long_iteration_after_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("g.db");
+    let cfg = dir.path().join("grace.toml");
+    std::fs::write(&cfg, "[sweep]\nstop_grace_s = 0.5\n").unwrap();
+    // GoogLeNet at batch 16 takes seconds per step: far longer than the grace period.
+    let mut child = edgebench(dir.path())
+        .args([
+            "run",
+            "--net",
+            "googlenet",
+            "--batch",
+            "16",
+            "--images",
+            "64",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--db")
+        .arg(&db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM trials",
+        1,
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(500)); // inside the first step
+    let asked = std::time::Instant::now();
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.code(), Some(130));
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["status"], "interrupted", "{r}");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'"
+        ),
+        1
+    );
+}
