@@ -42,6 +42,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub train: Train,
     pub memory: MemoryConfig,
+    pub daemon: crate::daemon::DaemonConfig,
 }
 
 /// What to train: every (net, device, batch) combination, in that nesting order.
@@ -304,6 +305,10 @@ impl Config {
                 "memory.sample_interval_ms must be at least 1".into(),
             ));
         }
+        self.daemon
+            .schedule
+            .parse::<crate::daemon::Schedule>()
+            .map_err(invalid)?;
         if self.data.synthetic_classes == 0 {
             return Err(invalid("data.synthetic_classes must be at least 1".into()));
         }

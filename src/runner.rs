@@ -38,6 +38,8 @@ pub struct RunRequest<'a> {
     pub host: &'a HostPaths,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
+    /// Told "trial k/n: ..." as each trial starts (the daemon's sd_notify STATUS line).
+    pub on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 fn now() -> String {
@@ -575,6 +577,9 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     let bar = progress_bar(std::io::stderr().is_terminal());
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
+        if let Some(on_trial) = req.on_trial {
+            on_trial(&format!("trial {}/{total}: {}", k + 1, trial_label(trial)));
+        }
         if let Some(bar) = &bar {
             bar.reset();
             bar.set_length(trial.spec.iterations() as u64);
