@@ -39,6 +39,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Power sources found: every rail with its voltage, current and power now, the total, the
+    /// sampling rate, and every place probed.
+    Sensors {
+        /// Config file (its [power] section); default config/edgebench.toml if present.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Board profile instead of detection.
+        #[arg(long)]
+        board: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Export results in other formats.
     #[command(subcommand)]
     Export(ExportCommand),
@@ -91,6 +103,12 @@ pub struct RunArgs {
     /// Rerun trials that are already ok in the database.
     #[arg(long)]
     pub force: bool,
+    /// Measure power and energy per trial (exit 2 if no sensor is found).
+    #[arg(long)]
+    pub power: bool,
+    /// Board profile (see `edgebench sensors`) instead of detection.
+    #[arg(long)]
+    pub board: Option<String>,
 }
 
 impl RunArgs {
@@ -105,6 +123,8 @@ impl RunArgs {
             dataset: self.dataset.clone(),
             db: self.db.clone(),
             threads: self.threads,
+            power: self.power.then_some(true),
+            board: self.board.clone(),
         }
     }
 }

@@ -41,6 +41,7 @@ pub struct Config {
     pub data: Data,
     pub store: StoreConfig,
     pub train: Train,
+    pub power: PowerConfig,
 }
 
 /// What to train: every (net, device, batch) combination, in that nesting order.
@@ -83,6 +84,75 @@ pub struct Train {
     pub seed: u64,
 }
 
+/// `[power]`: energy measurement (`edgebench run --power`, `edgebench sensors`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PowerConfig {
+    /// Measure power during the sweep (`--power` sets it).
+    pub enabled: bool,
+    /// Board profile name (boards/*.toml); absent = detected from the device tree.
+    pub board: Option<String>,
+    /// Sampling rate; absent = 1 kHz for raw INA226, the driver's update interval for hwmon.
+    pub rate_hz: Option<f64>,
+    /// Idle baseline measured before the sweep, seconds (0 = none).
+    pub baseline_s: f64,
+    /// Rails whose sum is the total; empty = the board profile's choice.
+    pub total: Vec<String>,
+    /// Store every power sample in `power_samples` (the energies are stored either way).
+    pub store_samples: bool,
+    /// INA226 chips read raw over /dev/i2c-N (not owned by a kernel driver).
+    pub ina226: Option<Ina226Config>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Ina226Config {
+    pub bus: u32,
+    /// 7-bit addresses, 0x40..0x4F.
+    pub addresses: Vec<u16>,
+    /// Rail names, one per address; empty = `INA226_<bus>-<addr>`.
+    pub names: Vec<String>,
+    pub shunt_ohms: f64,
+    pub max_current_a: f64,
+    /// Samples averaged per update: 1, 4, 16, 64, 128, 256, 512, 1024.
+    pub averaging: u16,
+    /// Conversion times, us: 140, 204, 332, 588, 1100, 2116, 4156, 8244.
+    pub bus_conversion_us: u32,
+    pub shunt_conversion_us: u32,
+    /// Device node; absent = /dev/i2c-<bus>.
+    pub device: Option<PathBuf>,
+}
+
+impl Default for PowerConfig {
+    fn default() -> Self {
+        PowerConfig {
+            enabled: false,
+            board: None,
+            rate_hz: None,
+            baseline_s: 3.0,
+            total: Vec::new(),
+            store_samples: true,
+            ina226: None,
+        }
+    }
+}
+
+impl Default for Ina226Config {
+    fn default() -> Self {
+        Ina226Config {
+            bus: 1,
+            addresses: vec![0x40],
+            names: Vec::new(),
+            shunt_ohms: 0.01,
+            max_current_a: 8.0,
+            averaging: 1,
+            bus_conversion_us: 332,
+            shunt_conversion_us: 588,
+            device: None,
+        }
+    }
+}
+
 impl Default for Sweep {
     fn default() -> Self {
         Sweep {
@@ -122,6 +192,7 @@ impl Default for Config {
             data: Data::default(),
             store: StoreConfig::default(),
             train: Train::default(),
+            power: PowerConfig::default(),
         }
     }
 }
@@ -151,6 +222,8 @@ pub struct Overrides {
     pub dataset: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub power: Option<bool>,
+    pub board: Option<String>,
 }
 
 impl Config {
@@ -200,6 +273,10 @@ impl Config {
         set!(s.images, o.images);
         set!(s.warmup_iterations, o.warmup_iterations);
         set!(self.train.threads, o.threads);
+        set!(self.power.enabled, o.power);
+        if o.board.is_some() {
+            self.power.board = o.board.clone();
+        }
         if o.dataset.is_some() {
             self.data.dataset = o.dataset.clone();
         }
@@ -243,6 +320,27 @@ impl Config {
         }
         if self.data.synthetic_classes == 0 {
             return Err(invalid("data.synthetic_classes must be at least 1".into()));
+        }
+        let p = &self.power;
+        if p.rate_hz.is_some_and(|r| !(r > 0.0 && r <= 10_000.0)) {
+            return Err(invalid("power.rate_hz must be in (0, 10000]".into()));
+        }
+        if !(p.baseline_s >= 0.0 && p.baseline_s <= 3600.0) {
+            return Err(invalid(
+                "power.baseline_s must be between 0 and 3600".into(),
+            ));
+        }
+        if let Some(i) = &p.ina226 {
+            if let Some(a) = i.addresses.iter().find(|a| !(0x40..=0x4F).contains(*a)) {
+                return Err(invalid(format!(
+                    "power.ina226.addresses: {a:#04x} is not an INA226 address (0x40..0x4F)"
+                )));
+            }
+            if !i.names.is_empty() && i.names.len() != i.addresses.len() {
+                return Err(invalid(
+                    "power.ina226.names must be empty or name every address".into(),
+                ));
+            }
         }
         Ok(())
     }

@@ -5,6 +5,7 @@
 use crate::config::Config;
 use crate::host::{self, HostPaths};
 use crate::plan::{self, PlannedTrial};
+use crate::power::{self, Baseline, PowerMonitor};
 use crate::stats;
 use crate::store::{IterationRecord, RunInfo, Store, TrialSummary};
 use crate::train::{self, data::Dataset, Control, TrialEnd};
@@ -30,6 +31,8 @@ pub struct RunRequest<'a> {
     pub host: &'a HostPaths,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
+    /// `--power`: sampled around every trial.
+    pub power: Option<&'a PowerMonitor>,
 }
 
 fn now() -> String {
@@ -103,12 +106,14 @@ fn run_one(
     warmup: usize,
     stop: &AtomicBool,
     bar: Option<&ProgressBar>,
+    power: Option<(&PowerMonitor, Option<&Baseline>, bool)>,
 ) -> anyhow::Result<String> {
     let planned = trial.spec.iterations();
     let warmup = stats::effective_warmup(warmup, planned);
     let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
     let mut step_s = Vec::with_capacity(planned);
     let mut losses = Vec::with_capacity(planned);
+    let mut records = Vec::with_capacity(planned);
     let mut store_error = None;
     let mut on_iteration = |rec: &IterationRecord| -> anyhow::Result<Control> {
         if let Err(e) = store.record_iteration(trial_id, rec) {
@@ -117,6 +122,7 @@ fn run_one(
         }
         step_s.push(rec.step_s);
         losses.push(rec.loss);
+        records.push(*rec);
         if let Some(bar) = bar {
             bar.set_position(rec.step as u64 + 1);
             bar.set_message(format!("loss {:.4}", rec.loss));
@@ -134,6 +140,7 @@ fn run_one(
             Control::Continue
         })
     };
+    let recording = power.map(|(m, _, _)| m.start());
     // A panic inside candle costs this trial, not the sweep (an abort needs the worker process).
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         train::run_trial(&trial.spec, data, &mut on_iteration)
@@ -170,6 +177,19 @@ fn run_one(
         loss_last: losses.last().copied(),
         loss_anomaly: losses.iter().any(|&l| stats::loss_is_anomalous(l)),
     };
+    if let (Some(handle), Some((_, baseline, store_samples))) = (recording, power) {
+        let samples = handle.stop();
+        power::record_trial(
+            store,
+            trial_id,
+            &samples,
+            &records,
+            warmup,
+            trial.spec.batch,
+            baseline,
+            store_samples,
+        )?;
+    }
     store.finish_trial(trial_id, &summary)?;
     let line = match &error {
         Some(e) => format!(
@@ -231,6 +251,25 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     })?;
     outcome.run_id = Some(run_id);
     outcome.run_uuid = Some(uuid);
+    let baseline = req.power.and_then(|m| {
+        let b = m.baseline(std::time::Duration::from_secs_f64(config.power.baseline_s));
+        if let Some(b) = &b {
+            tracing::info!(
+                "idle baseline: {:.3} W over {:.1} s",
+                b.power_w,
+                b.duration_s
+            );
+        }
+        b
+    });
+    if let Some(m) = req.power {
+        store.set_run_power(
+            run_id,
+            &m.board.profile.name,
+            &m.total_how,
+            baseline.map(|b| (b.power_w, b.duration_s)),
+        )?;
+    }
     let bar = progress_bar(std::io::stderr().is_terminal());
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
@@ -254,6 +293,8 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
             config.sweep.warmup_iterations,
             req.stop,
             bar.as_ref(),
+            req.power
+                .map(|m| (m, baseline.as_ref(), config.power.store_samples)),
         );
         let status = match status {
             Ok(s) => s,

@@ -133,6 +133,17 @@ mod tests {
             edp_js: None,
             swap_pressure: None,
             peak_rss_bytes: None,
+            dynamic_energy_j: None,
+            rail_energy_j: None,
+            power_samples: None,
+            power_rate_hz: None,
+            power_jitter_s: None,
+            power_incomplete: None,
+            power_gap_s: None,
+            board: None,
+            power_total: None,
+            baseline_power_w: None,
+            baseline_s: None,
             trial_rowid: id,
         }
     }
