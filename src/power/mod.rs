@@ -86,7 +86,7 @@ fn raw_ina226(
 ) -> Vec<Box<dyn PowerSource>> {
     let Some(c) = &cfg.ina226 else {
         probed.push(Probe {
-            place: "INA226 raw over /dev/i2c-N".into(),
+            place: "INA226 raw over /dev/i2c-N (not configured: no [power.ina226])".into(),
             found: None,
         });
         return Vec::new();
