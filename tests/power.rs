@@ -205,3 +205,50 @@ fn sensors_lists_rails_total_and_probes() {
         "{text}"
     );
 }
+
+fn cpu_seconds() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The sampler's own CPU cost on the Orin NX tree (CPU seconds per wall second while the test
+/// thread sleeps). A measurement for the README, not a check:
+/// `cargo test --release --test power -- --ignored --nocapture sampler_cpu_cost`
+#[test]
+#[ignore = "measurement, run by hand"]
+fn sampler_cpu_cost() {
+    use edgebench::config::PowerConfig;
+    use edgebench::host::HostPaths;
+    use edgebench::power::PowerMonitor;
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let host = HostPaths {
+        sysfs: sys,
+        procfs: "/proc".into(),
+    };
+    for rate_hz in [None, Some(1000.0)] {
+        let cfg = PowerConfig {
+            rate_hz,
+            ..Default::default()
+        };
+        let m = PowerMonitor::for_run(&host, &cfg).unwrap();
+        let (cpu0, t0) = (cpu_seconds(), std::time::Instant::now());
+        let h = m.start();
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let s = h.stop();
+        let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+        let n = s.series[0].t_ns.len();
+        println!(
+            "rate {:?}: {n} samples in {wall:.2} s ({:.0} Hz), sampler CPU {:.3} % of one core",
+            rate_hz.map_or("default (update_interval 7 ms)".to_string(), |r| format!(
+                "{r} Hz"
+            )),
+            n as f64 / wall,
+            100.0 * cpu / wall
+        );
+    }
+}

@@ -451,6 +451,18 @@ fn results_json_has_every_key() {
         "edp_js",
         "swap_pressure",
         "peak_rss_bytes",
+        // schema v2: power
+        "dynamic_energy_j",
+        "rail_energy_j",
+        "power_samples",
+        "power_rate_hz",
+        "power_jitter_s",
+        "power_incomplete",
+        "power_gap_s",
+        "board",
+        "power_total",
+        "baseline_power_w",
+        "baseline_s",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -638,4 +650,114 @@ fn finished_trial_is_in_main_file_without_wal() {
     assert_eq!((rows[0].status.as_str(), rows[0].iterations), ("ok", 4));
     assert_eq!(r.iterations(rows[0].trial_rowid).unwrap().len(), 4);
     drop(w);
+}
+
+#[test]
+fn v1_file_is_migrated_to_v2_keeping_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    {
+        // A file as the v1 binary left it.
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch(edgebench::store::schema::MIGRATIONS[0].sql)
+            .unwrap();
+        c.execute_batch(
+            "INSERT INTO meta VALUES ('schema_version', '1'); PRAGMA user_version = 1;
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'tx1', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), 2);
+    drop(s);
+    let c = Connection::open(&path).unwrap();
+    let (host, base): (String, Option<f64>) = c
+        .query_row("SELECT host, baseline_power_w FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((host.as_str(), base), ("tx1", None));
+    for table in ["power_samples", "trial_rail_energy"] {
+        let n: i64 = c
+            .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}
+
+#[test]
+fn power_figures_samples_and_rail_energies_round_trip() {
+    use edgebench::store::{PowerSeries, TrialPower};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.db");
+    let mut s = Store::open(&path).unwrap();
+    let run = s
+        .begin_run(&run_info("r-power", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    s.set_run_power(run, "orin-nx", "VDD_IN", Some((4.5, 3.0)))
+        .unwrap();
+    let trial = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "2025-01-31T12:00:01Z")
+        .unwrap();
+    for k in 0..3 {
+        s.record_iteration(trial, &iter(k, 6.9, 0.1)).unwrap();
+    }
+    // More rows than one batch, to cross a transaction boundary.
+    let n = 10_000;
+    let t: Vec<i64> = (0..n).map(|k| k * 1000).collect();
+    let v = vec![Some(5.0); n as usize];
+    let w = vec![7.5; n as usize];
+    s.record_power_samples(
+        trial,
+        &[PowerSeries {
+            source: "ina3221 1-0040",
+            rail: "VDD_IN",
+            t_ns: &t,
+            volts: &v,
+            amps: &vec![Some(1.5); n as usize],
+            watts: &w,
+        }],
+    )
+    .unwrap();
+    s.record_trial_power(
+        trial,
+        &TrialPower {
+            energy_j: 2.0,
+            avg_power_w: 7.5,
+            energy_per_image_j: 0.125,
+            edp_js: 0.53,
+            dynamic_energy_j: Some(0.8),
+            samples: 300,
+            rate_hz: Some(142.9),
+            jitter_s: Some(1e-4),
+            incomplete: false,
+            gap_s: 0.0,
+            rails: vec![("VDD_IN".into(), 2.0, true), ("VDD_SOC".into(), 0.4, false)],
+            iterations: vec![(0, 0.7), (2, 0.6)],
+        },
+    )
+    .unwrap();
+    s.finish_trial(trial, &summary("ok")).unwrap();
+    let rows = s.results().unwrap();
+    let r = &rows[0];
+    assert_eq!(r.energy_j, Some(2.0));
+    assert_eq!(r.dynamic_energy_j, Some(0.8));
+    assert_eq!(r.baseline_power_w, Some(4.5));
+    assert_eq!(r.board.as_deref(), Some("orin-nx"));
+    assert_eq!(r.power_incomplete, Some(false));
+    let rails = r.rail_energy_j.as_ref().unwrap();
+    assert_eq!(rails.get("VDD_SOC"), Some(&0.4));
+    let json = serde_json::to_value(r).unwrap();
+    assert_eq!(json["rail_energy_j"]["VDD_IN"], 2.0);
+    assert_eq!(
+        s.iteration_energies(trial).unwrap(),
+        [(0, Some(0.7)), (1, None), (2, Some(0.6))]
+    );
+    let c = Connection::open(&path).unwrap();
+    let count: i64 = c
+        .query_row("SELECT COUNT(*) FROM power_samples", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, n);
 }

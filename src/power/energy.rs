@@ -111,7 +111,8 @@ pub struct TrialEnergy {
     pub jitter_s: Option<f64>,
     /// Seconds of the interval without valid samples (sensor errors, missing coverage).
     pub gap_s: f64,
-    /// True when `gap_s` is more than a few sample periods: the energy leans on interpolation.
+    /// True when `gap_s` > 0 (sensor errors, or spans without samples longer than 10 periods
+    /// and 100 ms): the energy leans on interpolation there.
     pub incomplete: bool,
 }
 
@@ -148,12 +149,9 @@ pub fn trial_energy(
     let lo = first_total.t_ns.partition_point(|&t| t < a);
     let hi = first_total.t_ns.partition_point(|&t| t <= b);
     let rj = rate_and_jitter(&first_total.t_ns, a, b);
-    // A gap is a span longer than 3 nominal periods (or 50 ms if the period is unknown).
-    let max_step = (samples.period_ns.max(1) * 3).max(if samples.period_ns == 0 {
-        50_000_000
-    } else {
-        0
-    });
+    // A gap is a span without samples longer than 10 nominal periods and 100 ms: shorter
+    // ones are scheduling delays on a busy host, which interpolation bridges well.
+    let max_step = (samples.period_ns * 10).max(100_000_000);
     let gap_ns = samples
         .total
         .iter()
