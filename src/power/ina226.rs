@@ -306,6 +306,7 @@ pub mod sim {
         auto_convert: bool,
         pending_conversion: bool,
         failures: usize,
+        die_id: u16,
         /// Register words written, in order (for tests of what the driver did).
         writes: Vec<(u8, u16)>,
     }
@@ -334,6 +335,7 @@ pub mod sim {
                 auto_convert: true,
                 pending_conversion: false,
                 failures: 0,
+                die_id: DIE_INA226,
                 writes: Vec::new(),
             })))
         }
@@ -365,6 +367,11 @@ pub mod sim {
             s.calibration = 0;
             s.mask_enable = 0;
             s.alert_limit = 0;
+        }
+
+        /// Answer with another die id (an INA3221 is 0x3220), to test the probe.
+        pub fn set_die_id(&self, id: u16) {
+            self.st().die_id = id;
         }
 
         /// The next `n` bus transactions fail with EIO.
@@ -413,7 +420,7 @@ pub mod sim {
                 reg::MASK_ENABLE => self.mask_enable,
                 reg::ALERT_LIMIT => self.alert_limit,
                 reg::MANUFACTURER_ID => MANUFACTURER_TI,
-                reg::DIE_ID => DIE_INA226,
+                reg::DIE_ID => self.die_id,
                 _ => 0xFFFF,
             }
         }
@@ -596,8 +603,14 @@ mod tests {
         assert_eq!(sim.register(reg::CALIBRATION), 0);
         assert_eq!(sim.register(reg::CONFIG), CONFIG_RESET_VALUE);
         sim.fail_next(1);
-        let err = Ina226::new(sim, settings(), "x").err().unwrap();
+        let err = Ina226::new(sim.clone(), settings(), "x").err().unwrap();
         assert!(format!("{err:#}").contains("manufacturer id"), "{err:#}");
+        // Another TI chip at the address is refused before anything is written to it.
+        sim.set_die_id(0x3220);
+        let before = sim.writes().len();
+        let err = Ina226::new(sim.clone(), settings(), "x").err().unwrap();
+        assert!(err.to_string().contains("not an INA226") && err.to_string().contains("0x3220"));
+        assert_eq!(sim.writes().len(), before);
     }
 
     #[test]
