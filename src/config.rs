@@ -34,7 +34,7 @@ impl DeviceKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub sweep: Sweep,
@@ -181,18 +181,6 @@ impl Default for Train {
         Train {
             threads: 0,
             seed: 1,
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            sweep: Sweep::default(),
-            data: Data::default(),
-            store: StoreConfig::default(),
-            train: Train::default(),
-            power: PowerConfig::default(),
         }
     }
 }
@@ -419,5 +407,33 @@ mod tests {
             ..Default::default()
         });
         assert!(c.validate("x").unwrap_err().to_string().contains("vgg"));
+    }
+
+    #[test]
+    fn power_section_parses_validates_and_rejects_unknown_keys() {
+        let text = "[power]\nenabled = true\nrate_hz = 500.0\n[power.ina226]\nbus = 7\n\
+                    addresses = [0x40, 0x41]\nnames = [\"VDD_IN\", \"VDD_GPU\"]\n";
+        let c = Config::from_toml(text, Path::new("p.toml")).unwrap();
+        let i = c.power.ina226.as_ref().unwrap();
+        assert_eq!((i.bus, i.addresses.clone()), (7, vec![0x40, 0x41]));
+        assert_eq!(i.shunt_ohms, Ina226Config::default().shunt_ohms);
+        c.validate("p.toml").unwrap();
+        // The effective config round-trips through the TOML stored with the run.
+        assert_eq!(Config::from_toml(&c.to_toml(), Path::new("x")).unwrap(), c);
+        let err = Config::from_toml("[power]\nrate = 5\n", Path::new("p.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rate") && err.contains("line 2"), "{err}");
+        let bad =
+            Config::from_toml("[power.ina226]\naddresses = [0x60]\n", Path::new("p")).unwrap();
+        assert!(bad.validate("p").unwrap_err().to_string().contains("0x60"));
+        let mut c = Config::default();
+        c.apply(&Overrides {
+            power: Some(true),
+            board: Some("tx2".into()),
+            ..Default::default()
+        });
+        assert!(c.power.enabled);
+        assert_eq!(c.power.board.as_deref(), Some("tx2"));
     }
 }

@@ -98,6 +98,7 @@ fn trial_label(t: &PlannedTrial) -> String {
 }
 
 /// Runs one trial and writes everything about it; returns its final status.
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     store: &mut Store,
     run_id: i64,

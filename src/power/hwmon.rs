@@ -246,8 +246,11 @@ pub(crate) mod fixtures {
         write(sys, &format!("{hw}/in7_input"), "0");
     }
 
-    /// JetPack 4 TX2: ina3221x IIO at 0-0040 and 0-0041; (name, mV, mA, mW) per channel.
-    pub fn tx2(sys: &Path, chips: &[(&str, &[(&str, u32, u32, u32)])]) {
+    /// (rail name, mV, mA, mW)
+    pub type IioRail<'a> = (&'a str, u32, u32, u32);
+
+    /// JetPack 4 TX2: ina3221x IIO at 0-0040 and 0-0041, channels per chip address.
+    pub fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
         write(
             sys,
             "firmware/devicetree/base/compatible",
