@@ -100,6 +100,9 @@ pub struct PowerConfig {
     pub total: Vec<String>,
     /// Store every power sample in `power_samples` (the energies are stored either way).
     pub store_samples: bool,
+    /// sysfs GPIO pin raised during each trial's measured iterations (for a scope or an
+    /// external power analyser); absent = none.
+    pub gpio_marker: Option<u32>,
     /// INA226 chips read raw over /dev/i2c-N (not owned by a kernel driver).
     pub ina226: Option<Ina226Config>,
 }
@@ -132,6 +135,7 @@ impl Default for PowerConfig {
             baseline_s: 3.0,
             total: Vec::new(),
             store_samples: true,
+            gpio_marker: None,
             ina226: None,
         }
     }

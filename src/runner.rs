@@ -124,6 +124,12 @@ fn run_one(
         step_s.push(rec.step_s);
         losses.push(rec.loss);
         records.push(*rec);
+        if rec.step + 1 == warmup {
+            // The next iteration is the first measured one.
+            if let Some((m, _, _)) = power {
+                m.mark(true);
+            }
+        }
         if let Some(bar) = bar {
             bar.set_position(rec.step as u64 + 1);
             bar.set_message(format!("loss {:.4}", rec.loss));
@@ -142,6 +148,9 @@ fn run_one(
         })
     };
     let recording = power.map(|(m, _, _)| m.start());
+    if let (Some((m, _, _)), 0) = (power, warmup) {
+        m.mark(true);
+    }
     // A panic inside candle costs this trial, not the sweep (an abort needs the worker process).
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
         train::run_trial(&trial.spec, data, &mut on_iteration)
@@ -178,7 +187,8 @@ fn run_one(
         loss_last: losses.last().copied(),
         loss_anomaly: losses.iter().any(|&l| stats::loss_is_anomalous(l)),
     };
-    if let (Some(handle), Some((_, baseline, store_samples))) = (recording, power) {
+    if let (Some(handle), Some((m, baseline, store_samples))) = (recording, power) {
+        m.mark(false);
         let samples = handle.stop();
         power::record_trial(
             store,

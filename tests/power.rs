@@ -72,7 +72,11 @@ fn run_with_power_records_energy_consistent_with_the_rails() {
     orin_nx(&sys);
     let db = dir.path().join("p.db");
     let cfg = dir.path().join("p.toml");
-    std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\n").unwrap();
+    std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\ngpio_marker = 17\n").unwrap();
+    // sysfs GPIO as after `export`: the pin directory exists.
+    write(&sys, "class/gpio/export", "");
+    write(&sys, "class/gpio/unexport", "");
+    write(&sys, "class/gpio/gpio17/value", "");
     let out = ok(edgebench(dir.path())
         .args([
             "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2",

@@ -11,6 +11,7 @@
 pub mod energy;
 pub mod hwmon;
 pub mod ina226;
+pub mod marker;
 pub mod rapl;
 pub mod sampler;
 
@@ -77,6 +78,8 @@ pub struct PowerMonitor {
     pub total_how: String,
     pub board: Detection,
     pub warnings: Vec<String>,
+    /// `power.gpio_marker`: high during each trial's measured iterations.
+    marker: Option<Mutex<marker::GpioMarker>>,
 }
 
 fn raw_ina226(
@@ -287,6 +290,7 @@ impl PowerMonitor {
                 total_how,
                 board: board.clone(),
                 warnings,
+                marker: None,
             }),
             probed,
             errors,
@@ -300,7 +304,10 @@ impl PowerMonitor {
         let board = board::select(host, cfg.board.as_deref())?;
         let d = Self::discover(host, cfg, board)?;
         match d.monitor {
-            Some(m) if d.errors.is_empty() => {
+            Some(mut m) if d.errors.is_empty() => {
+                if let Some(pin) = cfg.gpio_marker {
+                    m.marker = Some(Mutex::new(marker::GpioMarker::open(host, pin)?));
+                }
                 for w in &m.warnings {
                     tracing::warn!("{w}");
                 }
@@ -314,6 +321,16 @@ impl PowerMonitor {
                 Ok(m)
             }
             _ => anyhow::bail!("{}", no_sensor_message(&d.probed, &d.errors)),
+        }
+    }
+
+    /// Drives the GPIO marker (if configured): high from the first measured iteration's start
+    /// to the trial's end. A failure is logged, not fatal: the measurement itself is intact.
+    pub fn mark(&self, high: bool) {
+        if let Some(m) = &self.marker {
+            if let Err(e) = m.lock().unwrap_or_else(|e| e.into_inner()).set(high) {
+                tracing::warn!("{e:#}");
+            }
         }
     }
 
