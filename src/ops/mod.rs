@@ -3,9 +3,11 @@
 //! `cuda_fwd`/`metal_fwd` defaults are left in place, so on a GPU these ops error with
 //! "no cuda implementation for ...".
 
+pub mod conv;
 pub mod lrn;
 pub mod pool;
 
+pub use conv::{conv2d, conv2d_candle, Conv2d};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 
