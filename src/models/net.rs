@@ -2,7 +2,7 @@
 //! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
-use crate::ops::{lrn, pool2d, Lrn, Pool2d};
+use crate::ops::{conv2d, conv2d_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
 use candle_core::{DType, Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -48,6 +48,7 @@ pub struct Network {
     tower: Vec<Node>,
     aux: Vec<AuxNodes>,
     params: Vec<Param>,
+    conv_impl: ConvImpl,
 }
 
 /// Per-layer output shapes recorded during a forward pass (`name`, dims with the batch first).
@@ -177,8 +178,20 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
     x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
 }
 
+/// Which convolution implementation the forward pass uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvImpl {
+    /// edgebench's GEMM op (`ops::conv2d`) on the CPU, candle's conv2d on other devices.
+    #[default]
+    Gemm,
+    /// candle's `Tensor::conv2d` everywhere (the reference the tests compare against).
+    Candle,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_seq(
     nodes: &[Node],
+    conv_impl: ConvImpl,
     mut x: Tensor,
     rng: &mut Option<&mut StdRng>,
     names: Option<&[Layer]>,
@@ -195,13 +208,16 @@ fn run_seq(
                 groups,
                 relu,
             } => {
-                let y = x
-                    .conv2d(w, *pad, *stride, 1, *groups)?
-                    .broadcast_add(&b.reshape((1, b.dim(0)?, 1, 1))?)?;
-                if *relu {
-                    y.relu()?
+                let p = Conv2d {
+                    stride: *stride,
+                    pad: *pad,
+                    groups: *groups,
+                    relu: *relu,
+                };
+                if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                    conv2d(&x, w, b, p)?
                 } else {
-                    y
+                    conv2d_candle(&x, w, b, p)?
                 }
             }
             Node::Fc { w, b, relu } => {
@@ -221,7 +237,7 @@ fn run_seq(
             Node::Inception(branches) => {
                 let outs = branches
                     .iter()
-                    .map(|b| run_seq(b, x.clone(), rng, None, &mut None, &mut |_, _| Ok(())))
+                    .map(|b| run_seq(b, conv_impl, x.clone(), rng, None, &mut None, &mut |_, _| Ok(())))
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&outs, 1)?
             }
@@ -266,7 +282,17 @@ impl Network {
             tower,
             aux,
             params: b.params,
+            conv_impl: ConvImpl::default(),
         })
+    }
+
+    /// Selects the convolution implementation (tests compare the GEMM op with candle's).
+    pub fn set_conv_impl(&mut self, conv_impl: ConvImpl) {
+        self.conv_impl = conv_impl;
+    }
+
+    pub fn conv_impl(&self) -> ConvImpl {
+        self.conv_impl
     }
 
     pub fn params(&self) -> &[Param] {
@@ -293,6 +319,7 @@ impl Network {
         let mut aux_inputs: Vec<(usize, Tensor)> = Vec::new();
         let logits = run_seq(
             &self.tower,
+            self.conv_impl,
             x.clone(),
             &mut dropout_rng,
             Some(&self.spec.tower),
@@ -309,6 +336,7 @@ impl Network {
             for head in self.aux.iter().filter(|a| a.after == i) {
                 let out = run_seq(
                     &head.nodes,
+                    self.conv_impl,
                     input.clone(),
                     &mut dropout_rng,
                     None,

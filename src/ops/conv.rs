@@ -756,6 +756,31 @@ mod tests {
         }
     }
 
+    /// Net-sized layers (slow in debug builds): `-- --ignored`.
+    #[test]
+    #[ignore]
+    fn net_sized_layers_match_candle() {
+        let layers: [Case; 6] = [
+            ([2, 32, 14, 14], [128, 32, 5, 5], p(1, 2, 1, true)),
+            ([2, 48, 7, 7], [128, 48, 5, 5], p(1, 2, 1, true)),
+            ([2, 528, 14, 14], [32, 528, 1, 1], p(1, 0, 1, true)),
+            ([2, 384, 13, 13], [256, 192, 3, 3], p(1, 1, 2, true)),
+            ([2, 256, 13, 13], [384, 256, 3, 3], p(1, 1, 1, true)),
+            ([2, 3, 227, 227], [96, 3, 11, 11], p(4, 0, 1, true)),
+        ];
+        for (i, c) in layers.iter().enumerate() {
+            for dtype in [DType::F64, DType::F32] {
+                let v = vars(c, i as u64, dtype);
+                let (y, g) = grads(conv2d, &v, c.2);
+                let (y_ref, g_ref) = grads(conv2d_candle, &v, c.2);
+                println!("{i} {dtype:?} y {:.2e}", max_rel(&y, &y_ref));
+                for k in 0..3 {
+                    println!("{i} {dtype:?} d{k} {:.2e}", max_rel(&g[k], &g_ref[k]));
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_shapes_error() {
         let x = Tensor::zeros((1, 4, 5, 5), DType::F32, &Device::Cpu).unwrap();
