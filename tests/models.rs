@@ -322,7 +322,10 @@ fn check_training_matches_candle(net: &str, steps: usize) {
         "loss does not move: {ours:?}"
     );
     for (a, b) in ours.iter().zip(&reference) {
-        assert!((a - b).abs() < 1e-3 * b.abs().max(1.0), "{ours:?} vs {reference:?}");
+        assert!(
+            (a - b).abs() < 1e-3 * b.abs().max(1.0),
+            "{ours:?} vs {reference:?}"
+        );
     }
     compare_to_noise(&w_ours, &w_ref, &w_nudged, "conv weight update");
 }
@@ -371,7 +374,12 @@ fn check_gradients_match_candle(net: &str) {
     let names: Vec<&str> = ours.iter().map(|(n, _)| n.as_str()).collect();
     let strip = |v: &[(String, Vec<f32>)]| v.iter().map(|(_, g)| g.clone()).collect::<Vec<_>>();
     println!("parameters: {names:?}");
-    compare_to_noise(&strip(&ours), &strip(&reference), &strip(&nudged), "gradient");
+    compare_to_noise(
+        &strip(&ours),
+        &strip(&reference),
+        &strip(&nudged),
+        "gradient",
+    );
 }
 
 #[test]

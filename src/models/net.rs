@@ -237,7 +237,17 @@ fn run_seq(
             Node::Inception(branches) => {
                 let outs = branches
                     .iter()
-                    .map(|b| run_seq(b, conv_impl, x.clone(), rng, None, &mut None, &mut |_, _| Ok(())))
+                    .map(|b| {
+                        run_seq(
+                            b,
+                            conv_impl,
+                            x.clone(),
+                            rng,
+                            None,
+                            &mut None,
+                            &mut |_, _| Ok(()),
+                        )
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&outs, 1)?
             }
@@ -293,6 +303,45 @@ impl Network {
 
     pub fn conv_impl(&self) -> ConvImpl {
         self.conv_impl
+    }
+
+    /// Profiling hook: the top-level stages, tower layers then auxiliary heads, each with the
+    /// index of the stage whose output it takes (`None`: the network input).
+    pub fn stages(&self) -> Vec<(String, Option<usize>)> {
+        let mut out: Vec<(String, Option<usize>)> = self
+            .spec
+            .tower
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name().to_string(), i.checked_sub(1)))
+            .collect();
+        for (j, head) in self.aux.iter().enumerate() {
+            out.push((self.spec.aux[j].name.to_string(), Some(head.after)));
+        }
+        out
+    }
+
+    /// Profiling hook: runs stage `i` of [`Network::stages`] alone on `x` (training graph when
+    /// `dropout_rng` is given).
+    pub fn run_stage(
+        &self,
+        i: usize,
+        x: &Tensor,
+        mut dropout_rng: Option<&mut StdRng>,
+    ) -> Result<Tensor> {
+        let nodes = match i.checked_sub(self.tower.len()) {
+            None => std::slice::from_ref(&self.tower[i]),
+            Some(j) => &self.aux[j].nodes[..],
+        };
+        run_seq(
+            nodes,
+            self.conv_impl,
+            x.clone(),
+            &mut dropout_rng,
+            None,
+            &mut None,
+            &mut |_, _| Ok(()),
+        )
     }
 
     pub fn params(&self) -> &[Param] {

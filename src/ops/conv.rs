@@ -75,7 +75,10 @@ impl Geom {
             bail!("conv2d: weight {w:?} / bias {b:?} do not fit input {x:?} with {p:?}");
         }
         if h + 2 * p.pad < kh || wd + 2 * p.pad < kw {
-            bail!("conv2d: kernel {kh}x{kw} larger than padded input {x:?} (pad {})", p.pad);
+            bail!(
+                "conv2d: kernel {kh}x{kw} larger than padded input {x:?} (pad {})",
+                p.pad
+            );
         }
         Ok(Geom {
             n,
@@ -159,7 +162,8 @@ impl Geom {
                             if s == 1 {
                                 dst[lo..hi].copy_from_slice(&src[iw0..iw0 + hi - lo]);
                             } else {
-                                for (d, v) in dst[lo..hi].iter_mut().zip(src[iw0..].iter().step_by(s))
+                                for (d, v) in
+                                    dst[lo..hi].iter_mut().zip(src[iw0..].iter().step_by(s))
                                 {
                                     *d = *v;
                                 }
@@ -481,7 +485,9 @@ impl CustomOp3 for Conv2d {
         } else {
             None
         };
-        let flat = x.contiguous()?.apply_op2_no_bwd(&dy, &ConvBwdFilter(*self, w.dims().to_vec()))?;
+        let flat = x
+            .contiguous()?
+            .apply_op2_no_bwd(&dy, &ConvBwdFilter(*self, w.dims().to_vec()))?;
         let nw = g.o * g.kk();
         let dw = flat.narrow(0, 0, nw)?.reshape(w.shape())?;
         let db = flat.narrow(0, nw, g.o)?;
@@ -583,16 +589,23 @@ impl CustomOp2 for ConvBwdFilter {
     ) -> Result<(CpuStorage, Shape)> {
         let g = Geom::new(l1.dims(), &self.1, &[self.1[0]], self.0)?;
         if l2.dims() != [g.n, g.o, g.ho, g.wo] {
-            bail!("conv2d-gemm-bwd-filter: dy {:?} does not fit {g:?}", l2.dims());
+            bail!(
+                "conv2d-gemm-bwd-filter: dy {:?} does not fit {g:?}",
+                l2.dims()
+            );
         }
         let n = "conv2d-gemm-bwd-filter";
         let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(dy)) => {
-                CpuStorage::F32(bwd_filter(nchw_slice(x, l1, n)?, nchw_slice(dy, l2, n)?, &g))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(dy)) => {
-                CpuStorage::F64(bwd_filter(nchw_slice(x, l1, n)?, nchw_slice(dy, l2, n)?, &g))
-            }
+            (CpuStorage::F32(x), CpuStorage::F32(dy)) => CpuStorage::F32(bwd_filter(
+                nchw_slice(x, l1, n)?,
+                nchw_slice(dy, l2, n)?,
+                &g,
+            )),
+            (CpuStorage::F64(x), CpuStorage::F64(dy)) => CpuStorage::F64(bwd_filter(
+                nchw_slice(x, l1, n)?,
+                nchw_slice(dy, l2, n)?,
+                &g,
+            )),
             _ => bail!("{n}: need matching f32/f64 inputs"),
         };
         Ok((out, Shape::from(g.o * g.kk() + g.o)))
@@ -721,8 +734,7 @@ mod tests {
                 .collect();
             let r = {
                 let y = conv2d(v.0.as_tensor(), v.1.as_tensor(), v.2.as_tensor(), c.2).unwrap();
-                Tensor::from_vec(Rng::new(99).vec(y.elem_count()), y.shape(), &Device::Cpu)
-                    .unwrap()
+                Tensor::from_vec(Rng::new(99).vec(y.elem_count()), y.shape(), &Device::Cpu).unwrap()
             };
             let loss = |vals: &[Vec<f64>]| -> f64 {
                 let t: Vec<Tensor> = vals
@@ -799,10 +811,22 @@ mod tests {
         use std::time::Instant;
         // AlexNet conv2 and conv3, GoogLeNet 3a 3x3 and a 1x1 in 4b, batch 32.
         let layers: [(&str, Case); 4] = [
-            ("alex conv2", ([32, 96, 27, 27], [256, 48, 5, 5], p(1, 2, 2, true))),
-            ("alex conv3", ([32, 256, 13, 13], [384, 256, 3, 3], p(1, 1, 1, true))),
-            ("goog 3a/3x3", ([32, 96, 28, 28], [128, 96, 3, 3], p(1, 1, 1, true))),
-            ("goog 4b/1x1", ([32, 512, 14, 14], [160, 512, 1, 1], p(1, 0, 1, true))),
+            (
+                "alex conv2",
+                ([32, 96, 27, 27], [256, 48, 5, 5], p(1, 2, 2, true)),
+            ),
+            (
+                "alex conv3",
+                ([32, 256, 13, 13], [384, 256, 3, 3], p(1, 1, 1, true)),
+            ),
+            (
+                "goog 3a/3x3",
+                ([32, 96, 28, 28], [128, 96, 3, 3], p(1, 1, 1, true)),
+            ),
+            (
+                "goog 4b/1x1",
+                ([32, 512, 14, 14], [160, 512, 1, 1], p(1, 0, 1, true)),
+            ),
         ];
         for (name, c) in layers {
             let v = vars(&c, 1, DType::F32);
