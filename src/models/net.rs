@@ -2,7 +2,7 @@
 //! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
-use crate::ops::{conv2d, conv2d_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
+use crate::ops::{conv2d, conv2d_candle, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
 use candle_core::{DType, Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -181,10 +181,12 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
 /// Which convolution implementation the forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvImpl {
-    /// edgebench's GEMM op (`ops::conv2d`) on the CPU, candle's conv2d on other devices.
+    /// edgebench's GEMM ops (`ops::conv2d`, `ops::linear`) on the CPU, candle's conv2d and
+    /// matmul on other devices.
     #[default]
     Gemm,
-    /// candle's `Tensor::conv2d` everywhere (the reference the tests compare against).
+    /// candle's `Tensor::conv2d` and `matmul` everywhere (the reference the tests compare
+    /// against).
     Candle,
 }
 
@@ -221,11 +223,10 @@ fn run_seq(
                 }
             }
             Node::Fc { w, b, relu } => {
-                let y = x.flatten_from(1)?.matmul(&w.t()?)?.broadcast_add(b)?;
-                if *relu {
-                    y.relu()?
+                if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                    linear(&x, w, b, *relu)?
                 } else {
-                    y
+                    linear_candle(&x, w, b, *relu)?
                 }
             }
             Node::Pool(p) => pool2d(&x, *p)?,

@@ -226,9 +226,35 @@ impl Geom {
 
 /// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
 #[allow(clippy::too_many_arguments)]
-fn gemm<T: Float>(
+pub(crate) fn gemm<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    par: Parallelism,
+) {
+    gemm_strided(
+        (m, n, k),
+        dst,
+        (n, 1),
+        accumulate,
+        lhs,
+        lhs_s,
+        rhs,
+        rhs_s,
+        par,
+    )
+}
+
+/// [`gemm`] with the destination's (row, column) strides too.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_strided<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    (dst_rs, dst_cs): (usize, usize),
     accumulate: bool,
     lhs: &[T],
     (lhs_rs, lhs_cs): (usize, usize),
@@ -239,14 +265,18 @@ fn gemm<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
+    // The pointers below are only valid if every element the strides reach is in bounds.
+    assert!(dst.len() > (m - 1) * dst_rs + (n - 1) * dst_cs);
     if k == 0 {
         if !accumulate {
-            dst[..m * n].fill(T::ZERO);
+            for r in 0..m {
+                for c in 0..n {
+                    dst[r * dst_rs + c * dst_cs] = T::ZERO;
+                }
+            }
         }
         return;
     }
-    // The pointers below are only valid if every element the strides reach is in bounds.
-    assert!(dst.len() >= m * n);
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
     // SAFETY: the asserts above keep every access in bounds; dst does not alias lhs or rhs
@@ -257,8 +287,8 @@ fn gemm<T: Float>(
             n,
             k,
             dst.as_mut_ptr(),
-            1,
-            n as isize,
+            dst_cs as isize,
+            dst_rs as isize,
             accumulate,
             lhs.as_ptr(),
             lhs_cs as isize,
@@ -496,7 +526,7 @@ impl CustomOp3 for Conv2d {
 }
 
 /// dy * (y > 0): the gradient through the fused ReLU.
-struct ReluMask;
+pub(crate) struct ReluMask;
 
 impl CustomOp2 for ReluMask {
     fn name(&self) -> &'static str {

@@ -4,10 +4,12 @@
 //! "no cuda implementation for ...".
 
 pub mod conv;
+pub mod linear;
 pub mod lrn;
 pub mod pool;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
+pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 
