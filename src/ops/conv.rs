@@ -115,11 +115,12 @@ impl Geom {
     fn direct(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.stride == 1 && self.pad == 0
     }
-    fn col_len(&self) -> usize {
-        if self.direct() {
+    /// Scratch for the columns of `images` images side by side.
+    fn col_len(&self, images: usize) -> usize {
+        if self.direct() && images == 1 {
             0
         } else {
-            self.kk() * self.ohw()
+            self.kk() * self.ohw() * images
         }
     }
     /// Output columns `ow` whose input column `ow * stride + kj - pad` lies in [0, w).
@@ -140,10 +141,11 @@ impl Geom {
             .filter(|&r| r < self.h)
     }
 
-    /// col (kk, ohw) <- the patches of one group's input `x` (cg, h, w).
-    fn im2col<T: Float>(&self, x: &[T], col: &mut [T]) {
+    /// col (kk, ohw) <- the patches of one group's input `x` (cg, h, w); col's rows are `ld`
+    /// apart and this image's columns start at `off` (several images side by side).
+    fn im2col<T: Float>(&self, x: &[T], col: &mut [T], ld: usize, off: usize) {
         let (hw, ohw, wo, s) = (self.hw(), self.ohw(), self.wo, self.stride);
-        let mut rows = col.chunks_exact_mut(ohw);
+        let mut rows = col.chunks_mut(ld).map(|r| &mut r[off..off + ohw]);
         for plane in x.chunks_exact(hw) {
             for ki in 0..self.kh {
                 for kj in 0..self.kw {
@@ -175,10 +177,11 @@ impl Geom {
         }
     }
 
-    /// dx (cg, h, w) += the patches in `col` (kk, ohw) scattered back (the adjoint of im2col).
-    fn col2im<T: Float>(&self, col: &[T], dx: &mut [T]) {
+    /// dx (cg, h, w) += the patches in `col` (kk, ohw) scattered back (the adjoint of im2col);
+    /// rows `ld` apart, this image's columns from `off`.
+    fn col2im<T: Float>(&self, col: &[T], dx: &mut [T], ld: usize, off: usize) {
         let (hw, ohw, wo, s) = (self.hw(), self.ohw(), self.wo, self.stride);
-        let mut rows = col.chunks_exact(ohw);
+        let mut rows = col.chunks(ld).map(|r| &r[off..off + ohw]);
         for plane in dx.chunks_exact_mut(hw) {
             for ki in 0..self.kh {
                 for kj in 0..self.kw {
@@ -206,6 +209,20 @@ impl Geom {
                 }
             }
         }
+    }
+
+    /// Images per GEMM: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's 13x13) put
+    /// several images side by side so the GEMM's column count reaches ~`MIN_COLS`.
+    fn sub_batch(&self, per: usize) -> usize {
+        // EDGEBENCH_CONV_COLS overrides the target (a tuning knob for other CPUs; 1 = off).
+        static TARGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let target = *TARGET.get_or_init(|| {
+            std::env::var("EDGEBENCH_CONV_COLS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(MIN_COLS)
+        });
+        target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
     }
 
     /// How many images each parallel task takes, and the gemm parallelism inside a task.
@@ -306,6 +323,65 @@ pub(crate) fn gemm_strided<T: Float>(
     }
 }
 
+const MIN_COLS: usize = 256;
+
+/// One group's input columns for images `n0..n0 + nb` of a task: col (kk, nb * ohw), or the
+/// input itself (1x1 convolution, one image).
+fn gather_cols<'a, T: Float>(
+    g: &Geom,
+    xs: &'a [T],
+    gi: usize,
+    n0: usize,
+    nb: usize,
+    col: &'a mut [T],
+) -> &'a [T] {
+    let (chw, cghw, ohw) = (g.c * g.hw(), g.cg() * g.hw(), g.ohw());
+    let x_of = |j: usize| &xs[(n0 + j) * chw + gi * cghw..(n0 + j) * chw + (gi + 1) * cghw];
+    if g.direct() && nb == 1 {
+        return x_of(0);
+    }
+    let ld = nb * ohw;
+    let col = &mut col[..g.kk() * ld];
+    for j in 0..nb {
+        if g.direct() {
+            for (dst, src) in col.chunks_exact_mut(ld).zip(x_of(j).chunks_exact(ohw)) {
+                dst[j * ohw..(j + 1) * ohw].copy_from_slice(src);
+            }
+        } else {
+            g.im2col(x_of(j), col, ld, j * ohw);
+        }
+    }
+    col
+}
+
+/// One group's output gradient for images `n0..n0 + nb`: (og, nb * ohw), gathered into `buf`
+/// when nb > 1.
+fn gather_dy<'a, T: Float>(
+    g: &Geom,
+    dys: &'a [T],
+    gi: usize,
+    n0: usize,
+    nb: usize,
+    buf: &'a mut [T],
+) -> &'a [T] {
+    let (ohw, og) = (g.ohw(), g.og());
+    let at = |j: usize| (n0 + j) * g.o * ohw + gi * og * ohw;
+    if nb == 1 {
+        return &dys[at(0)..at(0) + og * ohw];
+    }
+    let ld = nb * ohw;
+    let buf = &mut buf[..og * ld];
+    for j in 0..nb {
+        for (dst, src) in buf
+            .chunks_exact_mut(ld)
+            .zip(dys[at(j)..at(j) + og * ohw].chunks_exact(ohw))
+        {
+            dst[j * ohw..(j + 1) * ohw].copy_from_slice(src);
+        }
+    }
+    buf
+}
+
 fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
     let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
     let mut y = vec![T::ZERO; g.n * g.o * ohw];
@@ -313,37 +389,49 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
         return y;
     }
     let (per, par) = g.split();
+    let bsz = g.sub_batch(per);
     y.par_chunks_mut(per * g.o * ohw)
         .zip(x.par_chunks(per * chw))
         .for_each(|(ys, xs)| {
-            let mut col = vec![T::ZERO; g.col_len()];
-            for (yn, xn) in ys.chunks_exact_mut(g.o * ohw).zip(xs.chunks_exact(chw)) {
+            let mut col = vec![T::ZERO; g.col_len(bsz)];
+            let mut buf = vec![T::ZERO; if bsz > 1 { og * bsz * ohw } else { 0 }];
+            let nimg = xs.len() / chw;
+            for n0 in (0..nimg).step_by(bsz) {
+                let nb = bsz.min(nimg - n0);
+                let ld = nb * ohw;
                 for gi in 0..g.groups {
-                    let xg = &xn[gi * g.cg() * g.hw()..(gi + 1) * g.cg() * g.hw()];
-                    let colg: &[T] = if g.direct() {
-                        xg
-                    } else {
-                        g.im2col(xg, &mut col);
-                        &col
-                    };
-                    let yg = &mut yn[gi * og * ohw..(gi + 1) * og * ohw];
-                    for (row, &bv) in yg.chunks_exact_mut(ohw).zip(&b[gi * og..(gi + 1) * og]) {
-                        row.fill(bv);
+                    let colg = gather_cols(g, xs, gi, n0, nb, &mut col);
+                    let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
+                    let bg = &b[gi * og..(gi + 1) * og];
+                    if nb == 1 {
+                        let at = n0 * g.o * ohw + gi * og * ohw;
+                        let yg = &mut ys[at..at + og * ohw];
+                        for (row, &bv) in yg.chunks_exact_mut(ohw).zip(bg) {
+                            row.fill(bv);
+                        }
+                        gemm((og, ohw, kk), yg, true, wg, (kk, 1), colg, (ld, 1), par);
+                        if relu {
+                            for v in yg.iter_mut() {
+                                if !(*v > T::ZERO) {
+                                    *v = T::ZERO;
+                                }
+                            }
+                        }
+                        continue;
                     }
-                    gemm(
-                        (og, ohw, kk),
-                        yg,
-                        true,
-                        &wt[gi * og * kk..(gi + 1) * og * kk],
-                        (kk, 1),
-                        colg,
-                        (ohw, 1),
-                        par,
-                    );
-                    if relu {
-                        for v in yg.iter_mut() {
-                            if !(*v > T::ZERO) {
-                                *v = T::ZERO;
+                    let out = &mut buf[..og * ld];
+                    gemm((og, ld, kk), out, false, wg, (kk, 1), colg, (ld, 1), par);
+                    // Scatter to NCHW with the bias and the ReLU.
+                    for j in 0..nb {
+                        let at = (n0 + j) * g.o * ohw + gi * og * ohw;
+                        for ((dst, src), &bv) in ys[at..at + og * ohw]
+                            .chunks_exact_mut(ohw)
+                            .zip(out.chunks_exact(ld))
+                            .zip(bg)
+                        {
+                            for (d, &v) in dst.iter_mut().zip(&src[j * ohw..(j + 1) * ohw]) {
+                                let v = v + bv;
+                                *d = if relu && !(v > T::ZERO) { T::ZERO } else { v };
                             }
                         }
                     }
@@ -361,26 +449,38 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
         return dx;
     }
     let (per, par) = g.split();
+    let bsz = g.sub_batch(per);
     dx.par_chunks_mut(per * chw)
         .zip(dy.par_chunks(per * g.o * ohw))
         .for_each(|(dxs, dys)| {
-            let mut col = vec![T::ZERO; g.col_len()];
-            for (dxn, dyn_) in dxs.chunks_exact_mut(chw).zip(dys.chunks_exact(g.o * ohw)) {
+            let mut col = vec![T::ZERO; g.col_len(bsz)];
+            let mut buf = vec![T::ZERO; if bsz > 1 { og * bsz * ohw } else { 0 }];
+            let nimg = dxs.len() / chw;
+            for n0 in (0..nimg).step_by(bsz) {
+                let nb = bsz.min(nimg - n0);
+                let ld = nb * ohw;
                 for gi in 0..g.groups {
-                    let dxg = &mut dxn[gi * cg * hw..(gi + 1) * cg * hw];
-                    let dst: &mut [T] = if g.direct() { dxg } else { &mut col };
-                    gemm(
-                        (kk, ohw, og),
-                        dst,
-                        false,
-                        &wt[gi * og * kk..(gi + 1) * og * kk],
-                        (1, kk),
-                        &dyn_[gi * og * ohw..(gi + 1) * og * ohw],
-                        (ohw, 1),
-                        par,
-                    );
-                    if !g.direct() {
-                        g.col2im(&col, &mut dxn[gi * cg * hw..(gi + 1) * cg * hw]);
+                    let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
+                    let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
+                    let dx_of = |j: usize| (n0 + j) * chw + gi * cg * hw;
+                    if g.direct() && nb == 1 {
+                        let at = dx_of(0);
+                        let dst = &mut dxs[at..at + cg * hw];
+                        gemm((kk, ohw, og), dst, false, wg, (1, kk), dyg, (ld, 1), par);
+                        continue;
+                    }
+                    let dcol = &mut col[..kk * ld];
+                    gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), par);
+                    for j in 0..nb {
+                        let at = dx_of(j);
+                        let dxg = &mut dxs[at..at + cg * hw];
+                        if g.direct() {
+                            for (dst, src) in dxg.chunks_exact_mut(hw).zip(dcol.chunks_exact(ld)) {
+                                dst.copy_from_slice(&src[j * ohw..(j + 1) * ohw]);
+                            }
+                        } else {
+                            g.col2im(dcol, dxg, ld, j * ohw);
+                        }
                     }
                 }
             }
@@ -390,42 +490,41 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
 
 /// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU).
 fn bwd_filter<T: Float>(x: &[T], dy: &[T], g: &Geom) -> Vec<T> {
-    let (chw, ohw, kk, og, cg, hw) = (g.c * g.hw(), g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
+    let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
     let len = g.o * kk + g.o;
     if g.n == 0 {
         return vec![T::ZERO; len];
     }
     let (per, par) = g.split();
+    let bsz = g.sub_batch(per);
     let partials: Vec<Vec<T>> = x
         .par_chunks(per * chw)
         .zip(dy.par_chunks(per * g.o * ohw))
         .map(|(xs, dys)| {
             let mut acc = vec![T::ZERO; len];
-            let mut col = vec![T::ZERO; g.col_len()];
+            let mut col = vec![T::ZERO; g.col_len(bsz)];
+            let mut buf = vec![T::ZERO; if bsz > 1 { og * bsz * ohw } else { 0 }];
             let (dw, db) = acc.split_at_mut(g.o * kk);
-            for (xn, dyn_) in xs.chunks_exact(chw).zip(dys.chunks_exact(g.o * ohw)) {
+            let nimg = xs.len() / chw;
+            for n0 in (0..nimg).step_by(bsz) {
+                let nb = bsz.min(nimg - n0);
+                let ld = nb * ohw;
                 for gi in 0..g.groups {
-                    let xg = &xn[gi * cg * hw..(gi + 1) * cg * hw];
-                    let colg: &[T] = if g.direct() {
-                        xg
-                    } else {
-                        g.im2col(xg, &mut col);
-                        &col
-                    };
-                    let dyg = &dyn_[gi * og * ohw..(gi + 1) * og * ohw];
+                    let colg = gather_cols(g, xs, gi, n0, nb, &mut col);
+                    let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     gemm(
-                        (og, kk, ohw),
+                        (og, kk, ld),
                         &mut dw[gi * og * kk..(gi + 1) * og * kk],
                         true,
                         dyg,
-                        (ohw, 1),
+                        (ld, 1),
                         colg,
-                        (1, ohw),
+                        (1, ld),
                         par,
                     );
                     for (d, row) in db[gi * og..(gi + 1) * og]
                         .iter_mut()
-                        .zip(dyg.chunks_exact(ohw))
+                        .zip(dyg.chunks_exact(ld))
                     {
                         let mut s = T::ZERO;
                         for &v in row {
@@ -674,6 +773,9 @@ mod tests {
             ([1, 2, 11, 11], [3, 2, 7, 7], p(2, 3, 1, false)),
             // groups 3, k3 pad 1, stride 2, batch 2.
             ([2, 6, 6, 5], [3, 2, 3, 3], p(2, 1, 3, false)),
+            // 12x12 outputs: two images per GEMM and a remainder of one (1x1 and 3x3).
+            ([5, 2, 12, 12], [3, 2, 1, 1], p(1, 0, 1, true)),
+            ([3, 2, 12, 12], [3, 2, 3, 3], p(1, 1, 1, false)),
         ]
     }
 
@@ -727,9 +829,31 @@ mod tests {
         Ok((to_vec(&y), [get(x), get(w), get(b)]))
     }
 
+    /// Runs `f` on 1 thread (whole batch per task: several images per GEMM) and on 3 (one or
+    /// two images per task), the two ways the op splits work.
+    fn on_pools(f: impl Fn() + Sync) {
+        for threads in [1, 3] {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(&f);
+        }
+    }
+
     #[test]
     fn forward_and_gradients_match_candle() {
+        on_pools(forward_and_gradients_match_candle_here);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences() {
+        on_pools(gradients_match_finite_differences_here);
+    }
+
+    fn forward_and_gradients_match_candle_here() {
         let mut compared = 2 * cases().len() as i32;
+        let _ = MIN_COLS; // the 12x12 cases assume MIN_COLS in 145..=288
         for (i, c) in cases().iter().enumerate() {
             for dtype in [DType::F64, DType::F32] {
                 let v = vars(c, i as u64, dtype);
@@ -752,8 +876,7 @@ mod tests {
         assert!(compared >= 10);
     }
 
-    #[test]
-    fn gradients_match_finite_differences() {
+    fn gradients_match_finite_differences_here() {
         for (i, c) in cases().iter().enumerate() {
             let v = vars(c, 10 + i as u64, DType::F64);
             let (_, analytic) = grads(conv2d, &v, c.2);
@@ -840,7 +963,11 @@ mod tests {
     fn bench() {
         use std::time::Instant;
         // AlexNet conv2 and conv3, GoogLeNet 3a 3x3 and a 1x1 in 4b, batch 32.
-        let layers: [(&str, Case); 4] = [
+        let layers: [(&str, Case); 5] = [
+            (
+                "goog 5a/3x3",
+                ([32, 160, 7, 7], [320, 160, 3, 3], p(1, 1, 1, true)),
+            ),
             (
                 "alex conv2",
                 ([32, 96, 27, 27], [256, 48, 5, 5], p(1, 2, 2, true)),
@@ -861,10 +988,14 @@ mod tests {
         for (name, c) in layers {
             let v = vars(&c, 1, DType::F32);
             let (o, kk) = (c.1[0], c.1[1] * c.1[2] * c.1[3]);
+            let candle = std::env::var("BENCH_CANDLE").is_ok();
             for (label, f) in [
                 ("gemm", conv2d as fn(&_, &_, &_, _) -> _),
                 ("candle", conv2d_candle),
             ] {
+                if label == "candle" && !candle {
+                    continue;
+                }
                 let run = || {
                     let _ = f(v.0.as_tensor(), v.1.as_tensor(), v.2.as_tensor(), c.2).unwrap();
                     let t = Instant::now();

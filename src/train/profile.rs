@@ -25,6 +25,8 @@ pub struct Profile {
     pub threads: usize,
     /// Median of the timed steps (the first, warm-up step excluded).
     pub step_s: f64,
+    /// Median CPU time (all threads) of a step.
+    pub step_cpu_s: f64,
     pub forward_s: f64,
     pub backward_s: f64,
     pub stages: Vec<StageTime>,
@@ -34,6 +36,16 @@ pub struct Profile {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// CPU time (user + system) this process has used, in seconds: steadier than wall time on a
+/// shared machine.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn secs(t0: i64) -> f64 {
@@ -65,9 +77,10 @@ pub fn profile(
     };
 
     let (mut step_s, mut fwd_s, mut bwd_s, mut losses) = (vec![], vec![], vec![], vec![]);
+    let mut cpu_s = vec![];
     for step in 0..=steps {
         let (x, y) = batch_at(step)?;
-        let t0 = monotonic_ns();
+        let (t0, c0) = (monotonic_ns(), cpu_seconds());
         let out = net.forward(&x, Some(&mut rng), None)?;
         let loss = net.loss(&out, &y)?;
         let t1 = monotonic_ns();
@@ -77,6 +90,7 @@ pub fn profile(
         let loss = loss.to_scalar::<f32>()? as f64;
         if step > 0 {
             step_s.push(secs(t0));
+            cpu_s.push(cpu_seconds() - c0);
             fwd_s.push((t1 - t0) as f64 * 1e-9);
             bwd_s.push((t2 - t1) as f64 * 1e-9);
         }
@@ -122,6 +136,7 @@ pub fn profile(
         batch,
         threads: rayon::current_num_threads(),
         step_s: median(&mut step_s),
+        step_cpu_s: median(&mut cpu_s),
         forward_s: median(&mut fwd_s),
         backward_s: median(&mut bwd_s),
         stages,
@@ -181,8 +196,10 @@ impl Profile {
         );
         let _ = writeln!(
             s,
-            "ms/img {:.2}   losses {:?}",
+            "ms/img {:.2} (CPU time {:.2} ms/img over {} threads)   losses {:?}",
             self.ms_per_image(),
+            self.step_cpu_s * 1e3 / self.batch as f64,
+            self.threads,
             self.losses
                 .iter()
                 .map(|l| (l * 1e4).round() / 1e4)
