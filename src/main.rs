@@ -105,11 +105,12 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
                 print!("{}", p.text());
             }
             println!(
-                "RESULT net={} batch={} median_s_per_image={:.6} cpu_s_per_image={:.6}",
+                "RESULT net={} batch={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
                 p.net,
                 p.batch,
                 p.step_s / p.batch as f64,
-                p.step_cpu_s / p.batch as f64
+                p.step_cpu_s / p.batch as f64,
+                edgebench::train::profile::peak_rss_kb()
             );
             Ok(0)
         }

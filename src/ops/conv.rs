@@ -325,6 +325,16 @@ pub(crate) fn gemm_strided<T: Float>(
 
 const MIN_COLS: usize = 256;
 
+/// max(v, 0), with NaN -> 0.
+#[inline]
+pub(crate) fn relu_f<T: Float>(v: T) -> T {
+    if v > T::ZERO {
+        v
+    } else {
+        T::ZERO
+    }
+}
+
 /// One group's input columns for images `n0..n0 + nb` of a task: col (kk, nb * ohw), or the
 /// input itself (1x1 convolution, one image).
 fn gather_cols<'a, T: Float>(
@@ -412,9 +422,7 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
                         gemm((og, ohw, kk), yg, true, wg, (kk, 1), colg, (ld, 1), par);
                         if relu {
                             for v in yg.iter_mut() {
-                                if !(*v > T::ZERO) {
-                                    *v = T::ZERO;
-                                }
+                                *v = relu_f(*v);
                             }
                         }
                         continue;
@@ -431,7 +439,7 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
                         {
                             for (d, &v) in dst.iter_mut().zip(&src[j * ohw..(j + 1) * ohw]) {
                                 let v = v + bv;
-                                *d = if relu && !(v > T::ZERO) { T::ZERO } else { v };
+                                *d = if relu { relu_f(v) } else { v };
                             }
                         }
                     }

@@ -2,7 +2,7 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use super::conv::gemm;
+use super::conv::{gemm, relu_f};
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
@@ -61,9 +61,7 @@ fn fwd<T: Float>(
     gemm((n, o, i), &mut y, true, x, (i, 1), w, (1, i), par());
     if relu {
         for v in y.iter_mut() {
-            if !(*v > T::ZERO) {
-                *v = T::ZERO;
-            }
+            *v = relu_f(*v);
         }
     }
     y

@@ -48,6 +48,14 @@ pub fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// Peak resident set size of this process so far, in KiB (Linux `ru_maxrss`).
+pub fn peak_rss_kb() -> u64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss.max(0) as u64
+}
+
 fn secs(t0: i64) -> f64 {
     (monotonic_ns() - t0) as f64 * 1e-9
 }
