@@ -63,6 +63,31 @@ pub enum Command {
     /// Internal: train one trial (job on stdin, JSON lines on stdout). Started by `run`.
     #[command(hide = true)]
     Worker,
+    /// Time training steps of one net on the CPU and print forward/backward time per layer.
+    Profile {
+        #[arg(long, default_value = "alexnet")]
+        net: String,
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        /// Timed steps (after one warm-up step).
+        #[arg(long, default_value_t = 3)]
+        steps: usize,
+        /// Use candle's conv2d instead of edgebench's GEMM convolution (for comparison).
+        #[arg(long)]
+        candle_conv: bool,
+        /// Print only `RESULT net=.. batch=.. median_s_per_image=..` after the steps.
+        #[arg(long)]
+        quick: bool,
+        /// CPU threads (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+    },
+    /// Measure this machine's single-precision GEMM peak (GFLOP/s), for `bench/compare.sh`.
+    #[command(hide = true)]
+    BenchSgemm {
+        #[arg(long, default_value_t = 2048)]
+        size: usize,
+    },
 }
 
 #[derive(Debug, Subcommand)]

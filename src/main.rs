@@ -100,6 +100,47 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             }
             Ok(0)
         }
+        Command::Profile {
+            net,
+            batch,
+            steps,
+            candle_conv,
+            quick,
+            threads,
+        } => {
+            if threads > 0 {
+                std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+            }
+            let spec = models::by_name(&net).ok_or_else(|| {
+                usage(anyhow::anyhow!("--net {net}: unknown (alexnet, googlenet)"))
+            })?;
+            let conv = if candle_conv {
+                models::ConvImpl::Candle
+            } else {
+                models::ConvImpl::Gemm
+            };
+            let p = edgebench::train::profile::profile(spec, batch, steps, conv, !quick)?;
+            if !quick {
+                print!("{}", p.text());
+            }
+            println!(
+                "RESULT net={} batch={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
+                p.net,
+                p.batch,
+                p.step_s / p.batch as f64,
+                p.step_cpu_s / p.batch as f64,
+                edgebench::train::profile::peak_rss_kb()
+            );
+            Ok(0)
+        }
+        Command::BenchSgemm { size } => {
+            let g = edgebench::train::profile::sgemm_gflops(size);
+            println!(
+                "RESULT sgemm_gflops={g:.1} size={size} threads={}",
+                rayon::current_num_threads()
+            );
+            Ok(0)
+        }
         Command::Export(ExportCommand::Csv { db, out, machine }) => {
             let store = Store::open_readonly(&db)?;
             let machine = machine.unwrap_or_else(|| host.hostname());

@@ -2,7 +2,8 @@
 //! inference and by running the candle graph), and gradients reaching every parameter.
 
 use candle_core::{Device, Tensor};
-use edgebench::models::{self, Network};
+use edgebench::models::{self, ConvImpl, Network};
+use edgebench::train::{data::Dataset, sgd::Sgd};
 use rand::SeedableRng;
 
 fn stages(net: &str) -> Vec<(String, [usize; 3])> {
@@ -246,4 +247,147 @@ fn initialisation_follows_bvlc_fillers() {
             .to_vec1::<f32>()
             .unwrap()
     );
+}
+
+/// Loss curve and final weights of `steps` SGD steps at batch 2 from the same seed and data.
+fn train_curve(net: &str, conv: ConvImpl, steps: usize, nudge: f64) -> (Vec<f64>, Vec<Vec<f32>>) {
+    let spec = models::by_name(net).unwrap();
+    let mut network = Network::new(spec, &Device::Cpu, 5).unwrap();
+    network.set_conv_impl(conv);
+    let conv_weights = |network: &Network| -> Vec<Vec<f32>> {
+        network
+            .params()
+            .iter()
+            .filter(|p| p.name.ends_with("weight") && p.var.dims().len() == 4)
+            .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+            .collect()
+    };
+    let initial = conv_weights(&network);
+    let data = Dataset::synthetic(3, 1000, 64);
+    let mut sgd = Sgd::new(spec.solver, network.params(), 100).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    let [c, h, w] = spec.input;
+    let mut losses = Vec::new();
+    for step in 0..steps {
+        let b = data.batch(step * 2, 2, [c, h, w]).unwrap();
+        let x = (Tensor::from_vec(b.images, (2, c, h, w), &Device::Cpu).unwrap() * nudge).unwrap();
+        let y = Tensor::from_vec(b.labels, 2, &Device::Cpu).unwrap();
+        let out = network.forward(&x, Some(&mut rng), None).unwrap();
+        let loss = network.loss(&out, &y).unwrap();
+        let grads = loss.backward().unwrap();
+        sgd.step(step, network.params(), &grads).unwrap();
+        losses.push(loss.to_scalar::<f32>().unwrap() as f64);
+    }
+    // What training changed in every conv weight.
+    let moved = conv_weights(&network)
+        .into_iter()
+        .zip(initial)
+        .map(|(w, w0)| w.iter().zip(w0).map(|(a, b)| a - b).collect())
+        .collect();
+    (losses, moved)
+}
+
+fn rel_norm_diff(a: &[f32], b: &[f32]) -> f64 {
+    let norm = |v: &mut dyn Iterator<Item = f32>| v.map(|x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    norm(&mut a.iter().zip(b).map(|(x, y)| x - y)) / norm(&mut b.iter().copied()).max(1e-30)
+}
+
+/// How far `ours` is from `reference`, against how far `nudged` (the reference with its input
+/// scaled by 1 + 1e-6, i.e. float noise) is: max-pool argmaxes among near-equal activations
+/// (BVLC init: bias 0.1 dominates) flip under any reordering of float sums, and move the
+/// gradients below the pool by ~0.3 % in candle alone.
+fn compare_to_noise(ours: &[Vec<f32>], reference: &[Vec<f32>], nudged: &[Vec<f32>], what: &str) {
+    assert_eq!(ours.len(), reference.len());
+    for (i, ((a, r), n)) in ours.iter().zip(reference).zip(nudged).enumerate() {
+        let (d, noise) = (rel_norm_diff(a, r), rel_norm_diff(n, r));
+        println!("{what} {i}: differs by {d:.2e} of its norm (float-noise yardstick {noise:.2e})");
+        // 1 % floor: a single ReLU/argmax flip in a layer with a small gradient (GoogLeNet's
+        // 5x5_reduce convs) moves it by ~0.3 % even where one nudge happened to flip nothing.
+        assert!(
+            d <= (4.0 * noise).max(1e-2),
+            "{what} {i}: differs by {d:.2e}, float noise moves it by {noise:.2e}"
+        );
+    }
+}
+
+/// The GEMM convolution trains like candle's own: same loss curve and conv weight updates
+/// after a few SGD steps, up to float noise.
+fn check_training_matches_candle(net: &str, steps: usize) {
+    let (ours, w_ours) = train_curve(net, ConvImpl::Gemm, steps, 1.0);
+    let (reference, w_ref) = train_curve(net, ConvImpl::Candle, steps, 1.0);
+    let (_, w_nudged) = train_curve(net, ConvImpl::Candle, steps, 1.0 + 1e-6);
+    println!("{net}: gemm {ours:?}\n{net}: candle {reference:?}");
+    assert!(
+        ours.windows(2).any(|w| w[0] != w[1]),
+        "loss does not move: {ours:?}"
+    );
+    for (a, b) in ours.iter().zip(&reference) {
+        assert!(
+            (a - b).abs() < 1e-3 * b.abs().max(1.0),
+            "{ours:?} vs {reference:?}"
+        );
+    }
+    compare_to_noise(&w_ours, &w_ref, &w_nudged, "conv weight update");
+}
+
+#[test]
+fn alexnet_training_matches_candle_conv() {
+    check_training_matches_candle("alexnet", 4);
+}
+
+#[test]
+fn googlenet_training_matches_candle_conv() {
+    check_training_matches_candle("googlenet", 2);
+}
+
+/// One backward pass: every parameter's gradient agrees with candle's conv's in norm.
+fn check_gradients_match_candle(net: &str) {
+    let spec = models::by_name(net).unwrap();
+    let data = Dataset::synthetic(3, 1000, 64);
+    let [c, h, w] = spec.input;
+    let b = data.batch(0, 2, [c, h, w]).unwrap();
+    let x = Tensor::from_vec(b.images, (2, c, h, w), &Device::Cpu).unwrap();
+    let y = Tensor::from_vec(b.labels, 2, &Device::Cpu).unwrap();
+    let grads = |conv, x: &Tensor| {
+        let mut network = Network::new(spec, &Device::Cpu, 5).unwrap();
+        network.set_conv_impl(conv);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let out = network.forward(x, Some(&mut rng), None).unwrap();
+        let g = network.loss(&out, &y).unwrap().backward().unwrap();
+        network
+            .params()
+            .iter()
+            .map(|p| {
+                let v: Vec<f32> = g
+                    .get(p.var.as_tensor())
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap();
+                (p.name.clone(), v)
+            })
+            .collect::<Vec<_>>()
+    };
+    let (ours, reference) = (grads(ConvImpl::Gemm, &x), grads(ConvImpl::Candle, &x));
+    let nudged = grads(ConvImpl::Candle, &(&x * (1.0 + 1e-6)).unwrap());
+    let names: Vec<&str> = ours.iter().map(|(n, _)| n.as_str()).collect();
+    let strip = |v: &[(String, Vec<f32>)]| v.iter().map(|(_, g)| g.clone()).collect::<Vec<_>>();
+    println!("parameters: {names:?}");
+    compare_to_noise(
+        &strip(&ours),
+        &strip(&reference),
+        &strip(&nudged),
+        "gradient",
+    );
+}
+
+#[test]
+fn alexnet_gradients_match_candle_conv() {
+    check_gradients_match_candle("alexnet");
+}
+
+#[test]
+fn googlenet_gradients_match_candle_conv() {
+    check_gradients_match_candle("googlenet");
 }

@@ -6,7 +6,7 @@ pub mod googlenet;
 pub mod net;
 pub mod spec;
 
-pub use net::{Network, Param};
+pub use net::{ConvImpl, Network, Param};
 pub use spec::{NetSpec, NetSummary};
 
 use std::sync::OnceLock;

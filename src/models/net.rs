@@ -2,7 +2,7 @@
 //! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
-use crate::ops::{lrn, pool2d, Lrn, Pool2d};
+use crate::ops::{conv2d, conv2d_candle, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
 use candle_core::{DType, Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -48,6 +48,7 @@ pub struct Network {
     tower: Vec<Node>,
     aux: Vec<AuxNodes>,
     params: Vec<Param>,
+    conv_impl: ConvImpl,
 }
 
 /// Per-layer output shapes recorded during a forward pass (`name`, dims with the batch first).
@@ -177,8 +178,22 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
     x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
 }
 
+/// Which convolution implementation the forward pass uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConvImpl {
+    /// edgebench's GEMM ops (`ops::conv2d`, `ops::linear`) on the CPU, candle's conv2d and
+    /// matmul on other devices.
+    #[default]
+    Gemm,
+    /// candle's `Tensor::conv2d` and `matmul` everywhere (the reference the tests compare
+    /// against).
+    Candle,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_seq(
     nodes: &[Node],
+    conv_impl: ConvImpl,
     mut x: Tensor,
     rng: &mut Option<&mut StdRng>,
     names: Option<&[Layer]>,
@@ -195,21 +210,23 @@ fn run_seq(
                 groups,
                 relu,
             } => {
-                let y = x
-                    .conv2d(w, *pad, *stride, 1, *groups)?
-                    .broadcast_add(&b.reshape((1, b.dim(0)?, 1, 1))?)?;
-                if *relu {
-                    y.relu()?
+                let p = Conv2d {
+                    stride: *stride,
+                    pad: *pad,
+                    groups: *groups,
+                    relu: *relu,
+                };
+                if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                    conv2d(&x, w, b, p)?
                 } else {
-                    y
+                    conv2d_candle(&x, w, b, p)?
                 }
             }
             Node::Fc { w, b, relu } => {
-                let y = x.flatten_from(1)?.matmul(&w.t()?)?.broadcast_add(b)?;
-                if *relu {
-                    y.relu()?
+                if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                    linear(&x, w, b, *relu)?
                 } else {
-                    y
+                    linear_candle(&x, w, b, *relu)?
                 }
             }
             Node::Pool(p) => pool2d(&x, *p)?,
@@ -221,7 +238,17 @@ fn run_seq(
             Node::Inception(branches) => {
                 let outs = branches
                     .iter()
-                    .map(|b| run_seq(b, x.clone(), rng, None, &mut None, &mut |_, _| Ok(())))
+                    .map(|b| {
+                        run_seq(
+                            b,
+                            conv_impl,
+                            x.clone(),
+                            rng,
+                            None,
+                            &mut None,
+                            &mut |_, _| Ok(()),
+                        )
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 Tensor::cat(&outs, 1)?
             }
@@ -266,7 +293,56 @@ impl Network {
             tower,
             aux,
             params: b.params,
+            conv_impl: ConvImpl::default(),
         })
+    }
+
+    /// Selects the convolution implementation (tests compare the GEMM op with candle's).
+    pub fn set_conv_impl(&mut self, conv_impl: ConvImpl) {
+        self.conv_impl = conv_impl;
+    }
+
+    pub fn conv_impl(&self) -> ConvImpl {
+        self.conv_impl
+    }
+
+    /// Profiling hook: the top-level stages, tower layers then auxiliary heads, each with the
+    /// index of the stage whose output it takes (`None`: the network input).
+    pub fn stages(&self) -> Vec<(String, Option<usize>)> {
+        let mut out: Vec<(String, Option<usize>)> = self
+            .spec
+            .tower
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.name().to_string(), i.checked_sub(1)))
+            .collect();
+        for (j, head) in self.aux.iter().enumerate() {
+            out.push((self.spec.aux[j].name.to_string(), Some(head.after)));
+        }
+        out
+    }
+
+    /// Profiling hook: runs stage `i` of [`Network::stages`] alone on `x` (training graph when
+    /// `dropout_rng` is given).
+    pub fn run_stage(
+        &self,
+        i: usize,
+        x: &Tensor,
+        mut dropout_rng: Option<&mut StdRng>,
+    ) -> Result<Tensor> {
+        let nodes = match i.checked_sub(self.tower.len()) {
+            None => std::slice::from_ref(&self.tower[i]),
+            Some(j) => &self.aux[j].nodes[..],
+        };
+        run_seq(
+            nodes,
+            self.conv_impl,
+            x.clone(),
+            &mut dropout_rng,
+            None,
+            &mut None,
+            &mut |_, _| Ok(()),
+        )
     }
 
     pub fn params(&self) -> &[Param] {
@@ -293,6 +369,7 @@ impl Network {
         let mut aux_inputs: Vec<(usize, Tensor)> = Vec::new();
         let logits = run_seq(
             &self.tower,
+            self.conv_impl,
             x.clone(),
             &mut dropout_rng,
             Some(&self.spec.tower),
@@ -309,6 +386,7 @@ impl Network {
             for head in self.aux.iter().filter(|a| a.after == i) {
                 let out = run_seq(
                     &head.nodes,
+                    self.conv_impl,
                     input.clone(),
                     &mut dropout_rng,
                     None,

@@ -2,9 +2,13 @@
 //! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. The kernels are CPU
 //! only; on a GPU the public wrappers route the tensor through host memory (see `on_cpu`).
 
+pub mod conv;
+pub mod linear;
 pub mod lrn;
 pub mod pool;
 
+pub use conv::{conv2d, conv2d_candle, Conv2d};
+pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 

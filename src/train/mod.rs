@@ -2,6 +2,7 @@
 //! It knows nothing of the store: every finished iteration is handed to a callback.
 
 pub mod data;
+pub mod profile;
 pub mod sgd;
 
 use crate::config::DeviceKind;

@@ -4,7 +4,8 @@
 use crate::models::spec::{LrPolicy, SolverSpec};
 use crate::models::Param;
 use candle_core::backprop::GradStore;
-use candle_core::{Result, Tensor};
+use candle_core::{bail, CpuStorage, InplaceOp2, InplaceOp3, Layout, Result, Tensor};
+use rayon::prelude::*;
 
 /// Learning rate at 0-based iteration `iter` of a trial of `max_iter` iterations.
 pub fn learning_rate(solver: &SolverSpec, iter: usize, max_iter: usize) -> f64 {
@@ -54,6 +55,21 @@ impl Sgd {
             // the previous buffer, every earlier step's) alive.
             let grad = grad.detach();
             let decay = self.solver.weight_decay * param.decay_mult;
+            if w.device().is_cpu() && w.dtype() == candle_core::DType::F32 {
+                // Same update in two in-place passes, no temporaries (the tensor version below
+                // makes six passes and allocates four parameter-sized tensors).
+                history.inplace_op3(
+                    w,
+                    &grad.contiguous()?,
+                    &Momentum {
+                        momentum: self.solver.momentum as f32,
+                        rate: (lr * param.lr_mult) as f32,
+                        decay: decay as f32,
+                    },
+                )?;
+                w.inplace_op2(history, &SubAssign)?;
+                continue;
+            }
             let grad = if decay != 0.0 {
                 (grad + (w.detach() * decay)?)?
             } else {
@@ -64,6 +80,92 @@ impl Sgd {
             *history = update.detach();
         }
         Ok(lr)
+    }
+}
+
+/// v = momentum * v + rate * (g + decay * w), in place on v (f32, CPU).
+struct Momentum {
+    momentum: f32,
+    rate: f32,
+    decay: f32,
+}
+
+const CHUNK: usize = 1 << 16;
+
+fn f32_slice<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => bail!("{op}: expects contiguous f32 tensors"),
+    }
+}
+
+fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> Result<&'a mut [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&mut v[a..b]),
+        _ => bail!("{op}: expects contiguous f32 tensors"),
+    }
+}
+
+impl InplaceOp3 for Momentum {
+    fn name(&self) -> &'static str {
+        "sgd-momentum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<()> {
+        if l1.shape() != l2.shape() || l1.shape() != l3.shape() {
+            bail!("sgd-momentum: shapes differ");
+        }
+        let v = f32_slice_mut(s1, l1, "sgd-momentum")?;
+        let w = f32_slice(s2, l2, "sgd-momentum")?;
+        let g = f32_slice(s3, l3, "sgd-momentum")?;
+        let (m, r, d) = (self.momentum, self.rate, self.decay);
+        v.par_chunks_mut(CHUNK)
+            .zip(w.par_chunks(CHUNK).zip(g.par_chunks(CHUNK)))
+            .for_each(|(v, (w, g))| {
+                for ((v, &w), &g) in v.iter_mut().zip(w).zip(g) {
+                    *v = m * *v + r * (g + d * w);
+                }
+            });
+        Ok(())
+    }
+}
+
+/// w -= v, in place on w (f32, CPU).
+struct SubAssign;
+
+impl InplaceOp2 for SubAssign {
+    fn name(&self) -> &'static str {
+        "sub-assign"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &mut CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<()> {
+        if l1.shape() != l2.shape() {
+            bail!("sub-assign: shapes differ");
+        }
+        let w = f32_slice_mut(s1, l1, "sub-assign")?;
+        let v = f32_slice(s2, l2, "sub-assign")?;
+        w.par_chunks_mut(CHUNK)
+            .zip(v.par_chunks(CHUNK))
+            .for_each(|(w, v)| {
+                for (w, &v) in w.iter_mut().zip(v) {
+                    *w -= v;
+                }
+            });
+        Ok(())
     }
 }
 

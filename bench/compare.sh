@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Side-by-side training speed: edgebench vs TensorFlow (CPU) on this machine, in one run.
+#
+#   bench/compare.sh [NETS] [BATCHES] [STEPS]
+#     NETS     comma separated: alexnet,googlenet (default both)
+#     BATCHES  comma separated (default 32)
+#     STEPS    steps per side (default 6); the first is warm-up (graph tracing in TF), the median
+#              of the others is reported
+#
+# Installs tensorflow-cpu into bench/.venv (or $EDGEBENCH_TF_VENV) if it is missing, builds
+# edgebench (release), measures the SGEMM peak with the gemm crate edgebench uses
+# (`edgebench bench-sgemm`), and prints one table. The SGEMM floor is the training FLOPs per
+# image (AlexNet ~4.3 G, GoogLeNet ~9.5 G) at that peak; "% floor" = floor / measured.
+# Both sides use all cores. Timings on a shared machine are noisy: the CPU ms/img columns
+# (process CPU time over all threads) are steadier than wall time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NETS=${1:-alexnet,googlenet}
+BATCHES=${2:-32}
+STEPS=${3:-6}
+VENV=${EDGEBENCH_TF_VENV:-bench/.venv}
+
+if ! "$VENV/bin/python" -c 'import tensorflow' 2>/dev/null; then
+    echo "installing tensorflow-cpu into $VENV ..." >&2
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q tensorflow-cpu
+fi
+cargo build --release -q
+EB=${CARGO_TARGET_DIR:-target}/release/edgebench
+
+field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+sgemm=$("$EB" bench-sgemm)
+peak=$(field sgemm_gflops "$sgemm")
+tfver=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
+    "SGEMM peak $peak GFLOP/s (gemm crate, $(field threads "$sgemm") threads); TensorFlow $tfver"
+printf '| net | batch | edgebench ms/img | TF ms/img | ratio eb/TF | SGEMM floor ms/img | eb %% of floor | TF %% of floor | eb CPU ms/img | TF CPU ms/img | eb peak RSS MiB | TF peak RSS MiB |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for net in ${NETS//,/ }; do
+    case $net in
+        alexnet) gflop=4.3 ;;
+        googlenet) gflop=9.5 ;;
+        *) echo "unknown net $net" >&2; exit 2 ;;
+    esac
+    for batch in ${BATCHES//,/ }; do
+        ours=$("$EB" --quiet profile --net "$net" --batch "$batch" --steps $((STEPS - 1)) --quick | grep '^RESULT')
+        theirs=$("$VENV/bin/python" bench/tf_train.py "$net" "$batch" "$STEPS" | grep '^RESULT')
+        python3 - "$net" "$batch" "$gflop" "$peak" \
+            "$(field median_s_per_image "$ours")" "$(field median_s_per_image "$theirs")" \
+            "$(field cpu_s_per_image "$ours")" "$(field cpu_s_per_image "$theirs")" \
+            "$(field peak_rss_kb "$ours")" "$(field peak_rss_kb "$theirs")" <<'PY'
+import sys
+net, batch, gflop, peak, eb, tf, ebc, tfc, ebr, tfr = sys.argv[1:]
+gflop, peak, eb, tf, ebc, tfc = map(float, (gflop, peak, eb, tf, ebc, tfc))
+floor = gflop / peak * 1e3
+print(f"| {net} | {batch} | {eb*1e3:.1f} | {tf*1e3:.1f} | {eb/tf:.2f} | {floor:.1f} | "
+      f"{100*floor/(eb*1e3):.0f} % | {100*floor/(tf*1e3):.0f} % | {ebc*1e3:.1f} | {tfc*1e3:.1f} | "
+      f"{int(ebr)/1024:.0f} | {int(tfr)/1024:.0f} |")
+PY
+    done
+done

@@ -1,0 +1,300 @@
+//! Fully connected layer `y = x · Wᵀ + b` (optionally ReLU) as one differentiable op with GEMM
+//! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
+//! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
+
+use super::conv::{gemm, relu_f};
+use super::{nchw_slice, Float};
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use gemm::Parallelism;
+
+/// x: (N, IN) (or anything flattening to it), w: (OUT, IN), b: (OUT) -> (N, OUT).
+pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
+    let x = x.flatten_from(1)?;
+    let (_, i) = x.dims2()?;
+    let (o, wi) = w.dims2()?;
+    if wi != i || b.dims() != [o] {
+        bail!(
+            "linear: x {:?}, w {:?}, b {:?} do not fit",
+            x.dims(),
+            w.dims(),
+            b.dims()
+        );
+    }
+    x.contiguous()?
+        .apply_op3(&w.contiguous()?, &b.contiguous()?, Linear { relu })
+}
+
+/// The same with candle's ops (reference).
+pub fn linear_candle(x: &Tensor, w: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
+    let y = x.flatten_from(1)?.matmul(&w.t()?)?.broadcast_add(b)?;
+    if relu {
+        y.relu()
+    } else {
+        Ok(y)
+    }
+}
+
+fn par() -> Parallelism {
+    match rayon::current_num_threads() {
+        0 | 1 => Parallelism::None,
+        n => Parallelism::Rayon(n),
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Linear {
+    relu: bool,
+}
+
+fn fwd<T: Float>(
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    (n, i, o): (usize, usize, usize),
+    relu: bool,
+) -> Vec<T> {
+    let mut y = vec![T::ZERO; n * o];
+    for row in y.chunks_exact_mut(o.max(1)) {
+        row.copy_from_slice(b);
+    }
+    gemm((n, o, i), &mut y, true, x, (i, 1), w, (1, i), par());
+    if relu {
+        for v in y.iter_mut() {
+            *v = relu_f(*v);
+        }
+    }
+    y
+}
+
+impl CustomOp3 for Linear {
+    fn name(&self) -> &'static str {
+        "linear-gemm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, i) = l1.shape().dims2()?;
+        let (o, _) = l2.shape().dims2()?;
+        let k = "linear";
+        let y = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => CpuStorage::F32(fwd(
+                nchw_slice(x, l1, k)?,
+                nchw_slice(w, l2, k)?,
+                nchw_slice(b, l3, k)?,
+                (n, i, o),
+                self.relu,
+            )),
+            (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => CpuStorage::F64(fwd(
+                nchw_slice(x, l1, k)?,
+                nchw_slice(w, l2, k)?,
+                nchw_slice(b, l3, k)?,
+                (n, i, o),
+                self.relu,
+            )),
+            _ => bail!(
+                "linear: need matching f32/f64 inputs, got {:?}, {:?}, {:?}",
+                s1.dtype(),
+                s2.dtype(),
+                s3.dtype()
+            ),
+        };
+        Ok((y, Shape::from((n, o))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _b: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dy = if self.relu {
+            dy.contiguous()?
+                .apply_op2_no_bwd(&y.contiguous()?, &super::conv::ReluMask)?
+        } else {
+            dy.contiguous()?
+        };
+        let dx = if x.track_op() {
+            Some(dy.apply_op2_no_bwd(w, &LinearBwd::Data)?)
+        } else {
+            None
+        };
+        let dw = dy.apply_op2_no_bwd(x, &LinearBwd::Weight)?;
+        let db = dy.sum(0)?;
+        Ok((dx, Some(dw), Some(db)))
+    }
+}
+
+/// (dy, w) -> dx = dy · W, or (dy, x) -> dW = dyᵀ · x.
+enum LinearBwd {
+    Data,
+    Weight,
+}
+
+impl LinearBwd {
+    fn run<T: Float>(&self, dy: &[T], other: &[T], (n, o): (usize, usize), i: usize) -> Vec<T> {
+        match self {
+            LinearBwd::Data => {
+                let mut dx = vec![T::ZERO; n * i];
+                gemm((n, i, o), &mut dx, false, dy, (o, 1), other, (i, 1), par());
+                dx
+            }
+            LinearBwd::Weight => {
+                let mut dw = vec![T::ZERO; o * i];
+                gemm((o, i, n), &mut dw, false, dy, (1, o), other, (i, 1), par());
+                dw
+            }
+        }
+    }
+}
+
+impl CustomOp2 for LinearBwd {
+    fn name(&self) -> &'static str {
+        "linear-gemm-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (n, o) = l1.shape().dims2()?;
+        let (a, i) = l2.shape().dims2()?;
+        let shape = match self {
+            LinearBwd::Data if a == o => Shape::from((n, i)),
+            LinearBwd::Weight if a == n => Shape::from((o, i)),
+            _ => bail!(
+                "linear-bwd: dy {:?} and {:?} do not fit",
+                l1.dims(),
+                l2.dims()
+            ),
+        };
+        let k = "linear-bwd";
+        let out = match (s1, s2) {
+            (CpuStorage::F32(d), CpuStorage::F32(v)) => {
+                CpuStorage::F32(self.run(nchw_slice(d, l1, k)?, nchw_slice(v, l2, k)?, (n, o), i))
+            }
+            (CpuStorage::F64(d), CpuStorage::F64(v)) => {
+                CpuStorage::F64(self.run(nchw_slice(d, l1, k)?, nchw_slice(v, l2, k)?, (n, o), i))
+            }
+            _ => bail!("{k}: need matching f32/f64 inputs"),
+        };
+        Ok((out, shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::test_util::{to_vec, Rng};
+    use candle_core::{DType, Device, Var};
+
+    fn grads(
+        f: fn(&Tensor, &Tensor, &Tensor, bool) -> Result<Tensor>,
+        (x, w, b): (&Var, &Var, &Var),
+        relu: bool,
+    ) -> Vec<Vec<f64>> {
+        let y = f(x.as_tensor(), w.as_tensor(), b.as_tensor(), relu).unwrap();
+        let r = Tensor::from_vec(Rng::new(7).vec(y.elem_count()), y.shape(), &Device::Cpu)
+            .unwrap()
+            .to_dtype(y.dtype())
+            .unwrap();
+        let g = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut out = vec![to_vec(&y)];
+        for v in [x, w, b] {
+            out.push(to_vec(g.get(v.as_tensor()).unwrap()));
+        }
+        out
+    }
+
+    #[test]
+    fn matches_candle_and_finite_differences() {
+        for (n, i, o, relu) in [(3, 7, 5, false), (2, 12, 4, true), (1, 5, 9, true)] {
+            let mut r = Rng::new((n * i * o) as u64);
+            let v = |d: &[usize], r: &mut Rng| {
+                Var::from_tensor(
+                    &Tensor::from_vec(r.vec(d.iter().product()), d, &Device::Cpu).unwrap(),
+                )
+                .unwrap()
+            };
+            // A 4-D input, as after a conv stage, flattens like candle's flatten_from(1).
+            let (x, w, b) = (
+                v(&[n, i, 1, 1], &mut r),
+                v(&[o, i], &mut r),
+                v(&[o], &mut r),
+            );
+            let ours = grads(linear, (&x, &w, &b), relu);
+            let reference = grads(linear_candle, (&x, &w, &b), relu);
+            for (a, b) in ours.iter().zip(&reference) {
+                for (p, q) in a.iter().zip(b) {
+                    assert!((p - q).abs() < 1e-12 * q.abs().max(1.0), "{a:?} vs {b:?}");
+                }
+            }
+            // Finite differences on the weight (x and b are checked against candle above).
+            let eps = 1e-6;
+            let wv = to_vec(w.as_tensor());
+            let rr = Tensor::from_vec(Rng::new(7).vec(n * o), (n, o), &Device::Cpu).unwrap();
+            let loss = |wv: &[f64]| -> f64 {
+                let w = Tensor::from_vec(wv.to_vec(), (o, i), &Device::Cpu).unwrap();
+                (linear(x.as_tensor(), &w, b.as_tensor(), relu).unwrap() * &rr)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .to_scalar()
+                    .unwrap()
+            };
+            for j in 0..wv.len() {
+                let (mut p, mut m) = (wv.clone(), wv.clone());
+                p[j] += eps;
+                m[j] -= eps;
+                let num = (loss(&p) - loss(&m)) / (2.0 * eps);
+                assert!((num - ours[2][j]).abs() < 1e-6 * num.abs().max(1.0));
+            }
+        }
+        let _ = DType::F32;
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use candle_core::{Device, Tensor};
+    use std::time::Instant;
+
+    /// `cargo test --release --lib ops::linear::bench -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn fc6() {
+        let (n, i, o) = (32, 9216, 4096);
+        let x = Tensor::randn(0f32, 1., (n, i), &Device::Cpu).unwrap();
+        let w = Tensor::randn(0f32, 1., (o, i), &Device::Cpu).unwrap();
+        let b = Tensor::randn(0f32, 1., o, &Device::Cpu).unwrap();
+        let dy = Tensor::randn(0f32, 1., (n, o), &Device::Cpu).unwrap();
+        for _ in 0..2 {
+            let t = Instant::now();
+            let _y = linear(&x, &w, &b, true).unwrap();
+            let f = t.elapsed().as_secs_f64() * 1e3;
+            let t = Instant::now();
+            let _dx = dy.apply_op2_no_bwd(&w, &LinearBwd::Data).unwrap();
+            let d = t.elapsed().as_secs_f64() * 1e3;
+            let t = Instant::now();
+            let _dw = dy.apply_op2_no_bwd(&x, &LinearBwd::Weight).unwrap();
+            let wt = t.elapsed().as_secs_f64() * 1e3;
+            let t = Instant::now();
+            let _dw2 = dy.t().unwrap().matmul(&x).unwrap();
+            let c = t.elapsed().as_secs_f64() * 1e3;
+            println!("fwd {f:.1} ms, dx {d:.1} ms, dW {wt:.1} ms, candle dyT.x {c:.1} ms");
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! `edgebench profile`: where a training step's time goes. Times whole training steps (forward,
+//! loss, backward, SGD) for ms/img, then every top-level stage alone: its forward on the input
+//! the network gives it, and the backward through that stage only (from the sum of its output,
+//! with the input a variable as it is inside the network, except for the first layer, whose
+//! input is the image).
+
+use crate::models::{ConvImpl, NetSpec, Network};
+use crate::train::{data::Dataset, monotonic_ns, sgd::Sgd};
+use candle_core::{Device, Tensor, Var};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use std::fmt::Write;
+
+#[derive(Debug, Clone)]
+pub struct StageTime {
+    pub name: String,
+    pub forward_s: f64,
+    pub backward_s: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub net: String,
+    pub batch: usize,
+    pub threads: usize,
+    /// Median of the timed steps (the first, warm-up step excluded).
+    pub step_s: f64,
+    /// Median CPU time (all threads) of a step.
+    pub step_cpu_s: f64,
+    pub forward_s: f64,
+    pub backward_s: f64,
+    pub stages: Vec<StageTime>,
+    pub losses: Vec<f64>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// CPU time (user + system) this process has used, in seconds: steadier than wall time on a
+/// shared machine.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Peak resident set size of this process so far, in KiB (Linux `ru_maxrss`).
+pub fn peak_rss_kb() -> u64 {
+    // SAFETY: getrusage fills the struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru.ru_maxrss.max(0) as u64
+}
+
+fn secs(t0: i64) -> f64 {
+    (monotonic_ns() - t0) as f64 * 1e-9
+}
+
+/// Profiles `steps` training steps (plus one warm-up) of `spec` at `batch` on the CPU.
+pub fn profile(
+    spec: &'static NetSpec,
+    batch: usize,
+    steps: usize,
+    conv: ConvImpl,
+    per_stage: bool,
+) -> anyhow::Result<Profile> {
+    anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
+    let device = Device::Cpu;
+    let mut net = Network::new(spec, &device, 1)?;
+    net.set_conv_impl(conv);
+    let data = Dataset::synthetic(1, spec.classes, batch * (steps + 1));
+    let mut sgd = Sgd::new(spec.solver, net.params(), steps + 1)?;
+    let mut rng = StdRng::seed_from_u64(2);
+    let [c, h, w] = spec.input;
+    let batch_at = |step: usize| -> anyhow::Result<(Tensor, Tensor)> {
+        let b = data.batch(step * batch, batch, [c, h, w])?;
+        Ok((
+            Tensor::from_vec(b.images, (batch, c, h, w), &device)?,
+            Tensor::from_vec(b.labels, batch, &device)?,
+        ))
+    };
+
+    let (mut step_s, mut fwd_s, mut bwd_s, mut losses) = (vec![], vec![], vec![], vec![]);
+    let mut cpu_s = vec![];
+    for step in 0..=steps {
+        let (x, y) = batch_at(step)?;
+        let (t0, c0) = (monotonic_ns(), cpu_seconds());
+        let out = net.forward(&x, Some(&mut rng), None)?;
+        let loss = net.loss(&out, &y)?;
+        let t1 = monotonic_ns();
+        let grads = loss.backward()?;
+        let t2 = monotonic_ns();
+        sgd.step(step, net.params(), &grads)?;
+        let loss = loss.to_scalar::<f32>()? as f64;
+        if step > 0 {
+            step_s.push(secs(t0));
+            cpu_s.push(cpu_seconds() - c0);
+            fwd_s.push((t1 - t0) as f64 * 1e-9);
+            bwd_s.push((t2 - t1) as f64 * 1e-9);
+        }
+        losses.push(loss);
+    }
+
+    // Every stage's input, from one training-graph forward pass.
+    let (x, _) = batch_at(0)?;
+    let names = if per_stage { net.stages() } else { vec![] };
+    let mut outputs: Vec<Tensor> = Vec::with_capacity(names.len());
+    for (i, (_, input)) in names.iter().enumerate() {
+        let xi = input.map_or(&x, |j| &outputs[j]).clone();
+        outputs.push(net.run_stage(i, &xi, Some(&mut rng))?);
+    }
+    let reps = steps.clamp(1, 3);
+    let mut stages = Vec::with_capacity(names.len());
+    for (i, (name, input)) in names.iter().enumerate() {
+        let xi = input.map_or(&x, |j| &outputs[j]).clone();
+        let var = Var::from_tensor(&xi)?;
+        let arg = if input.is_some() {
+            var.as_tensor()
+        } else {
+            &xi
+        };
+        let (mut f, mut b) = (vec![], vec![]);
+        for _ in 0..reps {
+            let t0 = monotonic_ns();
+            let y = net.run_stage(i, arg, Some(&mut rng))?;
+            f.push(secs(t0));
+            let s = y.sum_all()?;
+            let t0 = monotonic_ns();
+            std::hint::black_box(s.backward()?);
+            b.push(secs(t0));
+        }
+        stages.push(StageTime {
+            name: name.clone(),
+            forward_s: median(&mut f),
+            backward_s: median(&mut b),
+        });
+    }
+    Ok(Profile {
+        net: spec.name.to_string(),
+        batch,
+        threads: rayon::current_num_threads(),
+        step_s: median(&mut step_s),
+        step_cpu_s: median(&mut cpu_s),
+        forward_s: median(&mut fwd_s),
+        backward_s: median(&mut bwd_s),
+        stages,
+        losses,
+    })
+}
+
+impl Profile {
+    pub fn ms_per_image(&self) -> f64 {
+        self.step_s * 1e3 / self.batch as f64
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} batch {} on {} thread(s): per stage alone, median ms",
+            self.net, self.batch, self.threads
+        );
+        let _ = writeln!(
+            s,
+            "{:<24} {:>10} {:>10} {:>10} {:>6}",
+            "stage", "forward", "backward", "total", "%"
+        );
+        let sum: f64 = self.stages.iter().map(|t| t.forward_s + t.backward_s).sum();
+        for t in &self.stages {
+            let tot = t.forward_s + t.backward_s;
+            let _ = writeln!(
+                s,
+                "{:<24} {:>10.1} {:>10.1} {:>10.1} {:>6.1}",
+                t.name,
+                t.forward_s * 1e3,
+                t.backward_s * 1e3,
+                tot * 1e3,
+                100.0 * tot / sum.max(1e-12)
+            );
+        }
+        let (f, b): (f64, f64) = self
+            .stages
+            .iter()
+            .fold((0.0, 0.0), |(f, b), t| (f + t.forward_s, b + t.backward_s));
+        let _ = writeln!(
+            s,
+            "{:<24} {:>10.1} {:>10.1} {:>10.1}",
+            "sum of stages",
+            f * 1e3,
+            b * 1e3,
+            (f + b) * 1e3
+        );
+        let _ = writeln!(
+            s,
+            "{:<24} {:>10.1} {:>10.1} {:>10.1}   (+ loss, SGD update)",
+            "training step",
+            self.forward_s * 1e3,
+            self.backward_s * 1e3,
+            self.step_s * 1e3
+        );
+        let _ = writeln!(
+            s,
+            "ms/img {:.2} (CPU time {:.2} ms/img over {} threads)   losses {:?}",
+            self.ms_per_image(),
+            self.step_cpu_s * 1e3 / self.batch as f64,
+            self.threads,
+            self.losses
+                .iter()
+                .map(|l| (l * 1e4).round() / 1e4)
+                .collect::<Vec<_>>()
+        );
+        s
+    }
+}
+
+/// Best of a few single-precision GEMMs of `size`³ on all rayon threads, in GFLOP/s: the
+/// machine's practical SGEMM peak with the GEMM edgebench uses (the `gemm` crate).
+pub fn sgemm_gflops(size: usize) -> f64 {
+    let n = size.max(64);
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.1).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| (i % 5) as f32 * 0.1).collect();
+    let mut c = vec![0f32; n * n];
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t0 = monotonic_ns();
+        // SAFETY: a, b, c are n x n row-major and do not overlap.
+        unsafe {
+            gemm::gemm(
+                n,
+                n,
+                n,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                n as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+        best = best.min(secs(t0));
+    }
+    std::hint::black_box(&c);
+    2.0 * (n as f64).powi(3) / best * 1e-9
+}
