@@ -4,19 +4,18 @@
 //!
 //! peak ≈ base + params x 4 B x PARAM_COPIES + activations/image x batch x 4 B x ACTIVATION_COPIES
 //!
-//! PARAM_COPIES covers weights, gradients, momentum and the SGD update's temporaries (the peak
-//! falls in the update);
-//! ACTIVATION_COPIES the forward outputs candle keeps for backward (conv, +bias, ReLU are
-//! separate tensors) plus the gradients alive during backward. The constants were fitted to
-//! the peak RSS (VmHWM) of 5-iteration CPU trials of both nets at batch 1 and 8 (README,
+//! PARAM_COPIES covers weights, gradients, momentum and the transient copies of the backward
+//! pass; ACTIVATION_COPIES the forward outputs kept for backward (conv, bias and ReLU are one
+//! fused output) plus the gradients alive during backward. The constants were fitted to
+//! the peak RSS (VmHWM) of 4-iteration CPU trials of both nets at batch 1, 8 and 32 (README,
 //! "Memory"); one iteration is not enough, the allocator's peak still grows after the first.
 
 use crate::models::NetSpec;
 use serde::Serialize;
 
-pub const BASE_BYTES: u64 = 16 << 20;
-pub const PARAM_COPIES: f64 = 5.2;
-pub const ACTIVATION_COPIES: f64 = 3.6;
+pub const BASE_BYTES: u64 = 8 << 20;
+pub const PARAM_COPIES: f64 = 3.8;
+pub const ACTIVATION_COPIES: f64 = 1.35;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct MemoryEstimate {
