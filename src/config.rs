@@ -34,7 +34,7 @@ impl DeviceKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub sweep: Sweep,
@@ -159,18 +159,6 @@ impl Default for Train {
         Train {
             threads: 0,
             seed: 1,
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            sweep: Sweep::default(),
-            data: Data::default(),
-            store: StoreConfig::default(),
-            train: Train::default(),
-            memory: MemoryConfig::default(),
         }
     }
 }

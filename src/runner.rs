@@ -93,7 +93,22 @@ pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Dataset> {
 
 fn memory_plan(config: &Config, host: &HostPaths) -> anyhow::Result<MemoryPlan> {
     let limit = config.memory.limit_bytes().map_err(anyhow::Error::msg)?;
+    let swaps = ProcReader::new(host).swaps();
+    let swap_devices = if swaps.is_empty() {
+        "no swap".to_string()
+    } else {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let list: Vec<String> = swaps
+            .iter()
+            .map(|s| {
+                let kind = if s.zram { "zram" } else { s.kind.as_str() };
+                format!("{} ({kind}, {:.1} GiB)", s.name, gib(s.size_bytes))
+            })
+            .collect();
+        format!("swap on {}", list.join(", "))
+    };
     Ok(MemoryPlan {
+        swap_devices,
         limit,
         swap_limit: config
             .memory
@@ -141,6 +156,8 @@ pub fn done_statuses(retry_failed: bool) -> &'static [&'static str] {
 
 /// What the run knows about memory before any trial: the host's capacity and the cgroup cap.
 struct MemoryPlan {
+    /// The host's swap devices at the start of the run, in words (zram or disk matters).
+    swap_devices: String,
     limit: Option<u64>,
     swap_limit: Option<u64>,
     parent: Option<cgroup::CgroupParent>,
@@ -425,7 +442,7 @@ fn run_one(
     memory.mem_available_min_bytes = report.mem_available_min_bytes.map(|b| b as i64);
     memory.psi_memory_some_us = report.psi_some_us.map(|v| v as i64);
     memory.psi_memory_full_us = report.psi_full_us.map(|v| v as i64);
-    memory.memory_note = Some(report.note.clone());
+    memory.memory_note = Some(format!("{}; {}", report.note, ctx.memory.swap_devices));
     let verdict = (!samples.is_empty() && !measured.is_empty()).then_some(report.swap_pressure);
     store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
 

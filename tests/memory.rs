@@ -75,7 +75,7 @@ fn worker_of(parent: u32) -> Option<u32> {
 fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("crash.db");
-    let mut child = edgebench(dir.path())
+    let child = edgebench(dir.path())
         .args([
             "run", "--net", "alexnet", "--batch", "1,2", "--images", "40", "--epochs", "1", "--db",
         ])

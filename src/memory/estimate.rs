@@ -77,7 +77,8 @@ mod tests {
         let e1 = estimate(alex, 1);
         let e32 = estimate(alex, 32);
         assert_eq!(e1.params_bytes, (60_965_224.0 * 4.0 * PARAM_COPIES) as u64);
-        assert_eq!(e32.activations_bytes, e1.activations_bytes * 32);
+        // linear in the batch (up to rounding to whole bytes)
+        assert!((e32.activations_bytes as i64 - 32 * e1.activations_bytes as i64).abs() <= 32);
         assert_eq!(
             e32.total_bytes,
             BASE_BYTES + e32.params_bytes + e32.activations_bytes

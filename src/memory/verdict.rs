@@ -92,12 +92,12 @@ pub fn assess(
     // The worker may be gone at the end (OOM): then its last reading is the best we have.
     let with_process = || samples.iter().filter(|s| s.process.is_some());
     let first_process = with_process()
-        .filter(|s| s.t_ns <= from_ns)
-        .last()
+        .rev()
+        .find(|s| s.t_ns <= from_ns)
         .or_else(|| with_process().next());
     let last_process = with_process()
         .find(|s| s.t_ns >= to_ns)
-        .or_else(|| with_process().last());
+        .or_else(|| with_process().next_back());
     let swap_in = delta(start, end, |s| s.vm.map(|v| v.pswpin)).unwrap_or(0);
     let swap_out = delta(start, end, |s| s.vm.map(|v| v.pswpout)).unwrap_or(0);
     let faults = delta(first_process, last_process, |s| {
