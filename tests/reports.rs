@@ -228,7 +228,7 @@ fn merge_is_a_union_and_idempotent() {
 
     // Twice, and in the other order: nothing changes.
     merge(&[b.clone(), a.clone()], &into).unwrap();
-    let r = merge(&[a.clone()], &into).unwrap();
+    let r = merge(std::slice::from_ref(&a), &into).unwrap();
     assert_eq!(counts(&into), sum);
     assert!(r.tables.iter().all(|t| t.before == t.after), "{r:?}");
     assert_eq!(std::fs::read(&a).unwrap(), a_bytes, "a source was modified");
@@ -401,4 +401,160 @@ fn merge_refuses_foreign_and_newer_files_and_leaves_the_target_alone() {
         .filter(|e| e.file_name().to_string_lossy().starts_with(".edgebench"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// An sshd on 127.0.0.1 with throw-away keys, for `edgebench pull`; killed on drop.
+struct Sshd {
+    child: std::process::Child,
+    port: u16,
+    key: PathBuf,
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sshd(dir: &Path) -> Result<Sshd, String> {
+    let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd", "/usr/local/sbin/sshd"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or("no sshd (install openssh-server)")?;
+    let keygen = |name: &str| -> Result<PathBuf, String> {
+        let p = dir.join(name);
+        let o = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f", s(&p)])
+            .output()
+            .map_err(|e| format!("ssh-keygen: {e}"))?;
+        o.status
+            .success()
+            .then_some(p)
+            .ok_or_else(|| String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let host_key = keygen("host_key")?;
+    let key = keygen("user_key")?;
+    let authorized = dir.join("authorized_keys");
+    std::fs::copy(dir.join("user_key.pub"), &authorized).map_err(|e| e.to_string())?;
+    // sshd wants its privilege-separation directory; only root can make it.
+    let _ = std::fs::create_dir_all("/run/sshd");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let config = dir.join("sshd_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+             PidFile none\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
+             KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n",
+            host_key.display(),
+            authorized.display()
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut child = Command::new(&sshd)
+        .args(["-D", "-e", "-f", s(&config)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", sshd.display()))?;
+    for _ in 0..100 {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            use std::io::Read;
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            return Err(format!("sshd exited ({status}): {err}"));
+        }
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(Sshd { child, port, key });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    Err("sshd did not listen within 5 s".into())
+}
+
+fn pull_files() -> std::collections::BTreeSet<PathBuf> {
+    std::fs::read_dir("/tmp")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.to_string_lossy().contains("edgebench-pull-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn pull_over_a_real_ssh_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let sshd = match start_sshd(dir.path()) {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("pull test skipped: cannot run a local sshd: {why}");
+            return;
+        }
+    };
+    let board = dir.path().join("board").join("edgebench.db");
+    std::fs::create_dir_all(board.parent().unwrap()).unwrap();
+    board_db(&board, "tx2");
+    let into = dir.path().join("ws").join("results.db");
+    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+    let remote = format!("{}@127.0.0.1:{}", user.trim(), board.display());
+    let opts = [
+        format!("Port={}", sshd.port),
+        format!("IdentityFile={}", sshd.key.display()),
+        "IdentitiesOnly=yes".into(),
+        "StrictHostKeyChecking=no".into(),
+        "UserKnownHostsFile=/dev/null".into(),
+        "BatchMode=yes".into(),
+        "LogLevel=ERROR".into(),
+    ];
+    let pull = |remote: &str, bin: &str| {
+        let mut args = vec!["pull", remote, "--into", s(&into), "--remote-bin", bin];
+        for o in &opts {
+            args.extend(["--ssh-opt", o]);
+        }
+        edgebench(&args)
+    };
+    let temps_before = pull_files();
+
+    let o = pull(&remote, BIN);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() && err.contains("Permission denied") {
+        eprintln!("pull test skipped: sshd refused the login: {err}");
+        return;
+    }
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("[3/3]"), "no progress shown: {err}");
+    assert_eq!(counts(&into), counts(&board));
+    assert_consistent(&into);
+    // Twice: nothing added; the board's temporary snapshots are gone.
+    let o = pull(&remote, BIN);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(counts(&into), counts(&board));
+    assert_eq!(pull_files(), temps_before);
+
+    // A failed snapshot and a failed transfer (the "edgebench" on the board writes nothing,
+    // so `cat` fails) leave results.db byte for byte as it was.
+    let before = std::fs::read(&into).unwrap();
+    let missing = format!("{}@127.0.0.1:/nonexistent/e.db", user.trim());
+    let o = pull(&missing, BIN);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("snapshot on"));
+    let o = pull(&remote, "true");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("copying the snapshot"), "{err}");
+    assert_eq!(std::fs::read(&into).unwrap(), before);
+    let leftovers: Vec<_> = std::fs::read_dir(into.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".edgebench"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
