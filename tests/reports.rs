@@ -558,3 +558,182 @@ fn pull_over_a_real_ssh_connection() {
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
+
+/// A board with every kind of point: swap-spoiled, OOM, skipped, failed, and energy.
+fn rich_board(path: &Path, host: &str) {
+    board_db(path, host);
+    let mut s = Store::open(path).unwrap();
+    let run = s
+        .begin_run(&run_info(host, "2025-02-03T00:00:00Z"))
+        .unwrap();
+    let t = trial(&mut s, run, &key("alexnet", "cpu", 8), 2, "ok", Some(0.9));
+    s.record_memory(t, Some(true), Some(3 << 30), &MemoryColumns::default())
+        .unwrap();
+    trial(&mut s, run, &key("alexnet", "cpu", 16), 0, "oom", None);
+    trial(
+        &mut s,
+        run,
+        &key("alexnet", "cpu", 32),
+        0,
+        "skipped_memory",
+        None,
+    );
+    trial(&mut s, run, &key("googlenet", "cpu", 8), 1, "failed", None);
+    s.finish_run(run, "2025-02-03T00:10:00Z", "finished")
+        .unwrap();
+    drop(s);
+    // Energy as the power work will fill it: J/image = 2 / batch, EDP = energy x time.
+    Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "UPDATE trials SET energy_per_image_j = 2.0 / batch,
+                 energy_j = 2.0 * iterations_done,
+                 edp_js = 2.0 * iterations_done * time_per_image_s * batch * iterations_done
+             WHERE status = 'ok';",
+        )
+        .unwrap();
+}
+
+/// Vertex counts of every `<polyline points="...">` in an SVG.
+fn polylines(svg: &str) -> Vec<usize> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter_map(|p| {
+            let p = &p[p.find("points=\"")? + 8..];
+            Some(p[..p.find('"')?].split_whitespace().count())
+        })
+        .collect()
+}
+
+#[test]
+fn report_files_match_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, db) = (
+        dir.path().join("a.db"),
+        dir.path().join("b.db"),
+        dir.path().join("results.db"),
+    );
+    rich_board(&a, "tx2");
+    board_db(&b, "nano.lan");
+    merge(&[a, b], &db).unwrap();
+    let out = dir.path().join("report");
+    let o = edgebench(&["report", s(&db), "--out", s(&out), "--compare"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let store = Store::open_readonly(&db).unwrap();
+    let rows = store.results().unwrap();
+    for (host, dirname) in [("tx2", "tx2"), ("nano.lan", "nano_lan")] {
+        let d = out.join(dirname);
+        let mut files = vec![
+            format!("loss_{dirname}_edgebench.csv"),
+            format!("times_{dirname}_edgebench.csv"),
+            "summary.md".into(),
+            "summary.html".into(),
+            "time_per_image.svg".into(),
+            "speedup.svg".into(),
+            "loss_alexnet_cpu.svg".into(),
+            "loss_alexnet_cuda.svg".into(),
+            "loss_googlenet_cpu.svg".into(),
+        ];
+        if host == "tx2" {
+            files.extend(["energy_per_image.svg".into(), "edp.svg".into()]);
+        } else {
+            assert!(!d.join("edp.svg").exists(), "EDP plot without energy");
+        }
+        for f in &files {
+            let len = std::fs::metadata(d.join(f)).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 0, "{host}: {f} missing or empty");
+        }
+
+        // The Markdown table's numbers are the DB's.
+        let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
+        let mut table_rows = 0;
+        let mut section = String::new();
+        for line in md.lines() {
+            if let Some(t) = line.strip_prefix("## ") {
+                section = t.to_string();
+                continue;
+            }
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let Ok(batch) = cells[0].parse::<usize>() else {
+                continue;
+            };
+            table_rows += 1;
+            let (net, rest) = section.split_once(" on ").unwrap();
+            let device = rest.split(' ').next().unwrap();
+            let r = rows
+                .iter()
+                .rev()
+                .find(|r| r.host == host && r.net == net && r.device == device && r.batch == batch)
+                .unwrap();
+            assert_eq!(cells[1], r.status, "{line}");
+            match r.time_per_image_s.filter(|_| r.status == "ok") {
+                Some(t) => {
+                    let ms: f64 = cells[2].parse().unwrap();
+                    assert!((ms - t * 1e3).abs() < 6e-4, "{line}: {t}");
+                }
+                None => assert_eq!(cells[2], "-", "{line}"),
+            }
+            assert_eq!(
+                cells[10].contains("SWAP"),
+                r.swap_pressure == Some(true),
+                "{line}"
+            );
+        }
+        let picked = edgebench::report::build::pick(
+            &rows
+                .iter()
+                .filter(|r| r.host == host)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(
+            table_rows,
+            picked.len(),
+            "{host}: one table row per (net, device, batch)"
+        );
+
+        // The time plot: one line per net x device through its timed points.
+        let svg = std::fs::read_to_string(d.join("time_per_image.svg")).unwrap();
+        let series = edgebench::report::build::batch_series(&picked, "", |r| r.time_per_image_s);
+        let lines = polylines(&svg);
+        for s in &series {
+            let n = s.line().len();
+            assert!(
+                lines.contains(&n),
+                "{host}: no {n}-vertex line for {}: {lines:?}",
+                s.label
+            );
+            assert!(svg.contains(&s.label), "{host}: legend lacks {}", s.label);
+        }
+        let dots = series.iter().map(|s| s.points.len()).sum::<usize>();
+        assert!(svg.matches("<circle").count() >= dots.min(1));
+        if host == "tx2" {
+            for legend in ["swap-spoiled", "out of memory", "skipped", "failed"] {
+                assert!(svg.contains(legend), "time plot legend lacks {legend}");
+            }
+            let edp = std::fs::read_to_string(d.join("edp.svg")).unwrap();
+            assert!(edp.contains("lowest EDP"));
+        }
+        // Loss: one line per batch, one vertex per iteration.
+        let svg = std::fs::read_to_string(d.join("loss_alexnet_cpu.svg")).unwrap();
+        let lines = polylines(&svg);
+        for ((net, device, _), r) in &picked {
+            if net == "alexnet" && device == "cpu" && r.iterations > 0 {
+                assert!(
+                    lines.contains(&r.iterations),
+                    "{lines:?} lacks {}",
+                    r.iterations
+                );
+            }
+        }
+    }
+    let cmp = std::fs::read_to_string(out.join("compare").join("time_per_image.svg")).unwrap();
+    assert!(cmp.contains("tx2: alexnet cpu") && cmp.contains("nano.lan: alexnet cpu"));
+    assert!(out.join("compare").join("speedup.svg").exists());
+
+    // The CSV files hold the host's own trials only.
+    let times =
+        std::fs::read_to_string(out.join("nano_lan").join("times_nano_lan_edgebench.csv")).unwrap();
+    assert_eq!(times.lines().count(), 1 + 9);
+}
