@@ -736,4 +736,24 @@ fn report_files_match_the_database() {
     let times =
         std::fs::read_to_string(out.join("nano_lan").join("times_nano_lan_edgebench.csv")).unwrap();
     assert_eq!(times.lines().count(), 1 + 9);
+
+    // PNG is refused with the reason and a way out; a foreign file is refused as bad input.
+    let o = edgebench(&[
+        "report",
+        s(&db),
+        "--out",
+        s(&dir.path().join("png")),
+        "--format",
+        "png",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--format svg"));
+    let foreign = dir.path().join("photos.db");
+    Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE photos (id INTEGER)")
+        .unwrap();
+    let o = edgebench(&["report", s(&foreign), "--out", s(&out)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(s(&foreign)));
 }

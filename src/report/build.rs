@@ -295,7 +295,7 @@ fn time_plot(title: &str, series: Vec<Series>) -> Plot {
         x_axis: Axis::Log(2.0),
         y_axis: Axis::Log(10.0),
         series,
-        highlight: None,
+        highlights: Vec::new(),
     }
 }
 
@@ -307,7 +307,7 @@ fn speedup_plot(title: &str, series: Vec<Series>) -> Plot {
         x_axis: Axis::Log(2.0),
         y_axis: Axis::Linear,
         series,
-        highlight: None,
+        highlights: Vec::new(),
     }
 }
 
@@ -350,7 +350,7 @@ pub fn host_plots(
                 x_axis: Axis::Log(10.0),
                 y_axis: Axis::Linear,
                 series,
-                highlight: None,
+                highlights: Vec::new(),
             },
         ));
     }
@@ -364,30 +364,39 @@ pub fn host_plots(
                 x_axis: Axis::Log(2.0),
                 y_axis: Axis::Linear,
                 series: batch_series(picked, "", |r| r.energy_per_image_j),
-                highlight: None,
+                highlights: Vec::new(),
             },
         ));
-        let best = picked
+        // The lowest EDP of each net x device, among trials whose time is a real speed.
+        let mut best: BTreeMap<(&str, &str), &ResultRow> = BTreeMap::new();
+        for r in picked
             .values()
-            .filter(|r| r.status == "ok" && r.swap_pressure != Some(true))
-            .filter_map(|r| r.edp_js.map(|e| (e, r)))
-            .min_by(|a, b| a.0.total_cmp(&b.0));
+            .filter(|r| r.status == "ok" && r.swap_pressure != Some(true) && r.edp_js.is_some())
+        {
+            let slot = best.entry((r.net.as_str(), r.device.as_str())).or_insert(r);
+            if r.edp_js < slot.edp_js {
+                *slot = r;
+            }
+        }
         out.push((
             "edp".to_string(),
             Plot {
-                title: format!("Energy-delay product vs batch — {host}"),
+                title: format!("Energy-delay product vs batch (ringed: lowest per line) — {host}"),
                 x_desc: "batch size".into(),
                 y_desc: "EDP (J·s, log)".into(),
                 x_axis: Axis::Log(2.0),
                 y_axis: Axis::Log(10.0),
                 series: batch_series(picked, "", |r| r.edp_js),
-                highlight: best.map(|(e, r)| {
-                    (
-                        r.batch as f64,
-                        e,
-                        format!(" lowest EDP: {} {} batch {}", r.net, r.device, r.batch),
-                    )
-                }),
+                highlights: best
+                    .values()
+                    .map(|r| {
+                        (
+                            r.batch as f64,
+                            r.edp_js.unwrap_or(f64::NAN),
+                            format!("lowest EDP: {} {} batch {}", r.net, r.device, r.batch),
+                        )
+                    })
+                    .collect(),
             },
         ));
     }
@@ -401,7 +410,13 @@ pub fn build(
     format: Format,
     compare: bool,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let Format::Svg = format;
+    if format == Format::Png {
+        bail!(
+            "--format png is not supported: drawing text into a bitmap needs a font file, and \
+             edgebench does not rely on system fonts. Use --format svg (the default) and convert \
+             if needed, e.g. `rsvg-convert -o plot.png plot.svg`"
+        );
+    }
     let rows = store.results()?;
     if rows.is_empty() {
         bail!(

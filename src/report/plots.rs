@@ -16,6 +16,9 @@ use crate::store::ResultRow;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Svg,
+    /// Refused with an explanation: rasterising text needs a font file, and edgebench does
+    /// not depend on system fonts.
+    Png,
 }
 
 /// How a trial's point is drawn. Points without a value (OOM, skipped, failed) sit on the
@@ -114,8 +117,8 @@ pub struct Plot {
     pub x_axis: Axis,
     pub y_axis: Axis,
     pub series: Vec<Series>,
-    /// A point to ring and label (e.g. the lowest EDP).
-    pub highlight: Option<(f64, f64, String)>,
+    /// Points to ring and label (e.g. the lowest EDP of each line).
+    pub highlights: Vec<(f64, f64, String)>,
 }
 
 fn label(v: f64) -> String {
@@ -130,7 +133,7 @@ fn label(v: f64) -> String {
     }
 }
 
-/// Range of `vals` on `axis`, padded by 5 % (and made non-empty).
+/// Range of `vals` on `axis` (transformed), made non-empty.
 fn range(vals: impl Iterator<Item = f64>, axis: Axis) -> Option<(f64, f64)> {
     let t: Vec<f64> = vals
         .filter(|v| axis.usable(*v))
@@ -141,8 +144,11 @@ fn range(vals: impl Iterator<Item = f64>, axis: Axis) -> Option<(f64, f64)> {
     if !lo.is_finite() {
         return None;
     }
-    let pad = if hi > lo { (hi - lo) * 0.05 } else { 0.5 };
-    Some((lo - pad, hi + pad))
+    Some(if hi > lo {
+        (lo, hi)
+    } else {
+        (lo - 0.5, hi + 0.5)
+    })
 }
 
 /// Draws `plot` as SVG at `path`.
@@ -155,6 +161,10 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
     let all = || plot.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(all().map(|p| p.x), xa).unwrap_or((0.0, 1.0));
     let (y0, y1) = range(all().filter_map(|p| p.y), ya).unwrap_or((0.0, 1.0));
+    let (xpad, ypad) = ((x1 - x0) * 0.05, (y1 - y0) * 0.05);
+    // Points without a value get a row of their own below the lowest value.
+    let no_value_y = y0 - 1.5 * ypad;
+    let (x0, x1, y0, y1) = (x0 - xpad, x1 + xpad, y0 - 2.5 * ypad, y1 + ypad);
 
     let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -164,7 +174,11 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d(x0..x1, y0..y1)?;
-    let fx = |v: &f64| label(xa.back(*v));
+    // On a log2 axis only whole powers are labelled (batch 1, 2, 4, not 2.83).
+    let fx = |v: &f64| match xa {
+        Axis::Log(b) if b == 2.0 && (v - v.round()).abs() > 1e-6 => String::new(),
+        _ => label(xa.back(*v)),
+    };
     let fy = |v: &f64| label(ya.back(*v));
     chart
         .configure_mesh()
@@ -191,7 +205,7 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
         for p in s.points.iter().filter(|p| s.markers && xa.usable(p.x)) {
             let y = match p.y {
                 Some(y) if ya.usable(y) => ya.fwd(y),
-                _ => y0,
+                _ => no_value_y,
             };
             chart
                 .plotting_area()
@@ -200,7 +214,12 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
     }
 
     // One legend entry per kind of point present, in black.
-    let mut marks: Vec<Mark> = all().map(|p| p.mark).collect();
+    let mut marks: Vec<Mark> = plot
+        .series
+        .iter()
+        .filter(|s| s.markers)
+        .flat_map(|s| s.points.iter().map(|p| p.mark))
+        .collect();
     marks.sort();
     marks.dedup();
     for m in marks {
@@ -220,17 +239,14 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
             }),
         };
     }
-    if let Some((x, y, text)) = &plot.highlight {
+    for (x, y, text) in &plot.highlights {
         if xa.usable(*x) && ya.usable(*y) {
             let at = (xa.fwd(*x), ya.fwd(*y));
-            chart
-                .plotting_area()
-                .draw(&Circle::new(at, 11, BLACK.stroke_width(2)))?;
-            chart.plotting_area().draw(&Text::new(
-                text.clone(),
-                at,
-                ("sans-serif", 15).into_font(),
-            ))?;
+            chart.plotting_area().draw(
+                &(EmptyElement::at(at)
+                    + Circle::new((0, 0), 11, BLACK.stroke_width(2))
+                    + Text::new(text.clone(), (14, -18), ("sans-serif", 14).into_font())),
+            )?;
         }
     }
     chart
