@@ -757,3 +757,49 @@ fn report_files_match_the_database() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains(s(&foreign)));
 }
+
+#[test]
+fn a_real_run_goes_through_snapshot_merge_and_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let board = dir.path().join("board.db");
+    let o = Command::new(BIN)
+        .current_dir(dir.path())
+        .args([
+            "-q",
+            "run",
+            "--net",
+            "alexnet",
+            "--batch",
+            "2",
+            "--images",
+            "2",
+            "--db",
+            s(&board),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = dir.path().join("snap.db");
+    assert!(edgebench(&["snapshot", s(&snap), "--db", s(&board)])
+        .status
+        .success());
+    let into = dir.path().join("results.db");
+    assert!(
+        edgebench(&["merge", s(&snap), s(&board), "--into", s(&into)])
+            .status
+            .success()
+    );
+    assert_eq!(counts(&into), counts(&board));
+    let out = dir.path().join("report");
+    assert!(edgebench(&["report", s(&into), "--out", s(&out)])
+        .status
+        .success());
+    let r = &Store::open_readonly(&into).unwrap().results().unwrap()[0];
+    let md = std::fs::read_to_string(
+        out.join(edgebench::report::build::safe_name(&r.host))
+            .join("summary.md"),
+    )
+    .unwrap();
+    let ms = format!("{:.3}", r.time_per_image_s.unwrap() * 1e3);
+    assert!(md.contains(&format!("| 2 | ok | {ms} |")), "{md}");
+}
