@@ -161,6 +161,14 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
     let all = || plot.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(all().map(|p| p.x), xa).unwrap_or((0.0, 1.0));
     let (y0, y1) = range(all().filter_map(|p| p.y), ya).unwrap_or((0.0, 1.0));
+    // Linear values that are all non-negative (speedup, energy, loss) start at 0, so ratios
+    // read true.
+    let non_negative = all().filter_map(|p| p.y).all(|v| v.is_nan() || v >= 0.0);
+    let (y0, y1) = if ya == Axis::Linear && non_negative {
+        (0.0, y1.max(y0 + 1e-9))
+    } else {
+        (y0, y1)
+    };
     let (xpad, ypad) = ((x1 - x0) * 0.05, (y1 - y0) * 0.05);
     // Points without a value get a row of their own below the lowest value.
     let no_value_y = y0 - 1.5 * ypad;
