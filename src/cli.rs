@@ -82,6 +82,12 @@ pub enum Command {
         #[arg(long)]
         compare: bool,
     },
+    /// Run the configured sweeps as a service: at start and on the config's schedule; SIGHUP
+    /// re-reads the config; SIGTERM stops at an iteration boundary (sd_notify aware).
+    Daemon {
+        #[arg(long, default_value = "/etc/edgebench/config.toml")]
+        config: PathBuf,
+    },
     /// Internal: train one trial (job on stdin, JSON lines on stdout). Started by `run`.
     #[command(hide = true)]
     Worker,

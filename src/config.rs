@@ -42,6 +42,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub train: Train,
     pub memory: MemoryConfig,
+    pub daemon: crate::daemon::DaemonConfig,
 }
 
 /// What to train: every (net, device, batch) combination, in that nesting order.
@@ -55,6 +56,9 @@ pub struct Sweep {
     pub images: usize,
     /// Leading iterations of each trial that are stored but left out of time per image.
     pub warmup_iterations: usize,
+    /// On SIGINT/SIGTERM the current iteration may finish for this long; then the worker is
+    /// killed and the trial is still `interrupted` (systemd waits 10 s by default).
+    pub stop_grace_s: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,6 +144,7 @@ impl Default for Sweep {
             epochs: 1,
             images: 16,
             warmup_iterations: 2,
+            stop_grace_s: 8.0,
         }
     }
 }
@@ -276,6 +281,11 @@ impl Config {
                 )));
             }
         }
+        if !(s.stop_grace_s >= 0.0 && s.stop_grace_s.is_finite()) {
+            return Err(invalid(
+                "sweep.stop_grace_s must be a number of seconds >= 0".into(),
+            ));
+        }
         if s.epochs == 0 || s.images == 0 {
             return Err(invalid(
                 "sweep.epochs and sweep.images must be at least 1".into(),
@@ -295,6 +305,10 @@ impl Config {
                 "memory.sample_interval_ms must be at least 1".into(),
             ));
         }
+        self.daemon
+            .schedule
+            .parse::<crate::daemon::Schedule>()
+            .map_err(invalid)?;
         if self.data.synthetic_classes == 0 {
             return Err(invalid("data.synthetic_classes must be at least 1".into()));
         }

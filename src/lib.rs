@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod host;
 pub mod memory;
 pub mod models;

@@ -62,6 +62,7 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
     match command {
         Command::Run(args) => run(&args, host),
         Command::Worker => Ok(edgebench::worker::main()),
+        Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
         Command::Models { json } => {
             let summaries: Vec<_> = models::all().iter().map(|n| n.summary()).collect();
             if json {
@@ -190,6 +191,7 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
             force: args.force,
             retry_failed: args.retry_failed,
             host,
+            on_trial: None,
             stop: &stop,
         },
         &mut store,

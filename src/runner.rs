@@ -38,6 +38,8 @@ pub struct RunRequest<'a> {
     pub host: &'a HostPaths,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
+    /// Told "trial k/n: ..." as each trial starts (the daemon's sd_notify STATUS line).
+    pub on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 fn now() -> String {
@@ -354,14 +356,26 @@ fn run_one(
 
     let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
     let mut last = None;
-    let mut forwarded_stop = false;
+    let mut stop_sent: Option<std::time::Instant> = None;
+    let mut abandoned = false;
     let mut store_error = None;
     loop {
-        if ctx.stop.load(Ordering::SeqCst) && !forwarded_stop {
-            // The worker finishes its iteration and reports `stopped`.
-            // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-            forwarded_stop = true;
+        if ctx.stop.load(Ordering::SeqCst) {
+            match stop_sent {
+                None => {
+                    // The worker finishes its iteration and reports `stopped`.
+                    // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                    stop_sent = Some(std::time::Instant::now());
+                }
+                // A big batch on a slow board can take longer than a service manager waits:
+                // abandon the iteration in progress rather than be killed mid-write.
+                Some(at) if !abandoned && at.elapsed() >= ctx.stop_grace => {
+                    let _ = child.kill();
+                    abandoned = true;
+                }
+                Some(_) => {}
+            }
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(WorkerMessage::Iteration(rec)) => {
@@ -409,11 +423,22 @@ fn run_one(
             trial_label(trial)
         );
     }
-    let (status, error) = classify(&WorkerEnd {
-        last,
-        status,
-        oom_kills,
-    });
+    let (status, error) = if abandoned && last.is_none() {
+        (
+            "interrupted",
+            Some(format!(
+                "stopped: the iteration in progress did not end within {:.1} s of the stop \
+                 request and was abandoned",
+                ctx.stop_grace.as_secs_f64()
+            )),
+        )
+    } else {
+        classify(&WorkerEnd {
+            last,
+            status,
+            oom_kills,
+        })
+    };
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
@@ -500,6 +525,8 @@ struct TrialContext<'a> {
     config: &'a Config,
     host: &'a HostPaths,
     stop: &'a AtomicBool,
+    /// How long a stop waits for the iteration in progress before killing the worker.
+    stop_grace: Duration,
     memory: MemoryPlan,
 }
 
@@ -514,6 +541,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
         config,
         host: req.host,
         stop: req.stop,
+        stop_grace: Duration::from_secs_f64(config.sweep.stop_grace_s),
         memory: memory_plan(config, req.host)?,
     };
     let mut outcome = RunOutcome {
@@ -549,6 +577,9 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     let bar = progress_bar(std::io::stderr().is_terminal());
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
+        if let Some(on_trial) = req.on_trial {
+            on_trial(&format!("trial {}/{total}: {}", k + 1, trial_label(trial)));
+        }
         if let Some(bar) = &bar {
             bar.reset();
             bar.set_length(trial.spec.iterations() as u64);

@@ -1,50 +1,13 @@
 //! End to end through the real binary: a small sweep into a temp DB, resume, CSV export, and
 //! the errors users meet (bad config, bad images, no cuda build, an interrupt).
 
+mod common;
+
+use common::{count, edgebench, ok, results, wait_for};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn edgebench(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
-    // A clean environment: no DB from the caller, no config/edgebench.toml in the cwd.
-    cmd.current_dir(dir)
-        .env_remove("EDGEBENCH_DB")
-        .env("RAYON_NUM_THREADS", "2");
-    cmd
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn results(dir: &Path, db: &Path) -> Vec<Value> {
-    let out = ok(edgebench(dir)
-        .args(["results", "--json", "--db"])
-        .arg(db)
-        .output()
-        .unwrap());
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn count(db: &Path, sql: &str) -> i64 {
-    Connection::open(db)
-        .unwrap()
-        .query_row(sql, [], |r| r.get(0))
-        .unwrap()
-}
+use std::time::Duration;
 
 #[test]
 fn small_sweep_records_every_iteration_resumes_and_exports() {
@@ -330,26 +293,12 @@ fn sigint_stops_at_an_iteration_boundary_and_marks_the_trial_interrupted() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let done = Connection::open(&db)
-            .ok()
-            .and_then(|c| {
-                c.query_row("SELECT COUNT(*) FROM iterations", [], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .ok()
-            })
-            .unwrap_or(0);
-        if done >= 2 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no iterations recorded"
-        );
-    }
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM iterations",
+        2,
+        Duration::from_secs(120),
+    );
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
@@ -387,5 +336,58 @@ fn models_lists_both_networks() {
     assert!(
         text.contains("60,965,224") && text.contains("inception_4e"),
         "{text}"
+    );
+}
+
+#[test]
+fn a_stop_abandons_a_long_iteration_after_the_grace_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("g.db");
+    let cfg = dir.path().join("grace.toml");
+    std::fs::write(&cfg, "[sweep]\nstop_grace_s = 0.5\n").unwrap();
+    // GoogLeNet at batch 16 takes seconds per step: far longer than the grace period.
+    let mut child = edgebench(dir.path())
+        .args([
+            "run",
+            "--net",
+            "googlenet",
+            "--batch",
+            "16",
+            "--images",
+            "64",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--db")
+        .arg(&db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM trials",
+        1,
+        Duration::from_secs(60),
+    );
+    std::thread::sleep(Duration::from_millis(500)); // inside the first step
+    let asked = std::time::Instant::now();
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.code(), Some(130));
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["status"], "interrupted", "{r}");
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'"
+        ),
+        1
     );
 }

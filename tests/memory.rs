@@ -3,48 +3,14 @@
 //! cgroup (and, for the swap test, active swap: `.ci/run` turns on a swap file); where the host
 //! does not allow them they print why and pass without asserting.
 
+mod common;
+
+use common::{describe, edgebench, results, wait_for};
 use edgebench::host::HostPaths;
 use edgebench::memory::{cgroup, procfs::ProcReader};
 use rusqlite::Connection;
-use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
-fn edgebench(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
-    cmd.current_dir(dir)
-        .env_remove("EDGEBENCH_DB")
-        .env("RAYON_NUM_THREADS", "2");
-    cmd
-}
-
-fn results(dir: &Path, db: &Path) -> Vec<Value> {
-    let out = edgebench(dir)
-        .args(["results", "--json", "--db"])
-        .arg(db)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+use std::time::Duration;
 
 /// Why the cgroup tests cannot run here, if they cannot.
 fn cgroup_unusable() -> Option<String> {
@@ -84,39 +50,22 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let done = Connection::open(&db)
-            .ok()
-            .and_then(|c| {
-                c.query_row("SELECT COUNT(*) FROM iterations", [], |r| {
-                    r.get::<_, i64>(0)
-                })
-                .ok()
-            })
-            .unwrap_or(0);
-        if done >= 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no iterations recorded");
-    }
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM iterations",
+        2,
+        Duration::from_secs(180),
+    );
     let worker = worker_of(child.id()).expect("a worker process under edgebench run");
     // SAFETY: kill(2) on a process this test started (indirectly).
     unsafe { libc::kill(worker as i32, libc::SIGKILL) };
     // The sweep goes on; stop it once the next trial has started, to keep the test short.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let trials = Connection::open(&db)
-            .unwrap()
-            .query_row("SELECT COUNT(*) FROM trials", [], |r| r.get::<_, i64>(0))
-            .unwrap();
-        if trials == 2 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the sweep did not go on");
-    }
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM trials",
+        2,
+        Duration::from_secs(180),
+    );
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));

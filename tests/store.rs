@@ -451,6 +451,17 @@ fn results_json_has_every_key() {
         "edp_js",
         "swap_pressure",
         "peak_rss_bytes",
+        // the memory record (schema v2), null until measured
+        "mem_estimate_bytes",
+        "mem_limit_bytes",
+        "swap_in_pages",
+        "swap_out_pages",
+        "major_faults",
+        "swapped_bytes_max",
+        "mem_available_min_bytes",
+        "psi_memory_some_us",
+        "psi_memory_full_us",
+        "memory_note",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -462,6 +473,8 @@ fn results_json_has_every_key() {
         "swap_pressure",
         "peak_rss_bytes",
         "error",
+        "major_faults",
+        "memory_note",
     ] {
         assert!(obj[k].is_null(), "{k} should be null: {}", obj[k]);
     }
@@ -638,4 +651,39 @@ fn finished_trial_is_in_main_file_without_wal() {
     assert_eq!((rows[0].status.as_str(), rows[0].iterations), ("ok", 4));
     assert_eq!(r.iterations(rows[0].trial_rowid).unwrap().len(), 4);
     drop(w);
+}
+
+/// A file written by schema v1 (before the memory record) is migrated on open, data intact.
+#[test]
+fn v1_file_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(edgebench::store::schema::MIGRATIONS[0].sql)
+            .unwrap();
+        c.execute_batch(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', '1');
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+                               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'tx1', '2026-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11.1', 4, 'Linux');
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    const { assert!(SCHEMA_VERSION >= 2) };
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let runs: i64 = c
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    let memory_table: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'trial_memory'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!((runs, memory_table), (1, 1));
 }

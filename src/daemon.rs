@@ -1,0 +1,366 @@
+//! `edgebench daemon`: the control plane a service manager runs. Tokio handles only signals,
+//! timers and sd_notify; sweeps run through the same runner as `edgebench run`, on a blocking
+//! thread, with each trial in its worker process.
+
+use crate::config::Config;
+use crate::host::HostPaths;
+use crate::runner::{self, RunRequest};
+use crate::store::Store;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// When the daemon runs the configured sweep. Every schedule also runs it at start, so an
+/// interrupted sweep resumes as soon as the service is back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// At start, then exit.
+    Once,
+    /// At start, then every day at HH:MM local time.
+    Daily { hour: u32, minute: u32 },
+    /// Once the board is up for `daemon.min_uptime_s` and its load is below `daemon.idle_load`,
+    /// then exit.
+    BootIdle,
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bad = || {
+            format!("daemon.schedule: '{s}' is not one of \"once\", \"daily HH:MM\", \"boot-idle\"")
+        };
+        match s {
+            "once" => Ok(Schedule::Once),
+            "boot-idle" => Ok(Schedule::BootIdle),
+            _ => {
+                let time = s.strip_prefix("daily ").ok_or_else(bad)?;
+                let (h, m) = time.trim().split_once(':').ok_or_else(bad)?;
+                let (hour, minute) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+                if hour > 23 || minute > 59 {
+                    return Err(bad());
+                }
+                Ok(Schedule::Daily { hour, minute })
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// "once", "daily HH:MM" (local time) or "boot-idle".
+    pub schedule: String,
+    /// boot-idle: 1-minute load average below which the board counts as idle.
+    pub idle_load: f64,
+    /// boot-idle: seconds since boot before the board may count as idle.
+    pub min_uptime_s: f64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            schedule: "once".into(),
+            idle_load: 1.0,
+            min_uptime_s: 120.0,
+        }
+    }
+}
+
+/// Seconds from `now_s` (seconds since local midnight) to the next HH:MM (never 0: a sweep that
+/// just ran at HH:MM waits a day).
+pub fn seconds_until(hour: u32, minute: u32, now_s: u64) -> u64 {
+    let target = u64::from(hour * 3600 + minute * 60);
+    let wait = (target + 86_400 - now_s % 86_400) % 86_400;
+    if wait == 0 {
+        86_400
+    } else {
+        wait
+    }
+}
+
+fn local_seconds_of_day() -> u64 {
+    // SAFETY: time/localtime_r only write into the values we own.
+    unsafe {
+        let now = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&now, &mut tm);
+        (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) as u64
+    }
+}
+
+/// `(uptime seconds, 1-minute load)` from procfs.
+pub fn uptime_and_load(host: &HostPaths) -> Option<(f64, f64)> {
+    let first = |rel: &str| -> Option<f64> {
+        std::fs::read_to_string(host.proc(rel))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((first("uptime")?, first("loadavg")?))
+}
+
+/// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET (path or @abstract).
+pub fn notify(message: &str) {
+    let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(socket) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let target = target.to_string_lossy().into_owned();
+    let sent = if let Some(name) = target.strip_prefix('@') {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+            .and_then(|addr| socket.send_to_addr(message.as_bytes(), &addr))
+    } else {
+        socket.send_to(message.as_bytes(), &target)
+    };
+    if let Err(e) = sent {
+        tracing::debug!("sd_notify to {target} failed: {e}");
+    }
+}
+
+/// Half the watchdog period systemd asked for (WATCHDOG_USEC), if it asked.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if let Some(pid) = std::env::var("WATCHDOG_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+    {
+        if pid != std::process::id() {
+            return None;
+        }
+    }
+    Some(Duration::from_micros(usec / 2).max(Duration::from_millis(100)))
+}
+
+fn load(path: &Path) -> anyhow::Result<(Config, Schedule)> {
+    let config = Config::load(path)?;
+    config.validate(&path.display().to_string())?;
+    let schedule = config
+        .daemon
+        .schedule
+        .parse::<Schedule>()
+        .map_err(anyhow::Error::msg)?;
+    Ok((config, schedule))
+}
+
+/// Runs one sweep on a blocking thread; returns true if it was stopped by a signal.
+async fn sweep(
+    config: &Config,
+    host: &HostPaths,
+    signals: &mut Signals,
+    pending: &mut Option<PathBuf>,
+    config_path: &Path,
+) -> anyhow::Result<bool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (config, host, flag) = (config.clone(), host.clone(), Arc::clone(&stop));
+    let mut task = tokio::task::spawn_blocking(move || -> anyhow::Result<runner::RunOutcome> {
+        let mut store = Store::open(&config.db_path())?;
+        let status = |line: &str| notify(&format!("STATUS={line}"));
+        runner::run(
+            RunRequest {
+                config: &config,
+                force: false,
+                retry_failed: false,
+                host: &host,
+                stop: &flag,
+                on_trial: Some(&status),
+            },
+            &mut store,
+        )
+    });
+    let mut watchdog = signals.watchdog();
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            done = &mut task => {
+                let outcome = done??;
+                notify(&format!(
+                    "STATUS=idle; last sweep: {} run, {} already done, {} failed{}",
+                    outcome.ran, outcome.skipped, outcome.failed,
+                    if outcome.interrupted { ", interrupted" } else { "" }
+                ));
+                return Ok(stopping);
+            }
+            _ = signals.term.recv() => { stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1"); }
+            _ = signals.int.recv() => { stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1"); }
+            _ = signals.hup.recv() => {
+                // Applied when this sweep ends: a sweep's trials share one config.
+                *pending = Some(config_path.to_path_buf());
+                notify("STATUS=config change noted; applies after the current sweep");
+            }
+            _ = tick(&mut watchdog) => notify("WATCHDOG=1"),
+        }
+    }
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    watchdog: Option<Duration>,
+}
+
+impl Signals {
+    fn watchdog(&self) -> Option<tokio::time::Interval> {
+        self.watchdog.map(tokio::time::interval)
+    }
+}
+
+async fn tick(interval: &mut Option<tokio::time::Interval>) {
+    match interval {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Waits `duration` while answering signals; returns Some(exit code) when told to stop.
+async fn idle(
+    duration: Duration,
+    signals: &mut Signals,
+    reload: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> Option<i32> {
+    let sleep = tokio::time::sleep(duration);
+    tokio::pin!(sleep);
+    let mut watchdog = signals.watchdog();
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return None,
+            _ = signals.term.recv() => return Some(0),
+            _ = signals.int.recv() => return Some(0),
+            _ = signals.hup.recv() => {
+                notify("RELOADING=1");
+                match reload() {
+                    Ok(()) => notify("READY=1\nSTATUS=config reloaded"),
+                    Err(e) => {
+                        tracing::error!("config reload failed, keeping the previous one: {e:#}");
+                        notify(&format!("READY=1\nSTATUS=config reload failed: {e}"));
+                    }
+                }
+                // A new schedule may start sooner.
+                return None;
+            }
+            _ = tick(&mut watchdog) => notify("WATCHDOG=1"),
+        }
+    }
+}
+
+async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
+    let (mut config, mut schedule) = load(&config_path)?;
+    let mut signals = Signals {
+        term: signal(SignalKind::terminate())?,
+        int: signal(SignalKind::interrupt())?,
+        hup: signal(SignalKind::hangup())?,
+        watchdog: watchdog_interval(),
+    };
+    tracing::info!(
+        "daemon: config {}, schedule {:?}",
+        config_path.display(),
+        schedule
+    );
+    notify("READY=1\nSTATUS=started");
+    let mut pending: Option<PathBuf> = None;
+    let mut due_now = schedule != Schedule::BootIdle;
+    loop {
+        if due_now {
+            if sweep(&config, &host, &mut signals, &mut pending, &config_path).await? {
+                return Ok(0);
+            }
+            if pending.take().is_some() {
+                notify("RELOADING=1");
+                match load(&config_path) {
+                    Ok((c, s)) => (config, schedule) = (c, s),
+                    Err(e) => {
+                        tracing::error!("config reload failed, keeping the previous one: {e:#}")
+                    }
+                }
+                notify("READY=1");
+            }
+            if matches!(schedule, Schedule::Once | Schedule::BootIdle) {
+                return Ok(0);
+            }
+        }
+        let wait = match schedule {
+            Schedule::Daily { hour, minute } => {
+                Duration::from_secs(seconds_until(hour, minute, local_seconds_of_day()))
+            }
+            Schedule::BootIdle => Duration::from_secs(10),
+            Schedule::Once => Duration::from_secs(365 * 86_400),
+        };
+        let mut reload = || -> anyhow::Result<()> {
+            let (c, s) = load(&config_path)?;
+            (config, schedule) = (c, s);
+            Ok(())
+        };
+        if let Some(code) = idle(wait, &mut signals, &mut reload).await {
+            return Ok(code);
+        }
+        due_now = match schedule {
+            Schedule::BootIdle => uptime_and_load(&host).is_none_or(|(up, load)| {
+                up >= config.daemon.min_uptime_s && load < config.daemon.idle_load
+            }),
+            // A reload or the timer: a daily sweep is due when its time has come.
+            Schedule::Daily { hour, minute } => {
+                seconds_until(hour, minute, local_seconds_of_day()) >= 86_400 - 60
+            }
+            Schedule::Once => true,
+        };
+    }
+}
+
+/// Entry point of `edgebench daemon`.
+pub fn main(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(daemon(config_path, host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_parse() {
+        assert_eq!("once".parse(), Ok(Schedule::Once));
+        assert_eq!("boot-idle".parse(), Ok(Schedule::BootIdle));
+        assert_eq!(
+            "daily 03:30".parse(),
+            Ok(Schedule::Daily {
+                hour: 3,
+                minute: 30
+            })
+        );
+        assert!("daily 25:00".parse::<Schedule>().is_err());
+        assert!("hourly".parse::<Schedule>().unwrap_err().contains("hourly"));
+    }
+
+    #[test]
+    fn next_daily_run() {
+        // at 02:00, 03:30 is 1.5 h away; at 04:00 it is tomorrow; exactly at 03:30, a day
+        assert_eq!(seconds_until(3, 30, 2 * 3600), 5400);
+        assert_eq!(seconds_until(3, 30, 4 * 3600), 86_400 - 1800);
+        assert_eq!(seconds_until(3, 30, 3 * 3600 + 1800), 86_400);
+    }
+
+    #[test]
+    fn uptime_and_load_from_procfs() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("uptime"), "350.20 600.00\n").unwrap();
+        std::fs::write(dir.path().join("loadavg"), "0.42 0.50 0.61 1/234 5678\n").unwrap();
+        let host = HostPaths {
+            sysfs: dir.path().into(),
+            procfs: dir.path().into(),
+        };
+        assert_eq!(uptime_and_load(&host), Some((350.2, 0.42)));
+    }
+}
