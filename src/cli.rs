@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the sweep given by the config (default config/edgebench.toml) and print a summary.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Describe the networks: input, layers, parameters, forward multiply-adds.
     Models {
         #[arg(long)]
@@ -36,6 +36,18 @@ pub enum Command {
     Results {
         #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
         db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Power sources found: every rail with its voltage, current and power now, the total, the
+    /// sampling rate, and every place probed.
+    Sensors {
+        /// Config file (its [power] section); default config/edgebench.toml if present.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Board profile instead of detection.
+        #[arg(long)]
+        board: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -152,6 +164,12 @@ pub struct RunArgs {
     /// Run trials predicted not to fit RAM + swap instead of skipping them.
     #[arg(long)]
     pub try_anyway: bool,
+    /// Measure power and energy per trial (exit 2 if no sensor is found).
+    #[arg(long)]
+    pub power: bool,
+    /// Board profile (see `edgebench sensors`) instead of detection.
+    #[arg(long)]
+    pub board: Option<String>,
 }
 
 impl RunArgs {
@@ -169,6 +187,8 @@ impl RunArgs {
             mem_limit: self.mem_limit.clone(),
             mem_swap_limit: self.mem_swap_limit.clone(),
             try_anyway: self.try_anyway,
+            power: self.power.then_some(true),
+            board: self.board.clone(),
         }
     }
 }

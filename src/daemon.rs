@@ -162,6 +162,10 @@ async fn sweep(
     let stop = Arc::new(AtomicBool::new(false));
     let (config, host, flag) = (config.clone(), host.clone(), Arc::clone(&stop));
     let mut task = tokio::task::spawn_blocking(move || -> anyhow::Result<runner::RunOutcome> {
+        let monitor = match config.power.enabled {
+            true => Some(crate::power::PowerMonitor::for_run(&host, &config.power)?),
+            false => None,
+        };
         let mut store = Store::open(&config.db_path())?;
         let status = |line: &str| notify(&format!("STATUS={line}"));
         runner::run(
@@ -172,6 +176,7 @@ async fn sweep(
                 host: &host,
                 stop: &flag,
                 on_trial: Some(&status),
+                power: monitor.as_ref(),
             },
             &mut store,
         )

@@ -1,6 +1,7 @@
 //! edgebench: trains the classic CNNs with candle, sweeping batch sizes, and logs every
 //! iteration to SQLite. Data flows one way: config -> plan -> runner/train -> store -> report.
 
+pub mod board;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -9,6 +10,7 @@ pub mod memory;
 pub mod models;
 pub mod ops;
 pub mod plan;
+pub mod power;
 pub mod report;
 pub mod runner;
 pub mod stats;

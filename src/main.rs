@@ -124,6 +124,23 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             }
             Ok(0)
         }
+        Command::Sensors {
+            config,
+            board,
+            json,
+        } => {
+            let (mut config, _) = Config::resolve(config.as_deref())?;
+            if board.is_some() {
+                config.power.board = board;
+            }
+            let report = edgebench::power::sensors(host, &config.power).map_err(usage)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", edgebench::power::sensors_text(&report));
+            }
+            Ok(0)
+        }
         Command::Export(ExportCommand::Csv { db, out, machine }) => {
             let store = Store::open_readonly(&db)?;
             let machine = machine.unwrap_or_else(|| host.hostname());
@@ -175,6 +192,12 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
     }
     // Refuse what can be refused (no cuda build, unreadable data set) before touching the DB.
     runner::preflight(&config, host).map_err(usage)?;
+    // --power without a usable sensor is refused here, before any training or DB write.
+    let power = if config.power.enabled {
+        Some(edgebench::power::PowerMonitor::for_run(host, &config.power).map_err(usage)?)
+    } else {
+        None
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -193,6 +216,7 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
             host,
             on_trial: None,
             stop: &stop,
+            power: power.as_ref(),
         },
         &mut store,
     )?;

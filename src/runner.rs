@@ -7,6 +7,7 @@ use crate::host::{self, HostPaths};
 use crate::memory::procfs::ProcReader;
 use crate::memory::{assess, cgroup, estimate, MemorySampler, SwapThresholds};
 use crate::plan::{self, PlannedTrial};
+use crate::power::{self, Baseline, PowerMonitor};
 use crate::stats;
 use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, TrialSummary};
 use crate::train::{self, data::Dataset};
@@ -40,6 +41,8 @@ pub struct RunRequest<'a> {
     pub stop: &'a AtomicBool,
     /// Told "trial k/n: ..." as each trial starts (the daemon's sd_notify STATUS line).
     pub on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
+    /// `--power`: sampled around every trial.
+    pub power: Option<&'a PowerMonitor>,
 }
 
 fn now() -> String {
@@ -314,6 +317,11 @@ fn run_one(
         (None, _) => None,
     };
     let vm_before = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
+    // Power is sampled in the parent, so it keeps running whatever happens to the worker.
+    let recording = ctx.power.as_ref().map(|(m, _, _)| m.start());
+    if let (Some((m, _, _)), 0) = (&ctx.power, warmup) {
+        m.mark(true);
+    }
     let mut child = worker_command()?
         .spawn()
         .context("cannot start the worker process")?;
@@ -396,6 +404,12 @@ fn run_one(
                         step_s = rec.step_s,
                         "iteration"
                     );
+                }
+                if rec.step + 1 == warmup {
+                    // The next iteration is the first measured one.
+                    if let Some((m, _, _)) = &ctx.power {
+                        m.mark(true);
+                    }
                 }
                 iterations.push(rec);
             }
@@ -482,6 +496,20 @@ fn run_one(
         loss_last: losses.last().copied(),
         loss_anomaly: losses.iter().any(|&l| stats::loss_is_anomalous(l)),
     };
+    if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
+        m.mark(false);
+        let samples = handle.stop();
+        power::record_trial(
+            store,
+            trial_id,
+            &samples,
+            &iterations,
+            warmup,
+            trial.spec.batch,
+            baseline.as_ref(),
+            *store_samples,
+        )?;
+    }
     store.finish_trial(trial_id, &summary)?;
     let line = match &error {
         Some(e) => format!(
@@ -527,6 +555,8 @@ struct TrialContext<'a> {
     stop: &'a AtomicBool,
     /// How long a stop waits for the iteration in progress before killing the worker.
     stop_grace: Duration,
+    /// `--power`: the monitor, the run's idle baseline, and whether to keep every sample.
+    power: Option<(&'a PowerMonitor, Option<Baseline>, bool)>,
     memory: MemoryPlan,
 }
 
@@ -537,10 +567,11 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     let identity = data.identity();
     let done = store.keys_with_status(done_statuses(req.retry_failed))?;
     let plan = plan::plan(config, &identity, &done, req.force);
-    let ctx = TrialContext {
+    let mut ctx = TrialContext {
         config,
         host: req.host,
         stop: req.stop,
+        power: None,
         stop_grace: Duration::from_secs_f64(config.sweep.stop_grace_s),
         memory: memory_plan(config, req.host)?,
     };
@@ -574,6 +605,23 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     })?;
     outcome.run_id = Some(run_id);
     outcome.run_uuid = Some(uuid);
+    if let Some(m) = req.power {
+        let baseline = m.baseline(Duration::from_secs_f64(config.power.baseline_s));
+        if let Some(b) = &baseline {
+            tracing::info!(
+                "idle baseline: {:.3} W over {:.1} s",
+                b.power_w,
+                b.duration_s
+            );
+        }
+        store.set_run_power(
+            run_id,
+            &m.board.profile.name,
+            &m.total_how,
+            baseline.as_ref().map(|b| (b.power_w, b.duration_s)),
+        )?;
+        ctx.power = Some((m, baseline, config.power.store_samples));
+    }
     let bar = progress_bar(std::io::stderr().is_terminal());
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {

@@ -216,6 +216,16 @@ fn merge_is_a_union_and_idempotent() {
     );
     board_db(&a, "tx2");
     board_db(&b, "nano");
+    // Power rows of one trial: samples (no unique key: merged as a whole set) and rail energy.
+    Connection::open(&a)
+        .unwrap()
+        .execute_batch(
+            "INSERT INTO power_samples (trial_id, source, rail, t_ns, watts)
+                 VALUES (1, 'ina3221', 'VDD_IN', 1, 5.0), (1, 'ina3221', 'VDD_IN', 2, 5.5),
+                        (1, 'ina3221', 'VDD_GPU', 1, 1.0);
+             INSERT INTO trial_rail_energy VALUES (1, 'VDD_IN', 12.5, 1);",
+        )
+        .unwrap();
     let (ca, cb) = (counts(&a), counts(&b));
     let a_bytes = std::fs::read(&a).unwrap();
 
@@ -231,6 +241,9 @@ fn merge_is_a_union_and_idempotent() {
     let r = merge(std::slice::from_ref(&a), &into).unwrap();
     assert_eq!(counts(&into), sum);
     assert!(r.tables.iter().all(|t| t.before == t.after), "{r:?}");
+    assert_eq!(count(&into, "power_samples"), 3);
+    assert_eq!(count(&into, "trial_rail_energy"), 1);
+    assert!(r.tables.iter().any(|t| t.table == "power_samples"));
     assert_eq!(std::fs::read(&a).unwrap(), a_bytes, "a source was modified");
 
     // Hosts kept, and every trial's numbers as on its board.

@@ -462,6 +462,18 @@ fn results_json_has_every_key() {
         "psi_memory_some_us",
         "psi_memory_full_us",
         "memory_note",
+        // schema v3: power
+        "dynamic_energy_j",
+        "rail_energy_j",
+        "power_samples",
+        "power_rate_hz",
+        "power_jitter_s",
+        "power_incomplete",
+        "power_gap_s",
+        "board",
+        "power_total",
+        "baseline_power_w",
+        "baseline_s",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -653,37 +665,113 @@ fn finished_trial_is_in_main_file_without_wal() {
     drop(w);
 }
 
-/// A file written by schema v1 (before the memory record) is migrated on open, data intact.
+/// A file written by schema v1 is migrated on open (v2 memory, v3 power), its rows kept.
 #[test]
-fn v1_file_is_migrated_on_open() {
+fn v1_file_is_migrated_to_the_current_schema_keeping_its_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1.db");
+    let path = dir.path().join("old.db");
     {
-        let c = rusqlite::Connection::open(&path).unwrap();
+        // A file as the v1 binary left it.
+        let c = Connection::open(&path).unwrap();
         c.execute_batch(edgebench::store::schema::MIGRATIONS[0].sql)
             .unwrap();
         c.execute_batch(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', '1');
+            "INSERT INTO meta VALUES ('schema_version', '1'); PRAGMA user_version = 1;
              INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
-                               git_commit, candle_version, cpu_threads, os)
-             VALUES ('r1', 'tx1', '2026-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11.1', 4, 'Linux');
-             PRAGMA user_version = 1;",
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'tx1', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');",
         )
         .unwrap();
     }
     let s = Store::open(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-    const { assert!(SCHEMA_VERSION >= 2) };
-    let c = rusqlite::Connection::open(&path).unwrap();
-    let runs: i64 = c
-        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+    drop(s);
+    let c = Connection::open(&path).unwrap();
+    let (host, base): (String, Option<f64>) = c
+        .query_row("SELECT host, baseline_power_w FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .unwrap();
-    let memory_table: i64 = c
-        .query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'trial_memory'",
-            [],
-            |r| r.get(0),
-        )
+    assert_eq!((host.as_str(), base), ("tx1", None));
+    for table in ["trial_memory", "power_samples", "trial_rail_energy"] {
+        let n: i64 = c
+            .query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0);
+    }
+}
+
+#[test]
+fn power_figures_samples_and_rail_energies_round_trip() {
+    use edgebench::store::{PowerSeries, TrialPower};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.db");
+    let mut s = Store::open(&path).unwrap();
+    let run = s
+        .begin_run(&run_info("r-power", "2025-01-31T12:00:00Z"))
         .unwrap();
-    assert_eq!((runs, memory_table), (1, 1));
+    s.set_run_power(run, "orin-nx", "VDD_IN", Some((4.5, 3.0)))
+        .unwrap();
+    let trial = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "2025-01-31T12:00:01Z")
+        .unwrap();
+    for k in 0..3 {
+        s.record_iteration(trial, &iter(k, 6.9, 0.1)).unwrap();
+    }
+    // More rows than one batch, to cross a transaction boundary.
+    let n = 10_000;
+    let t: Vec<i64> = (0..n).map(|k| k * 1000).collect();
+    let v = vec![Some(5.0); n as usize];
+    let w = vec![7.5; n as usize];
+    s.record_power_samples(
+        trial,
+        &[PowerSeries {
+            source: "ina3221 1-0040",
+            rail: "VDD_IN",
+            t_ns: &t,
+            volts: &v,
+            amps: &vec![Some(1.5); n as usize],
+            watts: &w,
+        }],
+    )
+    .unwrap();
+    s.record_trial_power(
+        trial,
+        &TrialPower {
+            energy_j: 2.0,
+            avg_power_w: 7.5,
+            energy_per_image_j: 0.125,
+            edp_js: 0.53,
+            dynamic_energy_j: Some(0.8),
+            samples: 300,
+            rate_hz: Some(142.9),
+            jitter_s: Some(1e-4),
+            incomplete: false,
+            gap_s: 0.0,
+            rails: vec![("VDD_IN".into(), 2.0, true), ("VDD_SOC".into(), 0.4, false)],
+            iterations: vec![(0, 0.7), (2, 0.6)],
+        },
+    )
+    .unwrap();
+    s.finish_trial(trial, &summary("ok")).unwrap();
+    let rows = s.results().unwrap();
+    let r = &rows[0];
+    assert_eq!(r.energy_j, Some(2.0));
+    assert_eq!(r.dynamic_energy_j, Some(0.8));
+    assert_eq!(r.baseline_power_w, Some(4.5));
+    assert_eq!(r.board.as_deref(), Some("orin-nx"));
+    assert_eq!(r.power_incomplete, Some(false));
+    let rails = r.rail_energy_j.as_ref().unwrap();
+    assert_eq!(rails.get("VDD_SOC"), Some(&0.4));
+    let json = serde_json::to_value(r).unwrap();
+    assert_eq!(json["rail_energy_j"]["VDD_IN"], 2.0);
+    assert_eq!(
+        s.iteration_energies(trial).unwrap(),
+        [(0, Some(0.7)), (1, None), (2, Some(0.6))]
+    );
+    let c = Connection::open(&path).unwrap();
+    let count: i64 = c
+        .query_row("SELECT COUNT(*) FROM power_samples", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, n);
 }

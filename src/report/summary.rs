@@ -55,7 +55,9 @@ fn ms(v: Option<f64>) -> String {
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
     let speedup = speedups(rows);
-    let header = [
+    // Energy columns only when some trial was measured with --power.
+    let energy = rows.iter().any(|r| r.energy_j.is_some());
+    let mut header = vec![
         "host",
         "net",
         "device",
@@ -69,6 +71,9 @@ pub fn table(rows: &[ResultRow]) -> String {
         "gpu/cpu",
         "flags",
     ];
+    if energy {
+        header.splice(10..10, ["W", "J/img", "EDP J·s"]);
+    }
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         let mut flags = Vec::new();
@@ -79,6 +84,9 @@ pub fn table(rows: &[ResultRow]) -> String {
         if spoiled {
             flags.push("SWAP".to_string());
         }
+        if r.power_incomplete == Some(true) {
+            flags.push("POWER_GAP".to_string());
+        }
         if let Some(e) = &r.error {
             flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
         }
@@ -86,7 +94,7 @@ pub fn table(rows: &[ResultRow]) -> String {
             (Some(a), Some(b)) => format!("{a:.3}→{b:.3}"),
             _ => "-".into(),
         };
-        lines.push(vec![
+        let mut line = vec![
             r.host.clone(),
             r.net.clone(),
             r.device.clone(),
@@ -110,7 +118,21 @@ pub fn table(rows: &[ResultRow]) -> String {
                 .map(|s| format!("{s:.1}x"))
                 .unwrap_or_else(|| "-".into()),
             flags.join("; "),
-        ]);
+        ];
+        if energy {
+            let f = |v: Option<f64>, d: usize| {
+                v.map(|v| format!("{v:.d$}")).unwrap_or_else(|| "-".into())
+            };
+            line.splice(
+                10..10,
+                [
+                    f(r.avg_power_w, 2),
+                    f(r.energy_per_image_j, 4),
+                    f(r.edp_js, 3),
+                ],
+            );
+        }
+        lines.push(line);
     }
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {

@@ -2,7 +2,9 @@
 //!
 //! Rows are matched by what is global, never by local row ids: runs by `runs.uuid`, trials by
 //! `trials.uuid`, and child rows by their parent's UUID plus the child table's own unique key
-//! (`iterations`: the step; `trial_memory`: none, one row per trial). Local ids are remapped.
+//! (`iterations`: the step; `trial_memory`: none, one row per trial; `trial_rail_energy`: the
+//! rail). `power_samples` has no unique key, so a trial's samples are taken whole from the
+//! winning copy (see below). Local ids are remapped.
 //!
 //! **Which copy of a run or trial wins.** Snapshots of one board taken at different times hold
 //! the same UUIDs in different states. A source row replaces the target's row only when it is
@@ -35,9 +37,18 @@ pub enum Parent {
     Trial,
 }
 
-/// A table whose rows belong to one run or one trial. It must have a UNIQUE or PRIMARY KEY
-/// constraint over its natural key including `column` (e.g. `(trial_id, step)`), which is
-/// what makes a repeated merge insert nothing.
+/// How a child table's rows are matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// The table has a UNIQUE or PRIMARY KEY constraint over its natural key including the
+    /// parent column (e.g. `(trial_id, step)`): rows are matched one by one.
+    Keyed,
+    /// No unique key (e.g. `power_samples`): a parent's rows are a set taken whole from the
+    /// winning copy; the target's set is deleted first, a losing copy adds nothing.
+    WholeSet,
+}
+
+/// A table whose rows belong to one run or one trial.
 #[derive(Debug, Clone, Copy)]
 pub struct ChildTable {
     pub name: &'static str,
@@ -46,6 +57,7 @@ pub struct ChildTable {
     pub column: &'static str,
     /// The table's own local INTEGER PRIMARY KEY, if any: not copied, the target assigns one.
     pub local_id: Option<&'static str>,
+    pub matching: Match,
 }
 
 /// Every per-run/per-trial table, in insertion order. A table added by a later schema version
@@ -56,12 +68,28 @@ pub const CHILD_TABLES: &[ChildTable] = &[
         parent: Parent::Trial,
         column: "trial_id",
         local_id: None,
+        matching: Match::Keyed,
     },
     ChildTable {
         name: "trial_memory",
         parent: Parent::Trial,
         column: "trial_id",
         local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "trial_rail_energy",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "power_samples",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::WholeSet,
     },
 ];
 
@@ -341,6 +369,15 @@ fn merge_child(
     let mut ignore = dst.prepare(&format!(
         "INSERT OR IGNORE INTO {t} ({list}) VALUES ({marks})"
     ))?;
+    if child.matching == Match::WholeSet {
+        let mut clear = dst.prepare(&format!(
+            "DELETE FROM {t} WHERE {} = ?1",
+            ident(child.column)
+        ))?;
+        for (dst_id, _) in parents.values().filter(|(_, won)| *won) {
+            clear.execute([dst_id])?;
+        }
+    }
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
         let mut values = (0..cols.len())
@@ -353,6 +390,9 @@ fn merge_child(
             continue;
         };
         values[parent_i] = Value::Integer(dst_id);
+        if child.matching == Match::WholeSet && !won {
+            continue;
+        }
         if won {
             replace.execute(params_from_iter(values.iter()))?;
         } else {

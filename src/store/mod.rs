@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
 pub use memory::MemoryColumns;
-pub use merge::{merge, MergeReport, TableCount, CHILD_TABLES};
+pub use merge::{merge, ChildTable, Match, MergeReport, Parent, TableCount, CHILD_TABLES};
 pub use schema::SCHEMA_VERSION;
 pub use snapshot::snapshot;
 
@@ -85,6 +85,40 @@ pub struct TrialSummary {
     pub loss_anomaly: bool,
 }
 
+/// One rail's samples, borrowed from the sampler's buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct PowerSeries<'a> {
+    pub source: &'a str,
+    pub rail: &'a str,
+    pub t_ns: &'a [i64],
+    pub volts: &'a [Option<f64>],
+    pub amps: &'a [Option<f64>],
+    pub watts: &'a [f64],
+}
+
+/// A trial's energy figures (see schema v2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialPower {
+    pub energy_j: f64,
+    pub avg_power_w: f64,
+    pub energy_per_image_j: f64,
+    pub edp_js: f64,
+    pub dynamic_energy_j: Option<f64>,
+    pub samples: usize,
+    pub rate_hz: Option<f64>,
+    pub jitter_s: Option<f64>,
+    pub incomplete: bool,
+    pub gap_s: f64,
+    /// (rail, joules, part of the total)
+    pub rails: Vec<(String, f64, bool)>,
+    /// (step, joules)
+    pub iterations: Vec<(usize, f64)>,
+}
+
+/// Rows per transaction when writing power samples: big enough to amortise the commit, small
+/// enough not to hold the write lock for long.
+const SAMPLE_BATCH: usize = 4096;
+
 /// One trial joined with its run: exactly the object `edgebench results --json` prints.
 /// `Option` fields serialise as `null`, never omitted, so consumers can rely on every key.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -123,6 +157,18 @@ pub struct ResultRow {
     /// The rest of the memory record (all null when unmeasured).
     #[serde(flatten)]
     pub memory: MemoryColumns,
+    pub dynamic_energy_j: Option<f64>,
+    /// Per-rail energies over the measured interval (JSON object rail -> J); None without power.
+    pub rail_energy_j: Option<std::collections::BTreeMap<String, f64>>,
+    pub power_samples: Option<i64>,
+    pub power_rate_hz: Option<f64>,
+    pub power_jitter_s: Option<f64>,
+    pub power_incomplete: Option<bool>,
+    pub power_gap_s: Option<f64>,
+    pub board: Option<String>,
+    pub power_total: Option<String>,
+    pub baseline_power_w: Option<f64>,
+    pub baseline_s: Option<f64>,
     /// Local `trials.id`, for [`Store::iterations`]; not part of the JSON.
     #[serde(skip)]
     pub trial_rowid: i64,
@@ -377,6 +423,136 @@ impl Store {
         Ok(())
     }
 
+    /// The power context of a run: board profile, how the total is formed, idle baseline.
+    pub fn set_run_power(
+        &mut self,
+        run_id: i64,
+        board: &str,
+        power_total: &str,
+        baseline: Option<(f64, f64)>,
+    ) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET board = ?2, power_total = ?3, baseline_power_w = ?4, \
+                 baseline_s = ?5 WHERE id = ?1",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    run_id,
+                    board,
+                    power_total,
+                    baseline.map(|b| b.0),
+                    baseline.map(|b| b.1)
+                ])
+            })
+            .map_err(sql_err(&self.path))?;
+        self.expect_one(n, "run", run_id)
+    }
+
+    /// Writes power samples in batches of [`SAMPLE_BATCH`] rows, one transaction each.
+    pub fn record_power_samples(
+        &mut self,
+        trial_id: i64,
+        series: &[PowerSeries<'_>],
+    ) -> Result<()> {
+        let path = &self.path;
+        let rows = series
+            .iter()
+            .flat_map(|s| (0..s.t_ns.len()).map(move |i| (s, i)));
+        let mut rows = rows.peekable();
+        while rows.peek().is_some() {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(sql_err(path))?;
+            {
+                let mut st = tx
+                    .prepare_cached(
+                        "INSERT INTO power_samples (trial_id, source, rail, t_ns, volts, amps, \
+                         watts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .map_err(sql_err(path))?;
+                for (s, i) in rows.by_ref().take(SAMPLE_BATCH) {
+                    st.execute(params![
+                        trial_id, s.source, s.rail, s.t_ns[i], s.volts[i], s.amps[i], s.watts[i]
+                    ])
+                    .map_err(sql_err(path))?;
+                }
+            }
+            tx.commit().map_err(sql_err(path))?;
+        }
+        Ok(())
+    }
+
+    /// A trial's energy figures, per-rail and per-iteration energies, in one transaction.
+    pub fn record_trial_power(&mut self, trial_id: i64, p: &TrialPower) -> Result<()> {
+        let path = &self.path;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err(path))?;
+        let n = (|| {
+            let n = tx
+                .prepare_cached(
+                    "UPDATE trials SET energy_j = ?2, avg_power_w = ?3, energy_per_image_j = ?4, \
+                     edp_js = ?5, dynamic_energy_j = ?6, power_samples = ?7, power_rate_hz = ?8, \
+                     power_jitter_s = ?9, power_incomplete = ?10, power_gap_s = ?11 WHERE id = ?1",
+                )?
+                .execute(params![
+                    trial_id,
+                    p.energy_j,
+                    p.avg_power_w,
+                    p.energy_per_image_j,
+                    p.edp_js,
+                    p.dynamic_energy_j,
+                    int(p.samples),
+                    p.rate_hz,
+                    p.jitter_s,
+                    p.incomplete,
+                    p.gap_s,
+                ])?;
+            let mut st = tx.prepare_cached(
+                "INSERT OR REPLACE INTO trial_rail_energy (trial_id, rail, energy_j, in_total) \
+                 VALUES (?1, ?2, ?3, ?4)",
+            )?;
+            for (rail, j, in_total) in &p.rails {
+                st.execute(params![trial_id, rail, j, in_total])?;
+            }
+            let mut st = tx.prepare_cached(
+                "UPDATE iterations SET energy_j = ?3 WHERE trial_id = ?1 AND step = ?2",
+            )?;
+            for (step, j) in &p.iterations {
+                st.execute(params![trial_id, int(*step), j])?;
+            }
+            Ok(n)
+        })()
+        .map_err(sql_err(path))?;
+        if n != 1 {
+            return Err(StoreError::NotFound {
+                path: path.clone(),
+                what: "trial",
+                id: trial_id,
+            });
+        }
+        tx.commit().map_err(sql_err(path))
+    }
+
+    /// Per-iteration energies of a trial (step, joules or None), ordered by step.
+    pub fn iteration_energies(&self, trial_id: i64) -> Result<Vec<(usize, Option<f64>)>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT step, energy_j FROM iterations WHERE trial_id = ?1 ORDER BY step",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([trial_id], |r| Ok((uint(r, 0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
     /// Copies the WAL into the main file (best effort, never waits) so that a user who
     /// copies only `*.db` mid-sweep still gets every finished trial.
     fn checkpoint(&self) {
@@ -423,7 +599,9 @@ impl Store {
                  t.status, t.error, t.started_at, t.ended_at, t.time_per_image_s, \
                  t.time_per_image_spread_s, t.images_per_s, t.loss_first, t.loss_last, \
                  t.loss_anomaly, t.energy_j, t.avg_power_w, t.energy_per_image_j, t.edp_js, \
-                 t.swap_pressure, t.peak_rss_bytes, t.id \
+                 t.swap_pressure, t.peak_rss_bytes, t.id, t.dynamic_energy_j, \
+                 t.power_samples, t.power_rate_hz, t.power_jitter_s, t.power_incomplete, \
+                 t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -461,11 +639,45 @@ impl Store {
                     peak_rss_bytes: r.get(27)?,
                     trial_rowid: r.get(28)?,
                     memory: MemoryColumns::default(),
+                    dynamic_energy_j: r.get(29)?,
+                    rail_energy_j: None,
+                    power_samples: r.get(30)?,
+                    power_rate_hz: r.get(31)?,
+                    power_jitter_s: r.get(32)?,
+                    power_incomplete: r.get(33)?,
+                    power_gap_s: r.get(34)?,
+                    board: r.get(35)?,
+                    power_total: r.get(36)?,
+                    baseline_power_w: r.get(37)?,
+                    baseline_s: r.get(38)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(sql_err(&self.path))?;
-        self.fill_memory(rows)
+        let mut rows = self.fill_memory(rows)?;
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT trial_id, rail, energy_j FROM trial_rail_energy")
+            .map_err(sql_err(&self.path))?;
+        let rails = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, f64>(2)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        let mut by_trial: std::collections::HashMap<i64, std::collections::BTreeMap<String, f64>> =
+            std::collections::HashMap::new();
+        for (trial, rail, j) in rails {
+            by_trial.entry(trial).or_default().insert(rail, j);
+        }
+        for row in &mut rows {
+            row.rail_energy_j = by_trial.remove(&row.trial_rowid);
+        }
+        Ok(rows)
     }
 
     /// Iterations of a trial (by row id), ordered by step.

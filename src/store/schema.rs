@@ -102,6 +102,53 @@
 //! | `mem_available_min_bytes` | INTEGER | lowest MemAvailable over the measured iterations |
 //! | `psi_memory_some_us` / `psi_memory_full_us` | INTEGER | PSI memory stall time; NULL without PSI |
 //! | `memory_note` | TEXT | the verdict in words |
+//! # Version 3: power and energy
+//!
+//! Added to `runs`: `board` (TEXT, board profile used, NULL without `--power`),
+//! `power_total` (TEXT, how the total power is formed, e.g. `VDD_IN (the board's input rail)`),
+//! `baseline_power_w` (REAL, mean idle power of the total before the sweep, W),
+//! `baseline_s` (REAL, seconds the baseline was measured over).
+//!
+//! Added to `trials` (NULL without `--power`; `energy_j`, `avg_power_w`,
+//! `energy_per_image_j`, `edp_js` of v1 are now filled; all over the measured, post-warm-up
+//! iterations, from the first one's `t_start_ns` to the last one's `t_end_ns`):
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `dynamic_energy_j` | REAL | `energy_j` - `runs.baseline_power_w` x duration (J) |
+//! | `power_samples` | INTEGER | samples of the (first) total rail inside the interval |
+//! | `power_rate_hz` | REAL | achieved sampling rate over the interval |
+//! | `power_jitter_s` | REAL | standard deviation of the sample spacing (s) |
+//! | `power_incomplete` | INTEGER | 1 if part of the interval had no valid samples (sensor errors) |
+//! | `power_gap_s` | REAL | seconds of the interval without valid samples |
+//!
+//! Added to `iterations`: `energy_j` (REAL, total energy over the step's
+//! [`t_start_ns`, `t_end_ns`], warm-up steps included).
+//!
+//! ## `power_samples` — every sample of every rail during a trial
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER NOT NULL → `trials.id` | the trial |
+//! | `source` | TEXT NOT NULL | the monitor, e.g. `ina3221 1-0040 (/sys/...)` |
+//! | `rail` | TEXT NOT NULL | rail name, e.g. `VDD_IN` |
+//! | `t_ns` | INTEGER NOT NULL | CLOCK_MONOTONIC ns (same clock as `iterations.t_start_ns`) |
+//! | `volts` | REAL | bus voltage (V), NULL for energy counters (RAPL) |
+//! | `amps` | REAL | current (A), NULL for energy counters |
+//! | `watts` | REAL NOT NULL | power (W) |
+//!
+//! Index `power_samples_trial` on (`trial_id`, `rail`, `t_ns`).
+//!
+//! ## `trial_rail_energy` — each rail's energy over the trial's measured interval
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER NOT NULL → `trials.id` | the trial |
+//! | `rail` | TEXT NOT NULL | rail name |
+//! | `energy_j` | REAL NOT NULL | joules |
+//! | `in_total` | INTEGER NOT NULL | 1 if the rail is part of the total (`trials.energy_j`) |
+//!
+//! Primary key (`trial_id`, `rail`).
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -121,6 +168,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 2,
         sql: V2_MEMORY,
+    },
+    Migration {
+        version: 3,
+        sql: V3_POWER,
     },
 ];
 
@@ -212,6 +263,42 @@ CREATE TABLE trial_memory (
     psi_memory_full_us      INTEGER,
     memory_note             TEXT
 );
+";
+
+/// v3: power and energy (see the table docs above).
+const V3_POWER: &str = "
+ALTER TABLE runs ADD COLUMN board TEXT;
+ALTER TABLE runs ADD COLUMN power_total TEXT;
+ALTER TABLE runs ADD COLUMN baseline_power_w REAL;
+ALTER TABLE runs ADD COLUMN baseline_s REAL;
+
+ALTER TABLE trials ADD COLUMN dynamic_energy_j REAL;
+ALTER TABLE trials ADD COLUMN power_samples INTEGER;
+ALTER TABLE trials ADD COLUMN power_rate_hz REAL;
+ALTER TABLE trials ADD COLUMN power_jitter_s REAL;
+ALTER TABLE trials ADD COLUMN power_incomplete INTEGER CHECK (power_incomplete IN (0, 1));
+ALTER TABLE trials ADD COLUMN power_gap_s REAL;
+
+ALTER TABLE iterations ADD COLUMN energy_j REAL;
+
+CREATE TABLE power_samples (
+    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    source   TEXT NOT NULL,
+    rail     TEXT NOT NULL,
+    t_ns     INTEGER NOT NULL,
+    volts    REAL,
+    amps     REAL,
+    watts    REAL NOT NULL
+);
+CREATE INDEX power_samples_trial ON power_samples (trial_id, rail, t_ns);
+
+CREATE TABLE trial_rail_energy (
+    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    rail     TEXT NOT NULL,
+    energy_j REAL NOT NULL,
+    in_total INTEGER NOT NULL CHECK (in_total IN (0, 1)),
+    PRIMARY KEY (trial_id, rail)
+) WITHOUT ROWID;
 ";
 
 #[cfg(test)]

@@ -1,0 +1,266 @@
+//! Board profiles (`boards/*.toml`, embedded so the single binary carries them) and board
+//! detection from the device tree: `compatible` (NUL-separated, the module part number tells
+//! siblings apart) first, the free-text `model` only when that fails (SPEC §7).
+
+use crate::host::HostPaths;
+use serde::{Deserialize, Serialize};
+use std::sync::OnceLock;
+
+/// One power monitor chip on the board and its channels' rail names, in channel order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Monitor {
+    /// `<bus>-<addr>`, e.g. `1-0040`.
+    pub at: String,
+    pub rails: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoardProfile {
+    pub name: String,
+    pub description: String,
+    /// Module part numbers (e.g. `p3767`) looked for inside the `compatible` entries.
+    pub compatible: Vec<String>,
+    /// Substrings of the device-tree `model` (case-insensitive), a fallback.
+    pub model: Vec<String>,
+    #[serde(default)]
+    pub soc: Option<String>,
+    pub cpu: String,
+    pub gpu: String,
+    #[serde(default)]
+    pub memory_gb: Option<f64>,
+    #[serde(default)]
+    pub peak_gflops_fp32: Option<f64>,
+    /// Rails whose sum is the board's total input power: the input rail alone where the board
+    /// has one, never an input rail together with its own sub-rails.
+    pub total: Vec<String>,
+    #[serde(default)]
+    pub monitors: Vec<Monitor>,
+}
+
+const SOURCES: &[(&str, &str)] = &[
+    ("tx1", include_str!("../boards/tx1.toml")),
+    ("tx2", include_str!("../boards/tx2.toml")),
+    ("nano", include_str!("../boards/nano.toml")),
+    ("xavier-nx", include_str!("../boards/xavier-nx.toml")),
+    ("agx-xavier", include_str!("../boards/agx-xavier.toml")),
+    ("orin-nx", include_str!("../boards/orin-nx.toml")),
+    ("agx-orin", include_str!("../boards/agx-orin.toml")),
+    ("generic", include_str!("../boards/generic.toml")),
+];
+
+/// Every profile, parsed once (a broken embedded file is a build bug the tests catch).
+pub fn profiles() -> &'static [BoardProfile] {
+    static P: OnceLock<Vec<BoardProfile>> = OnceLock::new();
+    P.get_or_init(|| {
+        SOURCES
+            .iter()
+            .map(|(file, text)| {
+                toml::from_str(text).unwrap_or_else(|e| panic!("boards/{file}.toml: {e}"))
+            })
+            .collect()
+    })
+}
+
+pub fn names() -> Vec<&'static str> {
+    profiles().iter().map(|p| p.name.as_str()).collect()
+}
+
+pub fn by_name(name: &str) -> Option<&'static BoardProfile> {
+    profiles()
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
+}
+
+pub fn generic() -> &'static BoardProfile {
+    by_name("generic").expect("generic profile")
+}
+
+/// The chosen profile and how it was chosen.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    pub profile: &'static BoardProfile,
+    pub how: String,
+    /// Set when the board was not recognised (the generic profile is used).
+    pub warning: Option<String>,
+}
+
+fn read_dt(host: &HostPaths, file: &str) -> Option<String> {
+    let raw = std::fs::read(host.sys(&format!("firmware/devicetree/base/{file}"))).ok()?;
+    Some(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// Detects the board from `<sysfs>/firmware/devicetree/base/{compatible,model}`.
+pub fn detect(host: &HostPaths) -> Detection {
+    let compatible: Vec<String> = read_dt(host, "compatible")
+        .map(|s| {
+            s.split('\0')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    let model = read_dt(host, "model")
+        .map(|s| {
+            s.trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                .to_string()
+        })
+        .unwrap_or_default();
+    for p in profiles() {
+        if let Some(entry) = compatible
+            .iter()
+            .find(|e| p.compatible.iter().any(|part| e.contains(part.as_str())))
+        {
+            return Detection {
+                profile: p,
+                how: format!("device-tree compatible {entry:?}"),
+                warning: None,
+            };
+        }
+    }
+    let lower = model.to_lowercase();
+    for p in profiles() {
+        if p.model.iter().any(|m| lower.contains(&m.to_lowercase())) {
+            return Detection {
+                profile: p,
+                how: format!("device-tree model {model:?}"),
+                warning: None,
+            };
+        }
+    }
+    let seen = if compatible.is_empty() && model.is_empty() {
+        "no device tree".to_string()
+    } else {
+        format!("compatible {compatible:?}, model {model:?}")
+    };
+    Detection {
+        profile: generic(),
+        how: format!("not recognised ({seen})"),
+        warning: Some(format!(
+            "board not recognised ({seen}); using the generic profile with discovered rails \
+             (force one with --board NAME: {})",
+            names().join(", ")
+        )),
+    }
+}
+
+/// `--board NAME` / `power.board` if given, else detection.
+pub fn select(host: &HostPaths, forced: Option<&str>) -> anyhow::Result<Detection> {
+    match forced {
+        Some(name) => {
+            let profile = by_name(name).ok_or_else(|| {
+                anyhow::anyhow!("unknown board '{name}' (known: {})", names().join(", "))
+            })?;
+            Ok(Detection {
+                profile,
+                how: "forced by --board / power.board".into(),
+                warning: None,
+            })
+        }
+        None => Ok(detect(host)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_with(compatible: &str, model: &str) -> (tempfile::TempDir, HostPaths) {
+        let root = tempfile::tempdir().unwrap();
+        let dt = root.path().join("sys/firmware/devicetree/base");
+        std::fs::create_dir_all(&dt).unwrap();
+        std::fs::write(dt.join("compatible"), compatible).unwrap();
+        std::fs::write(dt.join("model"), format!("{model}\0")).unwrap();
+        let host = HostPaths {
+            sysfs: root.path().join("sys"),
+            procfs: root.path().join("proc"),
+        };
+        (root, host)
+    }
+
+    #[test]
+    fn every_profile_parses_and_totals_follow_the_spec_table() {
+        assert_eq!(profiles().len(), 8);
+        let total = |n: &str| by_name(n).unwrap().total.clone();
+        assert_eq!(total("tx1"), ["VDD_IN"]);
+        assert_eq!(total("tx2"), ["VDD_IN"]);
+        assert_eq!(total("nano"), ["POM_5V_IN"]);
+        assert_eq!(total("xavier-nx"), ["VDD_IN"]);
+        assert_eq!(total("orin-nx"), ["VDD_IN"]);
+        assert_eq!(total("agx-xavier").len(), 6);
+        assert_eq!(
+            total("agx-orin"),
+            ["VDD_GPU_SOC", "VDD_CPU_CV", "VDDQ_VDD2_1V8AO"]
+        );
+        for p in profiles() {
+            let rails: Vec<&String> = p.monitors.iter().flat_map(|m| &m.rails).collect();
+            for t in &p.total {
+                assert!(
+                    rails.contains(&t),
+                    "{}: total rail {t} not on a monitor",
+                    p.name
+                );
+            }
+            // An input rail is the total on its own: never summed with its sub-rails.
+            if p.total.iter().any(|t| t.contains("_IN")) {
+                assert_eq!(p.total.len(), 1, "{}", p.name);
+            }
+        }
+    }
+
+    #[test]
+    fn detects_by_compatible_then_model() {
+        let cases = [
+            (
+                "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+                "",
+                "orin-nx",
+            ),
+            (
+                "nvidia,p3737-0000+p3701-0000\0nvidia,tegra234\0",
+                "Jetson AGX Orin",
+                "agx-orin",
+            ),
+            (
+                "nvidia,p3449-0000-b00+p3448-0002-b00\0nvidia,jetson-nano\0nvidia,tegra210\0",
+                "",
+                "nano",
+            ),
+            ("nvidia,p2371-2180\0nvidia,tegra210\0", "jetson_tx1", "tx1"),
+            ("nvidia,p2771-0000\0nvidia,tegra186\0", "quill", "tx2"),
+            (
+                "nvidia,jetson-xavier\0nvidia,p2972-0000\0nvidia,p2888\0nvidia,tegra194\0",
+                "Jetson-AGX",
+                "agx-xavier",
+            ),
+            (
+                "nvidia,p3509-0000+p3668-0000\0nvidia,tegra194\0",
+                "",
+                "xavier-nx",
+            ),
+            ("", "NVIDIA Jetson TX2", "tx2"),
+        ];
+        for (compatible, model, want) in cases {
+            let (_root, host) = host_with(compatible, model);
+            let d = detect(&host);
+            assert_eq!(d.profile.name, want, "{compatible:?} {model:?}");
+            assert!(d.warning.is_none());
+        }
+    }
+
+    #[test]
+    fn unknown_board_is_generic_with_a_warning_and_force_wins() {
+        let (_root, host) = host_with("raspberrypi,4-model-b\0brcm,bcm2711\0", "Raspberry Pi 4");
+        let d = detect(&host);
+        assert_eq!(d.profile.name, "generic");
+        assert!(d.warning.unwrap().contains("Raspberry Pi 4"));
+        assert_eq!(
+            select(&host, Some("AGX-Orin")).unwrap().profile.name,
+            "agx-orin"
+        );
+        let err = select(&host, Some("tx3")).unwrap_err().to_string();
+        assert!(err.contains("tx3") && err.contains("orin-nx"), "{err}");
+    }
+}

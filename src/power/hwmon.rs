@@ -1,0 +1,360 @@
+//! Power monitors the kernel owns, read through sysfs (units per SPEC §5):
+//! - `ina3221` hwmon (JetPack 5/6): `in<K>_input` bus mV, `curr<K>_input` mA, `in<K>_label`,
+//!   K = 1..3, no power file (P = V x I); the hwmon index changes between boots, so it is globbed.
+//! - NVIDIA's `ina3221x` IIO driver (JetPack 4): `rail_name_<K>`, `in_voltage<K>_input` mV,
+//!   `in_current<K>_input` mA, `in_power<K>_input` mW, K from 0.
+//! - `ina2xx` hwmon (an INA226 owned by the kernel): `in1_input` bus mV, `curr1_input` mA,
+//!   `power1_input` uW, `update_interval` ms.
+//!
+//! Files are reopened on every read: sysfs regenerates the value on open, and a device that
+//! vanished then fails loudly instead of returning stale text.
+
+use super::{PowerSource, Reading};
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Entries of `dir` whose name starts with `prefix`, sorted (a one-level glob).
+pub fn glob(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn read_text(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+pub fn read_num(path: &Path) -> anyhow::Result<f64> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.trim()
+        .parse::<f64>()
+        .with_context(|| format!("{}: not a number: {:?}", path.display(), text.trim()))
+}
+
+/// The `<bus>-<addr>` name of an I2C device directory, e.g. `1-0040`.
+fn device_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// One channel: where its value files are and how to turn them into a reading.
+#[derive(Debug, Clone)]
+struct Channel {
+    volts_mv: PathBuf,
+    amps_ma: PathBuf,
+    /// Power file and its scale to watts; None = V x I.
+    power: Option<(PathBuf, f64)>,
+}
+
+impl Channel {
+    fn read(&self) -> anyhow::Result<Reading> {
+        let v = read_num(&self.volts_mv)? * 1e-3;
+        let a = read_num(&self.amps_ma)? * 1e-3;
+        let w = match &self.power {
+            Some((path, scale)) => read_num(path)? * scale,
+            None => v * a,
+        };
+        Ok(Reading {
+            volts: Some(v),
+            amps: Some(a),
+            watts: w,
+        })
+    }
+}
+
+/// A kernel-driven monitor with one or more channels.
+#[derive(Debug, Clone)]
+pub struct SysfsSource {
+    description: String,
+    rails: Vec<String>,
+    channels: Vec<Channel>,
+    period: Duration,
+}
+
+impl PowerSource for SysfsSource {
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    fn rails(&self) -> &[String] {
+        &self.rails
+    }
+
+    fn read(&mut self) -> anyhow::Result<Vec<Reading>> {
+        self.channels.iter().map(Channel::read).collect()
+    }
+
+    fn default_period(&self) -> Duration {
+        self.period
+    }
+}
+
+/// `update_interval` (ms) of a hwmon device, bounded to 1 ms..1 s; None if absent.
+fn update_interval(dir: &Path) -> Option<Duration> {
+    let ms = read_num(&dir.join("update_interval")).ok()?;
+    Some(Duration::from_secs_f64((ms * 1e-3).clamp(1e-3, 1.0)))
+}
+
+/// Unconnected INA3221 channels are labelled NC on some boards (AGX Orin).
+fn connected(label: &str) -> bool {
+    !label.eq_ignore_ascii_case("nc")
+}
+
+/// `ina3221` hwmon devices: `<drivers>/ina3221/<bus>-<addr>/hwmon/hwmon<N>`.
+pub fn ina3221_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+    let mut out = Vec::new();
+    for dev in glob(&drivers.join("ina3221"), "") {
+        for hw in glob(&dev.join("hwmon"), "hwmon") {
+            let mut rails = Vec::new();
+            let mut channels = Vec::new();
+            for k in 1..=3 {
+                let Some(label) = read_text(&hw.join(format!("in{k}_label"))) else {
+                    continue;
+                };
+                let input = hw.join(format!("in{k}_input"));
+                if !connected(&label) || !input.exists() {
+                    continue;
+                }
+                rails.push(label);
+                channels.push(Channel {
+                    volts_mv: input,
+                    amps_ma: hw.join(format!("curr{k}_input")),
+                    power: None,
+                });
+            }
+            if !channels.is_empty() {
+                out.push(SysfsSource {
+                    description: format!("ina3221 {} ({})", device_name(&dev), hw.display()),
+                    rails,
+                    channels,
+                    period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// NVIDIA `ina3221x` IIO devices: `<drivers>/ina3221x/<bus>-<addr>/iio:device<N>`.
+pub fn ina3221x_iio(drivers: &Path) -> Vec<SysfsSource> {
+    let mut out = Vec::new();
+    for dev in glob(&drivers.join("ina3221x"), "") {
+        for iio in glob(&dev, "iio:device") {
+            let mut rails = Vec::new();
+            let mut channels = Vec::new();
+            for k in 0..3 {
+                let Some(name) = read_text(&iio.join(format!("rail_name_{k}"))) else {
+                    continue;
+                };
+                let power = iio.join(format!("in_power{k}_input"));
+                if !connected(&name) || !power.exists() {
+                    continue;
+                }
+                rails.push(name);
+                channels.push(Channel {
+                    volts_mv: iio.join(format!("in_voltage{k}_input")),
+                    amps_ma: iio.join(format!("in_current{k}_input")),
+                    power: Some((power, 1e-3)),
+                });
+            }
+            if !channels.is_empty() {
+                out.push(SysfsSource {
+                    description: format!("ina3221x {} ({})", device_name(&dev), iio.display()),
+                    rails,
+                    channels,
+                    // The IIO driver has no update_interval; 50 Hz is well inside its
+                    // conversion time at L4T's default averaging.
+                    period: Duration::from_millis(20),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// `ina2xx` hwmon devices (INA219/220/226/230/231 owned by the kernel).
+pub fn ina2xx_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+    let mut out = Vec::new();
+    for dev in glob(&drivers.join("ina2xx"), "") {
+        for hw in glob(&dev.join("hwmon"), "hwmon") {
+            if !hw.join("power1_input").exists() {
+                continue;
+            }
+            let chip = read_text(&hw.join("name")).unwrap_or_else(|| "ina2xx".into());
+            let rail = read_text(&hw.join("label"))
+                .unwrap_or_else(|| format!("{}_{}", chip.to_uppercase(), device_name(&dev)));
+            out.push(SysfsSource {
+                description: format!("ina2xx {chip} {} ({})", device_name(&dev), hw.display()),
+                rails: vec![rail],
+                channels: vec![Channel {
+                    volts_mv: hw.join("in1_input"),
+                    amps_ma: hw.join("curr1_input"),
+                    power: Some((hw.join("power1_input"), 1e-6)),
+                }],
+                period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Prepared sysfs trees as the boards' kernels lay them out.
+    use std::path::Path;
+
+    pub fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, format!("{text}\n")).unwrap();
+    }
+
+    /// JetPack 5 Orin NX: ina3221 at 1-0040, hwmon index 3; (label, mV, mA).
+    pub fn orin_nx(sys: &Path, rails: &[(&str, u32, u32)]) {
+        write(
+            sys,
+            "firmware/devicetree/base/compatible",
+            "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+        );
+        write(
+            sys,
+            "firmware/devicetree/base/model",
+            "NVIDIA Orin NX Developer Kit\0",
+        );
+        let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3";
+        write(sys, &format!("{hw}/name"), "ina3221");
+        write(sys, &format!("{hw}/update_interval"), "7");
+        for (k, (label, mv, ma)) in rails.iter().enumerate() {
+            let k = k + 1;
+            write(sys, &format!("{hw}/in{k}_label"), label);
+            write(sys, &format!("{hw}/in{k}_input"), &mv.to_string());
+            write(sys, &format!("{hw}/curr{k}_input"), &ma.to_string());
+            write(sys, &format!("{hw}/in{}_input", k + 3), "1000");
+        }
+        write(sys, &format!("{hw}/in7_input"), "0");
+    }
+
+    /// (rail name, mV, mA, mW)
+    pub type IioRail<'a> = (&'a str, u32, u32, u32);
+
+    /// JetPack 4 TX2: ina3221x IIO at 0-0040 and 0-0041, channels per chip address.
+    pub fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
+        write(
+            sys,
+            "firmware/devicetree/base/compatible",
+            "nvidia,p2771-0000\0nvidia,p3310\0nvidia,tegra186\0",
+        );
+        write(sys, "firmware/devicetree/base/model", "quill\0");
+        for (n, (addr, rails)) in chips.iter().enumerate() {
+            let iio = format!("bus/i2c/drivers/ina3221x/{addr}/iio:device{n}");
+            for (k, (name, mv, ma, mw)) in rails.iter().enumerate() {
+                write(sys, &format!("{iio}/rail_name_{k}"), name);
+                write(sys, &format!("{iio}/in_voltage{k}_input"), &mv.to_string());
+                write(sys, &format!("{iio}/in_current{k}_input"), &ma.to_string());
+                write(sys, &format!("{iio}/in_power{k}_input"), &mw.to_string());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    #[test]
+    fn ina3221_hwmon_rails_by_label_power_is_v_times_i() {
+        let root = tempfile::tempdir().unwrap();
+        orin_nx(
+            root.path(),
+            &[
+                ("VDD_IN", 5000, 1200),
+                ("VDD_CPU_GPU_CV", 5000, 400),
+                ("VDD_SOC", 5000, 300),
+            ],
+        );
+        let mut found = ina3221_hwmon(&root.path().join("bus/i2c/drivers"));
+        assert_eq!(found.len(), 1);
+        let s = &mut found[0];
+        assert_eq!(s.rails(), ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]);
+        assert!(s.describe().contains("1-0040") && s.describe().contains("hwmon3"));
+        assert_eq!(s.default_period(), Duration::from_millis(7));
+        let r = s.read().unwrap();
+        assert!((r[0].watts - 6.0).abs() < 1e-12, "{r:?}");
+        assert_eq!((r[0].volts, r[0].amps), (Some(5.0), Some(1.2)));
+        assert!((r[2].watts - 1.5).abs() < 1e-12);
+        // A vanished file is an error, not a stale value.
+        std::fs::remove_file(
+            root.path()
+                .join("bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3/curr1_input"),
+        )
+        .unwrap();
+        assert!(s.read().unwrap_err().to_string().contains("curr1_input"));
+    }
+
+    #[test]
+    fn ina3221x_iio_channels_from_zero_in_milliwatts() {
+        let root = tempfile::tempdir().unwrap();
+        tx2(
+            root.path(),
+            &[
+                (
+                    "0-0040",
+                    &[
+                        ("VDD_SYS_GPU", 19000, 50, 950),
+                        ("VDD_SYS_SOC", 19000, 40, 760),
+                        ("VDD_4V0_WIFI", 4000, 10, 40),
+                    ],
+                ),
+                (
+                    "0-0041",
+                    &[
+                        ("VDD_IN", 19000, 200, 3800),
+                        ("VDD_SYS_CPU", 19000, 30, 570),
+                        ("VDD_SYS_DDR", 19000, 20, 380),
+                    ],
+                ),
+            ],
+        );
+        let mut found = ina3221x_iio(&root.path().join("bus/i2c/drivers"));
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[1].rails(), ["VDD_IN", "VDD_SYS_CPU", "VDD_SYS_DDR"]);
+        let r = found[1].read().unwrap();
+        assert!((r[0].watts - 3.8).abs() < 1e-12);
+        assert_eq!(r[0].volts, Some(19.0));
+        assert_eq!(found[0].default_period(), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn ina2xx_hwmon_reads_microwatts() {
+        let root = tempfile::tempdir().unwrap();
+        let hw = "bus/i2c/drivers/ina2xx/2-0045/hwmon/hwmon0";
+        write(root.path(), &format!("{hw}/name"), "ina226");
+        write(root.path(), &format!("{hw}/in0_input"), "10");
+        write(root.path(), &format!("{hw}/in1_input"), "12000");
+        write(root.path(), &format!("{hw}/curr1_input"), "2500");
+        write(root.path(), &format!("{hw}/power1_input"), "30000000");
+        write(root.path(), &format!("{hw}/shunt_resistor"), "2000");
+        write(root.path(), &format!("{hw}/update_interval"), "2");
+        let mut found = ina2xx_hwmon(&root.path().join("bus/i2c/drivers"));
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].rails(), ["INA226_2-0045"]);
+        let r = found[0].read().unwrap();
+        assert_eq!(r[0].watts, 30.0);
+        assert_eq!((r[0].volts, r[0].amps), (Some(12.0), Some(2.5)));
+        assert_eq!(found[0].default_period(), Duration::from_millis(2));
+        assert!(ina2xx_hwmon(&root.path().join("nothing")).is_empty());
+    }
+}

@@ -1,0 +1,846 @@
+//! Power measurement: sources behind one small trait (raw INA226 over I2C, the kernel's
+//! ina3221/ina3221x/ina2xx, RAPL), discovery guided by the board profile, sampler threads and
+//! the energy arithmetic.
+//!
+//! What the runner calls, in order:
+//! 1. [`PowerMonitor::for_run`] before anything is written (no sensor = an error to exit 2 on);
+//! 2. [`PowerMonitor::baseline`] once per run, stored with [`crate::store::Store::set_run_power`];
+//! 3. per trial [`PowerMonitor::start`] before the first iteration, [`RecordingHandle::stop`]
+//!    after the last, then [`record_trial`] with the trial's iteration records.
+
+pub mod energy;
+pub mod hwmon;
+pub mod ina226;
+pub mod marker;
+pub mod rapl;
+pub mod sampler;
+
+use crate::board::{self, Detection};
+use crate::config::PowerConfig;
+use crate::host::HostPaths;
+use crate::store::{IterationRecord, PowerSeries, Store, TrialPower};
+use crate::train::monotonic_ns;
+pub use energy::{trial_energy, TrialEnergy};
+use sampler::SharedSource;
+pub use sampler::{RailSeries, RecordingHandle, Samples};
+use serde::Serialize;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One rail's reading. Energy counters (RAPL) have no voltage or current.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub volts: Option<f64>,
+    pub amps: Option<f64>,
+    pub watts: f64,
+}
+
+/// A power monitor with one or more rails.
+pub trait PowerSource: Send {
+    /// Driver and location, e.g. `ina3221 1-0040 (/sys/.../hwmon3)`.
+    fn describe(&self) -> String;
+    fn rails(&self) -> &[String];
+    /// One reading per rail, in `rails()` order.
+    fn read(&mut self) -> anyhow::Result<Vec<Reading>>;
+    /// The source's natural sampling period (its update interval).
+    fn default_period(&self) -> Duration;
+}
+
+/// A place discovery looked at, and what it found there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Probe {
+    pub place: String,
+    /// None: nothing there.
+    pub found: Option<String>,
+}
+
+/// The idle power before the sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Baseline {
+    pub power_w: f64,
+    pub duration_s: f64,
+}
+
+/// What discovery found; `monitor` is None when no source was found.
+pub struct Discovery {
+    pub monitor: Option<PowerMonitor>,
+    pub probed: Vec<Probe>,
+    /// Configured sources that failed to open (an EBUSY INA226, a missing /dev/i2c-N).
+    pub errors: Vec<String>,
+    pub board: Detection,
+}
+
+pub struct PowerMonitor {
+    sources: Vec<(SharedSource, Duration)>,
+    /// (source description, rail) pairs summed as the board's total.
+    total: Vec<(String, String)>,
+    pub total_how: String,
+    pub board: Detection,
+    pub warnings: Vec<String>,
+    /// `power.gpio_marker`: high during each trial's measured iterations.
+    marker: Option<Mutex<marker::GpioMarker>>,
+}
+
+fn raw_ina226(
+    cfg: &PowerConfig,
+    probed: &mut Vec<Probe>,
+    errors: &mut Vec<String>,
+) -> Vec<Box<dyn PowerSource>> {
+    let Some(c) = &cfg.ina226 else {
+        probed.push(Probe {
+            place: "INA226 raw over /dev/i2c-N (not configured: no [power.ina226])".into(),
+            found: None,
+        });
+        return Vec::new();
+    };
+    let path = c
+        .device
+        .clone()
+        .unwrap_or_else(|| format!("/dev/i2c-{}", c.bus).into());
+    let settings = ina226::Settings {
+        shunt_ohms: c.shunt_ohms,
+        max_current_a: c.max_current_a,
+        averaging: c.averaging,
+        bus_conversion_us: c.bus_conversion_us,
+        shunt_conversion_us: c.shunt_conversion_us,
+    };
+    let mut out: Vec<Box<dyn PowerSource>> = Vec::new();
+    for (k, &addr) in c.addresses.iter().enumerate() {
+        let name = c
+            .names
+            .get(k)
+            .cloned()
+            .unwrap_or_else(|| format!("INA226_{}-{addr:04x}", c.bus));
+        let place = format!("INA226 at {addr:#04x} on {}", path.display());
+        match ina226::open_linux(&path, c.bus, addr, settings.clone(), &name) {
+            Ok(chip) => {
+                probed.push(Probe {
+                    place,
+                    found: Some(format!("rail {name}")),
+                });
+                out.push(Box::new(chip));
+            }
+            Err(e) => {
+                probed.push(Probe { place, found: None });
+                errors.push(format!("{e:#}"));
+            }
+        }
+    }
+    out
+}
+
+/// Which rails make the total, and how that was decided.
+fn choose_total(
+    cfg: &PowerConfig,
+    profile: &board::BoardProfile,
+    rails: &[(String, String)],
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<(Vec<(String, String)>, String)> {
+    let pick = |names: &[String]| -> Option<Vec<(String, String)>> {
+        let found: Vec<_> = rails
+            .iter()
+            .filter(|(_, r)| names.contains(r))
+            .cloned()
+            .collect();
+        names
+            .iter()
+            .all(|n| found.iter().any(|(_, r)| r == n))
+            .then_some(found)
+    };
+    if !cfg.total.is_empty() {
+        let t = pick(&cfg.total).ok_or_else(|| {
+            anyhow::anyhow!(
+                "power.total names rails {:?}, but the rails found are {:?}",
+                cfg.total,
+                rails.iter().map(|(_, r)| r).collect::<Vec<_>>()
+            )
+        })?;
+        return Ok((t, format!("sum of {} (power.total)", cfg.total.join(" + "))));
+    }
+    if !profile.total.is_empty() {
+        if let Some(t) = pick(&profile.total) {
+            let how = if t.len() == 1 {
+                format!("{} (the board's input rail)", profile.total[0])
+            } else {
+                format!(
+                    "sum of {} (board {})",
+                    profile.total.join(" + "),
+                    profile.name
+                )
+            };
+            return Ok((t, how));
+        }
+        warnings.push(format!(
+            "board {} expects total rails {:?}, not all found; choosing from the rails found",
+            profile.name, profile.total
+        ));
+    }
+    // Generic: an input rail alone, else RAPL's platform domain alone, else everything found.
+    if let Some(r) = rails
+        .iter()
+        .find(|(_, r)| r.ends_with("_IN") || r.ends_with("_5V_IN"))
+    {
+        return Ok((vec![r.clone()], format!("{} (an input rail)", r.1)));
+    }
+    if let Some(r) = rails.iter().find(|(_, r)| r == "psys") {
+        return Ok((vec![r.clone()], "psys (RAPL platform domain)".into()));
+    }
+    if rails.len() > 1 {
+        warnings.push(
+            "no input rail known: the total is the sum of every rail found (set power.total if \
+             some rails are parts of others)"
+                .into(),
+        );
+    }
+    Ok((
+        rails.to_vec(),
+        format!(
+            "sum of all rails found ({})",
+            rails
+                .iter()
+                .map(|(_, r)| r.as_str())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ),
+    ))
+}
+
+impl PowerMonitor {
+    /// Looks for every source: the raw INA226s of the config, then the kernel's monitors and
+    /// RAPL under the sysfs root. Errors only for a bad `power.total`.
+    pub fn discover(
+        host: &HostPaths,
+        cfg: &PowerConfig,
+        board: Detection,
+    ) -> anyhow::Result<Discovery> {
+        let mut probed = Vec::new();
+        let mut errors = Vec::new();
+        let mut sources = raw_ina226(cfg, &mut probed, &mut errors);
+        let drivers = host.sys("bus/i2c/drivers");
+        let kernel: [(&str, String, Vec<hwmon::SysfsSource>); 3] = [
+            (
+                "ina3221 hwmon (JetPack 5/6)",
+                format!("{}/ina3221/*/hwmon/hwmon*", drivers.display()),
+                hwmon::ina3221_hwmon(&drivers),
+            ),
+            (
+                "ina3221x IIO (JetPack 4)",
+                format!("{}/ina3221x/*/iio:device*", drivers.display()),
+                hwmon::ina3221x_iio(&drivers),
+            ),
+            (
+                "ina2xx hwmon",
+                format!("{}/ina2xx/*/hwmon/hwmon*", drivers.display()),
+                hwmon::ina2xx_hwmon(&drivers),
+            ),
+        ];
+        for (what, place, found) in kernel {
+            probed.push(Probe {
+                place: format!("{what}: {place}"),
+                found: (!found.is_empty()).then(|| {
+                    found
+                        .iter()
+                        .map(|s| format!("{} [{}]", s.describe(), s.rails().join(", ")))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                }),
+            });
+            sources.extend(
+                found
+                    .into_iter()
+                    .map(|s| Box::new(s) as Box<dyn PowerSource>),
+            );
+        }
+        let powercap = host.sys("class/powercap");
+        let rapl = rapl::RaplSource::discover(&powercap);
+        probed.push(Probe {
+            place: format!("RAPL: {}/intel-rapl:*/energy_uj", powercap.display()),
+            found: rapl.as_ref().map(|r| r.rails().join(", ")),
+        });
+        sources.extend(rapl.map(|r| Box::new(r) as Box<dyn PowerSource>));
+        if sources.is_empty() {
+            return Ok(Discovery {
+                monitor: None,
+                probed,
+                errors,
+                board,
+            });
+        }
+        let mut warnings: Vec<String> = board.warning.iter().cloned().collect();
+        let rails: Vec<(String, String)> = sources
+            .iter()
+            .flat_map(|s| s.rails().iter().map(|r| (s.describe(), r.clone())))
+            .collect();
+        let (total, total_how) = choose_total(cfg, board.profile, &rails, &mut warnings)?;
+        let sources = sources
+            .into_iter()
+            .map(|s| {
+                let period = match cfg.rate_hz {
+                    Some(hz) => Duration::from_secs_f64(1.0 / hz),
+                    None => s.default_period(),
+                };
+                (Arc::new(Mutex::new(s)), period)
+            })
+            .collect();
+        Ok(Discovery {
+            monitor: Some(PowerMonitor {
+                sources,
+                total,
+                total_how,
+                board: board.clone(),
+                warnings,
+                marker: None,
+            }),
+            probed,
+            errors,
+            board,
+        })
+    }
+
+    /// For `run --power`: board from the config or detection, then discovery; no usable sensor
+    /// (or a configured one that fails) is an error listing what was probed.
+    pub fn for_run(host: &HostPaths, cfg: &PowerConfig) -> anyhow::Result<PowerMonitor> {
+        let board = board::select(host, cfg.board.as_deref())?;
+        let d = Self::discover(host, cfg, board)?;
+        match d.monitor {
+            Some(mut m) if d.errors.is_empty() => {
+                if let Some(pin) = cfg.gpio_marker {
+                    m.marker = Some(Mutex::new(marker::GpioMarker::open(host, pin)?));
+                }
+                for w in &m.warnings {
+                    tracing::warn!("{w}");
+                }
+                tracing::info!(
+                    "power: board {} ({}); total = {}; {} source(s)",
+                    m.board.profile.name,
+                    m.board.how,
+                    m.total_how,
+                    m.sources.len()
+                );
+                Ok(m)
+            }
+            _ => anyhow::bail!("{}", no_sensor_message(&d.probed, &d.errors)),
+        }
+    }
+
+    /// Drives the GPIO marker (if configured): high from the first measured iteration's start
+    /// to the trial's end. A failure is logged, not fatal: the measurement itself is intact.
+    pub fn mark(&self, high: bool) {
+        if let Some(m) = &self.marker {
+            if let Err(e) = m.lock().unwrap_or_else(|e| e.into_inner()).set(high) {
+                tracing::warn!("{e:#}");
+            }
+        }
+    }
+
+    /// Starts one sampler thread per source.
+    pub fn start(&self) -> RecordingHandle {
+        RecordingHandle::start(&self.sources, self.total.clone())
+    }
+
+    /// Mean total power over `duration` of idling; None for a zero duration or no samples.
+    pub fn baseline(&self, duration: Duration) -> Option<Baseline> {
+        if duration.is_zero() {
+            return None;
+        }
+        let handle = self.start();
+        let a = monotonic_ns();
+        std::thread::sleep(duration);
+        let b = monotonic_ns();
+        let samples = handle.stop();
+        energy::mean_total_power(&samples, a, b).map(|power_w| Baseline {
+            power_w,
+            duration_s: (b - a) as f64 * 1e-9,
+        })
+    }
+
+    /// The board profile's name and how the total is formed, for the runs table.
+    pub fn describe_total(&self) -> String {
+        format!("{}: {}", self.board.profile.name, self.total_how)
+    }
+
+    /// One reading of every source now (for `edgebench sensors`).
+    pub fn snapshot(&self) -> Vec<SourceNow> {
+        self.sources
+            .iter()
+            .map(|(src, period)| {
+                let mut src = src.lock().unwrap_or_else(|e| e.into_inner());
+                let name = src.describe();
+                // RAPL needs two readings for a power; a short pause makes one.
+                let mut result = src.read();
+                if result.is_err() {
+                    std::thread::sleep(Duration::from_millis(50));
+                    result = src.read();
+                }
+                let (readings, error) = match result {
+                    Ok(r) => (r.into_iter().map(Some).collect(), None),
+                    Err(e) => (vec![None; src.rails().len()], Some(format!("{e:#}"))),
+                };
+                SourceNow {
+                    rate_hz: 1.0 / period.as_secs_f64(),
+                    rails: src
+                        .rails()
+                        .iter()
+                        .zip(readings)
+                        .map(|(rail, r): (&String, Option<Reading>)| RailNow {
+                            in_total: self.total.contains(&(name.clone(), rail.clone())),
+                            name: rail.clone(),
+                            volts: r.as_ref().and_then(|r| r.volts),
+                            amps: r.as_ref().and_then(|r| r.amps),
+                            watts: r.map(|r| r.watts),
+                        })
+                        .collect(),
+                    source: name,
+                    error,
+                }
+            })
+            .collect()
+    }
+}
+
+fn no_sensor_message(probed: &[Probe], errors: &[String]) -> String {
+    let mut m = String::from("--power: no usable power sensor.\n");
+    for e in errors {
+        let _ = writeln!(m, "  error: {e}");
+    }
+    m.push_str("Probed:\n");
+    for p in probed {
+        let _ = writeln!(
+            m,
+            "  {}: {}",
+            p.place,
+            p.found.as_deref().unwrap_or("nothing")
+        );
+    }
+    m.push_str(
+        "To configure one: on a Jetson, check that the ina3221 driver is loaded (its rails \
+         appear under /sys/bus/i2c/drivers/ina3221*); for an INA226 on a user I2C bus, add \
+         [power.ina226] with its bus and addresses to the config; in a container, point \
+         --sysfs (EDGEBENCH_SYSFS) at the host's sysfs. Or run without --power.",
+    );
+    m
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RailNow {
+    pub name: String,
+    pub volts: Option<f64>,
+    pub amps: Option<f64>,
+    pub watts: Option<f64>,
+    pub in_total: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceNow {
+    pub source: String,
+    pub rate_hz: f64,
+    pub rails: Vec<RailNow>,
+    pub error: Option<String>,
+}
+
+/// What `edgebench sensors` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct SensorsReport {
+    pub board: String,
+    pub board_detection: String,
+    pub total: Option<String>,
+    pub total_w: Option<f64>,
+    pub sources: Vec<SourceNow>,
+    pub probed: Vec<Probe>,
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// Discovers and reads every source once.
+pub fn sensors(host: &HostPaths, cfg: &PowerConfig) -> anyhow::Result<SensorsReport> {
+    let board = board::select(host, cfg.board.as_deref())?;
+    let d = PowerMonitor::discover(host, cfg, board)?;
+    let sources = d.monitor.as_ref().map(|m| m.snapshot()).unwrap_or_default();
+    let in_total: Vec<Option<f64>> = sources
+        .iter()
+        .flat_map(|s| s.rails.iter().filter(|r| r.in_total).map(|r| r.watts))
+        .collect();
+    Ok(SensorsReport {
+        board: d.board.profile.name.clone(),
+        board_detection: d.board.how.clone(),
+        total: d.monitor.as_ref().map(|m| m.total_how.clone()),
+        total_w: (!in_total.is_empty())
+            .then(|| in_total.iter().copied().sum::<Option<f64>>())
+            .flatten(),
+        sources,
+        probed: d.probed,
+        errors: d.errors,
+        warnings: d
+            .monitor
+            .map(|m| m.warnings)
+            .unwrap_or_else(|| d.board.warning.into_iter().collect()),
+    })
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub fn sensors_text(r: &SensorsReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "board: {} ({})", r.board, r.board_detection);
+    for s in &r.sources {
+        let _ = writeln!(out, "\n{}  @ {:.0} Hz", s.source, s.rate_hz);
+        if let Some(e) = &s.error {
+            let _ = writeln!(out, "  error: {e}");
+        }
+        for rail in &s.rails {
+            let _ = writeln!(
+                out,
+                "  {:<18} {:>8} V {:>8} A {:>9} W{}",
+                rail.name,
+                num(rail.volts, 3),
+                num(rail.amps, 3),
+                num(rail.watts, 3),
+                if rail.in_total { "  <- total" } else { "" }
+            );
+        }
+    }
+    match (&r.total, r.total_w) {
+        (Some(how), w) => {
+            let _ = writeln!(out, "\ntotal: {how} = {} W", num(w, 3));
+        }
+        (None, _) => {
+            let _ = writeln!(out, "\nno power source found");
+        }
+    }
+    let _ = writeln!(out, "\nprobed:");
+    for p in &r.probed {
+        let _ = writeln!(
+            out,
+            "  {}: {}",
+            p.place,
+            p.found.as_deref().unwrap_or("nothing")
+        );
+    }
+    for e in &r.errors {
+        let _ = writeln!(out, "error: {e}");
+    }
+    for w in &r.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// After a trial: computes its energy from the samples and iteration records and writes
+/// samples (if `store_samples`), per-rail, per-iteration and trial figures.
+#[allow(clippy::too_many_arguments)]
+pub fn record_trial(
+    store: &mut Store,
+    trial_id: i64,
+    samples: &Samples,
+    iterations: &[IterationRecord],
+    warmup: usize,
+    batch: usize,
+    baseline: Option<&Baseline>,
+    store_samples: bool,
+) -> anyhow::Result<Option<TrialEnergy>> {
+    if store_samples {
+        let series: Vec<PowerSeries<'_>> = samples
+            .series
+            .iter()
+            .map(|s| PowerSeries {
+                source: &s.source,
+                rail: &s.rail,
+                t_ns: &s.t_ns,
+                volts: &s.volts,
+                amps: &s.amps,
+                watts: &s.watts,
+            })
+            .collect();
+        store.record_power_samples(trial_id, &series)?;
+    }
+    let e = energy::trial_energy(
+        samples,
+        iterations,
+        warmup,
+        batch,
+        baseline.map(|b| b.power_w),
+    );
+    if let Some(e) = &e {
+        if e.incomplete {
+            tracing::warn!(
+                "trial power incomplete: {:.3} s of the measured interval without samples",
+                e.gap_s
+            );
+        }
+        store.record_trial_power(
+            trial_id,
+            &TrialPower {
+                energy_j: e.energy_j,
+                avg_power_w: e.avg_power_w,
+                energy_per_image_j: e.energy_per_image_j,
+                edp_js: e.edp_js,
+                dynamic_energy_j: e.dynamic_energy_j,
+                samples: e.samples,
+                rate_hz: e.rate_hz,
+                jitter_s: e.jitter_s,
+                incomplete: e.incomplete,
+                gap_s: e.gap_s,
+                rails: e.rail_energy_j.clone(),
+                iterations: iterations
+                    .iter()
+                    .zip(&e.iteration_energy_j)
+                    .filter_map(|(r, j)| j.map(|j| (r.step, j)))
+                    .collect(),
+            },
+        )?;
+    }
+    Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hwmon::fixtures;
+    use super::*;
+
+    fn host(root: &std::path::Path) -> HostPaths {
+        HostPaths {
+            sysfs: root.to_path_buf(),
+            procfs: root.join("proc"),
+        }
+    }
+
+    #[test]
+    fn orin_nx_total_is_vdd_in_alone_and_sampling_matches_the_fixture() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::orin_nx(
+            root.path(),
+            &[
+                ("VDD_IN", 5000, 1500),
+                ("VDD_CPU_GPU_CV", 5000, 600),
+                ("VDD_SOC", 5000, 400),
+            ],
+        );
+        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        assert_eq!(m.board.profile.name, "orin-nx");
+        assert_eq!(m.total.len(), 1);
+        assert_eq!(m.total[0].1, "VDD_IN");
+        let h = m.start();
+        let a = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(60));
+        let b = monotonic_ns();
+        let s = h.stop();
+        assert_eq!(s.series.len(), 3);
+        assert_eq!(s.total.len(), 1);
+        // 7 ms update interval over 60 ms: about 9 samples, plus the final one.
+        assert!(s.series[0].t_ns.len() >= 5, "{}", s.series[0].t_ns.len());
+        assert!(s.series[0].t_ns.windows(2).all(|w| w[0] < w[1]));
+        let p = energy::mean_total_power(&s, a, b).unwrap();
+        assert!((p - 7.5).abs() < 1e-9, "{p}");
+        let base = m.baseline(Duration::from_millis(30)).unwrap();
+        assert!((base.power_w - 7.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tx2_total_is_vdd_in_and_agx_orin_sums_module_rails() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::tx2(
+            root.path(),
+            &[
+                (
+                    "0-0040",
+                    &[
+                        ("VDD_SYS_GPU", 19000, 50, 950),
+                        ("VDD_SYS_SOC", 19000, 40, 760),
+                        ("VDD_4V0_WIFI", 4000, 10, 40),
+                    ],
+                ),
+                (
+                    "0-0041",
+                    &[
+                        ("VDD_IN", 19000, 200, 3800),
+                        ("VDD_SYS_CPU", 19000, 30, 570),
+                        ("VDD_SYS_DDR", 19000, 20, 380),
+                    ],
+                ),
+            ],
+        );
+        let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
+        assert_eq!(r.board, "tx2");
+        assert!((r.total_w.unwrap() - 3.8).abs() < 1e-9, "{:?}", r.total_w);
+        let totals: Vec<&str> = r
+            .sources
+            .iter()
+            .flat_map(|s| &s.rails)
+            .filter(|x| x.in_total)
+            .map(|x| x.name.as_str())
+            .collect();
+        assert_eq!(totals, ["VDD_IN"]);
+        let text = sensors_text(&r);
+        assert!(
+            text.contains("VDD_IN") && text.contains("<- total"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ina2xx hwmon") && text.contains("nothing"),
+            "{text}"
+        );
+
+        // AGX Orin (JetPack 5 hwmon): two chips, NC channels skipped, I/O rail left out.
+        let root = tempfile::tempdir().unwrap();
+        let w = |rel: &str, v: &str| fixtures::write(root.path(), rel, v);
+        w(
+            "firmware/devicetree/base/compatible",
+            "nvidia,p3737-0000+p3701-0005\0nvidia,tegra234\0",
+        );
+        for (addr, n, rails) in [
+            (
+                "1-0040",
+                1,
+                [
+                    ("VDD_GPU_SOC", "2000"),
+                    ("VDD_CPU_CV", "1000"),
+                    ("VIN_SYS_5V0", "3000"),
+                ],
+            ),
+            (
+                "1-0041",
+                2,
+                [("NC", "0"), ("VDDQ_VDD2_1V8AO", "500"), ("NC", "0")],
+            ),
+        ] {
+            for (k, (label, ma)) in rails.iter().enumerate() {
+                let hw = format!("bus/i2c/drivers/ina3221/{addr}/hwmon/hwmon{n}");
+                w(&format!("{hw}/in{}_label", k + 1), label);
+                w(&format!("{hw}/in{}_input", k + 1), "5000");
+                w(&format!("{hw}/curr{}_input", k + 1), ma);
+            }
+        }
+        let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
+        assert_eq!(r.board, "agx-orin");
+        assert!(
+            (r.total_w.unwrap() - 5.0 * 3.5).abs() < 1e-9,
+            "{:?}",
+            r.total_w
+        );
+        assert_eq!(r.sources[1].rails.len(), 1, "NC channels are not rails");
+    }
+
+    #[test]
+    fn no_sensor_lists_every_place_probed() {
+        let root = tempfile::tempdir().unwrap();
+        let err = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default())
+            .err()
+            .unwrap()
+            .to_string();
+        for want in [
+            "ina3221",
+            "ina3221x",
+            "ina2xx",
+            "intel-rapl",
+            "INA226",
+            "[power.ina226]",
+        ] {
+            assert!(err.contains(want), "{want} missing in {err}");
+        }
+        // A configured INA226 that cannot be opened is an error even with other sources.
+        let cfg = PowerConfig {
+            ina226: Some(crate::config::Ina226Config {
+                device: Some(root.path().join("no-such-i2c")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("no-such-i2c"), "{err}");
+    }
+
+    #[test]
+    fn sampler_marks_errors_and_keeps_going() {
+        struct Flaky(u32, Vec<String>);
+        impl PowerSource for Flaky {
+            fn describe(&self) -> String {
+                "flaky".into()
+            }
+            fn rails(&self) -> &[String] {
+                &self.1
+            }
+            fn read(&mut self) -> anyhow::Result<Vec<Reading>> {
+                self.0 += 1;
+                // Reads 5..=9 fail, read 12 is absurd.
+                anyhow::ensure!(!(5..10).contains(&self.0), "EIO");
+                let watts = if self.0 == 12 { f64::NAN } else { 2.0 };
+                Ok(vec![Reading {
+                    volts: None,
+                    amps: None,
+                    watts,
+                }])
+            }
+            fn default_period(&self) -> Duration {
+                Duration::from_millis(2)
+            }
+        }
+        let src: Box<dyn PowerSource> = Box::new(Flaky(0, vec!["R".into()]));
+        let h = RecordingHandle::start(
+            &[(Arc::new(Mutex::new(src)), Duration::from_millis(2))],
+            vec![("flaky".into(), "R".into())],
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let s = h.stop();
+        assert_eq!(s.errors.len(), 2, "{:?}", s.errors);
+        assert!(s.series[0].watts.iter().all(|&w| w == 2.0));
+        let t = &s.series[0].t_ns;
+        let e = trial_energy(
+            &s,
+            &[IterationRecord {
+                step: 0,
+                epoch: 0,
+                loss: 1.0,
+                lr: 0.1,
+                data_s: 0.0,
+                step_s: 0.0,
+                t_start_ns: t[0],
+                t_end_ns: *t.last().unwrap(),
+            }],
+            0,
+            1,
+            None,
+        )
+        .unwrap();
+        assert!(e.incomplete && e.gap_s > 0.008, "{e:?}");
+    }
+
+    #[test]
+    fn raw_ina226_through_the_simulator_as_a_power_source() {
+        let sim = ina226::sim::Ina226Sim::new();
+        sim.set_inputs(0.010, 19.0); // 1 A through 10 mOhm at 19 V
+        let settings = ina226::Settings {
+            shunt_ohms: 0.01,
+            max_current_a: 8.0,
+            averaging: 1,
+            bus_conversion_us: 332,
+            shunt_conversion_us: 588,
+        };
+        let chip = ina226::Ina226::new(sim.clone(), settings, "VDD_IN").unwrap();
+        assert_eq!(chip.default_period(), Duration::from_millis(1));
+        let src: Box<dyn PowerSource> = Box::new(chip);
+        let h = RecordingHandle::start(
+            &[(Arc::new(Mutex::new(src)), Duration::from_millis(1))],
+            vec![("ina226 VDD_IN".into(), "VDD_IN".into())],
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        sim.power_on_reset(); // a brown-out mid-recording: one reading lost, then recovered
+        std::thread::sleep(Duration::from_millis(20));
+        let s = h.stop();
+        assert_eq!(s.total, [0]);
+        assert!(s.series[0].watts.len() > 10);
+        assert!(
+            s.series[0].watts.iter().all(|w| (w - 19.0).abs() < 0.05),
+            "{:?}",
+            s.series[0].watts
+        );
+        assert_eq!(s.errors.len(), 1);
+        assert_eq!(sim.register(ina226::reg::CALIBRATION), 2097);
+    }
+}

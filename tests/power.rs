@@ -1,0 +1,258 @@
+//! `run --power` and `sensors` end to end through the binary, with `--sysfs` pointing at a
+//! prepared Jetson tree (a JetPack 5 Orin NX: ina3221 hwmon at 1-0040).
+
+use rusqlite::Connection;
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn edgebench(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
+    cmd.current_dir(dir)
+        .env_remove("EDGEBENCH_DB")
+        .env_remove("EDGEBENCH_SYSFS")
+        .env("RAYON_NUM_THREADS", "2");
+    cmd
+}
+
+fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// Orin NX: VDD_IN 5.0 V x 1.5 A = 7.5 W; VDD_CPU_GPU_CV 5.0 V x 0.6 A; VDD_SOC 5.0 V x 0.4 A.
+fn orin_nx(sys: &Path) {
+    write(
+        sys,
+        "firmware/devicetree/base/compatible",
+        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+    );
+    write(
+        sys,
+        "firmware/devicetree/base/model",
+        "NVIDIA Orin NX Developer Kit\0",
+    );
+    let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5";
+    write(sys, &format!("{hw}/name"), "ina3221\n");
+    write(sys, &format!("{hw}/update_interval"), "7\n");
+    for (k, (label, ma)) in [("VDD_IN", 1500), ("VDD_CPU_GPU_CV", 600), ("VDD_SOC", 400)]
+        .iter()
+        .enumerate()
+    {
+        write(
+            sys,
+            &format!("{hw}/in{}_label", k + 1),
+            &format!("{label}\n"),
+        );
+        write(sys, &format!("{hw}/in{}_input", k + 1), "5000\n");
+        write(
+            sys,
+            &format!("{hw}/curr{}_input", k + 1),
+            &format!("{ma}\n"),
+        );
+    }
+}
+
+#[test]
+fn run_with_power_records_energy_consistent_with_the_rails() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let db = dir.path().join("p.db");
+    let cfg = dir.path().join("p.toml");
+    std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\ngpio_marker = 17\n").unwrap();
+    // sysfs GPIO as after `export`: the pin directory exists.
+    write(&sys, "class/gpio/export", "");
+    write(&sys, "class/gpio/unexport", "");
+    write(&sys, "class/gpio/gpio17/value", "");
+    let out = ok(edgebench(dir.path())
+        .args([
+            "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2",
+        ])
+        .args(["--epochs", "2", "--warmup", "1", "--config"])
+        .arg(&cfg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("J/img") && stdout.contains("EDP"),
+        "{stdout}"
+    );
+
+    let out = ok(edgebench(dir.path())
+        .args(["results", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap());
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &rows[0];
+    assert_eq!(r["status"], "ok", "{r}");
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    // Constant 7.5 W on VDD_IN, the total alone (not VDD_IN + its sub-rails = 12.5 W).
+    assert!((f("avg_power_w") - 7.5).abs() < 1e-6, "{r}");
+    let energy = f("energy_j");
+    assert!(energy > 0.0);
+    // One measured iteration of 2 images: J/img = E / 2, EDP = E x duration = E^2 / P.
+    assert!((f("energy_per_image_j") - energy / 2.0).abs() < 1e-9, "{r}");
+    assert!(
+        (f("edp_js") - energy * energy / 7.5).abs() < 1e-6 * f("edp_js"),
+        "{r}"
+    );
+    // The baseline was the same 7.5 W: no dynamic energy.
+    assert!((f("baseline_power_w") - 7.5).abs() < 1e-6, "{r}");
+    assert!(f("dynamic_energy_j").abs() < 1e-6, "{r}");
+    assert_eq!(r["board"], "orin-nx");
+    let rails = r["rail_energy_j"].as_object().unwrap();
+    assert_eq!(rails.len(), 3);
+    assert!((rails["VDD_SOC"].as_f64().unwrap() - energy * 2.0 / 7.5).abs() < 1e-6);
+    assert!(r["power_samples"].as_i64().unwrap() >= 2, "{r}");
+    assert_eq!(r["power_incomplete"], false);
+
+    let c = Connection::open(&db).unwrap();
+    let (n, with_energy, sum): (i64, i64, f64) = c
+        .query_row(
+            "SELECT COUNT(*), COUNT(energy_j), TOTAL(energy_j) FROM iterations",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!((n, with_energy), (2, 2));
+    assert!(
+        sum > energy * 0.5,
+        "per-iteration energies {sum} vs trial {energy}"
+    );
+    let samples: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM power_samples WHERE rail = 'VDD_IN' AND watts = 7.5",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(samples >= 2);
+}
+
+#[test]
+fn power_without_a_sensor_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("empty-sys");
+    std::fs::create_dir_all(&sys).unwrap();
+    let db = dir.path().join("none.db");
+    let out = edgebench(dir.path())
+        .args([
+            "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2",
+        ])
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no usable power sensor"), "{stderr}");
+    assert!(
+        stderr.contains("ina3221") && stderr.contains("[power.ina226]"),
+        "{stderr}"
+    );
+    assert!(!db.exists());
+}
+
+#[test]
+fn sensors_lists_rails_total_and_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let out = ok(edgebench(dir.path())
+        .args(["sensors", "--json", "--sysfs"])
+        .arg(&sys)
+        .output()
+        .unwrap());
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["board"], "orin-nx");
+    assert!((r["total_w"].as_f64().unwrap() - 7.5).abs() < 1e-9, "{r}");
+    let rails = r["sources"][0]["rails"].as_array().unwrap();
+    assert_eq!(rails[0]["name"], "VDD_IN");
+    assert_eq!(rails[0]["in_total"], true);
+    assert_eq!(rails[1]["in_total"], false);
+    assert!((r["sources"][0]["rate_hz"].as_f64().unwrap() - 1000.0 / 7.0).abs() < 1e-6);
+    let empty: Vec<&Value> = r["probed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["found"].is_null())
+        .collect();
+    assert!(empty.len() >= 3, "{r}");
+    let text = ok(edgebench(dir.path())
+        .args(["sensors", "--board", "generic", "--sysfs"])
+        .arg(&sys)
+        .output()
+        .unwrap());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("board: generic") && text.contains("<- total"),
+        "{text}"
+    );
+}
+
+fn cpu_seconds() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// The sampler's own CPU cost on the Orin NX tree (CPU seconds per wall second while the test
+/// thread sleeps). A measurement for the README, not a check:
+/// `cargo test --release --test power -- --ignored --nocapture sampler_cpu_cost`
+#[test]
+#[ignore = "measurement, run by hand"]
+fn sampler_cpu_cost() {
+    use edgebench::config::PowerConfig;
+    use edgebench::host::HostPaths;
+    use edgebench::power::PowerMonitor;
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let host = HostPaths {
+        sysfs: sys,
+        procfs: "/proc".into(),
+    };
+    for rate_hz in [None, Some(1000.0)] {
+        let cfg = PowerConfig {
+            rate_hz,
+            ..Default::default()
+        };
+        let m = PowerMonitor::for_run(&host, &cfg).unwrap();
+        let (cpu0, t0) = (cpu_seconds(), std::time::Instant::now());
+        let h = m.start();
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        let s = h.stop();
+        let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+        let n = s.series[0].t_ns.len();
+        println!(
+            "rate {:?}: {n} samples in {wall:.2} s ({:.0} Hz), sampler CPU {:.3} % of one core",
+            rate_hz.map_or("default (update_interval 7 ms)".to_string(), |r| format!(
+                "{r} Hz"
+            )),
+            n as f64 / wall,
+            100.0 * cpu / wall
+        );
+    }
+}
