@@ -54,6 +54,46 @@ pub enum Command {
     /// Export results in other formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// A consistent copy of the database (SQLite online backup), safe while a run writes it.
+    Snapshot {
+        /// The copy to write; must not exist.
+        out: PathBuf,
+        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        db: PathBuf,
+    },
+    /// Merge databases from many boards into one (set union by UUID; idempotent).
+    Merge {
+        /// Databases to merge (never modified).
+        #[arg(required = true)]
+        sources: Vec<PathBuf>,
+        /// The merged database (created if absent).
+        #[arg(long)]
+        into: PathBuf,
+    },
+    /// Snapshot a board's database over ssh, copy it here and merge it.
+    Pull {
+        /// [user@]board[:remote-db-path] (default path: edgebench.db in the remote home).
+        remote: String,
+        #[arg(long)]
+        into: PathBuf,
+        /// edgebench on the board (a name on its PATH, or an absolute path).
+        #[arg(long, default_value = "edgebench")]
+        remote_bin: String,
+        /// Extra ssh option, passed as `-o OPTION` (repeatable), e.g. Port=2222.
+        #[arg(long = "ssh-opt")]
+        ssh_opts: Vec<String>,
+    },
+    /// CSV files, Markdown/HTML summary tables and plots for every host in a database.
+    Report {
+        db: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, value_enum, default_value_t = crate::report::plots::Format::Svg)]
+        format: crate::report::plots::Format,
+        /// Also draw every host on shared plots (DIR/compare/).
+        #[arg(long)]
+        compare: bool,
+    },
     /// Run the configured sweeps as a service: at start and on the config's schedule; SIGHUP
     /// re-reads the config; SIGTERM stops at an iteration boundary (sd_notify aware).
     Daemon {

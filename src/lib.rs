@@ -15,5 +15,6 @@ pub mod report;
 pub mod runner;
 pub mod stats;
 pub mod store;
+pub mod sync;
 pub mod train;
 pub mod worker;

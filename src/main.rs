@@ -6,8 +6,8 @@ use clap::Parser;
 use edgebench::cli::{Cli, Command, ExportCommand, RunArgs};
 use edgebench::config::{Config, ConfigError};
 use edgebench::host::HostPaths;
-use edgebench::store::{ResultRow, Store};
-use edgebench::{models, report, runner};
+use edgebench::store::{self, ResultRow, Store};
+use edgebench::{models, report, runner, sync};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -83,6 +83,47 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             }
             Ok(0)
         }
+        Command::Snapshot { out, db } => {
+            let version = store::snapshot(&db, &out).map_err(input)?;
+            println!(
+                "wrote {} (schema v{version}, {} bytes)",
+                out.display(),
+                std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0)
+            );
+            Ok(0)
+        }
+        Command::Merge { sources, into } => {
+            let r = store::merge(&sources, &into).map_err(input)?;
+            print_merge(&r, &into);
+            Ok(0)
+        }
+        Command::Pull {
+            remote,
+            into,
+            remote_bin,
+            ssh_opts,
+        } => {
+            let r = sync::pull(&sync::PullRequest {
+                remote: &remote,
+                into: &into,
+                remote_bin: &remote_bin,
+                ssh_opts: &ssh_opts,
+            })?;
+            print_merge(&r, &into);
+            Ok(0)
+        }
+        Command::Report {
+            db,
+            out,
+            format,
+            compare,
+        } => {
+            let store = Store::open_readonly(&db).map_err(input)?;
+            for path in report::build::build(&store, &out, format, compare)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(0)
+        }
         Command::Sensors {
             config,
             board,
@@ -150,6 +191,36 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             Ok(0)
         }
     }
+}
+
+/// Store errors that mean "wrong file given" exit 2, like other bad input.
+fn input(e: store::StoreError) -> Failure {
+    use store::StoreError::*;
+    let code = match e {
+        NotSqlite { .. } | Foreign { .. } | TooNew { .. } | Missing { .. } | Exists { .. } => 2,
+        _ => 1,
+    };
+    Failure {
+        code,
+        error: e.into(),
+    }
+}
+
+fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
+    for t in &r.tables {
+        println!(
+            "{:<14} {:>9} rows (+{})",
+            t.table,
+            t.after,
+            t.after - t.before
+        );
+    }
+    println!(
+        "{} run(s) and {} trial(s) updated to a later state -> {}",
+        r.runs_updated,
+        r.trials_updated,
+        into.display()
+    );
 }
 
 fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {

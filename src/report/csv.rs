@@ -24,13 +24,23 @@ pub const TIMES_HEADER: &str = "#network,mode,batch,avg_time";
 /// Writes both CSV files for `machine` into `out_dir` (created if needed); returns their
 /// paths, loss file first.
 pub fn export_csv(store: &Store, out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
+    export_csv_rows(store, store.results()?, out_dir, machine)
+}
+
+/// [`export_csv`] for some of the store's trials (e.g. one host's, for `edgebench report`).
+pub fn export_csv_rows(
+    store: &Store,
+    rows: Vec<ResultRow>,
+    out_dir: &Path,
+    machine: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
     if machine.is_empty() || machine.contains(['/', '\\']) || machine.starts_with('.') {
         bail!("machine name {machine:?} cannot be used in a file name; pass a plain name");
     }
     fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
 
-    let chosen = choose_trials(store.results()?);
+    let chosen = choose_trials(rows);
 
     let mut loss = String::from(LOSS_HEADER);
     loss.push('\n');
@@ -88,8 +98,8 @@ fn mode(device: &str) -> String {
 }
 
 /// Write to a temporary file and rename, so a reader never sees a half-written CSV.
-fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("csv.tmp");
+pub(crate) fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
+    let tmp = std::path::PathBuf::from(format!("{}.tmp", path.display()));
     let write = || -> std::io::Result<()> {
         let mut f = BufWriter::new(fs::File::create(&tmp)?);
         f.write_all(contents.as_bytes())?;

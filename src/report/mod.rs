@@ -1,7 +1,9 @@
 //! Reports from the store: the summary table, the models listing, the studies' CSV files.
 
+pub mod build;
 pub mod csv;
 pub mod models;
+pub mod plots;
 pub mod summary;
 
 pub use self::csv::export_csv;

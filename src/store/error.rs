@@ -58,6 +58,12 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
 
+    #[error(
+        "{} already exists; edgebench will not overwrite it. Pass a new file name, or move it aside",
+        path.display()
+    )]
+    Exists { path: PathBuf },
+
     #[error("{what} {id} not found in {}; was it created by this store?", path.display())]
     NotFound {
         path: PathBuf,

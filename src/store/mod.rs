@@ -9,7 +9,9 @@
 
 mod error;
 mod memory;
+mod merge;
 pub mod schema;
+mod snapshot;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,9 @@ use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
 pub use memory::MemoryColumns;
+pub use merge::{merge, ChildTable, Match, MergeReport, Parent, TableCount, CHILD_TABLES};
 pub use schema::SCHEMA_VERSION;
+pub use snapshot::snapshot;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

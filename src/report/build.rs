@@ -1,0 +1,474 @@
+//! `edgebench report`: for every host in a database, the studies' CSV files, a summary table
+//! per net and device (Markdown and HTML) and plots; with `--compare`, every host on shared
+//! plots. Reads only the database.
+//!
+//! Layout: `OUT/<host>/{loss,times}_<host>_edgebench.csv`, `summary.md`, `summary.html`,
+//! `time_per_image.svg`, `speedup.svg` (when a net has both cpu and cuda results),
+//! `loss_<net>_<device>.svg`, `energy_per_image.svg` and `edp.svg` (when energy was measured);
+//! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`.
+//!
+//! Each (net, device, batch) is one point: the latest `ok` trial, else the latest trial (the
+//! same choice as the CSV export, except that trials without iterations count too, so an OOM
+//! or a skipped batch shows up as such).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+
+use crate::report::csv::{export_csv_rows, write_atomic};
+use crate::report::plots::{self, Axis, Format, Mark, Plot, Point, Series};
+use crate::report::summary::speedups;
+use crate::store::{ResultRow, Store};
+
+/// (net, device, batch) -> the trial that stands for it.
+pub type Picked = BTreeMap<(String, String, usize), ResultRow>;
+
+/// The trial standing for each (net, device, batch) among `rows` (ordered oldest first).
+pub fn pick(rows: &[ResultRow]) -> Picked {
+    let mut out = Picked::new();
+    for r in rows {
+        let k = (r.net.clone(), r.device.clone(), r.batch);
+        let replace = match out.get(&k) {
+            None => true,
+            Some(prev) => r.status == "ok" || prev.status != "ok",
+        };
+        if replace {
+            out.insert(k, r.clone());
+        }
+    }
+    out
+}
+
+/// A host name as a directory/file name.
+pub fn safe_name(host: &str) -> String {
+    let s: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() || s == "compare" {
+        format!("host_{s}")
+    } else {
+        s
+    }
+}
+
+fn ok_value(r: &ResultRow, v: Option<f64>) -> Option<f64> {
+    (r.status == "ok").then_some(v).flatten()
+}
+
+/// One series per (prefix, net, device): `value` of each picked trial against batch.
+pub fn batch_series(
+    picked: &Picked,
+    prefix: &str,
+    value: impl Fn(&ResultRow) -> Option<f64>,
+) -> Vec<Series> {
+    let mut by: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
+    for ((net, device, batch), r) in picked {
+        by.entry((net.clone(), device.clone()))
+            .or_default()
+            .push(Point {
+                x: *batch as f64,
+                y: ok_value(r, value(r)),
+                mark: Mark::of(r),
+            });
+    }
+    by.into_iter()
+        .map(|((net, device), points)| Series {
+            label: format!("{prefix}{net} {device}"),
+            points,
+            markers: true,
+        })
+        .collect()
+}
+
+/// GPU-over-CPU speedup per net against batch; a point is swap-spoiled if either side is.
+pub fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> {
+    let rows: Vec<ResultRow> = picked.values().cloned().collect();
+    let sp = speedups(&rows);
+    let mut by: BTreeMap<String, Vec<Point>> = BTreeMap::new();
+    for ((net, device, batch), r) in picked {
+        if device != "cuda" {
+            continue;
+        }
+        let Some(s) = sp.get(&(host.to_string(), net.clone(), *batch)) else {
+            continue;
+        };
+        let cpu = picked.get(&(net.clone(), "cpu".to_string(), *batch));
+        let spoiled =
+            r.swap_pressure == Some(true) || cpu.is_some_and(|c| c.swap_pressure == Some(true));
+        by.entry(net.clone()).or_default().push(Point {
+            x: *batch as f64,
+            y: Some(*s),
+            mark: if spoiled { Mark::Swap } else { Mark::Ok },
+        });
+    }
+    by.into_iter()
+        .map(|(net, points)| Series {
+            label: format!("{prefix}{net}"),
+            points,
+            markers: true,
+        })
+        .collect()
+}
+
+/// Loss against epoch (fractional: images seen / images per epoch), one series per batch.
+pub fn loss_series(
+    store: &Store,
+    picked: &Picked,
+    net: &str,
+    device: &str,
+) -> anyhow::Result<Vec<Series>> {
+    let mut out = Vec::new();
+    for ((n, d, batch), r) in picked {
+        if n != net || d != device || r.iterations == 0 {
+            continue;
+        }
+        let images = r.images.max(1) as f64;
+        let points = store
+            .iterations(r.trial_rowid)?
+            .iter()
+            .map(|it| Point {
+                x: (it.step + 1) as f64 * *batch as f64 / images,
+                y: it.loss.is_finite().then_some(it.loss),
+                mark: Mark::Ok,
+            })
+            .collect();
+        out.push(Series {
+            label: format!("batch {batch}"),
+            points,
+            markers: false,
+        });
+    }
+    Ok(out)
+}
+
+fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map(|v| format!("{:.*}", digits, v * scale))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// Summary table of one (net, device): one row per batch.
+pub struct Table {
+    pub title: String,
+    pub header: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+pub const TABLE_HEADER: [&str; 11] = [
+    "batch",
+    "status",
+    "ms/image",
+    "± IQR ms",
+    "images/s",
+    "GPU/CPU",
+    "J/image",
+    "EDP J·s",
+    "iterations",
+    "peak RSS MiB",
+    "flags",
+];
+
+pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
+    let rows: Vec<ResultRow> = picked.values().cloned().collect();
+    let sp = speedups(&rows);
+    let mut by: BTreeMap<(String, String), Vec<&ResultRow>> = BTreeMap::new();
+    for ((net, device, _), r) in picked {
+        by.entry((net.clone(), device.clone())).or_default().push(r);
+    }
+    by.into_iter()
+        .map(|((net, device), rs)| Table {
+            title: format!("{net} on {device} — {host}"),
+            header: TABLE_HEADER.to_vec(),
+            rows: rs
+                .iter()
+                .map(|r| {
+                    let mut flags = Vec::new();
+                    if r.swap_pressure == Some(true) {
+                        flags.push("SWAP: time measures swap".to_string());
+                    }
+                    if r.loss_anomaly {
+                        flags.push("LOSS<0/NaN".to_string());
+                    }
+                    if let Some(e) = &r.error {
+                        flags.push(e.lines().next().unwrap_or("").to_string());
+                    }
+                    let speedup = (r.device == "cuda")
+                        .then(|| sp.get(&(r.host.clone(), r.net.clone(), r.batch)))
+                        .flatten()
+                        .copied();
+                    vec![
+                        r.batch.to_string(),
+                        r.status.clone(),
+                        fmt(ok_value(r, r.time_per_image_s), 1e3, 3),
+                        fmt(ok_value(r, r.time_per_image_spread_s), 1e3, 3),
+                        fmt(ok_value(r, r.images_per_s), 1.0, 2),
+                        fmt(speedup, 1.0, 2),
+                        fmt(r.energy_per_image_j, 1.0, 4),
+                        fmt(r.edp_js, 1.0, 4),
+                        format!("{}/{}", r.iterations, r.iterations_planned),
+                        fmt(r.peak_rss_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
+                        flags.join("; "),
+                    ]
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn markdown(host: &str, tables: &[Table]) -> String {
+    let mut s = format!("# edgebench results: {host}\n\n");
+    for t in tables {
+        let _ = writeln!(s, "## {}\n", t.title);
+        let _ = writeln!(s, "| {} |", t.header.join(" | "));
+        let _ = writeln!(s, "|{}", "---|".repeat(t.header.len()));
+        for r in &t.rows {
+            let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+            let _ = writeln!(s, "| {} |", cells.join(" | "));
+        }
+        s.push('\n');
+    }
+    s.push_str(LEGEND);
+    s.push('\n');
+    s
+}
+
+const LEGEND: &str = "Time per image is the median step time / batch over the measured \
+iterations (warm-up excluded), ± the interquartile range / batch. A `-` is no value: the trial \
+did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured. \
+SWAP: the trial's own memory was paged out while it trained; its time measures the swap \
+device, not the board.";
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn html(host: &str, tables: &[Table], plots: &[PathBuf]) -> String {
+    let mut s = format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>edgebench: {0}</title>\n\
+         <style>body{{font-family:sans-serif}} table{{border-collapse:collapse}} \
+         td,th{{border:1px solid #999;padding:2px 6px;text-align:right}} \
+         tr.bad td{{color:#a00}}</style></head><body>\n<h1>edgebench results: {0}</h1>\n",
+        html_escape(host)
+    );
+    for t in tables {
+        let _ = writeln!(s, "<h2>{}</h2>\n<table>\n<tr>", html_escape(&t.title));
+        for h in &t.header {
+            let _ = write!(s, "<th>{}</th>", html_escape(h));
+        }
+        s.push_str("</tr>\n");
+        for r in &t.rows {
+            let bad = r[1] != "ok" || !r[10].is_empty();
+            s.push_str(if bad { "<tr class=\"bad\">" } else { "<tr>" });
+            for c in r {
+                let _ = write!(s, "<td>{}</td>", html_escape(c));
+            }
+            s.push_str("</tr>\n");
+        }
+        s.push_str("</table>\n");
+    }
+    let _ = writeln!(s, "<p>{}</p>", html_escape(LEGEND));
+    for p in plots {
+        if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
+            let _ = writeln!(s, "<p><img src=\"{0}\" alt=\"{0}\"></p>", html_escape(name));
+        }
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+fn time_plot(title: &str, series: Vec<Series>) -> Plot {
+    Plot {
+        title: title.into(),
+        x_desc: "batch size".into(),
+        y_desc: "time per image (s, log)".into(),
+        x_axis: Axis::Log(2.0),
+        y_axis: Axis::Log(10.0),
+        series,
+        highlights: Vec::new(),
+    }
+}
+
+fn speedup_plot(title: &str, series: Vec<Series>) -> Plot {
+    Plot {
+        title: title.into(),
+        x_desc: "batch size".into(),
+        y_desc: "GPU-over-CPU speedup (x)".into(),
+        x_axis: Axis::Log(2.0),
+        y_axis: Axis::Linear,
+        series,
+        highlights: Vec::new(),
+    }
+}
+
+/// The plots of one host, in file order: (file stem, plot). Empty plots are left out.
+pub fn host_plots(
+    store: &Store,
+    host: &str,
+    picked: &Picked,
+) -> anyhow::Result<Vec<(String, Plot)>> {
+    let mut out = Vec::new();
+    out.push((
+        "time_per_image".to_string(),
+        time_plot(
+            &format!("Time per image vs batch — {host}"),
+            batch_series(picked, "", |r| r.time_per_image_s),
+        ),
+    ));
+    let sp = speedup_series(picked, host, "");
+    if !sp.is_empty() {
+        out.push((
+            "speedup".to_string(),
+            speedup_plot(&format!("GPU-over-CPU speedup vs batch — {host}"), sp),
+        ));
+    }
+    let pairs: BTreeSet<(String, String)> = picked
+        .keys()
+        .map(|(n, d, _)| (n.clone(), d.clone()))
+        .collect();
+    for (net, device) in pairs {
+        let series = loss_series(store, picked, &net, &device)?;
+        if series.is_empty() {
+            continue;
+        }
+        out.push((
+            format!("loss_{}_{}", safe_name(&net), safe_name(&device)),
+            Plot {
+                title: format!("Loss vs epoch — {net} on {device}, {host}"),
+                x_desc: "epoch (log)".into(),
+                y_desc: "training loss".into(),
+                x_axis: Axis::Log(10.0),
+                y_axis: Axis::Linear,
+                series,
+                highlights: Vec::new(),
+            },
+        ));
+    }
+    if picked.values().any(|r| r.energy_per_image_j.is_some()) {
+        out.push((
+            "energy_per_image".to_string(),
+            Plot {
+                title: format!("Energy per image vs batch — {host}"),
+                x_desc: "batch size".into(),
+                y_desc: "energy per image (J)".into(),
+                x_axis: Axis::Log(2.0),
+                y_axis: Axis::Linear,
+                series: batch_series(picked, "", |r| r.energy_per_image_j),
+                highlights: Vec::new(),
+            },
+        ));
+        // The lowest EDP of each net x device, among trials whose time is a real speed.
+        let mut best: BTreeMap<(&str, &str), &ResultRow> = BTreeMap::new();
+        for r in picked
+            .values()
+            .filter(|r| r.status == "ok" && r.swap_pressure != Some(true) && r.edp_js.is_some())
+        {
+            let slot = best.entry((r.net.as_str(), r.device.as_str())).or_insert(r);
+            if r.edp_js < slot.edp_js {
+                *slot = r;
+            }
+        }
+        out.push((
+            "edp".to_string(),
+            Plot {
+                title: format!("Energy-delay product vs batch (ringed: lowest per line) — {host}"),
+                x_desc: "batch size".into(),
+                y_desc: "EDP (J·s, log)".into(),
+                x_axis: Axis::Log(2.0),
+                y_axis: Axis::Log(10.0),
+                series: batch_series(picked, "", |r| r.edp_js),
+                highlights: best
+                    .values()
+                    .map(|r| {
+                        (
+                            r.batch as f64,
+                            r.edp_js.unwrap_or(f64::NAN),
+                            format!("lowest EDP: {} {} batch {}", r.net, r.device, r.batch),
+                        )
+                    })
+                    .collect(),
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// Writes the report; returns every file written.
+pub fn build(
+    store: &Store,
+    out: &Path,
+    format: Format,
+    compare: bool,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if format == Format::Png {
+        bail!(
+            "--format png is not supported: drawing text into a bitmap needs a font file, and \
+             edgebench does not rely on system fonts. Use --format svg (the default) and convert \
+             if needed, e.g. `rsvg-convert -o plot.png plot.svg`"
+        );
+    }
+    let rows = store.results()?;
+    if rows.is_empty() {
+        bail!(
+            "{} has no trials; run `edgebench run` (or merge a board's database) first",
+            store.path().display()
+        );
+    }
+    let hosts: BTreeSet<String> = rows.iter().map(|r| r.host.clone()).collect();
+    let mut written = Vec::new();
+    let mut all_time = Vec::new();
+    let mut all_speedup = Vec::new();
+    for host in &hosts {
+        let name = safe_name(host);
+        let dir = out.join(&name);
+        let host_rows: Vec<ResultRow> = rows.iter().filter(|r| &r.host == host).cloned().collect();
+        written.extend(export_csv_rows(store, host_rows.clone(), &dir, &name)?);
+        let picked = pick(&host_rows);
+        let mut plot_files = Vec::new();
+        for (stem, plot) in host_plots(store, host, &picked)? {
+            let path = dir.join(format!("{stem}.svg"));
+            plots::draw(&plot, &path)?;
+            plot_files.push(path);
+        }
+        let tables = tables(host, &picked);
+        let md = dir.join("summary.md");
+        write_atomic(&md, &markdown(host, &tables))?;
+        let page = dir.join("summary.html");
+        write_atomic(&page, &html(host, &tables, &plot_files))?;
+        written.extend([md, page]);
+        written.extend(plot_files);
+        all_time.extend(batch_series(&picked, &format!("{host}: "), |r| {
+            r.time_per_image_s
+        }));
+        all_speedup.extend(speedup_series(&picked, host, &format!("{host}: ")));
+    }
+    if compare {
+        let dir = out.join("compare");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join("time_per_image.svg");
+        plots::draw(
+            &time_plot("Time per image vs batch — all boards", all_time),
+            &path,
+        )?;
+        written.push(path);
+        if !all_speedup.is_empty() {
+            let path = dir.join("speedup.svg");
+            plots::draw(
+                &speedup_plot("GPU-over-CPU speedup vs batch — all boards", all_speedup),
+                &path,
+            )?;
+            written.push(path);
+        }
+    }
+    Ok(written)
+}

@@ -1,0 +1,422 @@
+//! `edgebench merge`: the set union of edgebench databases from many boards.
+//!
+//! Rows are matched by what is global, never by local row ids: runs by `runs.uuid`, trials by
+//! `trials.uuid`, and child rows by their parent's UUID plus the child table's own unique key
+//! (`iterations`: the step; `trial_memory`: none, one row per trial; `trial_rail_energy`: the
+//! rail). `power_samples` has no unique key, so a trial's samples are taken whole from the
+//! winning copy (see below). Local ids are remapped.
+//!
+//! **Which copy of a run or trial wins.** Snapshots of one board taken at different times hold
+//! the same UUIDs in different states. A source row replaces the target's row only when it is
+//! further along: for trials, a final status (anything but `running`) beats `running`, then
+//! more `iterations_done` wins; for runs, a final status beats `running`, then having an
+//! `ended_at` wins. On a tie the target is kept, which makes a repeated merge change nothing.
+//! Child rows of a trial (or run) whose source copy won are written with `INSERT OR REPLACE`
+//! (the winner's memory record replaces the older one); otherwise with `INSERT OR IGNORE`
+//! (they only fill gaps).
+//!
+//! Sources are never written: each is first copied with the backup API into a temporary
+//! directory, and a copy with an older schema is migrated there. All sources are checked
+//! before the target is opened, and the whole merge is one transaction on the target, so a
+//! refused or failed merge leaves the target as it was.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rusqlite::types::Value;
+use rusqlite::{params_from_iter, Connection, OptionalExtension, TransactionBehavior};
+use serde::Serialize;
+
+use super::snapshot::{backup_into, open_source};
+use super::{sql_err, Result, Store, StoreError};
+
+/// Which kind of row a child table hangs off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parent {
+    Run,
+    Trial,
+}
+
+/// How a child table's rows are matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Match {
+    /// The table has a UNIQUE or PRIMARY KEY constraint over its natural key including the
+    /// parent column (e.g. `(trial_id, step)`): rows are matched one by one.
+    Keyed,
+    /// No unique key (e.g. `power_samples`): a parent's rows are a set taken whole from the
+    /// winning copy; the target's set is deleted first, a losing copy adds nothing.
+    WholeSet,
+}
+
+/// A table whose rows belong to one run or one trial.
+#[derive(Debug, Clone, Copy)]
+pub struct ChildTable {
+    pub name: &'static str,
+    pub parent: Parent,
+    /// The column holding the parent's local id (remapped on the way in).
+    pub column: &'static str,
+    /// The table's own local INTEGER PRIMARY KEY, if any: not copied, the target assigns one.
+    pub local_id: Option<&'static str>,
+    pub matching: Match,
+}
+
+/// Every per-run/per-trial table, in insertion order. A table added by a later schema version
+/// is merged by adding one entry here; tables missing from a file are skipped.
+pub const CHILD_TABLES: &[ChildTable] = &[
+    ChildTable {
+        name: "iterations",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "trial_memory",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "trial_rail_energy",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "power_samples",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::WholeSet,
+    },
+];
+
+/// Row counts of one table in the target before and after the merge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableCount {
+    pub table: String,
+    pub before: i64,
+    pub after: i64,
+}
+
+/// What a merge did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MergeReport {
+    pub tables: Vec<TableCount>,
+    /// Runs and trials already in the target that a source replaced (it was further along).
+    pub runs_updated: usize,
+    pub trials_updated: usize,
+}
+
+/// Merges every source into `into` (created if absent). See the module docs for the rules.
+pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
+    let dir = into
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        path: into.to_path_buf(),
+        source,
+    })?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".edgebench-merge-")
+        .tempdir_in(dir)
+        .map_err(|source| StoreError::Io {
+            path: into.to_path_buf(),
+            source,
+        })?;
+
+    // 1. Check and copy every source before the target is touched.
+    let mut copies = Vec::with_capacity(sources.len());
+    for (i, src) in sources.iter().enumerate() {
+        let (conn, _version) = open_source(src)?;
+        let copy = tmp.path().join(format!("source-{i}.db"));
+        backup_into(&conn, src, &copy)?;
+        drop(conn);
+        // Migrates an older copy; the source file itself is never opened for writing.
+        let store = Store::open(&copy).map_err(|e| match e {
+            StoreError::Migration {
+                version, source, ..
+            } => StoreError::Migration {
+                path: src.clone(),
+                version,
+                source,
+            },
+            other => other,
+        })?;
+        copies.push((src.clone(), store));
+    }
+
+    // 2. One transaction on the target.
+    let mut target = Store::open(into)?;
+    let path = target.path.clone();
+    let tx = target
+        .conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql_err(&path))?;
+    let mut tables = vec!["runs", "trials"];
+    tables.extend(CHILD_TABLES.iter().map(|c| c.name));
+    let tables: Vec<&str> = tables
+        .into_iter()
+        .filter(|t| table_exists(&tx, t).unwrap_or(false))
+        .collect();
+    let counts = |c: &Connection| -> rusqlite::Result<Vec<i64>> {
+        tables
+            .iter()
+            .map(|t| {
+                c.query_row(&format!("SELECT count(*) FROM {}", ident(t)), [], |r| {
+                    r.get(0)
+                })
+            })
+            .collect()
+    };
+    let before = counts(&tx).map_err(sql_err(&path))?;
+    let mut report = MergeReport::default();
+    for (src, store) in &copies {
+        merge_one(&tx, &store.conn, &mut report).map_err(|source| StoreError::Sqlite {
+            path: src.clone(),
+            hint: super::error::hint(&source),
+            source,
+        })?;
+    }
+    let after = counts(&tx).map_err(sql_err(&path))?;
+    tx.commit().map_err(sql_err(&path))?;
+    target.checkpoint();
+    report.tables = tables
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(t, (b, a))| TableCount {
+            table: t.to_string(),
+            before: *b,
+            after: *a,
+        })
+        .collect();
+    Ok(report)
+}
+
+fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn table_exists(c: &Connection, name: &str) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get(0),
+    )
+}
+
+fn columns(c: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut st = c.prepare(&format!("PRAGMA table_info({})", ident(table)))?;
+    let cols = st
+        .query_map([], |r| r.get::<_, String>(1))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(cols)
+}
+
+/// Columns present in both files, minus `skip`, in the target's order.
+fn shared_columns(
+    dst: &Connection,
+    src: &Connection,
+    table: &str,
+    skip: &[&str],
+) -> rusqlite::Result<Vec<String>> {
+    let theirs = columns(src, table)?;
+    Ok(columns(dst, table)?
+        .into_iter()
+        .filter(|c| theirs.contains(c) && !skip.contains(&c.as_str()))
+        .collect())
+}
+
+/// Local id in the source -> (local id in the target, did the source's copy win).
+type IdMap = HashMap<i64, (i64, bool)>;
+
+/// How far along a run or trial row is; a higher rank wins.
+fn rank(table: &str, status: &str, progress: &Value) -> (bool, i64) {
+    let final_ = status != "running";
+    let n = match (table, progress) {
+        ("trials", Value::Integer(n)) => *n,
+        ("runs", Value::Null) => 0,
+        ("runs", _) => 1,
+        _ => 0,
+    };
+    (final_, n)
+}
+
+/// Merges `runs` or `trials` row by row (few rows; needs the ranking), remapping `remap_col`.
+fn merge_parent(
+    dst: &Connection,
+    src: &Connection,
+    table: &str,
+    remap: Option<(&str, &IdMap)>,
+    updated: &mut usize,
+) -> rusqlite::Result<IdMap> {
+    let cols = shared_columns(dst, src, table, &["id"])?;
+    let pos = |name: &str| {
+        cols.iter()
+            .position(|c| c == name)
+            .ok_or_else(|| rusqlite::Error::InvalidColumnName(format!("{table}.{name} missing")))
+    };
+    let uuid_i = pos("uuid")?;
+    let status_i = pos("status")?;
+    let progress_col = if table == "trials" {
+        "iterations_done"
+    } else {
+        "ended_at"
+    };
+    let progress_i = pos(progress_col)?;
+    let remap_i = remap.map(|(c, m)| pos(c).map(|i| (i, m))).transpose()?;
+
+    let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
+    let marks = (1..=cols.len())
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sets = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{} = ?{}", ident(c), i + 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let t = ident(table);
+    let mut read = src.prepare(&format!("SELECT id, {list} FROM {t} ORDER BY id"))?;
+    let mut find = dst.prepare(&format!(
+        "SELECT id, status, {} FROM {t} WHERE uuid = ?1",
+        ident(progress_col)
+    ))?;
+    let mut insert = dst.prepare(&format!("INSERT INTO {t} ({list}) VALUES ({marks})"))?;
+    let mut update = dst.prepare(&format!(
+        "UPDATE {t} SET {sets} WHERE id = ?{}",
+        cols.len() + 1
+    ))?;
+
+    let mut map = IdMap::new();
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let src_id: i64 = row.get(0)?;
+        let mut values = (0..cols.len())
+            .map(|i| row.get::<_, Value>(i + 1))
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        if let Some((i, m)) = remap_i {
+            match &values[i] {
+                Value::Integer(p) => match m.get(p) {
+                    Some((dst_id, _)) => values[i] = Value::Integer(*dst_id),
+                    None => continue, // orphan (impossible with foreign keys on)
+                },
+                _ => continue,
+            }
+        }
+        let uuid = values[uuid_i].clone();
+        let status = match &values[status_i] {
+            Value::Text(s) => s.clone(),
+            _ => String::new(),
+        };
+        let mine = rank(table, &status, &values[progress_i]);
+        let existing = find
+            .query_row([&uuid], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Value>(2)?,
+                ))
+            })
+            .optional()?;
+        let entry = match existing {
+            None => {
+                insert.execute(params_from_iter(values.iter()))?;
+                (dst.last_insert_rowid(), true)
+            }
+            Some((dst_id, st, progress)) if mine > rank(table, &st, &progress) => {
+                values.push(Value::Integer(dst_id));
+                update.execute(params_from_iter(values.iter()))?;
+                *updated += 1;
+                (dst_id, true)
+            }
+            Some((dst_id, _, _)) => (dst_id, false),
+        };
+        map.insert(src_id, entry);
+    }
+    Ok(map)
+}
+
+/// Copies one child table's rows, remapping the parent column.
+fn merge_child(
+    dst: &Connection,
+    src: &Connection,
+    child: &ChildTable,
+    parents: &IdMap,
+) -> rusqlite::Result<()> {
+    if !table_exists(dst, child.name)? || !table_exists(src, child.name)? {
+        return Ok(());
+    }
+    let skip: Vec<&str> = child.local_id.into_iter().collect();
+    let cols = shared_columns(dst, src, child.name, &skip)?;
+    let Some(parent_i) = cols.iter().position(|c| c == child.column) else {
+        return Ok(());
+    };
+    let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
+    let marks = (1..=cols.len())
+        .map(|i| format!("?{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let t = ident(child.name);
+    let mut read = src.prepare(&format!("SELECT {list} FROM {t}"))?;
+    let mut replace = dst.prepare(&format!(
+        "INSERT OR REPLACE INTO {t} ({list}) VALUES ({marks})"
+    ))?;
+    let mut ignore = dst.prepare(&format!(
+        "INSERT OR IGNORE INTO {t} ({list}) VALUES ({marks})"
+    ))?;
+    if child.matching == Match::WholeSet {
+        let mut clear = dst.prepare(&format!(
+            "DELETE FROM {t} WHERE {} = ?1",
+            ident(child.column)
+        ))?;
+        for (dst_id, _) in parents.values().filter(|(_, won)| *won) {
+            clear.execute([dst_id])?;
+        }
+    }
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let mut values = (0..cols.len())
+            .map(|i| row.get::<_, Value>(i))
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let Value::Integer(p) = values[parent_i] else {
+            continue;
+        };
+        let Some(&(dst_id, won)) = parents.get(&p) else {
+            continue;
+        };
+        values[parent_i] = Value::Integer(dst_id);
+        if child.matching == Match::WholeSet && !won {
+            continue;
+        }
+        if won {
+            replace.execute(params_from_iter(values.iter()))?;
+        } else {
+            ignore.execute(params_from_iter(values.iter()))?;
+        }
+    }
+    Ok(())
+}
+
+fn merge_one(dst: &Connection, src: &Connection, report: &mut MergeReport) -> rusqlite::Result<()> {
+    let runs = merge_parent(dst, src, "runs", None, &mut report.runs_updated)?;
+    let trials = merge_parent(
+        dst,
+        src,
+        "trials",
+        Some(("run_id", &runs)),
+        &mut report.trials_updated,
+    )?;
+    for child in CHILD_TABLES {
+        let parents = match child.parent {
+            Parent::Run => &runs,
+            Parent::Trial => &trials,
+        };
+        merge_child(dst, src, child, parents)?;
+    }
+    Ok(())
+}

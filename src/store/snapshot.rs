@@ -1,0 +1,121 @@
+//! `edgebench snapshot`: a consistent single-file copy of a database that may be in use.
+//!
+//! Copying `edgebench.db` with `cp` mid-sweep misses what still sits in `-wal` and can catch a
+//! page half-written. SQLite's online backup API copies every page inside one read
+//! transaction, so the copy is the database as of one commit; in WAL mode that read does not
+//! block the writer.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rusqlite::backup::{Backup, StepResult};
+use rusqlite::{Connection, OpenFlags};
+
+use super::{check_not_newer, inspect, sql_err, Result, StoreError, BUSY_TIMEOUT};
+
+/// Opens `path` read-only and checks it is an edgebench database of a version this binary
+/// understands (older is fine: it is copied as it is). Returns the connection and version.
+pub(super) fn open_source(path: &Path) -> Result<(Connection, u32)> {
+    if !path.is_file() {
+        return Err(StoreError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(path))?;
+    let found = inspect(&conn, path)?;
+    if found == 0 {
+        return Err(StoreError::Foreign {
+            path: path.to_path_buf(),
+            reason: "it is empty; no edgebench run has written to it yet".into(),
+        });
+    }
+    check_not_newer(path, found)?;
+    Ok((conn, found))
+}
+
+/// Copies `src` (an edgebench database, possibly being written by another process) to `out`,
+/// which must not exist. The copy is written next to `out` under a temporary name, checked
+/// with `PRAGMA integrity_check`, switched to a rollback journal (one self-contained file) and
+/// renamed into place, so `out` is either absent or complete. Returns the schema version.
+pub fn snapshot(src: &Path, out: &Path) -> Result<u32> {
+    if out.exists() {
+        return Err(StoreError::Exists {
+            path: out.to_path_buf(),
+        });
+    }
+    let (conn, version) = open_source(src)?;
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".edgebench-snapshot-")
+        .suffix(".db")
+        .tempfile_in(dir)
+        .map_err(|source| StoreError::Io {
+            path: out.to_path_buf(),
+            source,
+        })?
+        .into_temp_path();
+    backup_into(&conn, src, &tmp)?;
+    tmp.persist_noclobber(out).map_err(|e| StoreError::Io {
+        path: out.to_path_buf(),
+        source: e.error,
+    })?;
+    Ok(version)
+}
+
+/// Backs `conn` up into the file `dst` (replacing its contents) and leaves `dst` in rollback
+/// journal mode, checked.
+pub(super) fn backup_into(conn: &Connection, src: &Path, dst: &Path) -> Result<()> {
+    let mut out = Connection::open(dst).map_err(sql_err(dst))?;
+    {
+        let backup = Backup::new(conn, &mut out).map_err(sql_err(dst))?;
+        // All pages in one step = one read transaction on the source: a consistent copy.
+        // Copying in slices would restart whenever the writer commits, possibly forever.
+        let deadline = Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match backup.step(-1).map_err(sql_err(src))? {
+                StepResult::Done => break,
+                StepResult::More | StepResult::Busy | StepResult::Locked
+                    if Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    return Err(StoreError::Sqlite {
+                        path: src.to_path_buf(),
+                        source: rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                            Some("backup did not complete".into()),
+                        ),
+                        hint: super::error::hint(&rusqlite::Error::SqliteFailure(
+                            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                            None,
+                        )),
+                    })
+                }
+            }
+        }
+    }
+    let mode: String = out
+        .query_row("PRAGMA journal_mode=DELETE", [], |r| r.get(0))
+        .map_err(sql_err(dst))?;
+    debug_assert!(mode.eq_ignore_ascii_case("delete"));
+    let check: String = out
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .map_err(sql_err(dst))?;
+    if check != "ok" {
+        return Err(StoreError::Foreign {
+            path: src.to_path_buf(),
+            reason: format!("its copy fails the integrity check: {check}"),
+        });
+    }
+    Ok(())
+}
