@@ -93,6 +93,9 @@ pub enum Command {
         /// Also draw every host on shared plots (DIR/compare/).
         #[arg(long)]
         compare: bool,
+        /// Also draw this trial's power trace with its iteration boundaries (trial id or prefix).
+        #[arg(long)]
+        trace: Option<String>,
     },
     /// Run the configured sweeps as a service: at start and on the config's schedule; SIGHUP
     /// re-reads the config; SIGTERM stops at an iteration boundary (sd_notify aware).

@@ -117,9 +117,10 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             out,
             format,
             compare,
+            trace,
         } => {
             let store = Store::open_readonly(&db).map_err(input)?;
-            for path in report::build::build(&store, &out, format, compare)? {
+            for path in report::build::build(&store, &out, format, compare, trace.as_deref())? {
                 println!("wrote {}", path.display());
             }
             Ok(0)

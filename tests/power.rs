@@ -145,6 +145,55 @@ fn run_with_power_records_energy_consistent_with_the_rails() {
         )
         .unwrap();
     assert!(samples >= 2);
+
+    // The report draws this trial's power trace: one line per stored rail and a rule at each
+    // of the 2 iterations' starts plus the last one's end.
+    let trial = r["trial_id"].as_str().unwrap();
+    let report = dir.path().join("report");
+    ok(edgebench(dir.path())
+        .arg("report")
+        .arg(&db)
+        .arg("--out")
+        .arg(&report)
+        .args(["--trace", &trial[..8]])
+        .output()
+        .unwrap());
+    let svg = std::fs::read_to_string(
+        report
+            .join(r["host"].as_str().unwrap())
+            .join(format!("power_trace_{}.svg", &trial[..8])),
+    )
+    .unwrap();
+    let rails: i64 = c
+        .query_row("SELECT COUNT(DISTINCT rail) FROM power_samples", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    for rail in ["VDD_IN", "VDD_SOC"] {
+        assert!(svg.contains(rail), "legend lacks {rail}");
+    }
+    // Rules are the only lines drawn in 0.25-alpha black.
+    let rules = svg
+        .lines()
+        .filter(|l| l.contains("<polyline") && l.contains("opacity=\"0.25\""))
+        .count();
+    assert_eq!(
+        rules,
+        3,
+        "iteration boundary rules in {}",
+        &svg[..svg.len().min(4000)]
+    );
+    assert!(rails >= 3);
+    let out = edgebench(dir.path())
+        .arg("report")
+        .arg(&db)
+        .arg("--out")
+        .arg(&report)
+        .args(["--trace", "nosuchtrial"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no trial has that id"));
 }
 
 #[test]

@@ -296,6 +296,7 @@ fn time_plot(title: &str, series: Vec<Series>) -> Plot {
         y_axis: Axis::Log(10.0),
         series,
         highlights: Vec::new(),
+        vlines: Vec::new(),
     }
 }
 
@@ -308,6 +309,7 @@ fn speedup_plot(title: &str, series: Vec<Series>) -> Plot {
         y_axis: Axis::Linear,
         series,
         highlights: Vec::new(),
+        vlines: Vec::new(),
     }
 }
 
@@ -351,6 +353,7 @@ pub fn host_plots(
                 y_axis: Axis::Linear,
                 series,
                 highlights: Vec::new(),
+                vlines: Vec::new(),
             },
         ));
     }
@@ -365,6 +368,7 @@ pub fn host_plots(
                 y_axis: Axis::Linear,
                 series: batch_series(picked, "", |r| r.energy_per_image_j),
                 highlights: Vec::new(),
+                vlines: Vec::new(),
             },
         ));
         // The lowest EDP of each net x device, among trials whose time is a real speed.
@@ -387,6 +391,7 @@ pub fn host_plots(
                 x_axis: Axis::Log(2.0),
                 y_axis: Axis::Log(10.0),
                 series: batch_series(picked, "", |r| r.edp_js),
+                vlines: Vec::new(),
                 highlights: best
                     .values()
                     .map(|r| {
@@ -403,12 +408,67 @@ pub fn host_plots(
     Ok(out)
 }
 
-/// Writes the report; returns every file written.
+/// The power trace of one trial: every stored rail's watts against seconds from the first
+/// iteration's start, with a rule at every iteration boundary.
+pub fn trace_plot(store: &Store, row: &ResultRow) -> anyhow::Result<Plot> {
+    let iterations = store.iterations(row.trial_rowid)?;
+    let samples = store.power_trace(row.trial_rowid)?;
+    if samples.is_empty() {
+        bail!(
+            "trial {} has no stored power samples (run with --power and power.store_samples = true)",
+            row.trial_id
+        );
+    }
+    let t0 = iterations
+        .first()
+        .map(|i| i.t_start_ns)
+        .unwrap_or(samples[0].1);
+    let s = |t: i64| (t - t0) as f64 * 1e-9;
+    let mut series: Vec<Series> = Vec::new();
+    for (rail, t, watts) in &samples {
+        if series.last().is_none_or(|last| &last.label != rail) {
+            series.push(Series {
+                label: rail.clone(),
+                points: Vec::new(),
+                markers: false,
+            });
+        }
+        let last = series.last_mut().expect("pushed above");
+        last.points.push(Point {
+            x: s(*t),
+            y: Some(*watts),
+            mark: Mark::Ok,
+        });
+    }
+    let mut vlines: Vec<f64> = iterations.iter().map(|i| s(i.t_start_ns)).collect();
+    vlines.extend(iterations.last().map(|i| s(i.t_end_ns)));
+    Ok(Plot {
+        title: format!(
+            "Power — {} {} batch {} on {} (trial {})",
+            row.net,
+            row.device,
+            row.batch,
+            row.host,
+            &row.trial_id[..8.min(row.trial_id.len())]
+        ),
+        x_desc: "seconds from the first iteration (rules: iteration boundaries)".into(),
+        y_desc: "power (W)".into(),
+        x_axis: Axis::Linear,
+        y_axis: Axis::Linear,
+        series,
+        highlights: Vec::new(),
+        vlines,
+    })
+}
+
+/// Writes the report; returns every file written. `trace` names a trial (its UUID or a prefix)
+/// whose power trace is drawn too.
 pub fn build(
     store: &Store,
     out: &Path,
     format: Format,
     compare: bool,
+    trace: Option<&str>,
 ) -> anyhow::Result<Vec<PathBuf>> {
     if format == Format::Png {
         bail!(
@@ -451,6 +511,24 @@ pub fn build(
             r.time_per_image_s
         }));
         all_speedup.extend(speedup_series(&picked, host, &format!("{host}: ")));
+    }
+    if let Some(wanted) = trace {
+        let matches: Vec<&ResultRow> = rows
+            .iter()
+            .filter(|r| r.trial_id.starts_with(wanted))
+            .collect();
+        let row = match matches.as_slice() {
+            [one] => *one,
+            [] => bail!("--trace {wanted}: no trial has that id (see `edgebench results --json`, key trial_id)"),
+            _ => bail!("--trace {wanted}: {} trials start with that; give more of the id", matches.len()),
+        };
+        let path = out.join(safe_name(&row.host)).join(format!(
+            "power_trace_{}.svg",
+            &row.trial_id[..8.min(row.trial_id.len())]
+        ));
+        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+        plots::draw(&trace_plot(store, row)?, &path)?;
+        written.push(path);
     }
     if compare {
         let dir = out.join("compare");

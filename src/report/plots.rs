@@ -119,6 +119,8 @@ pub struct Plot {
     pub series: Vec<Series>,
     /// Points to ring and label (e.g. the lowest EDP of each line).
     pub highlights: Vec<(f64, f64, String)>,
+    /// x positions of thin vertical rules (a power trace's iteration boundaries).
+    pub vlines: Vec<f64>,
 }
 
 fn label(v: f64) -> String {
@@ -196,6 +198,13 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
         .y_label_formatter(&fy)
         .draw()?;
 
+    for x in plot.vlines.iter().filter(|x| xa.usable(**x)) {
+        let x = xa.fwd(*x);
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(x, y0), (x, y1)],
+            BLACK.mix(0.25).stroke_width(1),
+        )))?;
+    }
     for (i, s) in plot.series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let line: Vec<(f64, f64)> = s

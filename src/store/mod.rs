@@ -451,6 +451,21 @@ impl Store {
     }
 
     /// Writes power samples in batches of [`SAMPLE_BATCH`] rows, one transaction each.
+    /// A trial's stored power samples as (rail, t_ns, watts), by rail then time.
+    pub fn power_trace(&self, trial_id: i64) -> Result<Vec<(String, i64, f64)>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT rail, t_ns, watts FROM power_samples WHERE trial_id = ?1 ORDER BY rail, t_ns",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([trial_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
     pub fn record_power_samples(
         &mut self,
         trial_id: i64,
