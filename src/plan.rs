@@ -1,7 +1,7 @@
 //! Sweep -> trials to run, in the studies' order (net, then device, then batch), minus the ones
 //! already done.
 
-use crate::config::{Config, DeviceKind};
+use crate::config::Config;
 use crate::models;
 use crate::store::TrialKey;
 use crate::train::TrialSpec;
@@ -58,10 +58,6 @@ pub fn plan(config: &Config, dataset: &str, done: &HashSet<TrialKey>, force: boo
         }
     }
     plan
-}
-
-pub fn needs_cuda(config: &Config) -> bool {
-    config.sweep.devices.contains(&DeviceKind::Cuda)
 }
 
 #[cfg(test)]

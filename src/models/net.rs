@@ -3,7 +3,7 @@
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
 use crate::ops::{conv2d, conv2d_candle, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::{Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
@@ -408,9 +408,5 @@ impl Network {
             loss = (loss + (candle_nn::loss::cross_entropy(logits, labels)? * *weight)?)?;
         }
         Ok(loss)
-    }
-
-    pub fn dtype(&self) -> DType {
-        DType::F32
     }
 }

@@ -1,9 +1,9 @@
-//! The memory side of a trial (schema v2 `trial_memory`), and resume by status.
+//! The memory side of a trial (schema v2 `trial_memory`).
 
-use super::{sql_err, Result, ResultRow, Store, TrialKey};
+use super::{sql_err, Result, ResultRow, Store};
 use rusqlite::params;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Memory measurements of a trial, flattened into `results --json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -94,15 +94,5 @@ impl Store {
             }
         }
         Ok(rows)
-    }
-
-    /// Keys of trials whose status is one of `statuses` (resume: what counts as done).
-    pub fn keys_with_status(&self, statuses: &[&str]) -> Result<HashSet<TrialKey>> {
-        let all = self.results()?;
-        Ok(all
-            .into_iter()
-            .filter(|r| statuses.contains(&r.status.as_str()))
-            .map(|r| r.key())
-            .collect())
     }
 }

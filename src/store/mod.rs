@@ -581,27 +581,38 @@ impl Store {
 
     /// Keys of trials that finished with status `ok` (in any run), for resuming a sweep.
     pub fn completed_keys(&self) -> Result<HashSet<TrialKey>> {
+        self.keys_with_status(&["ok"])
+    }
+
+    /// Keys of trials whose status is one of `statuses` (resume: what counts as done).
+    pub fn keys_with_status(&self, statuses: &[&str]) -> Result<HashSet<TrialKey>> {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT net, device, batch, epochs, images, dataset FROM trials \
-                 WHERE status = 'ok'",
+                "SELECT net, device, batch, epochs, images, dataset, status FROM trials",
             )
             .map_err(sql_err(&self.path))?;
         let rows = st
             .query_map([], |r| {
-                Ok(TrialKey {
-                    net: r.get(0)?,
-                    device: r.get(1)?,
-                    batch: uint(r, 2)?,
-                    epochs: uint(r, 3)?,
-                    images: uint(r, 4)?,
-                    dataset: r.get(5)?,
-                })
+                Ok((
+                    TrialKey {
+                        net: r.get(0)?,
+                        device: r.get(1)?,
+                        batch: uint(r, 2)?,
+                        epochs: uint(r, 3)?,
+                        images: uint(r, 4)?,
+                        dataset: r.get(5)?,
+                    },
+                    r.get::<_, String>(6)?,
+                ))
             })
-            .and_then(|rows| rows.collect::<rusqlite::Result<HashSet<_>>>())
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(sql_err(&self.path))?;
-        Ok(rows)
+        Ok(rows
+            .into_iter()
+            .filter(|(_, status)| statuses.contains(&status.as_str()))
+            .map(|(key, _)| key)
+            .collect())
     }
 
     /// One row per trial, ordered by run start time, then trial row id.
