@@ -2,7 +2,8 @@
 # Builds edgebench for aarch64-unknown-linux-gnu (Jetson boards) on an x86_64 Debian/Ubuntu
 # host. Installs what it needs when run as root; prints the binary's path.
 #   cross/build-aarch64.sh            release build
-#   cross/build-aarch64.sh --check    also run `edgebench --version` under qemu-user
+#   cross/build-aarch64.sh --check    also run it under qemu-user: --version, models --json,
+#                                     and a one-iteration CPU trial into a temporary DB
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,5 +31,20 @@ echo "$bin"
 
 if [ "${1:-}" = "--check" ]; then
     qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
-    "$qemu" -L /usr/aarch64-linux-gnu "$bin" --version
+    emu="$qemu -L /usr/aarch64-linux-gnu"
+    aarch64-linux-gnu-readelf -h "$bin" | grep -q AArch64 || { echo "$bin is not an aarch64 binary" >&2; exit 1; }
+    echo "== $bin --version (qemu-user)"
+    $emu "$bin" --version
+    echo "== models --json"
+    $emu "$bin" models --json > "$bin.models.json"
+    grep -q '"params": 60965224' "$bin.models.json" || { echo "models --json: AlexNet's 60,965,224 parameters missing" >&2; exit 1; }
+    echo "== one-iteration CPU trial"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    # The worker is another process of the same aarch64 binary: qemu runs it too.
+    EDGEBENCH_WORKER_PREFIX="$emu" RAYON_NUM_THREADS=2 $emu "$bin" run --net alexnet \
+        --batch 1 --images 1 --epochs 1 --warmup 0 --db "$tmp/smoke.db" --quiet
+    $emu "$bin" results --json --db "$tmp/smoke.db" > "$tmp/results.json"
+    grep -q '"status": "ok"' "$tmp/results.json" || { cat "$tmp/results.json" >&2; echo "the trial did not end ok" >&2; exit 1; }
+    echo "aarch64 smoke run ok"
 fi

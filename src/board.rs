@@ -28,6 +28,9 @@ pub struct BoardProfile {
     pub soc: Option<String>,
     pub cpu: String,
     pub gpu: String,
+    /// CUDA compute capability of the integrated GPU (53 = sm_53), None if unknown.
+    #[serde(default)]
+    pub gpu_sm: Option<u32>,
     #[serde(default)]
     pub memory_gb: Option<f64>,
     #[serde(default)]
@@ -163,6 +166,53 @@ pub fn select(host: &HostPaths, forced: Option<&str>) -> anyhow::Result<Detectio
     }
 }
 
+/// The CUDA toolkit installed on the host: `usr/local/cuda/version.json` (CUDA >= 11.1) or
+/// `version.txt` (`CUDA Version 10.2.300`), under `--rootfs`.
+pub fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(host.root("usr/local/cuda/version.json"))
+        .ok()
+        .and_then(|json| {
+            let v: serde_json::Value = serde_json::from_str(&json).ok()?;
+            v["cuda"]["version"].as_str().map(String::from)
+        })
+        .or_else(|| {
+            let txt = std::fs::read_to_string(host.root("usr/local/cuda/version.txt")).ok()?;
+            txt.split_whitespace().last().map(String::from)
+        })?;
+    let mut parts = text.trim().split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Why candle cannot train on this board's GPU (SPEC §4), or None when it can or the board is
+/// not known well enough to say. candle's CUDA kernels need sm >= 70 and CUDA >= 11.4 (cudarc);
+/// Xavier's sm_72 builds only with CUDA >= 11.8.
+pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option<String> {
+    let sm = profile.gpu_sm?;
+    let cuda_text = |c: Option<(u32, u32)>| match c {
+        Some((major, minor)) => format!("CUDA {major}.{minor} is installed"),
+        None => "no CUDA toolkit found under /usr/local/cuda".to_string(),
+    };
+    if sm < 70 {
+        return Some(format!(
+            "the {} GPU is sm_{sm}: candle's CUDA kernels need sm_70 or newer and JetPack 4 stops \
+             at CUDA 10.2, so this board trains with candle on the CPU only (--device cpu)",
+            profile.name
+        ));
+    }
+    let needed = if sm < 80 { (11, 8) } else { (11, 4) };
+    match cuda {
+        Some(found) if found >= needed => None,
+        other => Some(format!(
+            "the {} GPU (sm_{sm}) needs CUDA >= {}.{} for candle and {}; install a newer \
+             JetPack/CUDA and build with --features cuda (cross/README.md), or use --device cpu",
+            profile.name,
+            needed.0,
+            needed.1,
+            cuda_text(other)
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +226,7 @@ mod tests {
         let host = HostPaths {
             sysfs: root.path().join("sys"),
             procfs: root.path().join("proc"),
+            rootfs: root.path().into(),
         };
         (root, host)
     }
@@ -208,6 +259,48 @@ mod tests {
                 assert_eq!(p.total.len(), 1, "{}", p.name);
             }
         }
+    }
+
+    #[test]
+    fn cuda_obstacles_follow_the_spec() {
+        let p = |n: &str| by_name(n).unwrap();
+        for old in ["tx1", "nano", "tx2"] {
+            let why = cuda_obstacle(p(old), Some((12, 2))).expect(old);
+            assert!(why.contains("CPU only"), "{why}");
+        }
+        assert!(cuda_obstacle(p("agx-xavier"), Some((11, 4)))
+            .unwrap()
+            .contains("CUDA >= 11.8"));
+        assert_eq!(cuda_obstacle(p("xavier-nx"), Some((11, 8))), None);
+        assert!(cuda_obstacle(p("orin-nx"), None)
+            .unwrap()
+            .contains("no CUDA toolkit"));
+        assert_eq!(cuda_obstacle(p("agx-orin"), Some((12, 6))), None);
+        assert_eq!(cuda_obstacle(generic(), None), None);
+        for p in profiles().iter().filter(|p| p.name != "generic") {
+            assert!(p.gpu_sm.is_some(), "{} has no gpu_sm", p.name);
+        }
+    }
+
+    #[test]
+    fn reads_the_installed_cuda_version() {
+        let root = tempfile::tempdir().unwrap();
+        let host = HostPaths {
+            sysfs: root.path().join("sys"),
+            procfs: root.path().join("proc"),
+            rootfs: root.path().into(),
+        };
+        assert_eq!(installed_cuda(&host), None);
+        let cuda = root.path().join("usr/local/cuda");
+        std::fs::create_dir_all(&cuda).unwrap();
+        std::fs::write(cuda.join("version.txt"), "CUDA Version 10.2.300\n").unwrap();
+        assert_eq!(installed_cuda(&host), Some((10, 2)));
+        std::fs::write(
+            cuda.join("version.json"),
+            r#"{"cuda": {"name": "CUDA SDK", "version": "12.2.140"}}"#,
+        )
+        .unwrap();
+        assert_eq!(installed_cuda(&host), Some((12, 2)));
     }
 
     #[test]

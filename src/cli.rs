@@ -16,6 +16,10 @@ pub struct Cli {
     /// Root of procfs.
     #[arg(long, global = true, env = "EDGEBENCH_PROCFS", default_value = "/proc")]
     pub procfs: PathBuf,
+    /// Root for the board's other files: /etc/nv_tegra_release, /etc/nvpmodel.conf,
+    /// /var/lib/nvpmodel/status, /usr/local/cuda/version.*.
+    #[arg(long, global = true, env = "EDGEBENCH_ROOTFS", default_value = "/")]
+    pub rootfs: PathBuf,
     /// Only warnings and errors on stderr.
     #[arg(long, short, global = true)]
     pub quiet: bool,
@@ -36,6 +40,16 @@ pub enum Command {
     Results {
         #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
         db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a run would record about this host now (SPEC §7): board, L4T, nvpmodel mode,
+    /// jetson_clocks, CPU/GPU clocks and governors, temperatures, kernel; items the host lacks
+    /// are left out. With --db, the provenance recorded for each run in that database.
+    Provenance {
+        /// Print the provenance stored for every run of this database instead.
+        #[arg(long)]
+        db: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },

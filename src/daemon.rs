@@ -365,6 +365,7 @@ mod tests {
         let host = HostPaths {
             sysfs: dir.path().into(),
             procfs: dir.path().into(),
+            rootfs: dir.path().into(),
         };
         assert_eq!(uptime_and_load(&host), Some((350.2, 0.42)));
     }

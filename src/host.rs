@@ -1,5 +1,5 @@
 //! The host's identity, read through configurable sysfs/procfs roots so tests and containers
-//! can point elsewhere (`--sysfs`/`--procfs`, `EDGEBENCH_SYSFS`/`EDGEBENCH_PROCFS`).
+//! can point elsewhere (`--sysfs`/`--procfs`/`--rootfs`, `EDGEBENCH_SYSFS`/`EDGEBENCH_PROCFS`/`EDGEBENCH_ROOTFS`).
 
 use std::path::{Path, PathBuf};
 
@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 pub struct HostPaths {
     pub sysfs: PathBuf,
     pub procfs: PathBuf,
+    /// Root of the board's files outside sysfs/procfs (`/etc/nv_tegra_release`, nvpmodel's).
+    pub rootfs: PathBuf,
 }
 
 impl Default for HostPaths {
@@ -14,6 +16,7 @@ impl Default for HostPaths {
         HostPaths {
             sysfs: PathBuf::from("/sys"),
             procfs: PathBuf::from("/proc"),
+            rootfs: PathBuf::from("/"),
         }
     }
 }
@@ -36,6 +39,11 @@ impl HostPaths {
 
     pub fn sys(&self, rel: &str) -> PathBuf {
         self.sysfs.join(rel)
+    }
+
+    /// A file outside sysfs/procfs, e.g. `etc/nv_tegra_release`, under `--rootfs`.
+    pub fn root(&self, rel: &str) -> PathBuf {
+        self.rootfs.join(rel)
     }
 
     pub fn hostname(&self) -> String {
@@ -85,6 +93,7 @@ mod tests {
         let host = HostPaths {
             sysfs: root.path().join("sys"),
             procfs: proc,
+            rootfs: root.path().into(),
         };
         assert_eq!(host.hostname(), "tx2-lab");
         assert_eq!(host.os(), "Linux 4.9.253-tegra");
@@ -95,6 +104,7 @@ mod tests {
         let empty = HostPaths {
             sysfs: root.path().join("none"),
             procfs: root.path().join("none"),
+            rootfs: root.path().join("none"),
         };
         assert_eq!(empty.hostname(), "unknown-host");
         assert_eq!(empty.cpu_model(), None);

@@ -11,6 +11,7 @@ pub mod models;
 pub mod ops;
 pub mod plan;
 pub mod power;
+pub mod provenance;
 pub mod report;
 pub mod runner;
 pub mod stats;

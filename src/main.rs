@@ -47,6 +47,7 @@ fn main() {
     let host = HostPaths {
         sysfs: cli.sysfs.clone(),
         procfs: cli.procfs.clone(),
+        rootfs: cli.rootfs.clone(),
     };
     let code = match dispatch(cli.command, &host) {
         Ok(code) => code,
@@ -122,6 +123,30 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             let store = Store::open_readonly(&db).map_err(input)?;
             for path in report::build::build(&store, &out, format, compare, trace.as_deref())? {
                 println!("wrote {}", path.display());
+            }
+            Ok(0)
+        }
+        Command::Provenance { db, json } => {
+            let recorded: Vec<(String, edgebench::provenance::Provenance)> = match db {
+                Some(db) => {
+                    let store = Store::open_readonly(&db).map_err(input)?;
+                    let mut runs: Vec<String> =
+                        store.results()?.into_iter().map(|r| r.run_id).collect();
+                    runs.dedup();
+                    runs.into_iter()
+                        .map(|run| Ok((run.clone(), store.provenance(&run)?)))
+                        .collect::<Result<_, store::StoreError>>()?
+                }
+                None => vec![("now".into(), edgebench::provenance::capture(host))],
+            };
+            if json {
+                let map: std::collections::BTreeMap<_, _> = recorded.into_iter().collect();
+                println!("{}", serde_json::to_string_pretty(&map)?);
+            } else {
+                for (run, p) in recorded {
+                    println!("# {run}");
+                    print!("{}", p.text());
+                }
             }
             Ok(0)
         }

@@ -8,6 +8,7 @@ use crate::memory::procfs::ProcReader;
 use crate::memory::{assess, cgroup, estimate, MemorySampler, SwapThresholds};
 use crate::plan::{self, PlannedTrial};
 use crate::power::{self, Baseline, PowerMonitor};
+use crate::provenance::{self, ClockWatcher};
 use crate::stats;
 use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, TrialSummary};
 use crate::train::{self, data::Dataset};
@@ -19,6 +20,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
+
+/// How often the clocks and temperatures are read during a trial: a thermal cap holds for
+/// seconds, and a read costs a few dozen small sysfs files.
+const CLOCK_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How a run ended.
 #[derive(Debug, Clone, Default)]
@@ -83,10 +88,27 @@ pub fn open_dataset(config: &Config) -> anyhow::Result<Dataset> {
     })
 }
 
+/// `--device cuda` on a board whose GPU candle cannot use (SPEC §4) is refused with the reason,
+/// before a build without the `cuda` feature would only say "rebuild".
+fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
+    let detected = crate::board::detect(host);
+    match crate::board::cuda_obstacle(detected.profile, crate::board::installed_cuda(host)) {
+        Some(why) => anyhow::bail!(
+            "--device cuda cannot work on this board ({}, detected by {}): {why}",
+            detected.profile.description,
+            detected.how
+        ),
+        None => Ok(()),
+    }
+}
+
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Dataset> {
     for device in &config.sweep.devices {
+        if *device == crate::config::DeviceKind::Cuda {
+            cuda_on_this_board(host)?;
+        }
         train::device(*device)?;
     }
     let data = open_dataset(config)?;
@@ -233,7 +255,19 @@ fn classify(end: &WorkerEnd) -> (&'static str, Option<String>) {
 fn worker_command() -> anyhow::Result<Command> {
     let exe = std::env::current_exe()
         .context("cannot find the edgebench executable to start a worker")?;
-    let mut cmd = Command::new(exe);
+    // EDGEBENCH_WORKER_PREFIX puts a command in front of the worker, e.g. `taskset -c 2-5` to
+    // keep it on one CPU cluster, or `qemu-aarch64 -L /usr/aarch64-linux-gnu` to run a cross
+    // build under emulation. It must exec the worker in its own process (the pid is watched).
+    let prefix = std::env::var("EDGEBENCH_WORKER_PREFIX").unwrap_or_default();
+    let mut words = prefix.split_whitespace();
+    let mut cmd = match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    };
     cmd.arg("worker")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -337,6 +371,7 @@ fn run_one(
         Some(Ok(cg)) => Some(cg),
     };
     let sampler = MemorySampler::start(ctx.host, pid, ctx.memory.interval)?;
+    let clocks = ClockWatcher::start(ctx.host, CLOCK_INTERVAL)?;
     let job = WorkerJob::new(&trial.spec, data_spec(ctx.config));
     {
         let mut stdin = child.stdin.take().expect("piped stdin");
@@ -421,6 +456,7 @@ fn run_one(
     let _ = reader.join();
     let status = child.wait().ok();
     let samples = sampler.stop();
+    let clocks = provenance::assess(&clocks.stop());
     // The trial's own cgroup counts only its OOM kills; the system-wide counter (the fallback
     // without cgroups) could also count another process killed meanwhile.
     let oom_kills = match cgroup.as_ref().and_then(|cg| cg.oom_kills()) {
@@ -484,6 +520,7 @@ fn run_one(
     memory.memory_note = Some(format!("{}; {}", report.note, ctx.memory.swap_devices));
     let verdict = (!samples.is_empty() && !measured.is_empty()).then_some(report.swap_pressure);
     store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
+    store.record_clocks(trial_id, &clocks)?;
 
     let summary = TrialSummary {
         status: status.to_string(),
@@ -531,7 +568,18 @@ fn run_one(
             }
         ),
     };
+    let throttled = clocks.throttled == Some(true);
     say(line, error.is_some() || report.swap_pressure);
+    if throttled {
+        say(
+            format!(
+                "{} THROTTLED: {}",
+                trial_label(trial),
+                clocks.note.as_deref().unwrap_or("")
+            ),
+            true,
+        );
+    }
     Ok(status.to_string())
 }
 
@@ -605,6 +653,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     })?;
     outcome.run_id = Some(run_id);
     outcome.run_uuid = Some(uuid);
+    store.record_provenance(run_id, &provenance::capture(req.host))?;
     if let Some(m) = req.power {
         let baseline = m.baseline(Duration::from_secs_f64(config.power.baseline_s));
         if let Some(b) = &baseline {
@@ -644,6 +693,9 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
         let status = match status {
             Ok(s) => s,
             Err(e) => {
+                store
+                    .record_provenance(run_id, &provenance::capture_end(req.host))
+                    .ok();
                 store.finish_run(run_id, &now(), "failed").ok();
                 return Err(e);
             }
@@ -670,6 +722,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     } else {
         "finished"
     };
+    store.record_provenance(run_id, &provenance::capture_end(req.host))?;
     store.finish_run(run_id, &now(), status)?;
     Ok(outcome)
 }

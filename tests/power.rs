@@ -282,6 +282,7 @@ fn sampler_cpu_cost() {
     let host = HostPaths {
         sysfs: sys,
         procfs: "/proc".into(),
+        rootfs: "/".into(),
     };
     for rate_hz in [None, Some(1000.0)] {
         let cfg = PowerConfig {

@@ -256,6 +256,7 @@ mod tests {
         let paths = HostPaths {
             sysfs: sys,
             procfs: proc_,
+            rootfs: "/".into(),
         };
         (dir, paths)
     }
@@ -313,6 +314,7 @@ mod tests {
         let paths = HostPaths {
             sysfs: dir.path().join("sys"),
             procfs: dir.path().join("proc"),
+            rootfs: dir.path().into(),
         };
         std::fs::create_dir_all(paths.proc("self")).unwrap();
         std::fs::write(paths.proc("self/cgroup"), "0::/\n").unwrap();

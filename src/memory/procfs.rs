@@ -267,6 +267,7 @@ mod tests {
         let r = ProcReader::new(&HostPaths {
             sysfs: dir.path().join("sys"),
             procfs: dir.path().to_path_buf(),
+            rootfs: dir.path().to_path_buf(),
         });
         assert_eq!(r.meminfo().unwrap().mem_total, 4_059_284 * 1024);
         assert_eq!(r.psi(), None); // no PSI, as on L4T

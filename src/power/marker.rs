@@ -68,6 +68,7 @@ mod tests {
         let host = HostPaths {
             sysfs: root.path().into(),
             procfs: root.path().join("proc"),
+            rootfs: root.path().into(),
         };
         let read = |f: &str| std::fs::read_to_string(class.join(f)).unwrap();
         let mut m = GpioMarker::open(&host, 17).unwrap();

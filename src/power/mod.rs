@@ -605,6 +605,7 @@ mod tests {
         HostPaths {
             sysfs: root.to_path_buf(),
             procfs: root.join("proc"),
+            rootfs: root.into(),
         }
     }
 

@@ -154,6 +154,8 @@ mod tests {
             power_total: None,
             baseline_power_w: None,
             baseline_s: None,
+            throttled: None,
+            throttle_note: None,
             trial_rowid: id,
             memory: Default::default(),
         }

@@ -87,6 +87,9 @@ pub fn table(rows: &[ResultRow]) -> String {
         if r.power_incomplete == Some(true) {
             flags.push("POWER_GAP".to_string());
         }
+        if r.throttled == Some(true) {
+            flags.push("THROTTLED".to_string());
+        }
         if let Some(e) = &r.error {
             flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
         }
@@ -101,11 +104,11 @@ pub fn table(rows: &[ResultRow]) -> String {
             r.batch.to_string(),
             format!("{}/{}", r.iterations, r.iterations_planned),
             r.status.clone(),
-            // A swap-spoiled time is not a speed: mark it where it is read.
-            if spoiled {
-                format!("{} [swap]", ms(r.time_per_image_s))
-            } else {
-                ms(r.time_per_image_s)
+            // A swap-spoiled or throttled time is not the board's speed: mark it where it is read.
+            match (spoiled, r.throttled == Some(true)) {
+                (true, _) => format!("{} [swap]", ms(r.time_per_image_s)),
+                (false, true) => format!("{} [throttled]", ms(r.time_per_image_s)),
+                (false, false) => ms(r.time_per_image_s),
             },
             ms(r.time_per_image_spread_s),
             r.images_per_s
@@ -156,6 +159,12 @@ pub fn table(rows: &[ResultRow]) -> String {
         out.push_str(
             "[swap]: the trial's own memory was paged out and read back while it trained; its time \
              per image measures the swap device, not the board's speed\n",
+        );
+    }
+    if rows.iter().any(|r| r.throttled == Some(true)) {
+        out.push_str(
+            "[throttled]: a clock changed or dropped for temperature while the trial ran \
+             (`edgebench results --json` has the reason in throttle_note)\n",
         );
     }
     out

@@ -85,6 +85,20 @@ pub const CHILD_TABLES: &[ChildTable] = &[
         matching: Match::Keyed,
     },
     ChildTable {
+        name: "trial_clocks",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "run_provenance",
+        parent: Parent::Run,
+        column: "run_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
         name: "power_samples",
         parent: Parent::Trial,
         column: "trial_id",

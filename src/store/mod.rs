@@ -10,6 +10,7 @@
 mod error;
 mod memory;
 mod merge;
+mod provenance;
 pub mod schema;
 mod snapshot;
 
@@ -169,6 +170,10 @@ pub struct ResultRow {
     pub power_total: Option<String>,
     pub baseline_power_w: Option<f64>,
     pub baseline_s: Option<f64>,
+    /// 1 if the trial's clocks changed or dropped for temperature (schema v4); None if the
+    /// host exposed no clocks or the trial predates v4.
+    pub throttled: Option<bool>,
+    pub throttle_note: Option<String>,
     /// Local `trials.id`, for [`Store::iterations`]; not part of the JSON.
     #[serde(skip)]
     pub trial_rowid: i64,
@@ -627,7 +632,8 @@ impl Store {
                  t.loss_anomaly, t.energy_j, t.avg_power_w, t.energy_per_image_j, t.edp_js, \
                  t.swap_pressure, t.peak_rss_bytes, t.id, t.dynamic_energy_j, \
                  t.power_samples, t.power_rate_hz, t.power_jitter_s, t.power_incomplete, \
-                 t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s \
+                 t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
+                 t.throttled, t.throttle_note \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -676,6 +682,8 @@ impl Store {
                     power_total: r.get(36)?,
                     baseline_power_w: r.get(37)?,
                     baseline_s: r.get(38)?,
+                    throttled: r.get(39)?,
+                    throttle_note: r.get(40)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

@@ -149,6 +149,32 @@
 //! | `in_total` | INTEGER NOT NULL | 1 if the rail is part of the total (`trials.energy_j`) |
 //!
 //! Primary key (`trial_id`, `rail`).
+//!
+//! # Version 4: provenance and throttling
+//!
+//! Added to `trials`: `throttled` (INTEGER, 1 if the trial's clocks changed or dropped for
+//! temperature while it ran — the rule is in `src/provenance/clocks.rs` — 0 if they held, NULL
+//! when the host exposes no clocks) and `throttle_note` (TEXT, the reasons, or what was watched).
+//!
+//! ## `run_provenance` — what the run was measured on (SPEC §7), one row per item
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `run_id` | INTEGER NOT NULL → `runs.id` | the run |
+//! | `key` | TEXT NOT NULL | e.g. `board`, `board.model`, `l4t`, `nvpmodel`, `jetson_clocks`, `kernel`, `cpu.policy0.governor`, `cpu.policy0.cur_khz`, `gpu.cur_hz`, `temp.CPU-therm.start_c`, `temp.CPU-therm.end_c` |
+//! | `value` | TEXT NOT NULL | the value as read; an item the host lacks has no row |
+//!
+//! Primary key (`run_id`, `key`).
+//!
+//! ## `trial_clocks` — each watched clock, load and temperature over a trial
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER NOT NULL → `trials.id` | the trial |
+//! | `key` | TEXT NOT NULL | `cpu.<policy>.cur_khz`, `gpu.cur_hz`, `gpu.load_permille`, `temp.<zone>.c` |
+//! | `start_value` / `min_value` / `max_value` / `end_value` | REAL NOT NULL | first, lowest, highest and last reading |
+//!
+//! Primary key (`trial_id`, `key`).
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -172,6 +198,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 3,
         sql: V3_POWER,
+    },
+    Migration {
+        version: 4,
+        sql: V4_PROVENANCE,
     },
 ];
 
@@ -298,6 +328,29 @@ CREATE TABLE trial_rail_energy (
     energy_j REAL NOT NULL,
     in_total INTEGER NOT NULL CHECK (in_total IN (0, 1)),
     PRIMARY KEY (trial_id, rail)
+) WITHOUT ROWID;
+";
+
+/// v4: provenance per run, clocks and throttling per trial (see the table docs above).
+const V4_PROVENANCE: &str = "
+ALTER TABLE trials ADD COLUMN throttled INTEGER CHECK (throttled IN (0, 1));
+ALTER TABLE trials ADD COLUMN throttle_note TEXT;
+
+CREATE TABLE run_provenance (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    key    TEXT NOT NULL,
+    value  TEXT NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
+
+CREATE TABLE trial_clocks (
+    trial_id    INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    key         TEXT NOT NULL,
+    start_value REAL NOT NULL,
+    min_value   REAL NOT NULL,
+    max_value   REAL NOT NULL,
+    end_value   REAL NOT NULL,
+    PRIMARY KEY (trial_id, key)
 ) WITHOUT ROWID;
 ";
 
