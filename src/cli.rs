@@ -102,6 +102,7 @@ pub enum Command {
         db: PathBuf,
         #[arg(long)]
         out: PathBuf,
+        /// Plot files: svg, or png (960x620 bitmaps, text in the bundled DejaVu Sans).
         #[arg(long, value_enum, default_value_t = crate::report::plots::Format::Svg)]
         format: crate::report::plots::Format,
         /// Also draw every host on shared plots (DIR/compare/).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use edgebench::store::{
     merge, IterationRecord, MemoryColumns, RunInfo, Store, TrialKey, TrialSummary,
 };
+use plotters::style::{Color, Palette, Palette99};
 use rusqlite::Connection;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgebench");
@@ -750,17 +751,7 @@ fn report_files_match_the_database() {
         std::fs::read_to_string(out.join("nano_lan").join("times_nano_lan_edgebench.csv")).unwrap();
     assert_eq!(times.lines().count(), 1 + 9);
 
-    // PNG is refused with the reason and a way out; a foreign file is refused as bad input.
-    let o = edgebench(&[
-        "report",
-        s(&db),
-        "--out",
-        s(&dir.path().join("png")),
-        "--format",
-        "png",
-    ]);
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--format svg"));
+    // A foreign file is refused as bad input.
     let foreign = dir.path().join("photos.db");
     Connection::open(&foreign)
         .unwrap()
@@ -769,6 +760,150 @@ fn report_files_match_the_database() {
     let o = edgebench(&["report", s(&foreign), "--out", s(&out)]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains(s(&foreign)));
+}
+
+/// Every file under `dir` (relative paths), sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether any pixel of `img` in the rectangle is dark (text and axes are black).
+fn dark_in(img: &image::RgbImage, xs: std::ops::Range<u32>, ys: std::ops::Range<u32>) -> usize {
+    ys.flat_map(|y| xs.clone().map(move |x| (x, y)))
+        .filter(|&(x, y)| img.get_pixel(x, y).0.iter().all(|c| *c < 80))
+        .count()
+}
+
+#[test]
+fn report_draws_png_plots_with_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, db) = (
+        dir.path().join("a.db"),
+        dir.path().join("b.db"),
+        dir.path().join("results.db"),
+    );
+    rich_board(&a, "tx2");
+    board_db(&b, "nano.lan");
+    merge(&[a, b], &db).unwrap();
+    // A power trace for --trace: two rails over the trial's iterations.
+    let store = Store::open_readonly(&db).unwrap();
+    let rows = store.results().unwrap();
+    let traced = rows
+        .iter()
+        .find(|r| r.host == "tx2" && r.status == "ok" && r.iterations > 1)
+        .unwrap();
+    drop(store);
+    let c = Connection::open(&db).unwrap();
+    for (rail, watts) in [("VDD_IN", 7.0), ("VDD_SOC", 2.0)] {
+        for t in 0..40i64 {
+            c.execute(
+                "INSERT INTO power_samples (trial_id, source, rail, t_ns, watts) \
+                 VALUES (?1, 'test', ?2, ?3, ?4)",
+                rusqlite::params![traced.trial_rowid, rail, t * 50, watts + (t % 7) as f64],
+            )
+            .unwrap();
+        }
+    }
+    drop(c);
+    let prefix = &traced.trial_id[..8];
+    let (svg_out, png_out) = (dir.path().join("svg"), dir.path().join("png"));
+    for (out, format) in [(&svg_out, "svg"), (&png_out, "png")] {
+        let o = edgebench(&[
+            "report",
+            s(&db),
+            "--out",
+            s(out),
+            "--compare",
+            "--trace",
+            prefix,
+            "--format",
+            format,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    // The same plots as the SVG report, each a .png instead of a .svg.
+    let svg_files = tree(&svg_out);
+    let png_files = tree(&png_out);
+    let plots: Vec<&PathBuf> = svg_files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+        .collect();
+    let expected: Vec<PathBuf> = svg_files
+        .iter()
+        .map(|p| match p.extension() {
+            Some(e) if e == "svg" => p.with_extension("png"),
+            _ => p.clone(),
+        })
+        .collect();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(png_files, expected_sorted);
+    for want in [
+        PathBuf::from("tx2/time_per_image.png"),
+        PathBuf::from("tx2/edp.png"),
+        PathBuf::from("tx2/loss_alexnet_cpu.png"),
+        PathBuf::from(format!("tx2/power_trace_{prefix}.png")),
+        PathBuf::from("nano_lan/speedup.png"),
+        PathBuf::from("compare/time_per_image.png"),
+        PathBuf::from("compare/speedup.png"),
+    ] {
+        assert!(png_files.contains(&want), "{want:?} not in {png_files:?}");
+    }
+    assert!(plots.len() >= 14, "{plots:?}");
+    // The HTML page shows the PNGs.
+    let html = std::fs::read_to_string(png_out.join("tx2").join("summary.html")).unwrap();
+    assert!(html.contains("<img src=\"time_per_image.png\""), "{html}");
+
+    let (w, h) = edgebench::report::plots::SIZE;
+    for svg in plots {
+        let path = png_out.join(svg.with_extension("png"));
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{path:?}");
+        let img = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+            .unwrap_or_else(|e| panic!("{path:?}: {e}"))
+            .to_rgb8();
+        assert_eq!(img.dimensions(), (w, h), "{path:?}");
+        let colours: std::collections::HashSet<[u8; 3]> = img.pixels().map(|p| p.0).collect();
+        assert!(colours.len() >= 10, "{path:?}: {} colours", colours.len());
+        // Text: the caption across the top and the rotated y label along the left edge, where
+        // nothing else is drawn.
+        assert!(
+            dark_in(&img, 200..760, 0..40) > 100,
+            "{path:?}: no caption text"
+        );
+        assert!(
+            dark_in(&img, 0..35, 150..470) > 50,
+            "{path:?}: no y-axis label text"
+        );
+        // Every series colour of the SVG (lines and markers) is drawn in the PNG too.
+        let svg_text = std::fs::read_to_string(svg_out.join(svg)).unwrap();
+        let mut drawn = 0;
+        for i in 0..20 {
+            let c = Palette99::pick(i).to_rgba();
+            if svg_text.contains(&format!("\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)) {
+                drawn += 1;
+                assert!(
+                    colours.contains(&[c.0, c.1, c.2]),
+                    "{path:?}: series {i}'s colour {c:?} not drawn"
+                );
+            }
+        }
+        assert!(drawn > 0, "{svg:?}: no series colour");
+    }
 }
 
 #[test]

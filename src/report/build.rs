@@ -5,7 +5,8 @@
 //! Layout: `OUT/<host>/{loss,times}_<host>_edgebench.csv`, `summary.md`, `summary.html`,
 //! `time_per_image.svg`, `speedup.svg` (when a net has both cpu and cuda results),
 //! `loss_<net>_<device>.svg`, `energy_per_image.svg` and `edp.svg` (when energy was measured);
-//! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`.
+//! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`; `power_trace_<id>.svg`
+//! with `--trace`. With `--format png` every plot is a `.png` instead, drawn the same way.
 //!
 //! Each (net, device, batch) is one point: the latest `ok` trial, else the latest trial (the
 //! same choice as the CSV export, except that trials without iterations count too, so an OOM
@@ -470,13 +471,7 @@ pub fn build(
     compare: bool,
     trace: Option<&str>,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    if format == Format::Png {
-        bail!(
-            "--format png is not supported: drawing text into a bitmap needs a font file, and \
-             edgebench does not rely on system fonts. Use --format svg (the default) and convert \
-             if needed, e.g. `rsvg-convert -o plot.png plot.svg`"
-        );
-    }
+    let ext = format.extension();
     let rows = store.results()?;
     if rows.is_empty() {
         bail!(
@@ -496,15 +491,15 @@ pub fn build(
         let picked = pick(&host_rows);
         let mut plot_files = Vec::new();
         for (stem, plot) in host_plots(store, host, &picked)? {
-            let path = dir.join(format!("{stem}.svg"));
-            plots::draw(&plot, &path)?;
+            let path = dir.join(format!("{stem}.{ext}"));
+            plots::draw(&plot, &path, format)?;
             plot_files.push(path);
         }
         let tables = tables(host, &picked);
         let md = dir.join("summary.md");
-        write_atomic(&md, &markdown(host, &tables))?;
+        write_atomic(&md, markdown(host, &tables))?;
         let page = dir.join("summary.html");
-        write_atomic(&page, &html(host, &tables, &plot_files))?;
+        write_atomic(&page, html(host, &tables, &plot_files))?;
         written.extend([md, page]);
         written.extend(plot_files);
         all_time.extend(batch_series(&picked, &format!("{host}: "), |r| {
@@ -523,27 +518,29 @@ pub fn build(
             _ => bail!("--trace {wanted}: {} trials start with that; give more of the id", matches.len()),
         };
         let path = out.join(safe_name(&row.host)).join(format!(
-            "power_trace_{}.svg",
+            "power_trace_{}.{ext}",
             &row.trial_id[..8.min(row.trial_id.len())]
         ));
         std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-        plots::draw(&trace_plot(store, row)?, &path)?;
+        plots::draw(&trace_plot(store, row)?, &path, format)?;
         written.push(path);
     }
     if compare {
         let dir = out.join("compare");
         std::fs::create_dir_all(&dir)?;
-        let path = dir.join("time_per_image.svg");
+        let path = dir.join(format!("time_per_image.{ext}"));
         plots::draw(
             &time_plot("Time per image vs batch — all boards", all_time),
             &path,
+            format,
         )?;
         written.push(path);
         if !all_speedup.is_empty() {
-            let path = dir.join("speedup.svg");
+            let path = dir.join(format!("speedup.{ext}"));
             plots::draw(
                 &speedup_plot("GPU-over-CPU speedup vs batch — all boards", all_speedup),
                 &path,
+                format,
             )?;
             written.push(path);
         }

@@ -63,8 +63,8 @@ pub fn export_csv_rows(
 
     let loss_path = out_dir.join(format!("loss_{machine}_edgebench.csv"));
     let times_path = out_dir.join(format!("times_{machine}_edgebench.csv"));
-    write_atomic(&loss_path, &loss)?;
-    write_atomic(&times_path, &times)?;
+    write_atomic(&loss_path, loss)?;
+    write_atomic(&times_path, times)?;
     Ok(vec![loss_path, times_path])
 }
 
@@ -97,12 +97,12 @@ fn mode(device: &str) -> String {
     }
 }
 
-/// Write to a temporary file and rename, so a reader never sees a half-written CSV.
-pub(crate) fn write_atomic(path: &Path, contents: &str) -> anyhow::Result<()> {
+/// Write to a temporary file and rename, so a reader never sees a half-written file.
+pub(crate) fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
     let tmp = std::path::PathBuf::from(format!("{}.tmp", path.display()));
     let write = || -> std::io::Result<()> {
         let mut f = BufWriter::new(fs::File::create(&tmp)?);
-        f.write_all(contents.as_bytes())?;
+        f.write_all(contents.as_ref())?;
         f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         fs::rename(&tmp, path)
     };

@@ -1,24 +1,56 @@
-//! Plots drawn with plotters (SVG backend: text is left to the viewer's fonts, so no system
-//! font is needed at build or run time).
+//! Plots drawn with plotters, as SVG or PNG from the same drawing code ([`draw_on`] is generic
+//! over the backend). Text is measured, and for PNG rasterised, with DejaVu Sans bundled in
+//! the binary (`assets/fonts/`, through plotters' pure-Rust `ab_glyph` feature), so no system
+//! font or font library is needed at build or run time; an SVG names `sans-serif` and leaves
+//! the glyphs to its viewer.
 //!
 //! A plot is data first ([`Plot`], [`Series`], [`Point`]), drawn second, so tests can compare
 //! what is drawn with the database. Log axes are drawn as linear axes over log values with
 //! labels written back in the original unit (batch 1, 2, 4, ... on a log2 axis).
 
+use std::io::Cursor;
 use std::path::Path;
+use std::sync::OnceLock;
 
-use anyhow::Context;
+use anyhow::{ensure, Context};
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
 
+use crate::report::csv::write_atomic;
 use crate::store::ResultRow;
 
 /// Image format of the plots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Svg,
-    /// Refused with an explanation: rasterising text needs a font file, and edgebench does
-    /// not depend on system fonts.
+    /// RGB bitmap, text drawn with the bundled DejaVu Sans.
     Png,
+}
+
+impl Format {
+    /// The file extension of a plot in this format.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Format::Svg => "svg",
+            Format::Png => "png",
+        }
+    }
+}
+
+/// Size of every plot: pixels (PNG) or user units (SVG).
+pub const SIZE: (u32, u32) = (960, 620);
+
+/// DejaVu Sans 2.37 (Bitstream Vera license, `assets/fonts/LICENSE`).
+static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+
+/// Registers the bundled font as plotters' `sans-serif` (the only family drawn here), once.
+/// Needed by both backends: with `ab_glyph`, plotters lays out all text with registered fonts.
+fn register_fonts() -> anyhow::Result<()> {
+    static OK: OnceLock<bool> = OnceLock::new();
+    let ok = *OK.get_or_init(|| register_font("sans-serif", FontStyle::Normal, FONT).is_ok());
+    ensure!(ok, "the bundled font (DejaVu Sans) cannot be parsed");
+    Ok(())
 }
 
 /// How a trial's point is drawn. Points without a value (OOM, skipped, failed) sit on the
@@ -153,12 +185,46 @@ fn range(vals: impl Iterator<Item = f64>, axis: Axis) -> Option<(f64, f64)> {
     })
 }
 
-/// Draws `plot` as SVG at `path`.
-pub fn draw(plot: &Plot, path: &Path) -> anyhow::Result<()> {
-    draw_svg(plot, path).with_context(|| format!("cannot draw {}", path.display()))
+/// Draws `plot` in `format` at `path` (written whole, then renamed into place).
+pub fn draw(plot: &Plot, path: &Path, format: Format) -> anyhow::Result<()> {
+    render(plot, format)
+        .and_then(|bytes| write_atomic(path, bytes))
+        .with_context(|| format!("cannot draw {}", path.display()))
 }
 
-fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
+/// `plot` as the bytes of an SVG or PNG file of [`SIZE`].
+pub fn render(plot: &Plot, format: Format) -> anyhow::Result<Vec<u8>> {
+    match format {
+        Format::Svg => {
+            let mut svg = String::new();
+            draw_on(
+                plot,
+                &SVGBackend::with_string(&mut svg, SIZE).into_drawing_area(),
+            )?;
+            Ok(svg.into_bytes())
+        }
+        Format::Png => {
+            let (w, h) = SIZE;
+            let mut rgb = vec![0u8; w as usize * h as usize * 3];
+            draw_on(
+                plot,
+                &BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+            )?;
+            let img = image::RgbImage::from_raw(w, h, rgb).context("bitmap of the wrong size")?;
+            let mut png = Vec::new();
+            img.write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)?;
+            Ok(png)
+        }
+    }
+}
+
+/// Draws `plot` on `root`, whatever the backend: the one drawing of both formats.
+pub fn draw_on<DB>(plot: &Plot, root: &DrawingArea<DB, Shift>) -> anyhow::Result<()>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+{
+    register_fonts()?;
     let (xa, ya) = (plot.x_axis, plot.y_axis);
     let all = || plot.series.iter().flat_map(|s| s.points.iter());
     let (x0, x1) = range(all().map(|p| p.x), xa).unwrap_or((0.0, 1.0));
@@ -176,9 +242,8 @@ fn draw_svg(plot: &Plot, path: &Path) -> anyhow::Result<()> {
     let no_value_y = y0 - 1.5 * ypad;
     let (x0, x1, y0, y1) = (x0 - xpad, x1 + xpad, y0 - 2.5 * ypad, y1 + ypad);
 
-    let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(root)
         .caption(&plot.title, ("sans-serif", 22))
         .margin(12)
         .x_label_area_size(44)
