@@ -573,7 +573,7 @@ fn pull_over_a_real_ssh_connection() {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
 }
 
-/// A board with every kind of point: swap-spoiled, OOM, skipped, failed, and energy.
+/// A board with every kind of point: swap-spoiled, throttled, OOM, skipped, failed, and energy.
 fn rich_board(path: &Path, host: &str) {
     board_db(path, host);
     let mut s = Store::open(path).unwrap();
@@ -593,6 +593,16 @@ fn rich_board(path: &Path, host: &str) {
         None,
     );
     trial(&mut s, run, &key("googlenet", "cpu", 8), 1, "failed", None);
+    let hot = trial(&mut s, run, &key("googlenet", "cpu", 4), 2, "ok", Some(1.5));
+    s.record_clocks(
+        hot,
+        &edgebench::provenance::ClockReport {
+            throttled: Some(true),
+            note: Some("CPU policy0 maximum clock changed 2035200 -> 1420800 kHz".into()),
+            series: Vec::new(),
+        },
+    )
+    .unwrap();
     s.finish_run(run, "2025-02-03T00:10:00Z", "finished")
         .unwrap();
     drop(s);
@@ -693,6 +703,11 @@ fn report_files_match_the_database() {
                 r.swap_pressure == Some(true),
                 "{line}"
             );
+            assert_eq!(
+                cells[10].contains("THROTTLED"),
+                r.throttled == Some(true),
+                "{line}"
+            );
         }
         let picked = edgebench::report::build::pick(
             &rows
@@ -723,7 +738,13 @@ fn report_files_match_the_database() {
         let dots = series.iter().map(|s| s.points.len()).sum::<usize>();
         assert!(svg.matches("<circle").count() >= dots.min(1));
         if host == "tx2" {
-            for legend in ["swap-spoiled", "out of memory", "skipped", "failed"] {
+            for legend in [
+                "swap-spoiled",
+                "throttled",
+                "out of memory",
+                "skipped",
+                "failed",
+            ] {
                 assert!(svg.contains(legend), "time plot legend lacks {legend}");
             }
             let edp = std::fs::read_to_string(d.join("edp.svg")).unwrap();

@@ -474,6 +474,9 @@ fn results_json_has_every_key() {
         "power_total",
         "baseline_power_w",
         "baseline_s",
+        // schema v4: throttling
+        "throttled",
+        "throttle_note",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());

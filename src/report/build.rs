@@ -105,10 +105,15 @@ pub fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> 
         let cpu = picked.get(&(net.clone(), "cpu".to_string(), *batch));
         let spoiled =
             r.swap_pressure == Some(true) || cpu.is_some_and(|c| c.swap_pressure == Some(true));
+        let throttled = r.throttled == Some(true) || cpu.is_some_and(|c| c.throttled == Some(true));
         by.entry(net.clone()).or_default().push(Point {
             x: *batch as f64,
             y: Some(*s),
-            mark: if spoiled { Mark::Swap } else { Mark::Ok },
+            mark: match (spoiled, throttled) {
+                (true, _) => Mark::Swap,
+                (false, true) => Mark::Throttled,
+                (false, false) => Mark::Ok,
+            },
         });
     }
     by.into_iter()
@@ -195,6 +200,9 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
                     if r.swap_pressure == Some(true) {
                         flags.push("SWAP: time measures swap".to_string());
                     }
+                    if r.throttled == Some(true) {
+                        flags.push("THROTTLED".to_string());
+                    }
                     if r.loss_anomaly {
                         flags.push("LOSS<0/NaN".to_string());
                     }
@@ -245,7 +253,8 @@ const LEGEND: &str = "Time per image is the median step time / batch over the me
 iterations (warm-up excluded), ± the interquartile range / batch. A `-` is no value: the trial \
 did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured. \
 SWAP: the trial's own memory was paged out while it trained; its time measures the swap \
-device, not the board.";
+device, not the board. THROTTLED: a clock changed, or dropped for temperature, while the trial \
+ran (`edgebench results --json` gives the reason in `throttle_note`).";
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")

@@ -60,6 +60,8 @@ pub enum Mark {
     Ok,
     /// Finished, but its memory was swapped: the time measures the swap device.
     Swap,
+    /// Finished, but a clock changed or dropped for temperature while it ran.
+    Throttled,
     Oom,
     Skipped,
     /// failed, crashed, interrupted, still running.
@@ -70,6 +72,7 @@ impl Mark {
     pub fn of(r: &ResultRow) -> Mark {
         match r.status.as_str() {
             "ok" if r.swap_pressure == Some(true) => Mark::Swap,
+            "ok" if r.throttled == Some(true) => Mark::Throttled,
             "ok" => Mark::Ok,
             "oom" => Mark::Oom,
             s if s.starts_with("skipped") => Mark::Skipped,
@@ -81,6 +84,7 @@ impl Mark {
         match self {
             Mark::Ok => "ok",
             Mark::Swap => "swap-spoiled (time measures swap)",
+            Mark::Throttled => "throttled (clocks changed or dropped for heat)",
             Mark::Oom => "out of memory (no value)",
             Mark::Skipped => "skipped: predicted not to fit (no value)",
             Mark::Failed => "failed / crashed / interrupted (no value)",
@@ -312,6 +316,8 @@ where
         match m {
             Mark::Ok => anno.legend(|(x, y)| Circle::new((x + 9, y), 4, BLACK.filled())),
             Mark::Swap => anno.legend(|(x, y)| TriangleMarker::new((x + 9, y), 7, BLACK.filled())),
+            Mark::Throttled => anno
+                .legend(|(x, y)| Rectangle::new([(x + 4, y - 5), (x + 14, y + 5)], BLACK.filled())),
             Mark::Oom => anno.legend(|(x, y)| Cross::new((x + 9, y), 6, BLACK.stroke_width(2))),
             Mark::Skipped => {
                 anno.legend(|(x, y)| Circle::new((x + 9, y), 6, BLACK.stroke_width(2)))
@@ -349,6 +355,9 @@ fn marker<'a, DB: DrawingBackend + 'a>(
     match m {
         Mark::Ok => Circle::new(at, 4, color.filled()).into_dyn(),
         Mark::Swap => TriangleMarker::new(at, 7, color.filled()).into_dyn(),
+        Mark::Throttled => {
+            (EmptyElement::at(at) + Rectangle::new([(-5, -5), (5, 5)], color.filled())).into_dyn()
+        }
         Mark::Oom => Cross::new(at, 6, color.stroke_width(2)).into_dyn(),
         Mark::Skipped => Circle::new(at, 6, color.stroke_width(2)).into_dyn(),
         Mark::Failed => (EmptyElement::at(at)
