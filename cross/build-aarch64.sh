@@ -4,6 +4,7 @@
 #   cross/build-aarch64.sh            release build
 #   cross/build-aarch64.sh --check    also run it under qemu-user: --version, models --json,
 #                                     and a one-iteration CPU trial into a temporary DB
+# PROFILE=ci-aarch64 picks a cargo profile other than release (CI's quicker smoke build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +26,9 @@ rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || rustup target add
 # rusqlite's bundled SQLite is C: compile it with the cross gcc too.
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
-cargo build --release --locked --target aarch64-unknown-linux-gnu
-bin=target/aarch64-unknown-linux-gnu/release/edgebench
+profile=${PROFILE:-release}
+cargo build --locked --profile "$profile" --target aarch64-unknown-linux-gnu
+bin=${CARGO_TARGET_DIR:-target}/aarch64-unknown-linux-gnu/$profile/edgebench
 echo "$bin"
 
 if [ "${1:-}" = "--check" ]; then
