@@ -25,6 +25,17 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const GIT_COMMIT: &str = env!("EDGEBENCH_GIT_COMMIT");
 pub const CANDLE_VERSION: &str = env!("EDGEBENCH_CANDLE_VERSION");
 
+/// Sleeps `interval`, in short slices so that a sampler thread whose `stop` flag is raised
+/// returns promptly.
+pub fn sleep_unless(stop: &std::sync::atomic::AtomicBool, interval: std::time::Duration) {
+    let mut left = interval;
+    while !left.is_zero() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let nap = left.min(std::time::Duration::from_millis(20));
+        std::thread::sleep(nap);
+        left -= nap;
+    }
+}
+
 fn read_trimmed(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()

@@ -51,13 +51,7 @@ impl MemorySampler {
                 let mut samples = Vec::new();
                 loop {
                     samples.push(sample(&reader, Some(pid)));
-                    // Sleep in short slices so stop() returns promptly.
-                    let mut left = interval;
-                    while !left.is_zero() && !flag.load(Ordering::Relaxed) {
-                        let nap = left.min(Duration::from_millis(20));
-                        std::thread::sleep(nap);
-                        left -= nap;
-                    }
+                    crate::host::sleep_unless(&flag, interval);
                     if flag.load(Ordering::Relaxed) {
                         samples.push(sample(&reader, Some(pid)));
                         return samples;

@@ -232,12 +232,7 @@ impl ClockWatcher {
                     return states;
                 }
                 loop {
-                    let mut left = interval;
-                    while !left.is_zero() && !flag.load(Ordering::Relaxed) {
-                        let nap = left.min(Duration::from_millis(20));
-                        std::thread::sleep(nap);
-                        left -= nap;
-                    }
+                    crate::host::sleep_unless(&flag, interval);
                     states.push(read_state(&host));
                     if flag.load(Ordering::Relaxed) {
                         return states;
@@ -300,7 +295,60 @@ struct ClockTrack<'a> {
     max: Vec<Option<u64>>,
 }
 
-impl ClockTrack<'_> {
+/// One clock read once: governor and current/minimum/maximum frequency.
+struct Reading<'a> {
+    governor: Option<&'a str>,
+    cur: Option<u64>,
+    min: Option<u64>,
+    max: Option<u64>,
+}
+
+impl CpuPolicy {
+    fn reading(&self) -> Reading<'_> {
+        Reading {
+            governor: self.governor.as_deref(),
+            cur: self.cur_khz,
+            min: self.min_khz,
+            max: self.max_khz,
+        }
+    }
+}
+
+impl GpuClock {
+    fn reading(&self) -> Reading<'_> {
+        Reading {
+            governor: self.governor.as_deref(),
+            cur: self.cur_hz,
+            min: self.min_hz,
+            max: self.max_hz,
+        }
+    }
+}
+
+impl<'a> ClockTrack<'a> {
+    /// One reading per state, `None` where the clock was missing from that state.
+    fn new(
+        label: String,
+        unit: &'a str,
+        readings: impl Iterator<Item = Option<Reading<'a>>>,
+    ) -> Self {
+        let mut track = ClockTrack {
+            label,
+            unit,
+            governors: Vec::new(),
+            cur: Vec::new(),
+            min: Vec::new(),
+            max: Vec::new(),
+        };
+        for r in readings {
+            track.governors.push(r.as_ref().and_then(|r| r.governor));
+            track.cur.push(r.as_ref().and_then(|r| r.cur));
+            track.min.push(r.as_ref().and_then(|r| r.min));
+            track.max.push(r.as_ref().and_then(|r| r.max));
+        }
+        track
+    }
+
     fn reasons(&self, states: &[ClockState], out: &mut Vec<String>) {
         let first_max = self.max.first().copied().flatten();
         if let Some(changed) = self.max.iter().flatten().find(|&&m| Some(m) != first_max) {
@@ -400,57 +448,23 @@ pub fn assess<'s>(states: &'s [ClockState]) -> ClockReport {
     let mut out_series = Vec::new();
     let f = |v: Option<u64>| v.map(|v| v as f64);
     for (k, policy) in first.cpus.iter().enumerate() {
-        let at = |s: &'s ClockState| policy_at(s, k, &policy.name);
-        let track = ClockTrack {
-            label: format!(
-                "CPU {} ({})",
-                policy.name,
-                policy.cpus.as_deref().unwrap_or("?")
-            ),
-            unit: "kHz",
-            governors: states
-                .iter()
-                .map(|s| at(s).and_then(|p| p.governor.as_deref()))
-                .collect(),
-            cur: states
-                .iter()
-                .map(|s| at(s).and_then(|p| p.cur_khz))
-                .collect(),
-            min: states
-                .iter()
-                .map(|s| at(s).and_then(|p| p.min_khz))
-                .collect(),
-            max: states
-                .iter()
-                .map(|s| at(s).and_then(|p| p.max_khz))
-                .collect(),
-        };
+        let label = format!(
+            "CPU {} ({})",
+            policy.name,
+            policy.cpus.as_deref().unwrap_or("?")
+        );
+        let readings = states
+            .iter()
+            .map(|s| policy_at(s, k, &policy.name).map(CpuPolicy::reading));
+        let track = ClockTrack::new(label, "kHz", readings);
         track.reasons(states, &mut reasons);
         let values: Vec<f64> = track.cur.iter().filter_map(|&v| f(v)).collect();
         out_series.extend(series(format!("cpu.{}.cur_khz", policy.name), &values));
     }
     if let Some(gpu) = &first.gpu {
         let at = |s: &'s ClockState| s.gpu.as_ref().filter(|g| g.name == gpu.name);
-        let track = ClockTrack {
-            label: format!("GPU {}", gpu.name),
-            unit: "Hz",
-            governors: states
-                .iter()
-                .map(|s| at(s).and_then(|g| g.governor.as_deref()))
-                .collect(),
-            cur: states
-                .iter()
-                .map(|s| at(s).and_then(|g| g.cur_hz))
-                .collect(),
-            min: states
-                .iter()
-                .map(|s| at(s).and_then(|g| g.min_hz))
-                .collect(),
-            max: states
-                .iter()
-                .map(|s| at(s).and_then(|g| g.max_hz))
-                .collect(),
-        };
+        let readings = states.iter().map(|s| at(s).map(GpuClock::reading));
+        let track = ClockTrack::new(format!("GPU {}", gpu.name), "Hz", readings);
         track.reasons(states, &mut reasons);
         let values: Vec<f64> = track.cur.iter().filter_map(|&v| f(v)).collect();
         out_series.extend(series("gpu.cur_hz".into(), &values));
