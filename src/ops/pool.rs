@@ -236,6 +236,14 @@ fn max_fwd_plane<T: Float>(xp: &[T], o: &mut [T], hw: &[Win], ww: &[Win], w: usi
         }
         for (v, wx) in orow.iter_mut().zip(ww) {
             let mut m = T::LOWEST;
+            if wx.end - wx.start == 3 {
+                let t: &[T; 3] = tmp[wx.start..wx.start + 3].try_into().expect("3 elements");
+                for &e in t {
+                    m = if e > m { e } else { m };
+                }
+                *v = m;
+                continue;
+            }
             for &e in &tmp[wx.start..wx.end] {
                 m = if e > m { e } else { m };
             }
@@ -267,6 +275,22 @@ fn max_bwd_plane<T: Float>(
                 continue;
             }
             let mut arg = usize::MAX;
+            if hy.end - hy.start == 3 && wx.end - wx.start == 3 {
+                // Every BVLC max pool is 3x3: a fixed window the compiler unrolls.
+                let at = hy.start * w + wx.start;
+                for r in (0..3).rev() {
+                    let row: &[T; 3] = xp[at + r * w..at + r * w + 3]
+                        .try_into()
+                        .expect("3 elements");
+                    for k in (0..3).rev() {
+                        arg = if row[k] == m { at + r * w + k } else { arg };
+                    }
+                }
+                if arg != usize::MAX {
+                    dxp[arg] += g;
+                }
+                continue;
+            }
             for yy in (hy.start..hy.end).rev() {
                 let at = yy * w + wx.start;
                 for (k, &e) in xp[at..yy * w + wx.end].iter().enumerate().rev() {
