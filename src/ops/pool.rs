@@ -271,7 +271,8 @@ fn max_bwd_plane<T: Float>(
     let ow = ww.len();
     for ((yrow, grow), hy) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).zip(hw) {
         for ((&m, &g), wx) in yrow.iter().zip(grow).zip(ww) {
-            if !(m > T::LOWEST) {
+            // The forward never outputs NaN (NaN never wins), so this is `!(m > LOWEST)`.
+            if m <= T::LOWEST {
                 continue;
             }
             let mut arg = usize::MAX;
