@@ -4,7 +4,7 @@
 
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +96,15 @@ impl Pool2d {
         if plane_out == 0 {
             return out;
         }
+        if self.kind == PoolKind::Max {
+            out.par_chunks_mut(plane_out)
+                .zip(x.par_chunks(h * w))
+                .for_each_init(
+                    || vec![T::LOWEST; w],
+                    |tmp, (o, xp)| max_fwd_plane(xp, o, &hw, &ww, w, tmp),
+                );
+            return out;
+        }
         out.par_chunks_mut(plane_out)
             .zip(x.par_chunks(h * w))
             .for_each(|(o, xp)| {
@@ -140,6 +149,7 @@ impl Pool2d {
     fn bwd_cpu<T: Float>(
         &self,
         x: &[T],
+        y: &[T],
         dy: &[T],
         (n, c, h, w): (usize, usize, usize, usize),
     ) -> Vec<T> {
@@ -147,6 +157,13 @@ impl Pool2d {
         let plane_out = hw.len() * ww.len();
         let mut dx = vec![T::ZERO; n * c * h * w];
         if plane_out == 0 {
+            return dx;
+        }
+        if self.kind == PoolKind::Max {
+            dx.par_chunks_mut(h * w)
+                .zip(x.par_chunks(h * w))
+                .zip(y.par_chunks(plane_out).zip(dy.par_chunks(plane_out)))
+                .for_each(|((dxp, xp), (yp, dyp))| max_bwd_plane(xp, yp, dyp, dxp, &hw, &ww, w));
             return dx;
         }
         dx.par_chunks_mut(h * w)
@@ -206,6 +223,88 @@ impl Pool2d {
     }
 }
 
+/// One plane of max pooling: the max of each window's column (all window rows at once, which
+/// vectorises) into `tmp`, then the max along each window's row. The value is the same as a
+/// row-major scan with strict `>` from -FLT_MAX (NaN never wins; an empty window gives LOWEST).
+fn max_fwd_plane<T: Float>(xp: &[T], o: &mut [T], hw: &[Win], ww: &[Win], w: usize, tmp: &mut [T]) {
+    for (orow, hy) in o.chunks_exact_mut(ww.len()).zip(hw) {
+        tmp.fill(T::LOWEST);
+        for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
+            for (t, &e) in tmp.iter_mut().zip(row) {
+                *t = if e > *t { e } else { *t };
+            }
+        }
+        for (v, wx) in orow.iter_mut().zip(ww) {
+            let mut m = T::LOWEST;
+            if wx.end - wx.start == 3 {
+                let t: &[T; 3] = tmp[wx.start..wx.start + 3].try_into().expect("3 elements");
+                for &e in t {
+                    m = if e > m { e } else { m };
+                }
+                *v = m;
+                continue;
+            }
+            for &e in &tmp[wx.start..wx.end] {
+                m = if e > m { e } else { m };
+            }
+            *v = m;
+        }
+    }
+}
+
+/// One plane of the max-pool input gradient: each window's gradient goes to Caffe's argmax, the
+/// first strict maximum in row-major order, which is the first element equal to the window's
+/// output `y` (when `y` > -FLT_MAX; otherwise no element ever beat the initial value). Scanned
+/// backwards with selects, so there is no data-dependent branch and no dependency chain.
+fn max_bwd_plane<T: Float>(
+    xp: &[T],
+    yp: &[T],
+    dyp: &[T],
+    dxp: &mut [T],
+    hw: &[Win],
+    ww: &[Win],
+    w: usize,
+) {
+    // Write before reading: a first read of calloc'ed memory maps the shared zero page and the
+    // later `+=` then takes a copy-on-write fault plus a TLB shootdown.
+    dxp.fill(T::ZERO);
+    let ow = ww.len();
+    for ((yrow, grow), hy) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).zip(hw) {
+        for ((&m, &g), wx) in yrow.iter().zip(grow).zip(ww) {
+            // The forward never outputs NaN (NaN never wins), so this is `!(m > LOWEST)`.
+            if m <= T::LOWEST {
+                continue;
+            }
+            let mut arg = usize::MAX;
+            if hy.end - hy.start == 3 && wx.end - wx.start == 3 {
+                // Every BVLC max pool is 3x3: a fixed window the compiler unrolls.
+                let at = hy.start * w + wx.start;
+                for r in (0..3).rev() {
+                    let row: &[T; 3] = xp[at + r * w..at + r * w + 3]
+                        .try_into()
+                        .expect("3 elements");
+                    for k in (0..3).rev() {
+                        arg = if row[k] == m { at + r * w + k } else { arg };
+                    }
+                }
+                if arg != usize::MAX {
+                    dxp[arg] += g;
+                }
+                continue;
+            }
+            for yy in (hy.start..hy.end).rev() {
+                let at = yy * w + wx.start;
+                for (k, &e) in xp[at..yy * w + wx.end].iter().enumerate().rev() {
+                    arg = if e == m { at + k } else { arg };
+                }
+            }
+            if arg != usize::MAX {
+                dxp[arg] += g;
+            }
+        }
+    }
+}
+
 impl CustomOp1 for Pool2d {
     fn name(&self) -> &'static str {
         "pool2d"
@@ -224,18 +323,21 @@ impl CustomOp1 for Pool2d {
 
     // cuda_fwd/metal_fwd: default "no cuda implementation" errors; these ops are CPU-only.
 
-    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let dx = arg
-            .contiguous()?
-            .apply_op2_no_bwd(&grad_res.contiguous()?, &PoolBwd(*self))?;
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let dx = arg.contiguous()?.apply_op3_no_bwd(
+            &res.contiguous()?,
+            &grad_res.contiguous()?,
+            &PoolBwd(*self),
+        )?;
         Ok(Some(dx))
     }
 }
 
-/// Input gradient of `Pool2d`: (x, dy) -> dx.
+/// Input gradient of `Pool2d`: (x, y, dy) -> dx (y, the forward output, locates max-pool's
+/// argmax; average pooling ignores it).
 struct PoolBwd(Pool2d);
 
-impl CustomOp2 for PoolBwd {
+impl CustomOp3 for PoolBwd {
     fn name(&self) -> &'static str {
         "pool2d-bwd"
     }
@@ -246,31 +348,42 @@ impl CustomOp2 for PoolBwd {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let p = &self.0;
         let dims = l1.shape().dims4()?;
         let want = p.out_shape(dims);
-        if l2.shape() != &want {
+        if l2.shape() != &want || l3.shape() != &want {
             bail!(
-                "pool2d-bwd: grad shape {:?} does not match output shape {want:?}",
-                l2.shape()
+                "pool2d-bwd: output {:?} / grad {:?} do not match output shape {want:?}",
+                l2.shape(),
+                l3.shape()
             );
         }
-        let dx = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(g)) => CpuStorage::F32(p.bwd_cpu(
-                nchw_slice(x, l1, "pool2d-bwd")?,
-                nchw_slice(g, l2, "pool2d-bwd")?,
-                dims,
-            )),
-            (CpuStorage::F64(x), CpuStorage::F64(g)) => CpuStorage::F64(p.bwd_cpu(
-                nchw_slice(x, l1, "pool2d-bwd")?,
-                nchw_slice(g, l2, "pool2d-bwd")?,
-                dims,
-            )),
+        let n = "pool2d-bwd";
+        let dx = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
+                CpuStorage::F32(p.bwd_cpu(
+                    nchw_slice(x, l1, n)?,
+                    nchw_slice(y, l2, n)?,
+                    nchw_slice(g, l3, n)?,
+                    dims,
+                ))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => {
+                CpuStorage::F64(p.bwd_cpu(
+                    nchw_slice(x, l1, n)?,
+                    nchw_slice(y, l2, n)?,
+                    nchw_slice(g, l3, n)?,
+                    dims,
+                ))
+            }
             _ => bail!(
-                "pool2d-bwd: need matching f32/f64 inputs, got {:?} and {:?}",
+                "pool2d-bwd: need matching f32/f64 inputs, got {:?}, {:?} and {:?}",
                 s1.dtype(),
-                s2.dtype()
+                s2.dtype(),
+                s3.dtype()
             ),
         };
         Ok((dx, l1.shape().clone()))
