@@ -296,10 +296,22 @@ fn rel_norm_diff(a: &[f32], b: &[f32]) -> f64 {
 /// scaled by 1 + 1e-6, i.e. float noise) is: max-pool argmaxes among near-equal activations
 /// (BVLC init: bias 0.1 dominates) flip under any reordering of float sums, and move the
 /// gradients below the pool by ~0.3 % in candle alone.
-fn compare_to_noise(ours: &[Vec<f32>], reference: &[Vec<f32>], nudged: &[Vec<f32>], what: &str) {
+/// `nudged`: the reference recomputed from inputs scaled by 1 + ε, one set per ε. The float
+/// noise yardstick is the largest distance any of them lands from the reference: one nudge
+/// alone may happen to flip no ReLU/max-pool choice (it depends on the GEMM kernel's rounding).
+fn compare_to_noise(
+    ours: &[Vec<f32>],
+    reference: &[Vec<f32>],
+    nudged: &[Vec<Vec<f32>>],
+    what: &str,
+) {
     assert_eq!(ours.len(), reference.len());
-    for (i, ((a, r), n)) in ours.iter().zip(reference).zip(nudged).enumerate() {
-        let (d, noise) = (rel_norm_diff(a, r), rel_norm_diff(n, r));
+    for (i, (a, r)) in ours.iter().zip(reference).enumerate() {
+        let d = rel_norm_diff(a, r);
+        let noise = nudged
+            .iter()
+            .map(|n| rel_norm_diff(&n[i], r))
+            .fold(0.0, f64::max);
         println!("{what} {i}: differs by {d:.2e} of its norm (float-noise yardstick {noise:.2e})");
         // 1 % floor: a single ReLU/argmax flip in a layer with a small gradient (GoogLeNet's
         // 5x5_reduce convs) moves it by ~0.3 % even where one nudge happened to flip nothing.
@@ -315,7 +327,11 @@ fn compare_to_noise(ours: &[Vec<f32>], reference: &[Vec<f32>], nudged: &[Vec<f32
 fn check_training_matches_candle(net: &str, steps: usize) {
     let (ours, w_ours) = train_curve(net, ConvImpl::Gemm, steps, 1.0);
     let (reference, w_ref) = train_curve(net, ConvImpl::Candle, steps, 1.0);
-    let (_, w_nudged) = train_curve(net, ConvImpl::Candle, steps, 1.0 + 1e-6);
+    // Several steps of SGD amplify a flipped choice chaotically: nudge twice, at two scales.
+    let w_nudged: Vec<Vec<Vec<f32>>> = [1.0 + 1e-6, 1.0 - 1e-4]
+        .iter()
+        .map(|&scale| train_curve(net, ConvImpl::Candle, steps, scale).1)
+        .collect();
     println!("{net}: gemm {ours:?}\n{net}: candle {reference:?}");
     assert!(
         ours.windows(2).any(|w| w[0] != w[1]),
@@ -377,7 +393,7 @@ fn check_gradients_match_candle(net: &str) {
     compare_to_noise(
         &strip(&ours),
         &strip(&reference),
-        &strip(&nudged),
+        &[strip(&nudged)],
         "gradient",
     );
 }
