@@ -94,6 +94,16 @@ fn read_dt(host: &HostPaths, file: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&raw).into_owned())
 }
 
+/// The device tree's free-text `model`, without its NUL terminator; None if absent or blank.
+pub fn device_tree_model(host: &HostPaths) -> Option<String> {
+    read_dt(host, "model")
+        .map(|s| {
+            s.trim_matches(|c: char| c == '\0' || c.is_whitespace())
+                .to_string()
+        })
+        .filter(|s| !s.is_empty())
+}
+
 /// Detects the board from `<sysfs>/firmware/devicetree/base/{compatible,model}`.
 pub fn detect(host: &HostPaths) -> Detection {
     let compatible: Vec<String> = read_dt(host, "compatible")
@@ -105,12 +115,7 @@ pub fn detect(host: &HostPaths) -> Detection {
                 .collect()
         })
         .unwrap_or_default();
-    let model = read_dt(host, "model")
-        .map(|s| {
-            s.trim_matches(|c: char| c == '\0' || c.is_whitespace())
-                .to_string()
-        })
-        .unwrap_or_default();
+    let model = device_tree_model(host).unwrap_or_default();
     for p in profiles() {
         if let Some(entry) = compatible
             .iter()

@@ -36,7 +36,8 @@ pub fn sleep_unless(stop: &std::sync::atomic::AtomicBool, interval: std::time::D
     }
 }
 
-fn read_trimmed(path: &Path) -> Option<String> {
+/// A small text file's content, trimmed; None if it is missing, unreadable or blank.
+pub fn read_trimmed(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim().to_string())

@@ -618,6 +618,15 @@ fn rich_board(path: &Path, host: &str) {
         .unwrap();
 }
 
+/// `results.db` in `dir`: a rich tx2 board merged with a plain nano.lan one.
+fn two_boards(dir: &Path) -> PathBuf {
+    let (a, b, db) = (dir.join("a.db"), dir.join("b.db"), dir.join("results.db"));
+    rich_board(&a, "tx2");
+    board_db(&b, "nano.lan");
+    merge(&[a, b], &db).unwrap();
+    db
+}
+
 /// Vertex counts of every `<polyline points="...">` in an SVG.
 fn polylines(svg: &str) -> Vec<usize> {
     svg.split("<polyline")
@@ -632,14 +641,7 @@ fn polylines(svg: &str) -> Vec<usize> {
 #[test]
 fn report_files_match_the_database() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, db) = (
-        dir.path().join("a.db"),
-        dir.path().join("b.db"),
-        dir.path().join("results.db"),
-    );
-    rich_board(&a, "tx2");
-    board_db(&b, "nano.lan");
-    merge(&[a, b], &db).unwrap();
+    let db = two_boards(dir.path());
     let out = dir.path().join("report");
     let o = edgebench(&["report", s(&db), "--out", s(&out), "--compare"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -811,14 +813,7 @@ fn dark_in(img: &image::RgbImage, xs: std::ops::Range<u32>, ys: std::ops::Range<
 #[test]
 fn report_draws_png_plots_with_text() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b, db) = (
-        dir.path().join("a.db"),
-        dir.path().join("b.db"),
-        dir.path().join("results.db"),
-    );
-    rich_board(&a, "tx2");
-    board_db(&b, "nano.lan");
-    merge(&[a, b], &db).unwrap();
+    let db = two_boards(dir.path());
     // A power trace for --trace: two rails over the trial's iterations.
     let store = Store::open_readonly(&db).unwrap();
     let rows = store.results().unwrap();

@@ -2,7 +2,7 @@
 //! thermal zones and cooling devices. One [`ClockState`] is a snapshot; a trial's series of
 //! them decides whether it ran throttled ([`assess`]).
 
-use crate::host::HostPaths;
+use crate::host::{read_trimmed as read, HostPaths};
 use crate::train::monotonic_ns;
 use serde::Serialize;
 use std::path::Path;
@@ -10,13 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
 
 fn read_u64(path: &Path) -> Option<u64> {
     read(path)?.parse().ok()

@@ -9,7 +9,7 @@ pub mod clocks;
 pub use clocks::{assess, read_state, ClockReport, ClockSeries, ClockState, ClockWatcher};
 
 use crate::board;
-use crate::host::HostPaths;
+use crate::host::{read_trimmed as read, HostPaths};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -39,13 +39,6 @@ impl Provenance {
             .map(|(k, v)| format!("{k:width$}  {v}\n"))
             .collect()
     }
-}
-
-fn read(path: &std::path::Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
 }
 
 /// `# R35 (release), REVISION: 4.1, GCID: ..., BOARD: t186ref, ...` -> `R35.4.1 (t186ref)`.
@@ -166,17 +159,7 @@ pub fn capture(host: &HostPaths) -> Provenance {
     let detection = board::detect(host);
     p.set("board", detection.profile.name.clone());
     p.set("board.detected_by", detection.how.clone());
-    p.set_opt(
-        "board.model",
-        std::fs::read(host.sys("firmware/devicetree/base/model"))
-            .ok()
-            .map(|raw| {
-                String::from_utf8_lossy(&raw)
-                    .trim_matches(|c: char| c == '\0' || c.is_whitespace())
-                    .to_string()
-            })
-            .filter(|s| !s.is_empty()),
-    );
+    p.set_opt("board.model", board::device_tree_model(host));
     let l4t = read(&host.root("etc/nv_tegra_release"));
     p.set_opt("l4t", l4t.as_deref().and_then(parse_l4t));
     p.set_opt(
@@ -189,9 +172,8 @@ pub fn capture(host: &HostPaths) -> Provenance {
     p.set_opt("kernel.version", read(&host.proc("sys/kernel/version")));
     p.set_opt("cpu.online", read(&host.sys("devices/system/cpu/online")));
     let state = read_state(host);
-    let on_jetson =
-        l4t.is_some() || detection.warning.is_none() && detection.profile.name != "generic";
-    if on_jetson {
+    // Detection falls back to the generic profile only when the board is not recognised.
+    if l4t.is_some() || detection.profile.name != "generic" {
         p.set_opt("jetson_clocks", jetson_clocks(&state));
     }
     clock_entries(&mut p, &state, "start");
