@@ -121,7 +121,7 @@ pub enum Command {
     /// Internal: train one trial (job on stdin, JSON lines on stdout). Started by `run`.
     #[command(hide = true)]
     Worker,
-    /// Time training steps of one net on the CPU and print forward/backward time per layer.
+    /// Time training steps of one net and print forward/backward time per layer.
     Profile {
         #[arg(long, default_value = "alexnet")]
         net: String,
@@ -133,6 +133,9 @@ pub enum Command {
         /// Use candle's conv2d instead of edgebench's GEMM convolution (for comparison).
         #[arg(long)]
         candle_conv: bool,
+        /// cpu, or cuda (a build with the `cuda` feature); stage times on a GPU wait for it.
+        #[arg(long, default_value = "cpu")]
+        device: String,
         /// Print only `RESULT net=.. batch=.. median_s_per_image=..` after the steps.
         #[arg(long)]
         quick: bool,

@@ -172,6 +172,7 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             batch,
             steps,
             candle_conv,
+            device,
             quick,
             threads,
         } => {
@@ -186,14 +187,18 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             } else {
                 models::ConvImpl::Gemm
             };
-            let p = edgebench::train::profile::profile(spec, batch, steps, conv, !quick)?;
+            let kind = edgebench::config::DeviceKind::parse(&device)
+                .map_err(|e| usage(anyhow::anyhow!("--device: {e}")))?;
+            let device = edgebench::train::device(kind)?;
+            let p = edgebench::train::profile::profile(spec, &device, batch, steps, conv, !quick)?;
             if !quick {
                 print!("{}", p.text());
             }
             println!(
-                "RESULT net={} batch={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
+                "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
                 p.net,
                 p.batch,
+                kind.as_str(),
                 p.step_s / p.batch as f64,
                 p.step_cpu_s / p.batch as f64,
                 edgebench::train::profile::peak_rss_kb()

@@ -2,7 +2,9 @@
 //! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
-use crate::ops::{conv2d, conv2d_candle, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d};
+use crate::ops::{
+    conv2d, conv2d_candle, conv2d_im2col, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d,
+};
 use candle_core::{Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -181,8 +183,8 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
 /// Which convolution implementation the forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvImpl {
-    /// edgebench's GEMM ops (`ops::conv2d`, `ops::linear`) on the CPU, candle's conv2d and
-    /// matmul on other devices.
+    /// edgebench's GEMM ops (`ops::conv2d`, `ops::linear`) on the CPU; on CUDA im2col + cuBLAS
+    /// (`ops::conv2d_im2col`) and candle's matmul; candle's conv2d and matmul elsewhere.
     #[default]
     Gemm,
     /// candle's `Tensor::conv2d` and `matmul` everywhere (the reference the tests compare
@@ -216,10 +218,10 @@ fn run_seq(
                     groups: *groups,
                     relu: *relu,
                 };
-                if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
-                    conv2d(&x, w, b, p)?
-                } else {
-                    conv2d_candle(&x, w, b, p)?
+                match conv_impl {
+                    ConvImpl::Gemm if x.device().is_cpu() => conv2d(&x, w, b, p)?,
+                    ConvImpl::Gemm if x.device().is_cuda() => conv2d_im2col(&x, w, b, p)?,
+                    _ => conv2d_candle(&x, w, b, p)?,
                 }
             }
             Node::Fc { w, b, relu } => {

@@ -48,23 +48,23 @@ pub fn conv2d_candle(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Te
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Geom {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    o: usize,
-    kh: usize,
-    kw: usize,
-    ho: usize,
-    wo: usize,
-    stride: usize,
-    pad: usize,
-    groups: usize,
+pub(crate) struct Geom {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) o: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) ho: usize,
+    pub(crate) wo: usize,
+    pub(crate) stride: usize,
+    pub(crate) pad: usize,
+    pub(crate) groups: usize,
 }
 
 impl Geom {
-    fn new(x: &[usize], w: &[usize], b: &[usize], p: Conv2d) -> Result<Geom> {
+    pub(crate) fn new(x: &[usize], w: &[usize], b: &[usize], p: Conv2d) -> Result<Geom> {
         let (&[n, c, h, wd], &[o, cg, kh, kw], &[bo]) = (x, w, b) else {
             bail!("conv2d: expects x (N,C,H,W), w (O,C/g,KH,KW), b (O); got {x:?}, {w:?}, {b:?}")
         };
@@ -143,7 +143,7 @@ impl Geom {
 
     /// col (kk, ohw) <- the patches of one group's input `x` (cg, h, w); col's rows are `ld`
     /// apart and this image's columns start at `off` (several images side by side).
-    fn im2col<T: Float>(&self, x: &[T], col: &mut [T], ld: usize, off: usize) {
+    pub(crate) fn im2col<T: Float>(&self, x: &[T], col: &mut [T], ld: usize, off: usize) {
         let (hw, ohw, wo, s) = (self.hw(), self.ohw(), self.wo, self.stride);
         let mut rows = col.chunks_mut(ld).map(|r| &mut r[off..off + ohw]);
         for plane in x.chunks_exact(hw) {
@@ -179,7 +179,7 @@ impl Geom {
 
     /// dx (cg, h, w) += the patches in `col` (kk, ohw) scattered back (the adjoint of im2col);
     /// rows `ld` apart, this image's columns from `off`.
-    fn col2im<T: Float>(&self, col: &[T], dx: &mut [T], ld: usize, off: usize) {
+    pub(crate) fn col2im<T: Float>(&self, col: &[T], dx: &mut [T], ld: usize, off: usize) {
         let (hw, ohw, wo, s) = (self.hw(), self.ohw(), self.wo, self.stride);
         let mut rows = col.chunks(ld).map(|r| &r[off..off + ohw]);
         for plane in dx.chunks_exact_mut(hw) {

@@ -20,7 +20,7 @@ pub fn lrn(x: &Tensor, p: Lrn) -> Result<Tensor> {
     x.dims4()?;
     p.check()?;
     // Contiguous copy is differentiable, so strided inputs still get their gradient.
-    super::on_cpu(x, |x| x.contiguous()?.apply_op1(p))
+    super::native_or_host(x, |x| x.contiguous()?.apply_op1(p))
 }
 
 impl Lrn {
@@ -69,6 +69,30 @@ impl Lrn {
         for a in acc.iter_mut() {
             *a = k + ratio * *a;
         }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> super::cuda::LrnGeom {
+        let (pre, post) = self.pre_post();
+        super::cuda::LrnGeom {
+            len: n * c * h * w,
+            c,
+            hw: h * w,
+            pre,
+            post,
+            k: self.k as f32,
+            ratio: (self.alpha / self.size as f64) as f32,
+            beta: self.beta as f32,
+            cache_ratio: (2.0 * self.alpha * self.beta / self.size as f64) as f32,
+        }
+    }
+
+    /// x, y and dy of the input gradient must have one shape.
+    fn check_bwd(x: &Shape, y: &Shape, dy: &Shape) -> Result<(usize, usize, usize, usize)> {
+        if y != x || dy != x {
+            bail!("lrn-bwd: shapes differ: x {x:?}, y {y:?}, dy {dy:?}");
+        }
+        x.dims4()
     }
 
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
@@ -160,7 +184,19 @@ impl CustomOp1 for Lrn {
         Ok((out, l.shape().clone()))
     }
 
-    // cuda_fwd/metal_fwd: default "no cuda implementation" errors; these ops are CPU-only.
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::cuda;
+        self.check()?;
+        let dims = l.shape().dims4()?;
+        let dev = s.device();
+        let y = cuda::lrn_fwd(dev, &cuda::input(s, l, "lrn")?, self.geom(dims))?;
+        Ok((cuda::storage(y, dev), l.shape().clone()))
+    }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         let dx = arg.contiguous()?.apply_op3_no_bwd(
@@ -189,15 +225,7 @@ impl CustomOp3 for LrnBwd {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let dims = l1.shape().dims4()?;
-        if l2.shape() != l1.shape() || l3.shape() != l1.shape() {
-            bail!(
-                "lrn-bwd: shapes differ: x {:?}, y {:?}, dy {:?}",
-                l1.shape(),
-                l2.shape(),
-                l3.shape()
-            );
-        }
+        let dims = Lrn::check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let p = &self.0;
         let dx = match (s1, s2, s3) {
             (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
@@ -224,6 +252,29 @@ impl CustomOp3 for LrnBwd {
             ),
         };
         Ok((dx, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::cuda;
+        let dims = Lrn::check_bwd(l1.shape(), l2.shape(), l3.shape())?;
+        let n = "lrn-bwd";
+        let dev = s1.device();
+        let (x, y, dy) = (
+            cuda::input(s1, l1, n)?,
+            cuda::input(s2, l2, n)?,
+            cuda::input(s3, l3, n)?,
+        );
+        let dx = cuda::lrn_bwd(dev, &x, &y, &dy, self.0.geom(dims))?;
+        Ok((cuda::storage(dx, dev), l1.shape().clone()))
     }
 }
 

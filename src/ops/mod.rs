@@ -1,13 +1,18 @@
 //! Custom candle ops that candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling
-//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. The kernels are CPU
-//! only; on a GPU the public wrappers route the tensor through host memory (see `on_cpu`).
+//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. CPU kernels here,
+//! CUDA kernels in `cuda` (with the `cuda` feature); on any other device the public wrappers
+//! route the tensor through host memory (see `native_or_host`).
 
 pub mod conv;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub mod im2col;
 pub mod linear;
 pub mod lrn;
 pub mod pool;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
+pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
@@ -235,14 +240,13 @@ mod bench {
     }
 }
 
-/// Runs an op that has only a CPU kernel on a tensor of any device. A tensor on a GPU goes
-/// through host memory and back (`to_device` is differentiable, so gradients follow): correct
-/// everywhere, and cheap on a Jetson's unified memory; native CUDA kernels are still to come.
-fn on_cpu(
+/// Runs an op with CPU and CUDA kernels on a tensor of any device. On another device (Metal) the
+/// tensor goes through host memory and back (`to_device` is differentiable, so gradients follow).
+fn native_or_host(
     x: &candle_core::Tensor,
     op: impl Fn(&candle_core::Tensor) -> candle_core::Result<candle_core::Tensor>,
 ) -> candle_core::Result<candle_core::Tensor> {
-    if x.device().is_cpu() {
+    if x.device().is_cpu() || x.device().is_cuda() {
         op(x)
     } else {
         op(&x.to_device(&candle_core::Device::Cpu)?)?.to_device(x.device())

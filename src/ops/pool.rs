@@ -40,7 +40,7 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     p.check(h, w)?;
     // The kernels index planes directly; a copy here is differentiable, so strided inputs still
     // get their gradient.
-    super::on_cpu(x, |x| x.contiguous()?.apply_op1(p))
+    super::native_or_host(x, |x| x.contiguous()?.apply_op1(p))
 }
 
 /// One axis of a pooling window: clipped [start, end) and, for AVE, Caffe's divisor length
@@ -216,6 +216,31 @@ impl Pool2d {
         dx
     }
 
+    #[cfg(feature = "cuda")]
+    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> super::cuda::PoolGeom {
+        super::cuda::PoolGeom {
+            planes: n * c,
+            h,
+            w,
+            oh: pool_output_size(h, self.kernel, self.stride, self.pad),
+            ow: pool_output_size(w, self.kernel, self.stride, self.pad),
+            kernel: self.kernel,
+            stride: self.stride,
+            pad: self.pad,
+            is_max: self.kind == PoolKind::Max,
+        }
+    }
+
+    /// The (x, y, dy) shapes the input gradient needs.
+    fn check_bwd(&self, x: &Shape, y: &Shape, dy: &Shape) -> Result<(usize, usize, usize, usize)> {
+        let dims = x.dims4()?;
+        let want = self.out_shape(dims);
+        if y != &want || dy != &want {
+            bail!("pool2d-bwd: output {y:?} / grad {dy:?} do not match output shape {want:?}");
+        }
+        Ok(dims)
+    }
+
     fn out_shape(&self, (n, c, h, w): (usize, usize, usize, usize)) -> Shape {
         let oh = pool_output_size(h, self.kernel, self.stride, self.pad);
         let ow = pool_output_size(w, self.kernel, self.stride, self.pad);
@@ -321,7 +346,19 @@ impl CustomOp1 for Pool2d {
         Ok((out, self.out_shape(dims)))
     }
 
-    // cuda_fwd/metal_fwd: default "no cuda implementation" errors; these ops are CPU-only.
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::cuda;
+        let dims = l.shape().dims4()?;
+        self.check(dims.2, dims.3)?;
+        let dev = s.device();
+        let y = cuda::pool_fwd(dev, &cuda::input(s, l, "pool2d")?, self.geom(dims))?;
+        Ok((cuda::storage(y, dev), self.out_shape(dims)))
+    }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         let dx = arg.contiguous()?.apply_op3_no_bwd(
@@ -352,15 +389,7 @@ impl CustomOp3 for PoolBwd {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let p = &self.0;
-        let dims = l1.shape().dims4()?;
-        let want = p.out_shape(dims);
-        if l2.shape() != &want || l3.shape() != &want {
-            bail!(
-                "pool2d-bwd: output {:?} / grad {:?} do not match output shape {want:?}",
-                l2.shape(),
-                l3.shape()
-            );
-        }
+        let dims = p.check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let n = "pool2d-bwd";
         let dx = match (s1, s2, s3) {
             (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
@@ -387,6 +416,30 @@ impl CustomOp3 for PoolBwd {
             ),
         };
         Ok((dx, l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::cuda;
+        let p = &self.0;
+        let dims = p.check_bwd(l1.shape(), l2.shape(), l3.shape())?;
+        let n = "pool2d-bwd";
+        let dev = s1.device();
+        let (x, y, dy) = (
+            cuda::input(s1, l1, n)?,
+            cuda::input(s2, l2, n)?,
+            cuda::input(s3, l3, n)?,
+        );
+        let dx = cuda::pool_bwd(dev, &x, &y, &dy, p.geom(dims))?;
+        Ok((cuda::storage(dx, dev), l1.shape().clone()))
     }
 }
 

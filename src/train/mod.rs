@@ -62,7 +62,17 @@ pub fn device(kind: DeviceKind) -> anyhow::Result<Device> {
     match kind {
         DeviceKind::Cpu => Ok(Device::Cpu),
         #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => Ok(Device::new_cuda(0)?),
+        DeviceKind::Cuda => {
+            let device = Device::new_cuda(0)?;
+            if let Device::Cuda(cuda) = &device {
+                // cudarc records and waits on an event per buffer per kernel so buffers can move
+                // between streams; candle queues everything on the device's one stream, so the
+                // events only add host time to every op (what bounds small batches).
+                // SAFETY: edgebench never creates a second stream on this device.
+                unsafe { cuda.disable_event_tracking() };
+            }
+            Ok(device)
+        }
         #[cfg(not(feature = "cuda"))]
         DeviceKind::Cuda => anyhow::bail!(
             "--device cuda: this edgebench was built without the `cuda` feature; rebuild with \

@@ -22,6 +22,8 @@ pub struct StageTime {
 pub struct Profile {
     pub net: String,
     pub batch: usize,
+    /// `cpu` or `cuda`.
+    pub device: &'static str,
     pub threads: usize,
     /// Median of the timed steps (the first, warm-up step excluded).
     pub step_s: f64,
@@ -60,17 +62,19 @@ fn secs(t0: i64) -> f64 {
     (monotonic_ns() - t0) as f64 * 1e-9
 }
 
-/// Profiles `steps` training steps (plus one warm-up) of `spec` at `batch` on the CPU.
+/// Profiles `steps` training steps (plus one warm-up) of `spec` at `batch` on `device`. On a GPU
+/// every timed part ends with a wait for the device, so its kernels are counted where they run.
 pub fn profile(
     spec: &'static NetSpec,
+    device: &Device,
     batch: usize,
     steps: usize,
     conv: ConvImpl,
     per_stage: bool,
 ) -> anyhow::Result<Profile> {
     anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
-    let device = Device::Cpu;
-    let mut net = Network::new(spec, &device, 1)?;
+    let sync = || device.synchronize();
+    let mut net = Network::new(spec, device, 1)?;
     net.set_conv_impl(conv);
     let data = Dataset::synthetic(1, spec.classes, batch * (steps + 1));
     let mut sgd = Sgd::new(spec.solver, net.params(), steps + 1)?;
@@ -79,8 +83,8 @@ pub fn profile(
     let batch_at = |step: usize| -> anyhow::Result<(Tensor, Tensor)> {
         let b = data.batch(step * batch, batch, [c, h, w])?;
         Ok((
-            Tensor::from_vec(b.images, (batch, c, h, w), &device)?,
-            Tensor::from_vec(b.labels, batch, &device)?,
+            Tensor::from_vec(b.images, (batch, c, h, w), device)?,
+            Tensor::from_vec(b.labels, batch, device)?,
         ))
     };
 
@@ -91,8 +95,10 @@ pub fn profile(
         let (t0, c0) = (monotonic_ns(), cpu_seconds());
         let out = net.forward(&x, Some(&mut rng), None)?;
         let loss = net.loss(&out, &y)?;
+        sync()?;
         let t1 = monotonic_ns();
         let grads = loss.backward()?;
+        sync()?;
         let t2 = monotonic_ns();
         sgd.step(step, net.params(), &grads)?;
         let loss = loss.to_scalar::<f32>()? as f64;
@@ -127,10 +133,13 @@ pub fn profile(
         for _ in 0..reps {
             let t0 = monotonic_ns();
             let y = net.run_stage(i, arg, Some(&mut rng))?;
+            sync()?;
             f.push(secs(t0));
             let s = y.sum_all()?;
+            sync()?;
             let t0 = monotonic_ns();
             std::hint::black_box(s.backward()?);
+            sync()?;
             b.push(secs(t0));
         }
         stages.push(StageTime {
@@ -142,6 +151,7 @@ pub fn profile(
     Ok(Profile {
         net: spec.name.to_string(),
         batch,
+        device: if device.is_cuda() { "cuda" } else { "cpu" },
         threads: rayon::current_num_threads(),
         step_s: median(&mut step_s),
         step_cpu_s: median(&mut cpu_s),

@@ -1,0 +1,690 @@
+//! CUDA kernels for the ops candle 0.11 lacks (Caffe pooling, LRN), so a GPU run keeps its
+//! activations on the GPU instead of copying each one to host memory and back. The source is
+//! compiled once per process with NVRTC (which candle's CUDA build links anyway), so there is no
+//! build-time nvcc step beyond candle's own. f32 only: training runs in f32; the f64 gradient
+//! checks run on the CPU kernels.
+//!
+//! Semantics match the CPU kernels: max pooling takes the first strict maximum in row-major order
+//! from -FLT_MAX, average pooling divides by Caffe's padded window size, LRN is Caffe's
+//! ACROSS_CHANNELS formula. The pooling input gradients add with atomics (overlapping windows), so
+//! their last bits may differ from run to run, as PyTorch's do.
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::cudarc::nvrtc;
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result};
+use std::sync::OnceLock;
+
+const MODULE: &str = "edgebench_ops";
+
+const SOURCE: &str = r#"
+#define EB_LOWEST (-3.402823466e+38f)
+
+struct Win { int start, end, avg; };
+
+// One axis of a pooling window, as Pool2d::windows on the CPU.
+__device__ Win win(int o, int n, int k, int s, int pad) {
+    int st = o * s - pad;
+    Win r;
+    r.start = max(st, 0);
+    r.end = max(min(st + k, n), r.start);
+    r.avg = max(min(st + k, n + pad) - st, 0);
+    return r;
+}
+
+extern "C" __global__ void eb_pool_fwd(const float* x, float* y, long long total, int h, int w,
+                                       int oh, int ow, int k, int s, int pad, int is_max) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        int ox = (int)(i % ow);
+        long long t = i / ow;
+        int oy = (int)(t % oh);
+        const float* xp = x + (t / oh) * (long long)h * w;
+        Win wy = win(oy, h, k, s, pad), wx = win(ox, w, k, s, pad);
+        if (is_max) {
+            float m = EB_LOWEST;
+            for (int yy = wy.start; yy < wy.end; ++yy)
+                for (int xx = wx.start; xx < wx.end; ++xx) {
+                    float e = xp[yy * w + xx];
+                    if (e > m) m = e;
+                }
+            y[i] = m;
+        } else {
+            float sum = 0.0f;
+            for (int yy = wy.start; yy < wy.end; ++yy)
+                for (int xx = wx.start; xx < wx.end; ++xx) sum += xp[yy * w + xx];
+            int size = wy.avg * wx.avg;
+            y[i] = size == 0 ? 0.0f : sum / (float)size;
+        }
+    }
+}
+
+// One thread per output; dx must be zeroed. Max: the gradient goes to the first element equal to
+// the output (Caffe's argmax), none when the window pooled nothing.
+extern "C" __global__ void eb_pool_bwd(const float* x, const float* y, const float* dy, float* dx,
+                                       long long total, int h, int w, int oh, int ow, int k,
+                                       int s, int pad, int is_max) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        int ox = (int)(i % ow);
+        long long t = i / ow;
+        int oy = (int)(t % oh);
+        long long plane = (t / oh) * (long long)h * w;
+        Win wy = win(oy, h, k, s, pad), wx = win(ox, w, k, s, pad);
+        float g = dy[i];
+        if (is_max) {
+            float m = y[i];
+            if (!(m > EB_LOWEST)) continue;
+            int arg = -1;
+            for (int yy = wy.start; yy < wy.end && arg < 0; ++yy)
+                for (int xx = wx.start; xx < wx.end; ++xx)
+                    if (x[plane + yy * w + xx] == m) { arg = yy * w + xx; break; }
+            if (arg >= 0) atomicAdd(dx + plane + arg, g);
+        } else {
+            int size = wy.avg * wx.avg;
+            if (size == 0) continue;
+            g /= (float)size;
+            for (int yy = wy.start; yy < wy.end; ++yy)
+                for (int xx = wx.start; xx < wx.end; ++xx) atomicAdd(dx + plane + yy * w + xx, g);
+        }
+    }
+}
+
+// k + alpha/size * sum of x^2 over channels [ch - pre, ch + post] of one sample at one pixel.
+__device__ float lrn_scale(const float* x, long long base, int ch, int c, long long hw, int pre,
+                           int post, float k, float ratio) {
+    float acc = 0.0f;
+    for (int cc = max(ch - pre, 0); cc <= min(ch + post, c - 1); ++cc) {
+        float v = x[base + cc * hw];
+        acc += v * v;
+    }
+    return k + ratio * acc;
+}
+
+extern "C" __global__ void eb_lrn_fwd(const float* x, float* y, long long total, int c,
+                                      long long hw, int pre, int post, float k, float ratio,
+                                      float beta) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        long long t = i / hw;
+        int ch = (int)(t % c);
+        long long base = (t / c) * c * hw + i % hw;
+        y[i] = x[i] * powf(lrn_scale(x, base, ch, c, hw, pre, post, k, ratio), -beta);
+    }
+}
+
+// Caffe: dx_c = dy_c * scale_c^-beta - 2 alpha beta / size * x_c * sum over the channels c'
+// whose window holds c (c' in [c - post, c + pre]) of dy_c' * y_c' / scale_c'.
+extern "C" __global__ void eb_lrn_bwd(const float* x, const float* y, const float* dy, float* dx,
+                                      long long total, int c, long long hw, int pre, int post,
+                                      float k, float ratio, float beta, float cache_ratio) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        long long t = i / hw;
+        int ch = (int)(t % c);
+        long long base = (t / c) * c * hw + i % hw;
+        float sum = 0.0f;
+        for (int cc = max(ch - post, 0); cc <= min(ch + pre, c - 1); ++cc) {
+            long long j = base + cc * hw;
+            sum += dy[j] * y[j] / lrn_scale(x, base, cc, c, hw, pre, post, k, ratio);
+        }
+        float scale = lrn_scale(x, base, ch, c, hw, pre, post, k, ratio);
+        dx[i] = dy[i] * powf(scale, -beta) - cache_ratio * x[i] * sum;
+    }
+}
+
+// cols (C*KH*KW, N, HO*WO) from x (N, C, H, W): one thread per column entry, coalesced writes.
+extern "C" __global__ void eb_im2col(const float* x, float* cols, long long total, int n, int c,
+                                     int h, int w, int kh, int kw, int ho, int wo, int s,
+                                     int pad) {
+    long long p = (long long)ho * wo;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        int pos = (int)(i % p);
+        long long t = i / p;
+        int img = (int)(t % n);
+        int row = (int)(t / n);
+        int kx = row % kw, ky = (row / kw) % kh, ch = row / (kw * kh);
+        int y = (pos / wo) * s - pad + ky, xx = (pos % wo) * s - pad + kx;
+        cols[i] = (y >= 0 && y < h && xx >= 0 && xx < w)
+                      ? x[(((long long)img * c + ch) * h + y) * w + xx] : 0.0f;
+    }
+}
+
+// The adjoint: one thread per input element gathers every column entry copied from it (no
+// atomics, so the sum's order is fixed).
+extern "C" __global__ void eb_col2im(const float* cols, float* x, long long total, int n, int c,
+                                     int h, int w, int kh, int kw, int ho, int wo, int s,
+                                     int pad) {
+    long long p = (long long)ho * wo;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        int xx = (int)(i % w);
+        long long t = i / w;
+        int y = (int)(t % h);
+        t /= h;
+        int ch = (int)(t % c);
+        int img = (int)(t / c);
+        float sum = 0.0f;
+        for (int ky = 0; ky < kh; ++ky) {
+            int oy = y + pad - ky;
+            if (oy < 0 || oy % s != 0 || oy / s >= ho) continue;
+            oy /= s;
+            for (int kx = 0; kx < kw; ++kx) {
+                int ox = xx + pad - kx;
+                if (ox < 0 || ox % s != 0 || ox / s >= wo) continue;
+                ox /= s;
+                long long row = ((long long)ch * kh + ky) * kw + kx;
+                sum += cols[(row * n + img) * p + (long long)oy * wo + ox];
+            }
+        }
+        x[i] = sum;
+    }
+}
+"#;
+
+/// The PTX of `SOURCE`, compiled on first use (NVRTC errors are kept and repeated).
+fn ptx() -> Result<&'static str> {
+    static PTX: OnceLock<std::result::Result<String, String>> = OnceLock::new();
+    match PTX.get_or_init(|| {
+        nvrtc::compile_ptx(SOURCE)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("{e:?}"))
+    }) {
+        Ok(p) => Ok(p),
+        Err(e) => bail!("compiling edgebench's CUDA kernels with NVRTC failed: {e}"),
+    }
+}
+
+/// A contiguous f32 input of an op, checked.
+pub(crate) fn input<'a>(s: &'a CudaStorage, l: &Layout, op: &str) -> Result<CudaView<'a, f32>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!("{op}: the CUDA kernel needs a contiguous input");
+    };
+    match s.dtype() {
+        candle_core::DType::F32 => Ok(s.as_cuda_slice::<f32>()?.slice(a..b)),
+        dt => bail!("{op}: the CUDA kernel supports f32 only, got {dt:?}"),
+    }
+}
+
+/// The kernel `name`, loaded once per device.
+fn kernel(dev: &CudaDevice, name: &str) -> Result<CudaFunction> {
+    Ok(dev
+        .get_or_load_custom_func(name, MODULE, ptx()?)?
+        .into_cuda_function())
+}
+
+/// A launch over `total` items: enough blocks to fill the GPU, the grid-stride loop in each
+/// kernel covers the rest.
+fn config(total: usize) -> LaunchConfig {
+    const THREADS: u32 = 256;
+    LaunchConfig {
+        grid_dim: (
+            total.div_ceil(THREADS as usize).clamp(1, 65_535) as u32,
+            1,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Pooling geometry, as `Pool2d` computes it on the CPU.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolGeom {
+    pub planes: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub is_max: bool,
+}
+
+impl PoolGeom {
+    fn out_len(&self) -> usize {
+        self.planes * self.oh * self.ow
+    }
+}
+
+fn i32_of(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        candle_core::Error::Msg(format!("{what} {v} is too large for the CUDA kernels"))
+    })
+}
+
+pub(crate) fn pool_fwd(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    g: PoolGeom,
+) -> Result<CudaSlice<f32>> {
+    let total = g.out_len();
+    // SAFETY: every element is written by the kernel.
+    let y = unsafe { dev.alloc::<f32>(total)? };
+    let (h, w, oh, ow) = (
+        i32_of(g.h, "height")?,
+        i32_of(g.w, "width")?,
+        g.oh as i32,
+        g.ow as i32,
+    );
+    let (k, s, pad, is_max) = (
+        g.kernel as i32,
+        g.stride as i32,
+        g.pad as i32,
+        g.is_max as i32,
+    );
+    let n = total as i64;
+    let func = kernel(dev, "eb_pool_fwd")?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(x).arg(&y).arg(&n).arg(&h).arg(&w).arg(&oh).arg(&ow);
+    b.arg(&k).arg(&s).arg(&pad).arg(&is_max);
+    // SAFETY: the arguments match eb_pool_fwd's signature; y holds planes*oh*ow elements and x
+    // planes*h*w (the caller's shapes).
+    unsafe { b.launch(config(total)) }.w()?;
+    Ok(y)
+}
+
+pub(crate) fn pool_bwd(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    y: &CudaView<'_, f32>,
+    dy: &CudaView<'_, f32>,
+    g: PoolGeom,
+) -> Result<CudaSlice<f32>> {
+    let dx = dev.alloc_zeros::<f32>(g.planes * g.h * g.w)?;
+    let total = g.out_len();
+    let (h, w, oh, ow) = (
+        i32_of(g.h, "height")?,
+        i32_of(g.w, "width")?,
+        g.oh as i32,
+        g.ow as i32,
+    );
+    let (k, s, pad, is_max) = (
+        g.kernel as i32,
+        g.stride as i32,
+        g.pad as i32,
+        g.is_max as i32,
+    );
+    let n = total as i64;
+    let func = kernel(dev, "eb_pool_bwd")?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(x)
+        .arg(y)
+        .arg(dy)
+        .arg(&dx)
+        .arg(&n)
+        .arg(&h)
+        .arg(&w)
+        .arg(&oh)
+        .arg(&ow);
+    b.arg(&k).arg(&s).arg(&pad).arg(&is_max);
+    // SAFETY: as in pool_fwd; dx holds planes*h*w elements.
+    unsafe { b.launch(config(total)) }.w()?;
+    Ok(dx)
+}
+
+/// LRN parameters in the kernels' terms.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LrnGeom {
+    pub len: usize,
+    pub c: usize,
+    pub hw: usize,
+    pub pre: usize,
+    pub post: usize,
+    pub k: f32,
+    pub ratio: f32,
+    pub beta: f32,
+    pub cache_ratio: f32,
+}
+
+pub(crate) fn lrn_fwd(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    g: LrnGeom,
+) -> Result<CudaSlice<f32>> {
+    // SAFETY: every element is written by the kernel.
+    let y = unsafe { dev.alloc::<f32>(g.len)? };
+    let (n, c, hw) = (g.len as i64, i32_of(g.c, "channels")?, g.hw as i64);
+    let (pre, post) = (g.pre as i32, g.post as i32);
+    let func = kernel(dev, "eb_lrn_fwd")?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(x)
+        .arg(&y)
+        .arg(&n)
+        .arg(&c)
+        .arg(&hw)
+        .arg(&pre)
+        .arg(&post);
+    b.arg(&g.k).arg(&g.ratio).arg(&g.beta);
+    // SAFETY: the arguments match eb_lrn_fwd's signature; x and y hold len elements.
+    unsafe { b.launch(config(g.len)) }.w()?;
+    Ok(y)
+}
+
+pub(crate) fn lrn_bwd(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    y: &CudaView<'_, f32>,
+    dy: &CudaView<'_, f32>,
+    g: LrnGeom,
+) -> Result<CudaSlice<f32>> {
+    // SAFETY: every element is written by the kernel.
+    let dx = unsafe { dev.alloc::<f32>(g.len)? };
+    let (n, c, hw) = (g.len as i64, i32_of(g.c, "channels")?, g.hw as i64);
+    let (pre, post) = (g.pre as i32, g.post as i32);
+    let func = kernel(dev, "eb_lrn_bwd")?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(x)
+        .arg(y)
+        .arg(dy)
+        .arg(&dx)
+        .arg(&n)
+        .arg(&c)
+        .arg(&hw)
+        .arg(&pre)
+        .arg(&post);
+    b.arg(&g.k).arg(&g.ratio).arg(&g.beta).arg(&g.cache_ratio);
+    // SAFETY: the arguments match eb_lrn_bwd's signature; every buffer holds len elements.
+    unsafe { b.launch(config(g.len)) }.w()?;
+    Ok(dx)
+}
+
+/// Convolution geometry for im2col/col2im (`conv::Geom` in the kernels' terms).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ColGeom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub ho: usize,
+    pub wo: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl ColGeom {
+    fn input_len(&self) -> usize {
+        self.n * self.c * self.h * self.w
+    }
+
+    fn cols_len(&self) -> usize {
+        self.c * self.kh * self.kw * self.n * self.ho * self.wo
+    }
+
+    /// The kernels' integer arguments after the element count, in order.
+    fn args(&self) -> Result<[i32; 10]> {
+        let mut out = [0i32; 10];
+        let v = [
+            self.n,
+            self.c,
+            self.h,
+            self.w,
+            self.kh,
+            self.kw,
+            self.ho,
+            self.wo,
+            self.stride,
+            self.pad,
+        ];
+        for (o, &v) in out.iter_mut().zip(&v) {
+            *o = i32_of(v, "convolution size")?;
+        }
+        Ok(out)
+    }
+}
+
+fn col_kernel(
+    dev: &CudaDevice,
+    name: &str,
+    src: &CudaView<'_, f32>,
+    dst_len: usize,
+    g: ColGeom,
+) -> Result<CudaSlice<f32>> {
+    // SAFETY: every element is written by the kernel.
+    let dst = unsafe { dev.alloc::<f32>(dst_len)? };
+    let a = g.args()?;
+    let total = dst_len as i64;
+    let func = kernel(dev, name)?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    b.arg(src).arg(&dst).arg(&total);
+    for v in &a {
+        b.arg(v);
+    }
+    // SAFETY: the arguments match eb_im2col's / eb_col2im's signature (same for both); src and
+    // dst hold the input and cols element counts of `g` (checked shapes in the callers).
+    unsafe { b.launch(config(dst_len)) }.w()?;
+    Ok(dst)
+}
+
+pub(crate) fn im2col(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    g: ColGeom,
+) -> Result<CudaSlice<f32>> {
+    col_kernel(dev, "eb_im2col", x, g.cols_len(), g)
+}
+
+pub(crate) fn col2im(
+    dev: &CudaDevice,
+    cols: &CudaView<'_, f32>,
+    g: ColGeom,
+) -> Result<CudaSlice<f32>> {
+    col_kernel(dev, "eb_col2im", cols, g.input_len(), g)
+}
+
+/// Wraps a kernel's output as candle storage on `dev`.
+pub(crate) fn storage(slice: CudaSlice<f32>, dev: &CudaDevice) -> CudaStorage {
+    CudaStorage::wrap_cuda_slice(slice, dev.clone())
+}
+
+/// Run with `cargo test --features cuda ops::cuda` on a machine with an NVIDIA GPU (a build
+/// without a GPU skips them with a message: CI has none).
+#[cfg(test)]
+mod tests {
+    use crate::ops::test_util::{to_vec, Rng};
+    use crate::ops::{lrn, pool2d, Lrn, Pool2d, PoolKind};
+    use candle_core::{DType, Device, Result, Tensor, Var};
+
+    fn gpu() -> Option<Device> {
+        match Device::new_cuda(0) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                eprintln!("skipped: no CUDA device ({e})");
+                None
+            }
+        }
+    }
+
+    /// Output and input gradient of loss = sum(f(x) * r) on `dev`, in f32.
+    fn run(
+        dev: &Device,
+        x: &[f32],
+        dims: (usize, usize, usize, usize),
+        f: impl Fn(&Tensor) -> Result<Tensor>,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let var = Var::from_tensor(&Tensor::from_vec(x.to_vec(), dims, dev).unwrap()).unwrap();
+        let y = f(var.as_tensor()).unwrap();
+        let r: Vec<f32> = Rng::new(7)
+            .vec(y.elem_count())
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let r = Tensor::from_vec(r, y.shape().clone(), dev).unwrap();
+        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let dx = grads.get(var.as_tensor()).expect("input has a gradient");
+        let host = |t: &Tensor| {
+            to_vec(
+                &t.to_device(&Device::Cpu)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap(),
+            )
+        };
+        (host(&y), host(dx))
+    }
+
+    fn assert_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= tol * (1.0 + y.abs()),
+                "{what}[{i}]: cuda {x} vs cpu {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn cuda_pooling_matches_cpu() {
+        let Some(dev) = gpu() else { return };
+        // Every pooling of BVLC AlexNet/GoogLeNet, plus ceil mode with a partial last window.
+        let cases = [
+            (PoolKind::Max, 3, 2, 0, (2, 3, 13, 13)),
+            (PoolKind::Max, 3, 2, 0, (2, 3, 14, 15)),
+            (PoolKind::Max, 3, 1, 1, (2, 4, 7, 7)),
+            (PoolKind::Avg, 5, 3, 0, (2, 3, 14, 14)),
+            (PoolKind::Avg, 7, 1, 0, (2, 3, 7, 7)),
+            (PoolKind::Avg, 3, 2, 1, (1, 2, 8, 9)),
+        ];
+        for (i, (kind, kernel, stride, pad, dims)) in cases.into_iter().enumerate() {
+            let p = Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            };
+            let n = dims.0 * dims.1 * dims.2 * dims.3;
+            // Distinct values for max pooling (one argmax), some ties through ReLU-like zeros.
+            let x: Vec<f32> = Rng::new(i as u64)
+                .distinct(n)
+                .iter()
+                .map(|&v| v.max(-0.05) as f32)
+                .collect();
+            let (yc, gc) = run(&Device::Cpu, &x, dims, |t| pool2d(t, p));
+            let (yg, gg) = run(&dev, &x, dims, |t| pool2d(t, p));
+            assert_close(&format!("{p:?} forward"), &yg, &yc, 1e-6);
+            assert_close(&format!("{p:?} input gradient"), &gg, &gc, 1e-5);
+        }
+    }
+
+    #[test]
+    fn cuda_lrn_matches_cpu() {
+        let Some(dev) = gpu() else { return };
+        let p = Lrn {
+            size: 5,
+            alpha: 1e-4,
+            beta: 0.75,
+            k: 1.0,
+        };
+        // Large inputs so alpha/size * sum(x^2) matters; 3 and 7 channels cover clipped windows.
+        for (i, dims) in [(2, 7, 5, 6), (1, 3, 4, 4), (2, 16, 3, 3)]
+            .into_iter()
+            .enumerate()
+        {
+            let n = dims.0 * dims.1 * dims.2 * dims.3;
+            let x: Vec<f32> = Rng::new(10 + i as u64)
+                .vec(n)
+                .iter()
+                .map(|&v| (v * 60.0) as f32)
+                .collect();
+            let (yc, gc) = run(&Device::Cpu, &x, dims, |t| lrn(t, p));
+            let (yg, gg) = run(&dev, &x, dims, |t| lrn(t, p));
+            assert_close("lrn forward", &yg, &yc, 1e-5);
+            assert_close("lrn input gradient", &gg, &gc, 1e-4);
+        }
+    }
+
+    #[test]
+    fn cuda_im2col_conv_matches_cpu() {
+        let Some(dev) = gpu() else { return };
+        use crate::ops::{conv2d_im2col, Conv2d};
+        // Strided 11x11, grouped padded 5x5, 7x7 stride 2 with a remainder, 1x1.
+        let cases = [
+            ((2, 3, 23, 23), (4, 3, 11, 11), 4, 0, 1),
+            ((2, 4, 9, 9), (6, 2, 5, 5), 1, 2, 2),
+            ((1, 3, 15, 14), (5, 3, 7, 7), 2, 3, 1),
+            ((3, 5, 6, 7), (4, 5, 1, 1), 1, 0, 1),
+        ];
+        for (i, (xd, wd, stride, pad, groups)) in cases.into_iter().enumerate() {
+            let p = Conv2d {
+                stride,
+                pad,
+                groups,
+                relu: true,
+            };
+            let f32s = |seed: u64, n: usize| -> Vec<f32> {
+                Rng::new(seed).vec(n).iter().map(|&v| v as f32).collect()
+            };
+            let w = Tensor::from_vec(
+                f32s(20 + i as u64, wd.0 * wd.1 * wd.2 * wd.3),
+                wd,
+                &Device::Cpu,
+            )
+            .unwrap();
+            let b = Tensor::from_vec(f32s(30 + i as u64, wd.0), wd.0, &Device::Cpu).unwrap();
+            let x = f32s(40 + i as u64, xd.0 * xd.1 * xd.2 * xd.3);
+            let conv = |t: &Tensor| {
+                conv2d_im2col(t, &w.to_device(t.device())?, &b.to_device(t.device())?, p)
+            };
+            let (yc, gc) = run(&Device::Cpu, &x, xd, conv);
+            let (yg, gg) = run(&dev, &x, xd, conv);
+            assert_close(&format!("conv {i} forward"), &yg, &yc, 1e-4);
+            assert_close(&format!("conv {i} input gradient"), &gg, &gc, 1e-4);
+        }
+    }
+
+    /// A whole training step on the GPU (im2col + cuBLAS convolutions, these kernels for pooling
+    /// and LRN) gives the CPU's loss and first-layer weight gradient, same weights and batch.
+    #[test]
+    fn cuda_training_loss_matches_cpu() {
+        let Some(dev) = gpu() else { return };
+        for name in ["alexnet", "googlenet"] {
+            let spec = crate::models::by_name(name).expect("known net");
+            let [c, h, w] = spec.input;
+            let x: Vec<f32> = Rng::new(3)
+                .vec(2 * c * h * w)
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            let step_on = |d: &Device| -> (f64, Vec<f64>) {
+                let net = crate::models::Network::new(spec, d, 1).unwrap();
+                let xt = Tensor::from_vec(x.clone(), (2, c, h, w), d).unwrap();
+                let y = Tensor::from_vec(vec![3u32, 500], 2, d).unwrap();
+                let out = net.forward(&xt, None, None).unwrap();
+                let loss = net.loss(&out, &y).unwrap();
+                let grads = loss.backward().unwrap();
+                let g = grads
+                    .get(net.params()[0].var.as_tensor())
+                    .expect("conv1 gradient");
+                let g = to_vec(&g.to_device(&Device::Cpu).unwrap());
+                (loss.to_scalar::<f32>().unwrap() as f64, g)
+            };
+            let ((cpu, gc), (cuda, gg)) = (step_on(&Device::Cpu), step_on(&dev));
+            assert!(
+                (cpu - cuda).abs() < 1e-3 * cpu.abs().max(1.0),
+                "{name}: loss cuda {cuda} vs cpu {cpu}"
+            );
+            let scale = gc.iter().fold(0f64, |m, v| m.max(v.abs()));
+            assert!(scale > 0.0, "{name}: conv1 gradient is zero");
+            let worst = gc
+                .iter()
+                .zip(&gg)
+                .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(
+                worst <= 1e-2 * scale,
+                "{name}: conv1 gradient differs by {worst} (max {scale})"
+            );
+        }
+    }
+}
