@@ -168,14 +168,15 @@ impl Builder<'_> {
 fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
     let keep = 1.0 - p;
     let scale = (1.0 / keep) as f32;
-    let mask: Vec<f32> = (0..x.elem_count())
-        .map(|_| {
-            if rng.random::<f64>() < keep {
-                scale
-            } else {
-                0.0
-            }
-        })
+    // An element is kept when its u32 draw is below keep·2^32: one block fill of the generator and
+    // a branch-free compare. A f64 draw and a branch per element took ~15 ns an element (2 ms of
+    // a 17 ms AlexNet step on an H100, whose mask is made here on the host).
+    let threshold = (keep * 4_294_967_296.0).min(f64::from(u32::MAX)) as u32;
+    let mut bits = vec![0u32; x.elem_count()];
+    rng.fill(&mut bits[..]);
+    let mask: Vec<f32> = bits
+        .iter()
+        .map(|&b| f32::from(u8::from(b < threshold)) * scale)
         .collect();
     x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
 }
