@@ -246,16 +246,62 @@ pub(crate) struct PoolGeom {
     pub is_max: bool,
 }
 
-impl PoolGeom {
-    fn out_len(&self) -> usize {
-        self.planes * self.oh * self.ow
-    }
-}
-
 fn i32_of(v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| {
         candle_core::Error::Msg(format!("{what} {v} is too large for the CUDA kernels"))
     })
+}
+
+impl PoolGeom {
+    fn out_len(&self) -> usize {
+        self.planes * self.oh * self.ow
+    }
+
+    /// The pooling kernels' arguments after the element count, in order.
+    fn args(&self) -> Result<[i32; 8]> {
+        let v = [
+            self.h,
+            self.w,
+            self.oh,
+            self.ow,
+            self.kernel,
+            self.stride,
+            self.pad,
+            usize::from(self.is_max),
+        ];
+        let mut out = [0i32; 8];
+        for (o, &v) in out.iter_mut().zip(&v) {
+            *o = i32_of(v, "pooling size")?;
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `name` (eb_pool_fwd or eb_pool_bwd) over the pooling output: the buffers first, then
+/// the output element count and the geometry.
+fn pool_kernel(
+    dev: &CudaDevice,
+    name: &str,
+    buffers: &[&CudaView<'_, f32>],
+    out: &CudaSlice<f32>,
+    g: PoolGeom,
+) -> Result<()> {
+    let total = g.out_len();
+    let (n, a) = (total as i64, g.args()?);
+    let func = kernel(dev, name)?;
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&func);
+    for buffer in buffers {
+        b.arg(*buffer);
+    }
+    b.arg(out).arg(&n);
+    for v in &a {
+        b.arg(v);
+    }
+    // SAFETY: the arguments match the kernels' signatures in SOURCE; x (and dx) hold
+    // planes*h*w elements, y (and dy) planes*oh*ow (the callers' checked shapes).
+    unsafe { b.launch(config(total)) }.w()?;
+    Ok(())
 }
 
 pub(crate) fn pool_fwd(
@@ -263,33 +309,13 @@ pub(crate) fn pool_fwd(
     x: &CudaView<'_, f32>,
     g: PoolGeom,
 ) -> Result<CudaSlice<f32>> {
-    let total = g.out_len();
     // SAFETY: every element is written by the kernel.
-    let y = unsafe { dev.alloc::<f32>(total)? };
-    let (h, w, oh, ow) = (
-        i32_of(g.h, "height")?,
-        i32_of(g.w, "width")?,
-        g.oh as i32,
-        g.ow as i32,
-    );
-    let (k, s, pad, is_max) = (
-        g.kernel as i32,
-        g.stride as i32,
-        g.pad as i32,
-        g.is_max as i32,
-    );
-    let n = total as i64;
-    let func = kernel(dev, "eb_pool_fwd")?;
-    let stream = dev.cuda_stream();
-    let mut b = stream.launch_builder(&func);
-    b.arg(x).arg(&y).arg(&n).arg(&h).arg(&w).arg(&oh).arg(&ow);
-    b.arg(&k).arg(&s).arg(&pad).arg(&is_max);
-    // SAFETY: the arguments match eb_pool_fwd's signature; y holds planes*oh*ow elements and x
-    // planes*h*w (the caller's shapes).
-    unsafe { b.launch(config(total)) }.w()?;
+    let y = unsafe { dev.alloc::<f32>(g.out_len())? };
+    pool_kernel(dev, "eb_pool_fwd", &[x], &y, g)?;
     Ok(y)
 }
 
+/// The kernel adds into dx, so it starts zeroed.
 pub(crate) fn pool_bwd(
     dev: &CudaDevice,
     x: &CudaView<'_, f32>,
@@ -298,35 +324,7 @@ pub(crate) fn pool_bwd(
     g: PoolGeom,
 ) -> Result<CudaSlice<f32>> {
     let dx = dev.alloc_zeros::<f32>(g.planes * g.h * g.w)?;
-    let total = g.out_len();
-    let (h, w, oh, ow) = (
-        i32_of(g.h, "height")?,
-        i32_of(g.w, "width")?,
-        g.oh as i32,
-        g.ow as i32,
-    );
-    let (k, s, pad, is_max) = (
-        g.kernel as i32,
-        g.stride as i32,
-        g.pad as i32,
-        g.is_max as i32,
-    );
-    let n = total as i64;
-    let func = kernel(dev, "eb_pool_bwd")?;
-    let stream = dev.cuda_stream();
-    let mut b = stream.launch_builder(&func);
-    b.arg(x)
-        .arg(y)
-        .arg(dy)
-        .arg(&dx)
-        .arg(&n)
-        .arg(&h)
-        .arg(&w)
-        .arg(&oh)
-        .arg(&ow);
-    b.arg(&k).arg(&s).arg(&pad).arg(&is_max);
-    // SAFETY: as in pool_fwd; dx holds planes*h*w elements.
-    unsafe { b.launch(config(total)) }.w()?;
+    pool_kernel(dev, "eb_pool_bwd", &[x, y, dy], &dx, g)?;
     Ok(dx)
 }
 
@@ -444,13 +442,18 @@ impl ColGeom {
     }
 }
 
-fn col_kernel(
+/// im2col (x -> cols) or, `adjoint`, col2im (cols -> x).
+pub(crate) fn cols(
     dev: &CudaDevice,
-    name: &str,
     src: &CudaView<'_, f32>,
-    dst_len: usize,
     g: ColGeom,
+    adjoint: bool,
 ) -> Result<CudaSlice<f32>> {
+    let (name, dst_len) = if adjoint {
+        ("eb_col2im", g.input_len())
+    } else {
+        ("eb_im2col", g.cols_len())
+    };
     // SAFETY: every element is written by the kernel.
     let dst = unsafe { dev.alloc::<f32>(dst_len)? };
     let a = g.args()?;
@@ -463,25 +466,9 @@ fn col_kernel(
         b.arg(v);
     }
     // SAFETY: the arguments match eb_im2col's / eb_col2im's signature (same for both); src and
-    // dst hold the input and cols element counts of `g` (checked shapes in the callers).
+    // dst hold the input and cols element counts of `g` (checked shapes in the caller).
     unsafe { b.launch(config(dst_len)) }.w()?;
     Ok(dst)
-}
-
-pub(crate) fn im2col(
-    dev: &CudaDevice,
-    x: &CudaView<'_, f32>,
-    g: ColGeom,
-) -> Result<CudaSlice<f32>> {
-    col_kernel(dev, "eb_im2col", x, g.cols_len(), g)
-}
-
-pub(crate) fn col2im(
-    dev: &CudaDevice,
-    cols: &CudaView<'_, f32>,
-    g: ColGeom,
-) -> Result<CudaSlice<f32>> {
-    col_kernel(dev, "eb_col2im", cols, g.input_len(), g)
 }
 
 /// Wraps a kernel's output as candle storage on `dev`.

@@ -18,7 +18,7 @@ use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 /// three; same result as `conv2d_candle`.
 pub fn conv2d_im2col(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
     let g = Geom::new(x.dims(), w.dims(), b.dims(), p)?;
-    let cols = x.contiguous()?.apply_op1(Im2col(g))?;
+    let cols = x.contiguous()?.apply_op1(Cols { g, adjoint: false })?;
     let (k, np) = (g.c * g.kh * g.kw, g.n * g.ho * g.wo);
     let cols = cols.reshape((k, np))?;
     let (kg, og) = (k / g.groups, g.o / g.groups);
@@ -46,12 +46,14 @@ pub fn conv2d_im2col(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Te
     }
 }
 
-/// (N, C, H, W) -> cols (C·KH·KW, N, HO·WO), zero where the window reaches into the padding.
-struct Im2col(Geom);
-
-/// The adjoint: cols (C·KH·KW, N, HO·WO) -> (N, C, H, W), each input element the sum of the
-/// entries it was copied to.
-struct Col2im(Geom);
+/// im2col: (N, C, H, W) -> cols (C·KH·KW, N, HO·WO), zero where the window reaches into the
+/// padding; `adjoint`: col2im, cols -> (N, C, H, W), each input element the sum of the entries
+/// it was copied to (im2col's gradient).
+#[derive(Clone, Copy)]
+struct Cols {
+    g: Geom,
+    adjoint: bool,
+}
 
 impl Geom {
     fn cols_shape(&self) -> Shape {
@@ -99,27 +101,59 @@ impl Geom {
     }
 }
 
-fn expect_shape(op: &str, l: &Layout, want: &Shape) -> Result<()> {
-    if l.shape() != want {
-        bail!("{op}: expects shape {want:?}, got {:?}", l.shape());
+impl Cols {
+    /// (input, output) shapes.
+    fn shapes(&self) -> (Shape, Shape) {
+        let (x, cols) = (self.g.input_shape(), self.g.cols_shape());
+        if self.adjoint {
+            (cols, x)
+        } else {
+            (x, cols)
+        }
     }
-    Ok(())
+
+    fn cpu<T: Float>(&self, v: &[T]) -> Vec<T> {
+        if self.adjoint {
+            self.g.col2im_batch(v)
+        } else {
+            self.g.im2col_batch(v)
+        }
+    }
+
+    fn checked_layout(&self, l: &Layout) -> Result<Shape> {
+        let (input, output) = self.shapes();
+        if l.shape() != &input {
+            bail!(
+                "{}: expects shape {input:?}, got {:?}",
+                self.name(),
+                l.shape()
+            );
+        }
+        Ok(output)
+    }
 }
 
-impl CustomOp1 for Im2col {
+impl CustomOp1 for Cols {
     fn name(&self) -> &'static str {
-        "im2col"
+        if self.adjoint {
+            "col2im"
+        } else {
+            "im2col"
+        }
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let g = &self.0;
-        expect_shape("im2col", l, &g.input_shape())?;
+        let output = self.checked_layout(l)?;
         let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(g.im2col_batch(nchw_slice(v, l, "im2col")?)),
-            CpuStorage::F64(v) => CpuStorage::F64(g.im2col_batch(nchw_slice(v, l, "im2col")?)),
-            _ => bail!("im2col: only f32/f64 are supported, got {:?}", s.dtype()),
+            CpuStorage::F32(v) => CpuStorage::F32(self.cpu(nchw_slice(v, l, self.name())?)),
+            CpuStorage::F64(v) => CpuStorage::F64(self.cpu(nchw_slice(v, l, self.name())?)),
+            _ => bail!(
+                "{}: only f32/f64 are supported, got {:?}",
+                self.name(),
+                s.dtype()
+            ),
         };
-        Ok((out, g.cols_shape()))
+        Ok((out, output))
     }
 
     #[cfg(feature = "cuda")]
@@ -129,48 +163,20 @@ impl CustomOp1 for Im2col {
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use super::cuda;
-        let g = &self.0;
-        expect_shape("im2col", l, &g.input_shape())?;
+        let output = self.checked_layout(l)?;
         let dev = s.device();
-        let cols = cuda::im2col(dev, &cuda::input(s, l, "im2col")?, g.cuda_geom())?;
-        Ok((cuda::storage(cols, dev), g.cols_shape()))
+        let input = cuda::input(s, l, self.name())?;
+        let out = cuda::cols(dev, &input, self.g.cuda_geom(), self.adjoint)?;
+        Ok((cuda::storage(out, dev), output))
     }
 
+    /// Each is the gradient of the other (linear maps, adjoint to each other).
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(
-            grad_res.contiguous()?.apply_op1_no_bwd(&Col2im(self.0))?,
-        ))
-    }
-}
-
-impl CustomOp1 for Col2im {
-    fn name(&self) -> &'static str {
-        "col2im"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let g = &self.0;
-        expect_shape("col2im", l, &g.cols_shape())?;
-        let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(g.col2im_batch(nchw_slice(v, l, "col2im")?)),
-            CpuStorage::F64(v) => CpuStorage::F64(g.col2im_batch(nchw_slice(v, l, "col2im")?)),
-            _ => bail!("col2im: only f32/f64 are supported, got {:?}", s.dtype()),
+        let adjoint = Cols {
+            g: self.g,
+            adjoint: !self.adjoint,
         };
-        Ok((out, g.input_shape()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s: &candle_core::CudaStorage,
-        l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
-        let g = &self.0;
-        expect_shape("col2im", l, &g.cols_shape())?;
-        let dev = s.device();
-        let x = cuda::col2im(dev, &cuda::input(s, l, "col2im")?, g.cuda_geom())?;
-        Ok((cuda::storage(x, dev), g.input_shape()))
+        Ok(Some(grad_res.contiguous()?.apply_op1_no_bwd(&adjoint)?))
     }
 }
 
