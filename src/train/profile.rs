@@ -73,6 +73,7 @@ pub fn profile(
     per_stage: bool,
 ) -> anyhow::Result<Profile> {
     anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
+    crate::train::keep_freed_memory();
     let sync = || device.synchronize();
     let mut net = Network::new(spec, device, 1)?;
     net.set_conv_impl(conv);
