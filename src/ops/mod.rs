@@ -207,6 +207,7 @@ mod bench {
             beta: 0.75,
             k: 1.0,
         };
+        crate::train::keep_freed_memory();
         println!("threads: {}", rayon::current_num_threads());
 
         let y = pool2d(&x, pool).unwrap();
