@@ -198,7 +198,7 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
                 "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
                 p.net,
                 p.batch,
-                kind.as_str(),
+                p.device,
                 p.step_s / p.batch as f64,
                 p.step_cpu_s / p.batch as f64,
                 edgebench::train::profile::peak_rss_kb()

@@ -174,9 +174,10 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
     let threshold = (keep * 4_294_967_296.0).min(f64::from(u32::MAX)) as u32;
     let mut bits = vec![0u32; x.elem_count()];
     rng.fill(&mut bits[..]);
+    // u32 -> f32 of one size: the collect reuses the draws' allocation.
     let mask: Vec<f32> = bits
-        .iter()
-        .map(|&b| f32::from(u8::from(b < threshold)) * scale)
+        .into_iter()
+        .map(|b| f32::from(u8::from(b < threshold)) * scale)
         .collect();
     x.mul(&Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?)
 }

@@ -9,6 +9,7 @@
 //! ACROSS_CHANNELS formula. The pooling input gradients add with atomics (overlapping windows), so
 //! their last bits may differ from run to run, as PyTorch's do.
 
+use super::conv::Geom;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
@@ -396,67 +397,29 @@ pub(crate) fn lrn_bwd(
     Ok(dx)
 }
 
-/// Convolution geometry for im2col/col2im (`conv::Geom` in the kernels' terms).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ColGeom {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub ho: usize,
-    pub wo: usize,
-    pub stride: usize,
-    pub pad: usize,
+/// The im2col/col2im kernels' integer arguments after the element count, in order.
+fn col_args(g: &Geom) -> Result<[i32; 10]> {
+    let mut out = [0i32; 10];
+    let v = [g.n, g.c, g.h, g.w, g.kh, g.kw, g.ho, g.wo, g.stride, g.pad];
+    for (o, &v) in out.iter_mut().zip(&v) {
+        *o = i32_of(v, "convolution size")?;
+    }
+    Ok(out)
 }
 
-impl ColGeom {
-    fn input_len(&self) -> usize {
-        self.n * self.c * self.h * self.w
-    }
-
-    fn cols_len(&self) -> usize {
-        self.c * self.kh * self.kw * self.n * self.ho * self.wo
-    }
-
-    /// The kernels' integer arguments after the element count, in order.
-    fn args(&self) -> Result<[i32; 10]> {
-        let mut out = [0i32; 10];
-        let v = [
-            self.n,
-            self.c,
-            self.h,
-            self.w,
-            self.kh,
-            self.kw,
-            self.ho,
-            self.wo,
-            self.stride,
-            self.pad,
-        ];
-        for (o, &v) in out.iter_mut().zip(&v) {
-            *o = i32_of(v, "convolution size")?;
-        }
-        Ok(out)
-    }
-}
-
-/// im2col (x -> cols) or, `adjoint`, col2im (cols -> x).
+/// im2col (x -> cols) or, `adjoint`, col2im (cols -> x), into `dst_len` elements (the caller's
+/// checked output shape).
 pub(crate) fn cols(
     dev: &CudaDevice,
     src: &CudaView<'_, f32>,
-    g: ColGeom,
+    g: &Geom,
     adjoint: bool,
+    dst_len: usize,
 ) -> Result<CudaSlice<f32>> {
-    let (name, dst_len) = if adjoint {
-        ("eb_col2im", g.input_len())
-    } else {
-        ("eb_im2col", g.cols_len())
-    };
+    let name = if adjoint { "eb_col2im" } else { "eb_im2col" };
     // SAFETY: every element is written by the kernel.
     let dst = unsafe { dev.alloc::<f32>(dst_len)? };
-    let a = g.args()?;
+    let a = col_args(g)?;
     let total = dst_len as i64;
     let func = kernel(dev, name)?;
     let stream = dev.cuda_stream();

@@ -83,22 +83,6 @@ impl Geom {
         }
         x
     }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_geom(&self) -> super::cuda::ColGeom {
-        super::cuda::ColGeom {
-            n: self.n,
-            c: self.c,
-            h: self.h,
-            w: self.w,
-            kh: self.kh,
-            kw: self.kw,
-            ho: self.ho,
-            wo: self.wo,
-            stride: self.stride,
-            pad: self.pad,
-        }
-    }
 }
 
 impl Cols {
@@ -166,7 +150,7 @@ impl CustomOp1 for Cols {
         let output = self.checked_layout(l)?;
         let dev = s.device();
         let input = cuda::input(s, l, self.name())?;
-        let out = cuda::cols(dev, &input, self.g.cuda_geom(), self.adjoint)?;
+        let out = cuda::cols(dev, &input, &self.g, self.adjoint, output.elem_count())?;
         Ok((cuda::storage(out, dev), output))
     }
 
