@@ -394,7 +394,7 @@ fn gather_dy<'a, T: Float>(
 
 fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
     let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
-    let mut y = vec![T::ZERO; g.n * g.o * ohw];
+    let mut y = super::zeros(g.n * g.o * ohw);
     if y.is_empty() {
         return y;
     }
@@ -452,7 +452,7 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
 /// dx from dy (already masked by the ReLU): per image and group dcol = W_gᵀ · dy_g, col2im.
 fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
     let (chw, ohw, kk, og, cg, hw) = (g.c * g.hw(), g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
-    let mut dx = vec![T::ZERO; g.n * chw];
+    let mut dx = super::zeros(g.n * chw);
     if dx.is_empty() {
         return dx;
     }
@@ -648,14 +648,13 @@ impl CustomOp2 for ReluMask {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         fn mask<T: Float>(dy: &[T], y: &[T]) -> Vec<T> {
-            let mut out = vec![T::ZERO; dy.len()];
-            out.par_chunks_mut(1 << 16)
-                .zip(dy.par_chunks(1 << 16).zip(y.par_chunks(1 << 16)))
-                .for_each(|(o, (d, y))| {
-                    for ((o, &d), &y) in o.iter_mut().zip(d).zip(y) {
-                        *o = if y > T::ZERO { d } else { T::ZERO };
-                    }
-                });
+            let mut out = Vec::new();
+            // Collected in place: no zeroing pass (see `super::zeros`).
+            dy.par_iter()
+                .zip(y.par_iter())
+                .with_min_len(1 << 14)
+                .map(|(&d, &y)| if y > T::ZERO { d } else { T::ZERO })
+                .collect_into_vec(&mut out);
             out
         }
         if l1.shape() != l2.shape() {

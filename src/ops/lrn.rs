@@ -97,7 +97,7 @@ impl Lrn {
 
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
         let hw = h * w;
-        let mut out = vec![T::ZERO; n * c * hw];
+        let mut out = super::zeros(n * c * hw);
         if hw == 0 || c == 0 {
             return out;
         }
@@ -123,7 +123,7 @@ impl Lrn {
     ) -> Vec<T> {
         let hw = h * w;
         let chw = c * hw;
-        let mut dx = vec![T::ZERO; n * chw];
+        let mut dx = super::zeros(n * chw);
         if hw == 0 || c == 0 {
             return dx;
         }

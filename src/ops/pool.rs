@@ -92,7 +92,7 @@ impl Pool2d {
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
         let (hw, ww) = (self.windows(h), self.windows(w));
         let plane_out = hw.len() * ww.len();
-        let mut out = vec![T::ZERO; n * c * plane_out];
+        let mut out = super::zeros(n * c * plane_out);
         if plane_out == 0 {
             return out;
         }
@@ -155,7 +155,7 @@ impl Pool2d {
     ) -> Vec<T> {
         let (hw, ww) = (self.windows(h), self.windows(w));
         let plane_out = hw.len() * ww.len();
-        let mut dx = vec![T::ZERO; n * c * h * w];
+        let mut dx = super::zeros(n * c * h * w);
         if plane_out == 0 {
             return dx;
         }
@@ -170,9 +170,6 @@ impl Pool2d {
             .zip(x.par_chunks(h * w))
             .zip(dy.par_chunks(plane_out))
             .for_each(|((dxp, xp), dyp)| {
-                // Write before reading: a first read of calloc'ed memory maps the shared zero
-                // page and the later `+=` then takes a copy-on-write fault plus a TLB shootdown.
-                dxp.fill(T::ZERO);
                 let mut g = dyp.iter();
                 for hy in &hw {
                     for wx in &ww {
@@ -290,9 +287,7 @@ fn max_bwd_plane<T: Float>(
     ww: &[Win],
     w: usize,
 ) {
-    // Write before reading: a first read of calloc'ed memory maps the shared zero page and the
-    // later `+=` then takes a copy-on-write fault plus a TLB shootdown.
-    dxp.fill(T::ZERO);
+    // dxp is zero (and written, so the `+=` below takes no copy-on-write faults: see `zeros`).
     let ow = ww.len();
     for ((yrow, grow), hy) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).zip(hw) {
         for ((&m, &g), wx) in yrow.iter().zip(grow).zip(ww) {
@@ -638,6 +633,83 @@ mod tests {
             let x = rng.vec(2 * 2 * h * w);
             let err = grad_check(&x, dims, 40, |t| pool2d(t, p));
             assert!(err < 1e-6, "{p:?}: relative error {err}");
+        }
+    }
+
+    /// Caffe's max-pool backward as written there: per window the first strict maximum from
+    /// -FLT_MAX in row-major order takes the window's gradient.
+    fn reference_max_bwd(
+        x: &[f64],
+        dy: &[f64],
+        (n, c, h, w): (usize, usize, usize, usize),
+        p: Pool2d,
+    ) -> Vec<f64> {
+        let (oh, ow) = (
+            pool_output_size(h, p.kernel, p.stride, p.pad),
+            pool_output_size(w, p.kernel, p.stride, p.pad),
+        );
+        let mut dx = vec![0.0; x.len()];
+        for plane in 0..n * c {
+            for ph in 0..oh {
+                for pw in 0..ow {
+                    let (hs, ws) = (ph * p.stride, pw * p.stride);
+                    let (he, we) = (
+                        (hs + p.kernel).min(h + p.pad),
+                        (ws + p.kernel).min(w + p.pad),
+                    );
+                    let (mut m, mut arg) = (f64::MIN, None);
+                    for yy in hs.max(p.pad)..he {
+                        for xx in ws.max(p.pad)..we {
+                            let at = plane * h * w + (yy - p.pad) * w + xx - p.pad;
+                            if x[at] > m {
+                                (m, arg) = (x[at], Some(at));
+                            }
+                        }
+                    }
+                    if let Some(at) = arg {
+                        dx[at] += dy[(plane * oh + ph) * ow + pw];
+                    }
+                }
+            }
+        }
+        dx
+    }
+
+    #[test]
+    fn max_pool_backward_matches_caffe_with_ties_nan_and_lowest() {
+        let mut rng = Rng::new(11);
+        let mut configs: Vec<_> = CONFIGS.iter().filter(|c| c.0 == PoolKind::Max).collect();
+        let more = [
+            (PoolKind::Max, 3, 2, 0, 13, 13), // AlexNet
+            (PoolKind::Max, 3, 1, 1, 28, 33), // inception pool, rows longer than a vector
+            (PoolKind::Max, 3, 2, 0, 9, 12),  // ceil mode, even width
+            (PoolKind::Max, 2, 3, 0, 8, 8),   // stride > kernel: skipped inputs
+            (PoolKind::Max, 1, 1, 0, 4, 5),
+        ];
+        configs.extend(more.iter());
+        for &(kind, kernel, stride, pad, h, w) in configs {
+            let p = Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            };
+            let dims = (2, 3, h, w);
+            // Few distinct values, so windows tie often; some NaN and -FLT_MAX inputs.
+            let x: Vec<f64> = (0..2 * 3 * h * w)
+                .map(|_| match rng.next_u64() % 16 {
+                    0 => f64::NAN,
+                    1 | 2 => f64::MIN,
+                    v => (v % 3) as f64,
+                })
+                .collect();
+            let y = p.fwd(&x, dims);
+            // Integer gradients: sums over overlapping windows are exact in any order.
+            let dy: Vec<f64> = (0..y.len())
+                .map(|_| (rng.next_u64() % 7) as f64 - 3.0)
+                .collect();
+            let dx = p.bwd_cpu(&x, &y, &dy, dims);
+            assert_eq!(dx, reference_max_bwd(&x, &dy, dims, p), "{p:?} on {h}x{w}");
         }
     }
 
