@@ -70,7 +70,7 @@ impl Geom {
         let (p, chw) = (self.ho * self.wo, self.c * self.h * self.w);
         let mut cols = vec![T::ZERO; self.c * self.kh * self.kw * self.n * p];
         for (n, image) in x.chunks_exact(chw).enumerate() {
-            self.im2col(image, &mut cols, self.n * p, n * p);
+            self.im2col(image, &mut cols, self.n * p, n * p, 0..self.ho);
         }
         cols
     }
@@ -79,7 +79,7 @@ impl Geom {
         let (p, chw) = (self.ho * self.wo, self.c * self.h * self.w);
         let mut x = vec![T::ZERO; self.n * chw];
         for (n, image) in x.chunks_exact_mut(chw).enumerate() {
-            self.col2im(cols, image, self.n * p, n * p);
+            self.col2im(cols, image, self.n * p, n * p, 0..self.ho);
         }
         x
     }
