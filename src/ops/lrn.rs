@@ -4,7 +4,6 @@
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
 /// Caffe LRN ACROSS_CHANNELS: scale_c = k + (alpha / size) * sum_{c' in [c - (size-1)/2, c + size/2] ∩ [0, C)} x_{c'}^2 ; y = x * scale^(-beta)
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,21 +96,24 @@ impl Lrn {
 
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
         let hw = h * w;
-        let mut out = super::zeros(n * c * hw);
         if hw == 0 || c == 0 {
-            return out;
+            return Vec::new();
         }
         // One task per (n, c) plane; each reads the `size` neighbouring planes of its sample.
-        out.par_chunks_mut(hw).enumerate().for_each(|(i, o)| {
-            let (ni, ch) = (i / c, i % c);
-            let sample = &x[ni * c * hw..(ni + 1) * c * hw];
-            self.scale_plane(sample, ch, c, hw, o);
-            self.pow_neg_beta(o);
-            for (s, &v) in o.iter_mut().zip(&sample[ch * hw..(ch + 1) * hw]) {
-                *s = v * *s;
-            }
-        });
-        out
+        super::par_chunks_zeroed(
+            n * c * hw,
+            hw,
+            || (),
+            |_, i, o| {
+                let (ni, ch) = (i / c, i % c);
+                let sample = &x[ni * c * hw..(ni + 1) * c * hw];
+                self.scale_plane(sample, ch, c, hw, o);
+                self.pow_neg_beta(o);
+                for (s, &v) in o.iter_mut().zip(&sample[ch * hw..(ch + 1) * hw]) {
+                    *s = v * *s;
+                }
+            },
+        )
     }
 
     fn bwd_cpu<T: Float>(
@@ -123,48 +125,46 @@ impl Lrn {
     ) -> Vec<T> {
         let hw = h * w;
         let chw = c * hw;
-        let mut dx = super::zeros(n * chw);
         if hw == 0 || c == 0 {
-            return dx;
+            return vec![T::ZERO; n * chw];
         }
         let (pre, post) = self.pre_post();
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
         // Per sample: scale and t = dy * y / scale for all channels, then each dx_c sums t over
         // the channels c' whose window contains c, i.e. c' in [c - post, c + pre].
-        dx.par_chunks_mut(chw)
-            .zip(x.par_chunks(chw))
-            .zip(y.par_chunks(chw).zip(dy.par_chunks(chw)))
-            .for_each_init(
-                || (vec![T::ZERO; chw], vec![T::ZERO; chw]),
-                |(scale, t), ((dxs, xs), (ys, dys))| {
-                    for (ch, sp) in scale.chunks_exact_mut(hw).enumerate() {
-                        self.scale_plane(xs, ch, c, hw, sp);
-                    }
-                    for (((tv, &s), &yv), &g) in t.iter_mut().zip(scale.iter()).zip(ys).zip(dys) {
-                        *tv = g * yv / s;
-                    }
-                    self.pow_neg_beta(scale);
-                    for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
-                        dxp.fill(T::ZERO);
-                        for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
-                            for (a, &tv) in dxp.iter_mut().zip(&t[cc * hw..(cc + 1) * hw]) {
-                                *a += tv;
-                            }
-                        }
-                        // `scale` now holds scale^(-beta).
-                        let r = ch * hw..(ch + 1) * hw;
-                        for (((a, &s), &xv), &g) in dxp
-                            .iter_mut()
-                            .zip(&scale[r.clone()])
-                            .zip(&xs[r.clone()])
-                            .zip(&dys[r])
-                        {
-                            *a = g * s - cache_ratio * xv * *a;
+        super::par_chunks_zeroed(
+            n * chw,
+            chw,
+            || (vec![T::ZERO; chw], vec![T::ZERO; chw]),
+            |(scale, t), i, dxs| {
+                let sample = i * chw..(i + 1) * chw;
+                let (xs, ys, dys) = (&x[sample.clone()], &y[sample.clone()], &dy[sample]);
+                for (ch, sp) in scale.chunks_exact_mut(hw).enumerate() {
+                    self.scale_plane(xs, ch, c, hw, sp);
+                }
+                for (((tv, &s), &yv), &g) in t.iter_mut().zip(scale.iter()).zip(ys).zip(dys) {
+                    *tv = g * yv / s;
+                }
+                self.pow_neg_beta(scale);
+                for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
+                    for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
+                        for (a, &tv) in dxp.iter_mut().zip(&t[cc * hw..(cc + 1) * hw]) {
+                            *a += tv;
                         }
                     }
-                },
-            );
-        dx
+                    // `scale` now holds scale^(-beta).
+                    let r = ch * hw..(ch + 1) * hw;
+                    for (((a, &s), &xv), &g) in dxp
+                        .iter_mut()
+                        .zip(&scale[r.clone()])
+                        .zip(&xs[r.clone()])
+                        .zip(&dys[r])
+                    {
+                        *a = g * s - cache_ratio * xv * *a;
+                    }
+                }
+            },
+        )
     }
 }
 

@@ -79,6 +79,32 @@ pub(crate) fn zeros<T: Float>(len: usize) -> Vec<T> {
     v
 }
 
+/// A vector of `len` elements built by `f(state, index, chunk)` over chunks of `chunk` elements
+/// in parallel (`init` makes each worker's scratch `state`). Each chunk is zeroed right before
+/// `f` gets it, while it is in the cache, instead of in a separate pass over memory first
+/// (`zeros`): for outputs that `f` overwrites or accumulates into plane by plane.
+pub(crate) fn par_chunks_zeroed<T: Float, S>(
+    len: usize,
+    chunk: usize,
+    init: impl Fn() -> S + Sync + Send,
+    f: impl Fn(&mut S, usize, &mut [T]) + Sync + Send,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    let mut v: Vec<T> = Vec::with_capacity(len);
+    v.spare_capacity_mut()
+        .par_chunks_mut(chunk.max(1))
+        .enumerate()
+        .for_each_init(init, |state, (i, c)| {
+            c.fill(std::mem::MaybeUninit::new(T::ZERO));
+            // SAFETY: every element of `c` was just initialised; MaybeUninit<T> has T's layout.
+            let c = unsafe { &mut *(c as *mut [std::mem::MaybeUninit<T>] as *mut [T]) };
+            f(state, i, c);
+        });
+    // SAFETY: the chunks cover all `len` elements of the spare capacity, each initialised above.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// The elements of a contiguous layout; the public wrappers make inputs contiguous, so a
 /// strided layout here is a bug in the caller and is reported rather than misread.
 pub(crate) fn nchw_slice<'a, T>(data: &'a [T], layout: &Layout, op: &str) -> Result<&'a [T]> {

@@ -5,7 +5,6 @@
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
-use rayon::prelude::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
@@ -92,58 +91,43 @@ impl Pool2d {
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
         let (hw, ww) = (self.windows(h), self.windows(w));
         let plane_out = hw.len() * ww.len();
-        let mut out = super::zeros(n * c * plane_out);
         if plane_out == 0 {
-            return out;
+            return Vec::new();
         }
+        let (len, plane) = (n * c * plane_out, h * w);
         if self.kind == PoolKind::Max {
-            out.par_chunks_mut(plane_out)
-                .zip(x.par_chunks(h * w))
-                .for_each_init(
-                    || vec![T::LOWEST; w],
-                    |tmp, (o, xp)| max_fwd_plane(xp, o, &hw, &ww, w, tmp),
-                );
-            return out;
+            return super::par_chunks_zeroed(
+                len,
+                plane_out,
+                || vec![T::LOWEST; w],
+                |tmp, i, o| max_fwd_plane(&x[i * plane..(i + 1) * plane], o, &hw, &ww, w, tmp),
+            );
         }
-        out.par_chunks_mut(plane_out)
-            .zip(x.par_chunks(h * w))
-            .for_each(|(o, xp)| {
+        super::par_chunks_zeroed(
+            len,
+            plane_out,
+            || (),
+            |_, i, o| {
+                let xp = &x[i * plane..(i + 1) * plane];
                 let mut o = o.iter_mut();
                 for hy in &hw {
                     for wx in &ww {
-                        let v = o.next().expect("output plane sized from windows");
-                        *v = match self.kind {
-                            PoolKind::Max => {
-                                // Strict `>` from -FLT_MAX like Caffe: padding never wins.
-                                let mut m = T::LOWEST;
-                                for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
-                                    for &e in &row[wx.start..wx.end] {
-                                        if e > m {
-                                            m = e;
-                                        }
-                                    }
-                                }
-                                m
+                        let mut sum = T::ZERO;
+                        for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
+                            for &e in &row[wx.start..wx.end] {
+                                sum += e;
                             }
-                            PoolKind::Avg => {
-                                let mut sum = T::ZERO;
-                                for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
-                                    for &e in &row[wx.start..wx.end] {
-                                        sum += e;
-                                    }
-                                }
-                                let size = hy.avg_len * wx.avg_len;
-                                if size == 0 {
-                                    T::ZERO
-                                } else {
-                                    sum / T::from_f64(size as f64)
-                                }
-                            }
+                        }
+                        let size = hy.avg_len * wx.avg_len;
+                        *o.next().expect("output plane sized from windows") = if size == 0 {
+                            T::ZERO
+                        } else {
+                            sum / T::from_f64(size as f64)
                         };
                     }
                 }
-            });
-        out
+            },
+        )
     }
 
     fn bwd_cpu<T: Float>(
@@ -155,62 +139,45 @@ impl Pool2d {
     ) -> Vec<T> {
         let (hw, ww) = (self.windows(h), self.windows(w));
         let plane_out = hw.len() * ww.len();
-        let mut dx = super::zeros(n * c * h * w);
+        let (len, plane) = (n * c * h * w, h * w);
         if plane_out == 0 {
-            return dx;
+            return super::zeros(len);
         }
+        let outs = |i: usize| i * plane_out..(i + 1) * plane_out;
         if self.kind == PoolKind::Max {
-            dx.par_chunks_mut(h * w)
-                .zip(x.par_chunks(h * w))
-                .zip(y.par_chunks(plane_out).zip(dy.par_chunks(plane_out)))
-                .for_each(|((dxp, xp), (yp, dyp))| max_bwd_plane(xp, yp, dyp, dxp, &hw, &ww, w));
-            return dx;
+            return super::par_chunks_zeroed(
+                len,
+                plane,
+                || (),
+                |_, i, dxp| {
+                    let xp = &x[i * plane..(i + 1) * plane];
+                    max_bwd_plane(xp, &y[outs(i)], &dy[outs(i)], dxp, &hw, &ww, w)
+                },
+            );
         }
-        dx.par_chunks_mut(h * w)
-            .zip(x.par_chunks(h * w))
-            .zip(dy.par_chunks(plane_out))
-            .for_each(|((dxp, xp), dyp)| {
-                let mut g = dyp.iter();
+        super::par_chunks_zeroed(
+            len,
+            plane,
+            || (),
+            |_, i, dxp| {
+                let mut g = dy[outs(i)].iter();
                 for hy in &hw {
                     for wx in &ww {
                         let g = *g.next().expect("grad plane sized from windows");
-                        match self.kind {
-                            PoolKind::Max => {
-                                // Recompute Caffe's argmax (first strict max in row-major order).
-                                // Selects instead of branches: random data mispredicts badly.
-                                let mut m = T::LOWEST;
-                                let mut arg = usize::MAX;
-                                for yy in hy.start..hy.end {
-                                    let row = yy * w;
-                                    for (xx, &e) in
-                                        xp[row + wx.start..row + wx.end].iter().enumerate()
-                                    {
-                                        let better = e > m;
-                                        m = if better { e } else { m };
-                                        arg = if better { row + wx.start + xx } else { arg };
-                                    }
-                                }
-                                if arg != usize::MAX {
-                                    dxp[arg] += g;
-                                }
-                            }
-                            PoolKind::Avg => {
-                                let size = hy.avg_len * wx.avg_len;
-                                if size == 0 {
-                                    continue;
-                                }
-                                let g = g / T::from_f64(size as f64);
-                                for row in dxp[hy.start * w..hy.end * w].chunks_exact_mut(w) {
-                                    for e in &mut row[wx.start..wx.end] {
-                                        *e += g;
-                                    }
-                                }
+                        let size = hy.avg_len * wx.avg_len;
+                        if size == 0 {
+                            continue;
+                        }
+                        let g = g / T::from_f64(size as f64);
+                        for row in dxp[hy.start * w..hy.end * w].chunks_exact_mut(w) {
+                            for e in &mut row[wx.start..wx.end] {
+                                *e += g;
                             }
                         }
                     }
                 }
-            });
-        dx
+            },
+        )
     }
 
     #[cfg(feature = "cuda")]
