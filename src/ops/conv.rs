@@ -181,6 +181,10 @@ impl Geom {
                 for kj in 0..self.kw {
                     let row = rows.next().expect("col has kk rows");
                     let (lo, hi) = self.valid_cols(kj);
+                    if s == 1 && wo == self.w {
+                        self.im2col_same(plane, row, (ki, kj), out_rows.clone());
+                        continue;
+                    }
                     for (oh, dst) in out_rows.clone().zip(row.chunks_exact_mut(wo)) {
                         let Some(ih) = self.in_row(oh, ki) else {
                             dst.fill(T::ZERO);
@@ -191,19 +195,49 @@ impl Geom {
                         dst[hi..].fill(T::ZERO);
                         if lo < hi {
                             let iw0 = lo * s + kj - self.pad;
-                            if s == 1 {
-                                dst[lo..hi].copy_from_slice(&src[iw0..iw0 + hi - lo]);
-                            } else {
-                                for (d, v) in
-                                    dst[lo..hi].iter_mut().zip(src[iw0..].iter().step_by(s))
-                                {
-                                    *d = *v;
-                                }
-                            }
+                            gather_strided(&mut dst[lo..hi], &src[iw0..], s);
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// One row of im2col (kernel tap `(ki, kj)`) for a stride-1 convolution whose output rows are
+    /// as long as the input's ("same" padding: every 3x3 and 5x5 in both nets). Such a row is the
+    /// input plane shifted by a constant, so it is one copy, then the few columns whose tap falls
+    /// in the padding are zeroed; row-by-row copies of 7-56 elements cost more in calls than data.
+    fn im2col_same<T: Float>(
+        &self,
+        plane: &[T],
+        row: &mut [T],
+        (ki, kj): (usize, usize),
+        out_rows: Range<usize>,
+    ) {
+        let (w, pad, r0) = (self.w, self.pad, out_rows.start);
+        // Output rows whose input row oh + ki - pad lies inside the image.
+        let a = out_rows.start.max(pad.saturating_sub(ki));
+        let b = out_rows.end.min((self.h + pad).saturating_sub(ki)).max(a);
+        let (head, rest) = row.split_at_mut((a - r0) * w);
+        let (dst, tail) = rest.split_at_mut((b - a) * w);
+        head.fill(T::ZERO);
+        tail.fill(T::ZERO);
+        if dst.is_empty() {
+            return;
+        }
+        // dst[i] = plane[start + i], where start may fall before the plane (first row, kj < pad)
+        // or the copy run past its end (last row, kj > pad): those are padding columns.
+        let start = ((a + ki - pad) * w + kj) as isize - pad as isize;
+        let skip = (-start).max(0) as usize;
+        let from = start.max(0) as usize;
+        let n = (dst.len() - skip).min(plane.len() - from);
+        dst[..skip].fill(T::ZERO);
+        dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
+        dst[skip + n..].fill(T::ZERO);
+        let (lo, hi) = self.valid_cols(kj);
+        for r in dst.chunks_exact_mut(w) {
+            r[..lo].fill(T::ZERO);
+            r[hi..].fill(T::ZERO);
         }
     }
 
@@ -234,15 +268,7 @@ impl Geom {
                         };
                         let dst = &mut plane[ih * self.w..(ih + 1) * self.w];
                         let iw0 = lo * s + kj - self.pad;
-                        if s == 1 {
-                            for (d, v) in dst[iw0..iw0 + hi - lo].iter_mut().zip(&src[lo..hi]) {
-                                *d += *v;
-                            }
-                        } else {
-                            for (d, v) in dst[iw0..].iter_mut().step_by(s).zip(&src[lo..hi]) {
-                                *d += *v;
-                            }
-                        }
+                        scatter_add_strided(&mut dst[iw0..], &src[lo..hi], s);
                     }
                 }
             }
@@ -276,6 +302,58 @@ impl Geom {
             Parallelism::None
         };
         (per, par)
+    }
+}
+
+/// dst[i] = src[i * s]: one row of im2col. The strides the nets use are constants here, so the
+/// loop compiles to shuffles (a runtime `step_by` gathers one element at a time, which made
+/// GoogLeNet conv1's im2col cost as much as its GEMM).
+fn gather_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
+    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
+        let Some(last) = dst.len().checked_sub(1) else {
+            return;
+        };
+        for (d, c) in dst[..last].iter_mut().zip(src[..last * S].chunks_exact(S)) {
+            *d = c[0];
+        }
+        dst[last] = src[last * S];
+    }
+    match s {
+        1 => dst.copy_from_slice(&src[..dst.len()]),
+        2 => fixed::<T, 2>(dst, src),
+        4 => fixed::<T, 4>(dst, src),
+        _ => {
+            for (d, v) in dst.iter_mut().zip(src.iter().step_by(s)) {
+                *d = *v;
+            }
+        }
+    }
+}
+
+/// dst[i * s] += src[i]: one row of col2im (see `gather_strided`).
+fn scatter_add_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
+    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
+        let Some(last) = src.len().checked_sub(1) else {
+            return;
+        };
+        for (c, &v) in dst[..last * S].chunks_exact_mut(S).zip(&src[..last]) {
+            c[0] += v;
+        }
+        dst[last * S] += src[last];
+    }
+    match s {
+        1 => {
+            for (d, &v) in dst[..src.len()].iter_mut().zip(src) {
+                *d += v;
+            }
+        }
+        2 => fixed::<T, 2>(dst, src),
+        4 => fixed::<T, 4>(dst, src),
+        _ => {
+            for (d, &v) in dst.iter_mut().step_by(s).zip(src) {
+                *d += v;
+            }
+        }
     }
 }
 
@@ -1076,6 +1154,60 @@ mod tests {
     }
 
     /// `cargo test --release --lib ops::conv::tests::bench -- --ignored --nocapture`
+    /// `cargo test --release --lib ops::conv::tests::bench_im2col -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn bench_im2col() {
+        use std::time::Instant;
+        for (name, x, w, p) in [
+            (
+                "goog conv1 7x7/2",
+                [32, 3, 224, 224],
+                [64, 3, 7, 7],
+                p(2, 3, 1, true),
+            ),
+            (
+                "alex conv1 11x11/4",
+                [32, 3, 227, 227],
+                [96, 3, 11, 11],
+                p(4, 0, 1, true),
+            ),
+            (
+                "goog conv2 3x3",
+                [32, 64, 56, 56],
+                [192, 64, 3, 3],
+                p(1, 1, 1, true),
+            ),
+        ] {
+            let g = Geom::new(&x, &w, &w[..1], p).unwrap();
+            let xs: Vec<f32> = (0..g.n * g.c * g.hw()).map(|i| i as f32).collect();
+            let mut col = vec![0f32; g.col_len(1)];
+            let (chw, rows) = (g.c * g.hw(), g.block_rows(1));
+            let t = Instant::now();
+            for image in xs.chunks_exact(chw) {
+                for r in g.row_blocks(1) {
+                    let ld = r.len() * g.wo;
+                    g.im2col(image, &mut col, ld, 0, r);
+                }
+            }
+            let im = t.elapsed().as_secs_f64();
+            let mut dx = vec![0f32; chw];
+            let t = Instant::now();
+            for _ in 0..g.n {
+                for r in g.row_blocks(1) {
+                    let ld = r.len() * g.wo;
+                    g.col2im(&col, &mut dx, ld, 0, r);
+                }
+            }
+            let c2 = t.elapsed().as_secs_f64();
+            println!(
+                "{name:20} {rows} rows/block: im2col {:6.1} ms, col2im {:6.1} ms per batch (1 thread)",
+                im * 1e3,
+                c2 * 1e3
+            );
+        }
+    }
+
     #[test]
     #[ignore]
     fn bench() {
