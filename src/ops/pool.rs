@@ -144,6 +144,12 @@ impl Pool2d {
             return super::zeros(len);
         }
         let outs = |i: usize| i * plane_out..(i + 1) * plane_out;
+        if self.kind == PoolKind::Max && self.stride == 1 && (hw.len(), ww.len()) == (h, w) {
+            return super::par_chunks_zeroed(len, plane, SameMaxScratch::default, |sc, i, dxp| {
+                let xp = &x[i * plane..(i + 1) * plane];
+                self.max_bwd_plane_same(xp, &y[outs(i)], &dy[outs(i)], dxp, (h, w), sc)
+            });
+        }
         if self.kind == PoolKind::Max {
             return super::par_chunks_zeroed(
                 len,
@@ -180,6 +186,74 @@ impl Pool2d {
         )
     }
 
+    /// The max-pool input gradient of one plane (`dxp` zero) for a stride-1 pool whose output
+    /// is the input's size (GoogLeNet's inception pools: 3x3, pad 1). Every kernel tap is then a
+    /// constant shift of the plane, so the argmax search and the scatter run as whole-plane loops
+    /// per tap, which vectorise, instead of a scan per window. Taps go last to first, each
+    /// marking the outputs whose window max it holds, so each window ends with Caffe's argmax:
+    /// the first tap in row-major order equal to the max (see `max_bwd_plane`).
+    fn max_bwd_plane_same<T: Float>(
+        &self,
+        xp: &[T],
+        yp: &[T],
+        dyp: &[T],
+        dxp: &mut [T],
+        (h, w): (usize, usize),
+        sc: &mut SameMaxScratch<T>,
+    ) {
+        let (k, pad, hw) = (self.kernel, self.pad, h * w);
+        let none = T::from_f64(-1.0);
+        sc.arg.clear();
+        sc.arg.resize(hw, none);
+        // Per tap: the outputs p whose tap p + shift is inside the plane, and the columns whose
+        // tap falls in the left/right padding (a flat loop wraps those into the next row).
+        let taps = |r: usize, kj: usize| {
+            let shift = (r as isize - pad as isize) * w as isize + kj as isize - pad as isize;
+            let (a, b) = (pad.saturating_sub(r), (h + pad).saturating_sub(r).min(h));
+            let p0 = ((a * w) as isize).max(-shift) as usize;
+            let p1 = ((b * w) as isize).min(hw as isize - shift).max(p0 as isize) as usize;
+            let bad_cols = (0..w).filter(move |&c| c + kj < pad || c + kj >= w + pad);
+            (shift, p0..p1, bad_cols)
+        };
+        for r in (0..k).rev() {
+            for kj in (0..k).rev() {
+                let tap = T::from_f64((r * k + kj) as f64);
+                let (shift, ps, bad_cols) = taps(r, kj);
+                let arg = &mut sc.arg;
+                sc.keep.clear();
+                for c in bad_cols.clone() {
+                    sc.keep.extend((c..hw).step_by(w).map(|p| arg[p]));
+                }
+                let from = (ps.start as isize + shift) as usize;
+                let xs = &xp[from..from + ps.len()];
+                for ((a, &m), &e) in arg[ps.clone()].iter_mut().zip(&yp[ps]).zip(xs) {
+                    *a = if e == m { tap } else { *a };
+                }
+                let mut kept = sc.keep.iter();
+                for c in bad_cols {
+                    for p in (c..hw).step_by(w) {
+                        arg[p] = *kept.next().expect("saved above");
+                    }
+                }
+            }
+        }
+        // The forward never outputs NaN (NaN never wins), so this is `m <= LOWEST`.
+        for (a, &m) in sc.arg.iter_mut().zip(yp) {
+            *a = if m > T::LOWEST { *a } else { none };
+        }
+        for r in 0..k {
+            for kj in 0..k {
+                let tap = T::from_f64((r * k + kj) as f64);
+                let (shift, ps, _) = taps(r, kj);
+                let from = (ps.start as isize + shift) as usize;
+                let won = sc.arg[ps.clone()].iter().zip(&dyp[ps.clone()]);
+                for (d, (&a, &g)) in dxp[from..from + ps.len()].iter_mut().zip(won) {
+                    *d += if a == tap { g } else { T::ZERO };
+                }
+            }
+        }
+    }
+
     #[cfg(feature = "cuda")]
     fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> super::cuda::PoolGeom {
         super::cuda::PoolGeom {
@@ -209,6 +283,23 @@ impl Pool2d {
         let oh = pool_output_size(h, self.kernel, self.stride, self.pad);
         let ow = pool_output_size(w, self.kernel, self.stride, self.pad);
         Shape::from((n, c, oh, ow))
+    }
+}
+
+/// Per-worker scratch of `Pool2d::max_bwd_plane_same`: each output's winning tap (as a float,
+/// so the selects stay in one lane type; taps are small integers, exact), and the values kept
+/// aside while a tap's loop runs over its padding columns.
+struct SameMaxScratch<T> {
+    arg: Vec<T>,
+    keep: Vec<T>,
+}
+
+impl<T> Default for SameMaxScratch<T> {
+    fn default() -> Self {
+        SameMaxScratch {
+            arg: Vec::new(),
+            keep: Vec::new(),
+        }
     }
 }
 
