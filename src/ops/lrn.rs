@@ -130,35 +130,44 @@ impl Lrn {
         }
         let (pre, post) = self.pre_post();
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
-        // Per sample: scale and t = dy * y / scale for all channels, then each dx_c sums t over
-        // the channels c' whose window contains c, i.e. c' in [c - post, c + pre].
+        // Per sample, channel by channel: dx_c sums t = dy * y / scale over the channels c' whose
+        // window contains c, i.e. c' in [c - post, c + pre]. t and scale^(-beta) are computed
+        // `pre` channels ahead into rings of `size` planes, which stay in the cache (a whole
+        // sample's scale and t, 2.4 MB each for GoogLeNet's norm2, did not).
+        let win = self.size;
+        let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
+        let slot = move |cc: usize| plane(cc % win);
         super::par_chunks_zeroed(
             n * chw,
             chw,
-            || (vec![T::ZERO; chw], vec![T::ZERO; chw]),
+            || (vec![T::ZERO; win * hw], vec![T::ZERO; win * hw]),
             |(scale, t), i, dxs| {
                 let sample = i * chw..(i + 1) * chw;
                 let (xs, ys, dys) = (&x[sample.clone()], &y[sample.clone()], &dy[sample]);
-                for (ch, sp) in scale.chunks_exact_mut(hw).enumerate() {
-                    self.scale_plane(xs, ch, c, hw, sp);
-                }
-                for (((tv, &s), &yv), &g) in t.iter_mut().zip(scale.iter()).zip(ys).zip(dys) {
-                    *tv = g * yv / s;
-                }
-                self.pow_neg_beta(scale);
+                let mut ready = 0;
                 for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
-                    for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
-                        for (a, &tv) in dxp.iter_mut().zip(&t[cc * hw..(cc + 1) * hw]) {
+                    let last = (ch + pre).min(c - 1);
+                    while ready <= last {
+                        let (sp, tp) = (&mut scale[slot(ready)], &mut t[slot(ready)]);
+                        self.scale_plane(xs, ready, c, hw, sp);
+                        let yd = ys[plane(ready)].iter().zip(&dys[plane(ready)]);
+                        for ((tv, &s), (&yv, &g)) in tp.iter_mut().zip(sp.iter()).zip(yd) {
+                            *tv = g * yv / s;
+                        }
+                        self.pow_neg_beta(sp);
+                        ready += 1;
+                    }
+                    for cc in ch.saturating_sub(post)..=last {
+                        for (a, &tv) in dxp.iter_mut().zip(&t[slot(cc)]) {
                             *a += tv;
                         }
                     }
-                    // `scale` now holds scale^(-beta).
-                    let r = ch * hw..(ch + 1) * hw;
+                    // `scale` holds scale^(-beta).
                     for (((a, &s), &xv), &g) in dxp
                         .iter_mut()
-                        .zip(&scale[r.clone()])
-                        .zip(&xs[r.clone()])
-                        .zip(&dys[r])
+                        .zip(&scale[slot(ch)])
+                        .zip(&xs[plane(ch)])
+                        .zip(&dys[plane(ch)])
                     {
                         *a = g * s - cache_ratio * xv * *a;
                     }
