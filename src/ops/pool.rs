@@ -502,22 +502,23 @@ mod tests {
     use crate::ops::test_util::{grad_check, tensor, to_vec, Rng};
     use candle_core::{DType, Device};
 
-    fn max(kernel: usize, stride: usize, pad: usize) -> Pool2d {
-        Pool2d {
-            kind: PoolKind::Max,
-            kernel,
-            stride,
-            pad,
+    impl Pool2d {
+        fn new(kind: PoolKind, kernel: usize, stride: usize, pad: usize) -> Pool2d {
+            Pool2d {
+                kind,
+                kernel,
+                stride,
+                pad,
+            }
         }
     }
 
+    fn max(kernel: usize, stride: usize, pad: usize) -> Pool2d {
+        Pool2d::new(PoolKind::Max, kernel, stride, pad)
+    }
+
     fn avg(kernel: usize, stride: usize, pad: usize) -> Pool2d {
-        Pool2d {
-            kind: PoolKind::Avg,
-            kernel,
-            stride,
-            pad,
-        }
+        Pool2d::new(PoolKind::Avg, kernel, stride, pad)
     }
 
     /// Caffe's PoolingLayer::Forward_cpu, written out loop by loop.
@@ -620,12 +621,7 @@ mod tests {
     fn forward_matches_reference() {
         let mut rng = Rng::new(1);
         for &(kind, kernel, stride, pad, h, w) in CONFIGS {
-            let p = Pool2d {
-                kind,
-                kernel,
-                stride,
-                pad,
-            };
+            let p = Pool2d::new(kind, kernel, stride, pad);
             let dims = (2, 3, h, w);
             let x = rng.vec(2 * 3 * h * w);
             let y = pool2d(&tensor(&x, dims), p).unwrap();
@@ -664,12 +660,7 @@ mod tests {
     fn max_pool_gradient_matches_finite_differences() {
         let mut rng = Rng::new(3);
         for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Max) {
-            let p = Pool2d {
-                kind,
-                kernel,
-                stride,
-                pad,
-            };
+            let p = Pool2d::new(kind, kernel, stride, pad);
             let dims = (2, 2, h, w);
             let x = rng.distinct(2 * 2 * h * w);
             let err = grad_check(&x, dims, 30, |t| pool2d(t, p));
@@ -681,12 +672,7 @@ mod tests {
     fn avg_pool_gradient_matches_finite_differences() {
         let mut rng = Rng::new(4);
         for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Avg) {
-            let p = Pool2d {
-                kind,
-                kernel,
-                stride,
-                pad,
-            };
+            let p = Pool2d::new(kind, kernel, stride, pad);
             let dims = (2, 2, h, w);
             let x = rng.vec(2 * 2 * h * w);
             let err = grad_check(&x, dims, 40, |t| pool2d(t, p));
@@ -746,12 +732,7 @@ mod tests {
         ];
         configs.extend(more.iter());
         for &(kind, kernel, stride, pad, h, w) in configs {
-            let p = Pool2d {
-                kind,
-                kernel,
-                stride,
-                pad,
-            };
+            let p = Pool2d::new(kind, kernel, stride, pad);
             let dims = (2, 3, h, w);
             // Few distinct values, so windows tie often; some NaN and -FLT_MAX inputs.
             let x: Vec<f64> = (0..2 * 3 * h * w)
