@@ -144,6 +144,11 @@ impl Geom {
             .step_by(step.max(1))
             .map(move |r| r..(r + step).min(ho))
     }
+    /// The columns of one image's output (or col) that output rows `rows` cover.
+    fn cols_of(&self, rows: &Range<usize>) -> Range<usize> {
+        rows.start * self.wo..rows.end * self.wo
+    }
+
     /// Output columns `ow` whose input column `ow * stride + kj - pad` lies in [0, w).
     fn valid_cols(&self, kj: usize) -> (usize, usize) {
         let (s, p) = (self.stride, self.pad);
@@ -537,7 +542,7 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
                         let yg = &mut ys[at..at + og * ohw];
                         for rows in g.row_blocks(1) {
                             let colg = gather_cols(g, xs, gi, (n0, 1), rows.clone(), &mut col);
-                            let cols = rows.start * g.wo..rows.end * g.wo;
+                            let cols = g.cols_of(&rows);
                             for (row, &bv) in yg.chunks_exact_mut(ohw).zip(bg) {
                                 row[cols.clone()].fill(bv);
                             }
@@ -620,7 +625,7 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
                         let at = dx_of(0);
                         let dxg = &mut dxs[at..at + cg * hw];
                         for rows in g.row_blocks(1) {
-                            let cols = rows.start * g.wo..rows.end * g.wo;
+                            let cols = g.cols_of(&rows);
                             let dcol = &mut col[..kk * cols.len()];
                             let shape = (kk, cols.len(), og);
                             let dyb = &dyg[cols.start..];
@@ -674,11 +679,7 @@ fn bwd_filter<T: Float>(x: &[T], dy: &[T], g: &Geom) -> Vec<T> {
                     let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     for rows in g.row_blocks(nb) {
                         let colg = gather_cols(g, xs, gi, (n0, nb), rows.clone(), &mut col);
-                        let cols = if nb == 1 {
-                            rows.start * g.wo..rows.end * g.wo
-                        } else {
-                            0..ld
-                        };
+                        let cols = if nb == 1 { g.cols_of(&rows) } else { 0..ld };
                         let n = cols.len();
                         gemm(
                             (og, kk, n),

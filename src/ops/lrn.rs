@@ -126,7 +126,7 @@ impl Lrn {
         let hw = h * w;
         let chw = c * hw;
         if hw == 0 || c == 0 {
-            return vec![T::ZERO; n * chw];
+            return Vec::new();
         }
         let (pre, post) = self.pre_post();
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);

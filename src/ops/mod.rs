@@ -69,14 +69,7 @@ impl_float!(f64);
 /// main thread's own time in a GoogLeNet step. Writing here also maps the pages on the threads
 /// that go on to fill them.
 pub(crate) fn zeros<T: Float>(len: usize) -> Vec<T> {
-    use rayon::prelude::*;
-    let mut v: Vec<T> = Vec::with_capacity(len);
-    v.spare_capacity_mut()
-        .par_chunks_mut(1 << 16)
-        .for_each(|c| c.fill(std::mem::MaybeUninit::new(T::ZERO)));
-    // SAFETY: the loop above initialised all `len` elements of the spare capacity.
-    unsafe { v.set_len(len) };
-    v
+    par_chunks_zeroed(len, 1 << 16, || (), |_, _, _| {})
 }
 
 /// A vector of `len` elements built by `f(state, index, chunk)` over chunks of `chunk` elements

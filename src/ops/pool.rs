@@ -212,7 +212,8 @@ impl Pool2d {
             let (a, b) = (pad.saturating_sub(r), (h + pad).saturating_sub(r).min(h));
             let p0 = ((a * w) as isize).max(-shift) as usize;
             let p1 = ((b * w) as isize).min(hw as isize - shift).max(p0 as isize) as usize;
-            let bad_cols = (0..w).filter(move |&c| c + kj < pad || c + kj >= w + pad);
+            let bad_cols =
+                (0..pad.saturating_sub(kj)).chain((w + pad).saturating_sub(kj).min(w)..w);
             (shift, p0..p1, bad_cols)
         };
         for r in (0..k).rev() {
