@@ -87,15 +87,17 @@ pub(crate) fn par_chunks_zeroed<T: Float, S>(
     v.spare_capacity_mut()
         .par_chunks_mut(chunk.max(1))
         .enumerate()
-        .for_each_init(init, |state, (i, c)| {
-            c.fill(std::mem::MaybeUninit::new(T::ZERO));
-            // SAFETY: every element of `c` was just initialised; MaybeUninit<T> has T's layout.
-            let c = unsafe { &mut *(c as *mut [std::mem::MaybeUninit<T>] as *mut [T]) };
-            f(state, i, c);
-        });
+        .for_each_init(init, |state, (i, c)| f(state, i, init_slice(c, T::ZERO)));
     // SAFETY: the chunks cover all `len` elements of the spare capacity, each initialised above.
     unsafe { v.set_len(len) };
     v
+}
+
+/// Fills uninitialised memory with `v` and hands it out initialised.
+pub(crate) fn init_slice<T: Copy>(c: &mut [std::mem::MaybeUninit<T>], v: T) -> &mut [T] {
+    c.fill(std::mem::MaybeUninit::new(v));
+    // SAFETY: every element of `c` was just initialised; MaybeUninit<T> has T's layout.
+    unsafe { &mut *(c as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
 }
 
 /// The elements of a contiguous layout; the public wrappers make inputs contiguous, so a
@@ -248,7 +250,14 @@ mod bench {
         let y = pool2d(&x, pool).unwrap();
         let dy = y.ones_like().unwrap();
         time("max pool 3x3/s2 fwd", 10, || pool2d(&x, pool).unwrap());
-        time("max pool 3x3/s2 bwd", 10, || pool.bwd(&x, &y, &dy).unwrap());
+        time("max pool 3x3/s2 bwd (argmax again)", 10, || {
+            pool.bwd(&x, &y, &dy).unwrap()
+        });
+        time(
+            "max pool 3x3/s2 bwd (stored argmax)",
+            10,
+            pool::max_bwd_from_argmax(pool, &x),
+        );
         // GoogLeNet's inception branches pool 3x3 with stride 1 and pad 1.
         let pool1 = Pool2d {
             stride: 1,
@@ -258,9 +267,14 @@ mod bench {
         let y = pool2d(&x, pool1).unwrap();
         let dy = y.ones_like().unwrap();
         time("max pool 3x3/s1/p1 fwd", 10, || pool2d(&x, pool1).unwrap());
-        time("max pool 3x3/s1/p1 bwd", 10, || {
+        time("max pool 3x3/s1/p1 bwd (argmax again)", 10, || {
             pool1.bwd(&x, &y, &dy).unwrap()
         });
+        time(
+            "max pool 3x3/s1/p1 bwd (stored argmax)",
+            10,
+            pool::max_bwd_from_argmax(pool1, &x),
+        );
 
         let y = lrn(&x, norm).unwrap();
         let dy = y.ones_like().unwrap();

@@ -39,7 +39,14 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     p.check(h, w)?;
     // The kernels index planes directly; a copy here is differentiable, so strided inputs still
     // get their gradient.
-    super::native_or_host(x, |x| x.contiguous()?.apply_op1(p))
+    super::native_or_host(x, |x| {
+        let x = x.contiguous()?;
+        if p.kind == PoolKind::Max && x.device().is_cpu() {
+            let arg = std::sync::Mutex::new(None);
+            return x.apply_op1(MaxPoolCpu { pool: p, arg });
+        }
+        x.apply_op1(p)
+    })
 }
 
 /// One axis of a pooling window: clipped [start, end) and, for AVE, Caffe's divisor length
@@ -96,12 +103,7 @@ impl Pool2d {
         }
         let (len, plane) = (n * c * plane_out, h * w);
         if self.kind == PoolKind::Max {
-            return super::par_chunks_zeroed(
-                len,
-                plane_out,
-                || vec![T::LOWEST; w],
-                |tmp, i, o| max_fwd_plane(&x[i * plane..(i + 1) * plane], o, &hw, &ww, w, tmp),
-            );
+            return self.max_fwd(x, (n, c, h, w)).0;
         }
         super::par_chunks_zeroed(
             len,
@@ -130,10 +132,10 @@ impl Pool2d {
         )
     }
 
+    /// The input gradient on the CPU (max pooling finds the argmax again from `x`).
     fn bwd_cpu<T: Float>(
         &self,
         x: &[T],
-        y: &[T],
         dy: &[T],
         (n, c, h, w): (usize, usize, usize, usize),
     ) -> Vec<T> {
@@ -144,22 +146,10 @@ impl Pool2d {
             return super::zeros(len);
         }
         let outs = |i: usize| i * plane_out..(i + 1) * plane_out;
-        if self.kind == PoolKind::Max && self.stride == 1 && (hw.len(), ww.len()) == (h, w) {
-            return super::par_chunks_zeroed(len, plane, SameMaxScratch::default, |sc, i, dxp| {
-                let xp = &x[i * plane..(i + 1) * plane];
-                self.max_bwd_plane_same(xp, &y[outs(i)], &dy[outs(i)], dxp, (h, w), sc)
-            });
-        }
         if self.kind == PoolKind::Max {
-            return super::par_chunks_zeroed(
-                len,
-                plane,
-                || (),
-                |_, i, dxp| {
-                    let xp = &x[i * plane..(i + 1) * plane];
-                    max_bwd_plane(xp, &y[outs(i)], &dy[outs(i)], dxp, &hw, &ww, w)
-                },
-            );
+            // No argmax recorded (the op was not `MaxPoolCpu`): find it again.
+            let g = PadPlane::new(self, h, w);
+            return max_scatter(&g, &self.max_fwd(x, (n, c, h, w)).1, dy, n * c);
         }
         super::par_chunks_zeroed(
             len,
@@ -184,75 +174,6 @@ impl Pool2d {
                 }
             },
         )
-    }
-
-    /// The max-pool input gradient of one plane (`dxp` zero) for a stride-1 pool whose output
-    /// is the input's size (GoogLeNet's inception pools: 3x3, pad 1). Every kernel tap is then a
-    /// constant shift of the plane, so the argmax search and the scatter run as whole-plane loops
-    /// per tap, which vectorise, instead of a scan per window. Taps go last to first, each
-    /// marking the outputs whose window max it holds, so each window ends with Caffe's argmax:
-    /// the first tap in row-major order equal to the max (see `max_bwd_plane`).
-    fn max_bwd_plane_same<T: Float>(
-        &self,
-        xp: &[T],
-        yp: &[T],
-        dyp: &[T],
-        dxp: &mut [T],
-        (h, w): (usize, usize),
-        sc: &mut SameMaxScratch<T>,
-    ) {
-        let (k, pad, hw) = (self.kernel, self.pad, h * w);
-        let none = T::from_f64(-1.0);
-        sc.arg.clear();
-        sc.arg.resize(hw, none);
-        // Per tap: the outputs p whose tap p + shift is inside the plane, and the columns whose
-        // tap falls in the left/right padding (a flat loop wraps those into the next row).
-        let taps = |r: usize, kj: usize| {
-            let shift = (r as isize - pad as isize) * w as isize + kj as isize - pad as isize;
-            let (a, b) = (pad.saturating_sub(r), (h + pad).saturating_sub(r).min(h));
-            let p0 = ((a * w) as isize).max(-shift) as usize;
-            let p1 = ((b * w) as isize).min(hw as isize - shift).max(p0 as isize) as usize;
-            let bad_cols =
-                (0..pad.saturating_sub(kj)).chain((w + pad).saturating_sub(kj).min(w)..w);
-            (shift, p0..p1, bad_cols)
-        };
-        for r in (0..k).rev() {
-            for kj in (0..k).rev() {
-                let tap = T::from_f64((r * k + kj) as f64);
-                let (shift, ps, bad_cols) = taps(r, kj);
-                let arg = &mut sc.arg;
-                sc.keep.clear();
-                for c in bad_cols.clone() {
-                    sc.keep.extend((c..hw).step_by(w).map(|p| arg[p]));
-                }
-                let from = (ps.start as isize + shift) as usize;
-                let xs = &xp[from..from + ps.len()];
-                for ((a, &m), &e) in arg[ps.clone()].iter_mut().zip(&yp[ps]).zip(xs) {
-                    *a = if e == m { tap } else { *a };
-                }
-                let mut kept = sc.keep.iter();
-                for c in bad_cols {
-                    for p in (c..hw).step_by(w) {
-                        arg[p] = *kept.next().expect("saved above");
-                    }
-                }
-            }
-        }
-        // The forward never outputs NaN (NaN never wins), so this is `m <= LOWEST`.
-        for (a, &m) in sc.arg.iter_mut().zip(yp) {
-            *a = if m > T::LOWEST { *a } else { none };
-        }
-        for r in 0..k {
-            for kj in 0..k {
-                let tap = T::from_f64((r * k + kj) as f64);
-                let (shift, ps, _) = taps(r, kj);
-                let from = (ps.start as isize + shift) as usize;
-                let won = sc.arg[ps.clone()].iter().zip(&dyp[ps.clone()]);
-                for (d, (&a, &g)) in dxp[from..from + ps.len()].iter_mut().zip(won) {
-                    *d += if a == tap { g } else { T::ZERO };
-                }
-            }
-        }
     }
 
     #[cfg(feature = "cuda")]
@@ -287,100 +208,255 @@ impl Pool2d {
     }
 }
 
-/// Per-worker scratch of `Pool2d::max_bwd_plane_same`: each output's winning tap (as a float,
-/// so the selects stay in one lane type; taps are small integers, exact), and the values kept
-/// aside while a tap's loop runs over its padding columns.
-struct SameMaxScratch<T> {
-    arg: Vec<T>,
-    keep: Vec<T>,
-}
+/// Index of a max-pool output's argmax in its padded plane (see `PadPlane`): none for a window
+/// with no element above -FLT_MAX (empty, or all NaN / -FLT_MAX), which Caffe's backward leaves
+/// without a gradient.
+const NO_ARG: u32 = u32::MAX;
 
-impl<T> Default for SameMaxScratch<T> {
-    fn default() -> Self {
-        SameMaxScratch {
-            arg: Vec::new(),
-            keep: Vec::new(),
-        }
-    }
-}
-
-/// One plane of max pooling: the max of each window's column (all window rows at once, which
-/// vectorises) into `tmp`, then the max along each window's row. The value is the same as a
-/// row-major scan with strict `>` from -FLT_MAX (NaN never wins; an empty window gives LOWEST).
-fn max_fwd_plane<T: Float>(xp: &[T], o: &mut [T], hw: &[Win], ww: &[Win], w: usize, tmp: &mut [T]) {
-    for (orow, hy) in o.chunks_exact_mut(ww.len()).zip(hw) {
-        tmp.fill(T::LOWEST);
-        for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
-            for (t, &e) in tmp.iter_mut().zip(row) {
-                *t = if e > *t { e } else { *t };
-            }
-        }
-        for (v, wx) in orow.iter_mut().zip(ww) {
-            let mut m = T::LOWEST;
-            if wx.end - wx.start == 3 {
-                let t: &[T; 3] = tmp[wx.start..wx.start + 3].try_into().expect("3 elements");
-                for &e in t {
-                    m = if e > m { e } else { m };
-                }
-                *v = m;
-                continue;
-            }
-            for &e in &tmp[wx.start..wx.end] {
-                m = if e > m { e } else { m };
-            }
-            *v = m;
-        }
-    }
-}
-
-/// One plane of the max-pool input gradient: each window's gradient goes to Caffe's argmax, the
-/// first strict maximum in row-major order, which is the first element equal to the window's
-/// output `y` (when `y` > -FLT_MAX; otherwise no element ever beat the initial value). Scanned
-/// backwards with selects, so there is no data-dependent branch and no dependency chain.
-fn max_bwd_plane<T: Float>(
-    xp: &[T],
-    yp: &[T],
-    dyp: &[T],
-    dxp: &mut [T],
-    hw: &[Win],
-    ww: &[Win],
+/// A plane copied into a buffer with -FLT_MAX borders wide enough that every (ceil-mode, padded)
+/// window lies inside, rows a multiple of the stride long, so max pooling runs as whole-buffer
+/// loops with no per-window clipping; padding never wins a strict `>` from -FLT_MAX.
+#[derive(Debug, Clone, Copy)]
+struct PadPlane {
+    h: usize,
     w: usize,
-) {
-    // dxp is zero (and written, so the `+=` below takes no copy-on-write faults: see `zeros`).
-    let ow = ww.len();
-    for ((yrow, grow), hy) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).zip(hw) {
-        for ((&m, &g), wx) in yrow.iter().zip(grow).zip(ww) {
-            // The forward never outputs NaN (NaN never wins), so this is `!(m > LOWEST)`.
-            if m <= T::LOWEST {
-                continue;
-            }
-            let mut arg = usize::MAX;
-            if hy.end - hy.start == 3 && wx.end - wx.start == 3 {
-                // Every BVLC max pool is 3x3: a fixed window the compiler unrolls.
-                let at = hy.start * w + wx.start;
-                for r in (0..3).rev() {
-                    let row: &[T; 3] = xp[at + r * w..at + r * w + 3]
-                        .try_into()
-                        .expect("3 elements");
-                    for k in (0..3).rev() {
-                        arg = if row[k] == m { at + r * w + k } else { arg };
+    pad: usize,
+    k: usize,
+    s: usize,
+    oh: usize,
+    ow: usize,
+    /// Rows and row length of the padded plane.
+    hp: usize,
+    wp: usize,
+}
+
+impl PadPlane {
+    fn new(p: &Pool2d, h: usize, w: usize) -> PadPlane {
+        let (k, s, pad) = (p.kernel, p.stride, p.pad);
+        let oh = pool_output_size(h, k, s, pad);
+        let ow = pool_output_size(w, k, s, pad);
+        PadPlane {
+            h,
+            w,
+            pad,
+            k,
+            s,
+            oh,
+            ow,
+            hp: ((oh - 1) * s + k).max(pad + h),
+            wp: ((ow - 1) * s + k).max(pad + w).next_multiple_of(s),
+        }
+    }
+    /// Elements of the padded plane; the last row's taps read up to `k` past it.
+    fn len(&self) -> usize {
+        self.hp * self.wp + self.k
+    }
+    /// Row-max entries per padded row (one per `s` columns).
+    fn ld(&self) -> usize {
+        self.wp / self.s
+    }
+    /// Where input row `r` starts in the padded plane.
+    fn row_at(&self, r: usize) -> usize {
+        (self.pad + r) * self.wp + self.pad
+    }
+}
+
+/// Per-worker scratch of the max-pool forward: the padded plane and its row maxima.
+struct MaxScratch<T> {
+    padded: Vec<T>,
+    row_max: Vec<T>,
+    row_arg: Vec<u32>,
+}
+
+impl Pool2d {
+    /// Max pooling that also returns each output's argmax (Caffe's `mask`, as an index into the
+    /// padded plane): the first strict maximum from -FLT_MAX in row-major order, so the backward
+    /// is one scatter instead of a second search of every window. Per plane: each padded row's
+    /// max over every window's columns (taps left to right, strict `>`: the leftmost wins), then
+    /// each window's max over its rows (top to bottom, strict `>`): the first row holding the max
+    /// and the leftmost column in it, which is the row-major first.
+    fn max_fwd<T: Float>(
+        &self,
+        x: &[T],
+        (n, c, h, w): (usize, usize, usize, usize),
+    ) -> (Vec<T>, Vec<u32>) {
+        use rayon::prelude::*;
+        let g = PadPlane::new(self, h, w);
+        assert!(
+            g.len() < NO_ARG as usize,
+            "pool2d: plane of {h}x{w} too large"
+        );
+        let (plane, plane_out, ld) = (h * w, g.oh * g.ow, g.ld());
+        let len = n * c * plane_out;
+        let (mut y, mut arg) = (Vec::with_capacity(len), Vec::with_capacity(len));
+        let scratch = || MaxScratch {
+            padded: vec![T::LOWEST; g.len()],
+            row_max: vec![T::LOWEST; g.hp * ld],
+            row_arg: vec![NO_ARG; g.hp * ld],
+        };
+        y.spare_capacity_mut()
+            .par_chunks_mut(plane_out.max(1))
+            .zip(arg.spare_capacity_mut().par_chunks_mut(plane_out.max(1)))
+            .enumerate()
+            .for_each_init(scratch, |sc, (i, (yo, ao))| {
+                // Borders stay -FLT_MAX from the allocation; only the interior is rewritten.
+                let xp = &x[i * plane..(i + 1) * plane];
+                for (r, row) in xp.chunks_exact(w).enumerate() {
+                    sc.padded[g.row_at(r)..g.row_at(r) + w].copy_from_slice(row);
+                }
+                sc.row_max.fill(T::LOWEST);
+                sc.row_arg.fill(NO_ARG);
+                for kj in 0..g.k {
+                    max_taps(&sc.padded[kj..], &mut sc.row_max, &mut sc.row_arg, kj, g.s);
+                }
+                let yo = super::init_slice(yo, T::LOWEST);
+                let ao = super::init_slice(ao, NO_ARG);
+                for (oh, (ym, am)) in yo
+                    .chunks_exact_mut(g.ow)
+                    .zip(ao.chunks_exact_mut(g.ow))
+                    .enumerate()
+                {
+                    for r in oh * g.s..oh * g.s + g.k {
+                        let (m, a) = (&sc.row_max[r * ld..], &sc.row_arg[r * ld..]);
+                        for ((ym, am), (&e, &ea)) in
+                            ym.iter_mut().zip(am.iter_mut()).zip(m.iter().zip(a))
+                        {
+                            max_step(e, ym, am, ea);
+                        }
                     }
                 }
-                if arg != usize::MAX {
-                    dxp[arg] += g;
-                }
-                continue;
-            }
-            for yy in (hy.start..hy.end).rev() {
-                let at = yy * w + wx.start;
-                for (k, &e) in xp[at..yy * w + wx.end].iter().enumerate().rev() {
-                    arg = if e == m { at + k } else { arg };
-                }
-            }
-            if arg != usize::MAX {
-                dxp[arg] += g;
+            });
+        // SAFETY: every plane's chunk of both vectors was initialised above (`init_slice`).
+        unsafe {
+            y.set_len(len);
+            arg.set_len(len);
+        }
+        (y, arg)
+    }
+}
+
+/// One kernel column's pass over a padded plane: `m[o]`, `a[o]` take `src[o * s]` and its index
+/// `at0 + o * s` where it is strictly larger. Constant strides, so the loop vectorises.
+fn max_taps<T: Float>(src: &[T], m: &mut [T], a: &mut [u32], at0: usize, s: usize) {
+    fn fixed<T: Float, const S: usize>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32) {
+        let src = &src[..m.len() * S];
+        for (o, ((m, a), c)) in m.iter_mut().zip(a).zip(src.chunks_exact(S)).enumerate() {
+            max_step(c[0], m, a, at0 + (o * S) as u32);
+        }
+    }
+    let at0 = at0 as u32;
+    match s {
+        1 => fixed::<T, 1>(src, m, a, at0),
+        2 => fixed::<T, 2>(src, m, a, at0),
+        _ => {
+            for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(src.iter().step_by(s)).enumerate() {
+                max_step(e, m, a, at0 + (o * s) as u32);
             }
         }
+    }
+}
+
+/// `m`, `a` = `e`, `at` where `e > m` (NaN never wins), without a branch: real data makes it
+/// unpredictable, and a branch keeps the loops from vectorising.
+#[inline(always)]
+fn max_step<T: Float>(e: T, m: &mut T, a: &mut u32, at: u32) {
+    let win = e > *m;
+    *m = std::hint::select_unpredictable(win, e, *m);
+    *a = std::hint::select_unpredictable(win, at, *a);
+}
+
+/// The max-pool input gradient from the forward's argmax: each output's gradient added to the
+/// element of the padded plane that won its window, then the plane's interior copied out.
+fn max_scatter<T: Float>(g: &PadPlane, arg: &[u32], dy: &[T], planes: usize) -> Vec<T> {
+    let (plane, plane_out) = (g.h * g.w, g.oh * g.ow);
+    let init = || vec![T::ZERO; g.len()];
+    super::par_chunks_zeroed(planes * plane, plane, init, |padded, i, dxp| {
+        padded.fill(T::ZERO);
+        let outs = i * plane_out..(i + 1) * plane_out;
+        for (&a, &d) in arg[outs.clone()].iter().zip(&dy[outs]) {
+            if a != NO_ARG {
+                padded[a as usize] += d;
+            }
+        }
+        for (r, row) in dxp.chunks_exact_mut(g.w).enumerate() {
+            row.copy_from_slice(&padded[g.row_at(r)..g.row_at(r) + g.w]);
+        }
+    })
+}
+
+/// Max pooling on the CPU that keeps the forward's argmax for its backward (see
+/// `Pool2d::max_fwd`); it lives as long as the graph that holds the op.
+struct MaxPoolCpu {
+    pool: Pool2d,
+    arg: std::sync::Mutex<Option<std::sync::Arc<Vec<u32>>>>,
+}
+
+impl CustomOp1 for MaxPoolCpu {
+    fn name(&self) -> &'static str {
+        "max-pool2d"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let p = &self.pool;
+        let dims = l.shape().dims4()?;
+        p.check(dims.2, dims.3)?;
+        let (y, arg) = match s {
+            CpuStorage::F32(v) => {
+                let (y, a) = p.max_fwd(nchw_slice(v, l, "max-pool2d")?, dims);
+                (CpuStorage::F32(y), a)
+            }
+            CpuStorage::F64(v) => {
+                let (y, a) = p.max_fwd(nchw_slice(v, l, "max-pool2d")?, dims);
+                (CpuStorage::F64(y), a)
+            }
+            _ => bail!("pool2d: only f32/f64 are supported, got {:?}", s.dtype()),
+        };
+        *self.arg.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(arg));
+        Ok((y, p.out_shape(dims)))
+    }
+
+    fn bwd(&self, x: &Tensor, y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
+        let arg = self.arg.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match arg {
+            Some(arg) if dy.device().is_cpu() && arg.len() == dy.elem_count() => {
+                let dims = x.dims4()?;
+                let op = MaxScatter {
+                    pool: self.pool,
+                    arg,
+                    dims,
+                };
+                Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&op)?))
+            }
+            _ => self.pool.bwd(x, y, dy),
+        }
+    }
+}
+
+/// `max_scatter` as an op on the output gradient: dy -> dx of the input's `dims`.
+struct MaxScatter {
+    pool: Pool2d,
+    arg: std::sync::Arc<Vec<u32>>,
+    dims: (usize, usize, usize, usize),
+}
+
+impl CustomOp1 for MaxScatter {
+    fn name(&self) -> &'static str {
+        "max-pool2d-bwd"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (n, c, h, w) = self.dims;
+        let (g, arg, name) = (PadPlane::new(&self.pool, h, w), &self.arg, "max-pool2d-bwd");
+        let dx = match s {
+            CpuStorage::F32(v) => {
+                CpuStorage::F32(max_scatter(&g, arg, nchw_slice(v, l, name)?, n * c))
+            }
+            CpuStorage::F64(v) => {
+                CpuStorage::F64(max_scatter(&g, arg, nchw_slice(v, l, name)?, n * c))
+            }
+            _ => bail!("{name}: only f32/f64 are supported, got {:?}", s.dtype()),
+        };
+        Ok((dx, Shape::from(self.dims)))
     }
 }
 
@@ -446,21 +522,11 @@ impl CustomOp3 for PoolBwd {
         let dims = p.check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let n = "pool2d-bwd";
         let dx = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
-                CpuStorage::F32(p.bwd_cpu(
-                    nchw_slice(x, l1, n)?,
-                    nchw_slice(y, l2, n)?,
-                    nchw_slice(g, l3, n)?,
-                    dims,
-                ))
+            (CpuStorage::F32(x), CpuStorage::F32(_), CpuStorage::F32(g)) => {
+                CpuStorage::F32(p.bwd_cpu(nchw_slice(x, l1, n)?, nchw_slice(g, l3, n)?, dims))
             }
-            (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => {
-                CpuStorage::F64(p.bwd_cpu(
-                    nchw_slice(x, l1, n)?,
-                    nchw_slice(y, l2, n)?,
-                    nchw_slice(g, l3, n)?,
-                    dims,
-                ))
+            (CpuStorage::F64(x), CpuStorage::F64(_), CpuStorage::F64(g)) => {
+                CpuStorage::F64(p.bwd_cpu(nchw_slice(x, l1, n)?, nchw_slice(g, l3, n)?, dims))
             }
             _ => bail!(
                 "pool2d-bwd: need matching f32/f64 inputs, got {:?}, {:?} and {:?}",
@@ -495,6 +561,20 @@ impl CustomOp3 for PoolBwd {
         let dx = cuda::pool_bwd(dev, &x, &y, &dy, p.geom(dims))?;
         Ok((cuda::storage(dx, dev), l1.shape().clone()))
     }
+}
+
+/// The max-pool backward from a stored argmax, for `ops::bench`.
+#[cfg(test)]
+pub(crate) fn max_bwd_from_argmax(p: Pool2d, x: &Tensor) -> impl FnMut() -> Vec<f32> {
+    let dims = x.dims4().expect("NCHW");
+    let xs = x
+        .flatten_all()
+        .and_then(|x| x.to_vec1::<f32>())
+        .expect("f32");
+    let arg = p.max_fwd(&xs, dims).1;
+    let dy = vec![1f32; arg.len()];
+    let g = PadPlane::new(&p, dims.2, dims.3);
+    move || max_scatter(&g, &arg, &dy, dims.0 * dims.1)
 }
 
 #[cfg(test)]
@@ -748,8 +828,20 @@ mod tests {
             let dy: Vec<f64> = (0..y.len())
                 .map(|_| (rng.next_u64() % 7) as f64 - 3.0)
                 .collect();
-            let dx = p.bwd_cpu(&x, &y, &dy, dims);
-            assert_eq!(dx, reference_max_bwd(&x, &dy, dims, p), "{p:?} on {h}x{w}");
+            let want = reference_max_bwd(&x, &dy, dims, p);
+            // Argmax found again from x (the fallback), and kept by the forward (autograd).
+            assert_eq!(p.bwd_cpu(&x, &dy, dims), want, "{p:?} on {h}x{w}");
+            let v = candle_core::Var::from_tensor(&tensor(&x, dims)).unwrap();
+            let out = pool2d(v.as_tensor(), p).unwrap();
+            assert_eq!(to_vec(&out), y, "{p:?} on {h}x{w}: forward");
+            let dy = tensor(&dy, out.dims4().unwrap());
+            let g = (out * dy).unwrap();
+            let g = g.sum_all().unwrap().backward().unwrap();
+            assert_eq!(
+                to_vec(g.get(&v).unwrap()),
+                want,
+                "{p:?} on {h}x{w}: autograd"
+            );
         }
     }
 
