@@ -596,13 +596,15 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
 /// dx from dy (already masked by the ReLU): per image and group dcol = W_gᵀ · dy_g, col2im.
 fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
     let (chw, ohw, kk, og, cg, hw) = (g.c * g.hw(), g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
-    let mut dx = super::zeros(g.n * chw);
-    if dx.is_empty() {
+    let len = g.n * chw;
+    let mut dx = Vec::with_capacity(len);
+    if len == 0 {
         return dx;
     }
     let (per, par) = g.split();
     let bsz = g.sub_batch(per);
-    dx.par_chunks_mut(per * chw)
+    dx.spare_capacity_mut()
+        .par_chunks_mut(per * chw)
         .zip(dy.par_chunks(per * g.o * ohw))
         .for_each(|(dxs, dys)| {
             let mut col = vec![T::ZERO; g.col_len(bsz)];
@@ -611,10 +613,12 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
             for n0 in (0..nimg).step_by(bsz) {
                 let nb = bsz.min(nimg - n0);
                 let ld = nb * ohw;
+                // Zeroed per sub-batch, just before col2im adds into it (see `fwd`).
+                let dxs = super::init_slice(&mut dxs[n0 * chw..(n0 + nb) * chw], T::ZERO);
                 for gi in 0..g.groups {
                     let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
-                    let dx_of = |j: usize| (n0 + j) * chw + gi * cg * hw;
+                    let dx_of = |j: usize| j * chw + gi * cg * hw;
                     if g.direct() && nb == 1 {
                         let at = dx_of(0);
                         let dst = &mut dxs[at..at + cg * hw];
@@ -650,6 +654,8 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
                 }
             }
         });
+    // SAFETY: the tasks' chunks cover all `len` elements, each initialised by `init_slice`.
+    unsafe { dx.set_len(len) };
     dx
 }
 
@@ -1214,7 +1220,7 @@ mod tests {
     fn bench() {
         use std::time::Instant;
         // AlexNet conv2 and conv3, GoogLeNet 3a 3x3 and a 1x1 in 4b, batch 32.
-        let layers: [(&str, Case); 5] = [
+        let layers: [(&str, Case); 6] = [
             (
                 "goog 5a/3x3",
                 ([32, 160, 7, 7], [320, 160, 3, 3], p(1, 1, 1, true)),
@@ -1235,8 +1241,14 @@ mod tests {
                 "goog 4b/1x1",
                 ([32, 512, 14, 14], [160, 512, 1, 1], p(1, 0, 1, true)),
             ),
+            (
+                "goog conv2/3x3",
+                ([32, 64, 56, 56], [192, 64, 3, 3], p(1, 1, 1, true)),
+            ),
         ];
-        for (name, c) in layers {
+        // BENCH_ONLY=<part of a name> runs only the matching layers (e.g. under perf).
+        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+        for (name, c) in layers.into_iter().filter(|(n, _)| n.contains(only.as_str())) {
             let v = vars(&c, 1, DType::F32);
             let (o, kk) = (c.1[0], c.1[1] * c.1[2] * c.1[3]);
             let candle = std::env::var("BENCH_CANDLE").is_ok();
@@ -1271,3 +1283,4 @@ mod tests {
         }
     }
 }
+

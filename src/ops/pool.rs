@@ -266,6 +266,8 @@ struct MaxScratch<T> {
     padded: Vec<T>,
     row_max: Vec<T>,
     row_arg: Vec<u32>,
+    win_max: Vec<T>,
+    win_arg: Vec<u32>,
 }
 
 impl Pool2d {
@@ -293,6 +295,8 @@ impl Pool2d {
             padded: vec![T::LOWEST; g.len()],
             row_max: vec![T::LOWEST; g.hp * ld],
             row_arg: vec![NO_ARG; g.hp * ld],
+            win_max: vec![T::LOWEST; g.oh * ld],
+            win_arg: vec![NO_ARG; g.oh * ld],
         };
         y.spare_capacity_mut()
             .par_chunks_mut(plane_out.max(1))
@@ -309,21 +313,27 @@ impl Pool2d {
                 for kj in 0..g.k {
                     max_taps(&sc.padded[kj..], &mut sc.row_max, &mut sc.row_arg, kj, g.s);
                 }
+                // Each window's max over its rows, `ld` wide: for stride 1 every kernel row is
+                // one shift of the whole matrix (a single long loop), else row by row.
+                let (bands, band_rows) = if g.s == 1 { (1, g.oh) } else { (g.oh, 1) };
+                let len = band_rows * ld;
+                sc.win_max.fill(T::LOWEST);
+                sc.win_arg.fill(NO_ARG);
+                for b in 0..bands {
+                    let (m, a) = (&mut sc.win_max[b * len..], &mut sc.win_arg[b * len..]);
+                    for ki in 0..g.k {
+                        let from = (b * g.s + ki) * ld;
+                        let (e, ea) = (&sc.row_max[from..from + len], &sc.row_arg[from..]);
+                        max_rows(e, ea, &mut m[..len], &mut a[..len]);
+                    }
+                }
                 let yo = super::init_slice(yo, T::LOWEST);
                 let ao = super::init_slice(ao, NO_ARG);
-                for (oh, (ym, am)) in yo
-                    .chunks_exact_mut(g.ow)
-                    .zip(ao.chunks_exact_mut(g.ow))
-                    .enumerate()
+                let rows = yo.chunks_exact_mut(g.ow).zip(ao.chunks_exact_mut(g.ow));
+                for ((ym, am), (m, a)) in rows.zip(sc.win_max.chunks(ld).zip(sc.win_arg.chunks(ld)))
                 {
-                    for r in oh * g.s..oh * g.s + g.k {
-                        let (m, a) = (&sc.row_max[r * ld..], &sc.row_arg[r * ld..]);
-                        for ((ym, am), (&e, &ea)) in
-                            ym.iter_mut().zip(am.iter_mut()).zip(m.iter().zip(a))
-                        {
-                            max_step(e, ym, am, ea);
-                        }
-                    }
+                    ym.copy_from_slice(&m[..g.ow]);
+                    am.copy_from_slice(&a[..g.ow]);
                 }
             });
         // SAFETY: every plane's chunk of both vectors was initialised above (`init_slice`).
@@ -353,6 +363,14 @@ fn max_taps<T: Float>(src: &[T], m: &mut [T], a: &mut [u32], at0: usize, s: usiz
                 max_step(e, m, a, at0 + (o * s) as u32);
             }
         }
+    }
+}
+
+/// `m[o]`, `a[o]` = `e[o]`, `ea[o]` where `e[o]` is strictly larger.
+fn max_rows<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
+    let (e, ea, a) = (&e[..m.len()], &ea[..m.len()], &mut a[..m.len()]);
+    for (((m, a), &e), &ea) in m.iter_mut().zip(a).zip(e).zip(ea) {
+        max_step(e, m, a, ea);
     }
 }
 
