@@ -1248,7 +1248,10 @@ mod tests {
         ];
         // BENCH_ONLY=<part of a name> runs only the matching layers (e.g. under perf).
         let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-        for (name, c) in layers.into_iter().filter(|(n, _)| n.contains(only.as_str())) {
+        for (name, c) in layers
+            .into_iter()
+            .filter(|(n, _)| n.contains(only.as_str()))
+        {
             let v = vars(&c, 1, DType::F32);
             let (o, kk) = (c.1[0], c.1[1] * c.1[2] * c.1[3]);
             let candle = std::env::var("BENCH_CANDLE").is_ok();
@@ -1283,4 +1286,3 @@ mod tests {
         }
     }
 }
-

@@ -946,7 +946,7 @@ impl<I: IntDType> Map2 for IndexAdd<'_, I> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn copy2d_<T: Copy>(
+fn copy2d_<T: Copy + Send + Sync>(
     src: &[T],
     dst: &mut [T],
     d1: usize,
@@ -963,6 +963,18 @@ fn copy2d_<T: Copy>(
         dst[dst_start..dst_start + d1 * d2].copy_from_slice(&src[src_start..src_start + d1 * d2]);
         return;
     }
+    // edgebench patch: big copies (a channel `cat` of NCHW activations and the `narrow`s of its
+    // gradient) run their rows on the rayon pool instead of on the calling thread alone.
+    if d1 > 1 && d1 * d2 >= PAR_COPY_MIN && dst_stride1 >= d2 {
+        let dst = &mut dst[dst_offset..dst_offset + (d1 - 1) * dst_stride1 + d2];
+        dst.par_chunks_mut(dst_stride1)
+            .enumerate()
+            .for_each(|(i, row)| {
+                let s = src_offset + i * src_stride1;
+                row[..d2].copy_from_slice(&src[s..s + d2]);
+            });
+        return;
+    }
     let mut src_idx = src_offset;
     let mut dst_idx = dst_offset;
     for _ in 0..d1 {
@@ -972,7 +984,10 @@ fn copy2d_<T: Copy>(
     }
 }
 
-fn copy_strided_src_<T: Copy>(src: &[T], dst: &mut [T], dst_offset: usize, src_l: &Layout) {
+/// Elements from which `copy2d_` splits its rows over threads (edgebench patch).
+const PAR_COPY_MIN: usize = 1 << 18;
+
+fn copy_strided_src_<T: Copy + Send + Sync>(src: &[T], dst: &mut [T], dst_offset: usize, src_l: &Layout) {
     match src_l.strided_blocks() {
         crate::StridedBlocks::SingleBlock { start_offset, len } => dst
             [dst_offset..dst_offset + len]
