@@ -52,21 +52,14 @@ impl Lrn {
         }
     }
 
-    /// Writes scale_c (before the power) into `acc` for one channel of a sample.
-    fn scale_plane<T: Float>(&self, sample: &[T], ch: usize, c: usize, hw: usize, acc: &mut [T]) {
-        let (pre, post) = self.pre_post();
+    /// `acc` = the sum of squares over channel `ch`'s window, one plane of a sample.
+    fn sum_squares<T: Float>(&self, sample: &[T], ch: usize, c: usize, acc: &mut [T]) {
+        let (pre, post, hw) = (self.pre_post().0, self.pre_post().1, acc.len());
         acc.fill(T::ZERO);
         for cc in ch.saturating_sub(pre)..=(ch + post).min(c - 1) {
             for (a, &v) in acc.iter_mut().zip(&sample[cc * hw..(cc + 1) * hw]) {
                 *a += v * v;
             }
-        }
-        let (k, ratio) = (
-            T::from_f64(self.k),
-            T::from_f64(self.alpha / self.size as f64),
-        );
-        for a in acc.iter_mut() {
-            *a = k + ratio * *a;
         }
     }
 
@@ -94,28 +87,61 @@ impl Lrn {
         x.dims4()
     }
 
+    /// Per sample, in blocks of `LRN_BLOCK` channels (one task each): the window's sum of
+    /// squares slides from channel to channel (add the plane entering, subtract the one leaving;
+    /// Caffe's CPU order too) instead of summing `size` planes per channel.
     fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
-        let hw = h * w;
-        if hw == 0 || c == 0 {
-            return Vec::new();
+        use rayon::prelude::*;
+        let (hw, len) = (h * w, n * c * h * w);
+        let mut y = Vec::with_capacity(len);
+        if len == 0 {
+            return y;
         }
-        // One task per (n, c) plane; each reads the `size` neighbouring planes of its sample.
-        super::par_chunks_zeroed(
-            n * c * hw,
-            hw,
-            || (),
-            |_, i, o| {
-                let (ni, ch) = (i / c, i % c);
-                let sample = &x[ni * c * hw..(ni + 1) * c * hw];
-                self.scale_plane(sample, ch, c, hw, o);
-                self.pow_neg_beta(o);
-                for (s, &v) in o.iter_mut().zip(&sample[ch * hw..(ch + 1) * hw]) {
-                    *s = v * *s;
-                }
-            },
-        )
+        let (pre, post) = self.pre_post();
+        let (k, ratio) = (
+            T::from_f64(self.k),
+            T::from_f64(self.alpha / self.size as f64),
+        );
+        let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
+        y.spare_capacity_mut()
+            .par_chunks_mut(c * hw)
+            .zip(x.par_chunks(c * hw))
+            .for_each(|(ys, xs)| {
+                ys.par_chunks_mut(LRN_BLOCK * hw).enumerate().for_each_init(
+                    || vec![T::ZERO; hw],
+                    |sum, (bi, yb)| {
+                        let c0 = bi * LRN_BLOCK;
+                        let yb = super::init_slice(yb, T::ZERO);
+                        for (ch, yp) in (c0..).zip(yb.chunks_exact_mut(hw)) {
+                            if ch == c0 {
+                                self.sum_squares(xs, ch, c, sum);
+                            } else {
+                                let enter = (ch + post < c).then(|| &xs[plane(ch + post)]);
+                                let leave = ch.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
+                                slide(sum, enter, leave, |v| v * v);
+                            }
+                            for (o, &s) in yp.iter_mut().zip(sum.iter()) {
+                                // A slid sum can come out a rounding error below zero.
+                                *o = k + ratio * if s > T::ZERO { s } else { T::ZERO };
+                            }
+                            self.pow_neg_beta(yp);
+                            for (o, &v) in yp.iter_mut().zip(&xs[plane(ch)]) {
+                                *o = v * *o;
+                            }
+                        }
+                    },
+                );
+            });
+        // SAFETY: the blocks cover every sample's channels, each initialised by `init_slice`.
+        unsafe { y.set_len(len) };
+        y
     }
 
+    /// Per sample, in blocks of `LRN_BLOCK` channels (one task each), as the forward: channel by
+    /// channel, dx_c = dy_c·scale_c^(-beta) - cache_ratio·x_c·Σ t_c' over the channels c' whose
+    /// window holds c (c' in [c - post, c + pre]), t = dy·y/scale. Each channel's scale, t and
+    /// scale^(-beta) are computed `pre` channels ahead into rings of `size + 1` planes; the sums of
+    /// squares and of t slide from channel to channel (Caffe's CPU order).
     fn bwd_cpu<T: Float>(
         &self,
         x: &[T],
@@ -123,57 +149,125 @@ impl Lrn {
         dy: &[T],
         (n, c, h, w): (usize, usize, usize, usize),
     ) -> Vec<T> {
-        let hw = h * w;
-        let chw = c * hw;
-        if hw == 0 || c == 0 {
-            return Vec::new();
+        use rayon::prelude::*;
+        let (hw, chw) = (h * w, c * h * w);
+        let len = n * chw;
+        let mut dx = Vec::with_capacity(len);
+        if len == 0 {
+            return dx;
         }
         let (pre, post) = self.pre_post();
+        let (k, ratio) = (
+            T::from_f64(self.k),
+            T::from_f64(self.alpha / self.size as f64),
+        );
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
-        // Per sample, channel by channel: dx_c sums t = dy * y / scale over the channels c' whose
-        // window contains c, i.e. c' in [c - post, c + pre]. t and scale^(-beta) are computed
-        // `pre` channels ahead into rings of `size` planes, which stay in the cache (a whole
-        // sample's scale and t, 2.4 MB each for GoogLeNet's norm2, did not).
-        let win = self.size;
+        let ring = self.size + 1;
         let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
-        let slot = move |cc: usize| plane(cc % win);
-        super::par_chunks_zeroed(
-            n * chw,
-            chw,
-            || (vec![T::ZERO; win * hw], vec![T::ZERO; win * hw]),
-            |(scale, t), i, dxs| {
-                let sample = i * chw..(i + 1) * chw;
+        let slot = move |cc: usize| plane(cc % ring);
+        let scratch = || LrnBwdScratch {
+            sum: vec![T::ZERO; hw],
+            acc: vec![T::ZERO; hw],
+            t: vec![T::ZERO; ring * hw],
+            spow: vec![T::ZERO; ring * hw],
+        };
+        dx.spare_capacity_mut()
+            .par_chunks_mut(chw)
+            .enumerate()
+            .for_each(|(ni, dxs)| {
+                let sample = ni * chw..(ni + 1) * chw;
                 let (xs, ys, dys) = (&x[sample.clone()], &y[sample.clone()], &dy[sample]);
-                let mut ready = 0;
-                for (ch, dxp) in dxs.chunks_exact_mut(hw).enumerate() {
-                    let last = (ch + pre).min(c - 1);
-                    while ready <= last {
-                        let (sp, tp) = (&mut scale[slot(ready)], &mut t[slot(ready)]);
-                        self.scale_plane(xs, ready, c, hw, sp);
-                        let yd = ys[plane(ready)].iter().zip(&dys[plane(ready)]);
-                        for ((tv, &s), (&yv, &g)) in tp.iter_mut().zip(sp.iter()).zip(yd) {
-                            *tv = g * yv / s;
+                dxs.par_chunks_mut(LRN_BLOCK * hw)
+                    .enumerate()
+                    .for_each_init(scratch, |sc, (bi, dxb)| {
+                        let dxb = super::init_slice(dxb, T::ZERO);
+                        let (c0, c1) = (bi * LRN_BLOCK, bi * LRN_BLOCK + dxb.len() / hw);
+                        let first = c0.saturating_sub(post);
+                        let mut next = c0;
+                        for a in first..(c1 - 1 + pre).min(c - 1) + 1 {
+                            // Channel a's sum of squares, scale, t and scale^(-beta).
+                            if a == first {
+                                self.sum_squares(xs, a, c, &mut sc.sum);
+                            } else {
+                                let enter = (a + post < c).then(|| &xs[plane(a + post)]);
+                                let leave = a.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
+                                slide(&mut sc.sum, enter, leave, |v| v * v);
+                            }
+                            let (sp, tp) = (&mut sc.spow[slot(a)], &mut sc.t[slot(a)]);
+                            for (s, &v) in sp.iter_mut().zip(sc.sum.iter()) {
+                                *s = k + ratio * if v > T::ZERO { v } else { T::ZERO };
+                            }
+                            let yd = ys[plane(a)].iter().zip(&dys[plane(a)]);
+                            for ((tv, &s), (&yv, &g)) in tp.iter_mut().zip(sp.iter()).zip(yd) {
+                                *tv = g * yv / s;
+                            }
+                            self.pow_neg_beta(sp);
+                            // Channels whose window's last t is now known.
+                            while next < c1 && (next + pre <= a || a == c - 1) {
+                                let ch = next;
+                                if ch == c0 {
+                                    sc.acc.fill(T::ZERO);
+                                    for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
+                                        for (s, &tv) in sc.acc.iter_mut().zip(&sc.t[slot(cc)]) {
+                                            *s += tv;
+                                        }
+                                    }
+                                } else {
+                                    let enter = (ch + pre < c).then(|| &sc.t[slot(ch + pre)]);
+                                    let leave = ch.checked_sub(post + 1).map(|cc| &sc.t[slot(cc)]);
+                                    slide(&mut sc.acc, enter, leave, |v| v);
+                                }
+                                let dxp = &mut dxb[plane(ch - c0)];
+                                let terms = sc.spow[slot(ch)].iter().zip(sc.acc.iter());
+                                let inputs = xs[plane(ch)].iter().zip(&dys[plane(ch)]);
+                                for (d, ((&s, &acc), (&xv, &g))) in
+                                    dxp.iter_mut().zip(terms.zip(inputs))
+                                {
+                                    *d = g * s - cache_ratio * xv * acc;
+                                }
+                                next += 1;
+                            }
                         }
-                        self.pow_neg_beta(sp);
-                        ready += 1;
-                    }
-                    for cc in ch.saturating_sub(post)..=last {
-                        for (a, &tv) in dxp.iter_mut().zip(&t[slot(cc)]) {
-                            *a += tv;
-                        }
-                    }
-                    // `scale` holds scale^(-beta).
-                    for (((a, &s), &xv), &g) in dxp
-                        .iter_mut()
-                        .zip(&scale[slot(ch)])
-                        .zip(&xs[plane(ch)])
-                        .zip(&dys[plane(ch)])
-                    {
-                        *a = g * s - cache_ratio * xv * *a;
-                    }
-                }
-            },
-        )
+                    });
+            });
+        // SAFETY: the blocks cover every sample's channels, each initialised by `init_slice`.
+        unsafe { dx.set_len(len) };
+        dx
+    }
+}
+
+/// Per-task scratch of `Lrn::bwd_cpu`: the sliding sums and the rings of t and scale^(-beta).
+struct LrnBwdScratch<T> {
+    sum: Vec<T>,
+    acc: Vec<T>,
+    t: Vec<T>,
+    spow: Vec<T>,
+}
+
+/// Channels per forward task: long enough that sliding the window beats summing it afresh,
+/// short enough that a batch-1 sample still splits over the cores.
+const LRN_BLOCK: usize = 16;
+
+/// `acc += f(enter) - f(leave)` over a plane, for the planes given: a window sum sliding by one
+/// channel (`f` squares for the sum of squares).
+fn slide<T: Float>(acc: &mut [T], enter: Option<&[T]>, leave: Option<&[T]>, f: impl Fn(T) -> T) {
+    match (enter, leave) {
+        (Some(e), Some(l)) => {
+            for ((s, &a), &b) in acc.iter_mut().zip(e).zip(l) {
+                *s += f(a) - f(b);
+            }
+        }
+        (Some(e), None) => {
+            for (s, &a) in acc.iter_mut().zip(e) {
+                *s += f(a);
+            }
+        }
+        (None, Some(l)) => {
+            for (s, &b) in acc.iter_mut().zip(l) {
+                *s = *s - f(b);
+            }
+        }
+        (None, None) => {}
     }
 }
 
@@ -355,7 +449,8 @@ mod tests {
                 k: 0.5,
             },
         ] {
-            for c in [1, 3, 5, 8] {
+            // 40 channels: three forward blocks (LRN_BLOCK), the last one short.
+            for c in [1, 3, 5, 8, 40] {
                 let dims = (2, c, 3, 4);
                 let x: Vec<f64> = rng.vec(2 * c * 12).iter().map(|v| v * 3.0).collect();
                 let y = lrn(&tensor(&x, dims), p).unwrap();
@@ -369,8 +464,8 @@ mod tests {
     fn gradient_matches_finite_differences() {
         let mut rng = Rng::new(12);
         for p in [NET, STRONG, EVEN] {
-            // C < size, C == size and C > size windows.
-            for c in [1, 2, 5, 7] {
+            // C < size, C == size and C > size windows; 37 channels: three blocks (LRN_BLOCK).
+            for c in [1, 2, 5, 7, 37] {
                 let dims = (2, c, 3, 3);
                 let x: Vec<f64> = rng.vec(2 * c * 9).iter().map(|v| v * 2.0).collect();
                 let err = grad_check(&x, dims, 50 + c as u64, |t| lrn(t, p));
@@ -383,7 +478,7 @@ mod tests {
     fn f32_forward_and_backward_match_f64() {
         let mut rng = Rng::new(13);
         for p in [NET, STRONG, EVEN] {
-            let x64 = tensor(&rng.vec(2 * 7 * 5 * 6), (2, 7, 5, 6));
+            let x64 = tensor(&rng.vec(2 * 37 * 5 * 6), (2, 37, 5, 6));
             let (v64, v32) = (
                 Var::from_tensor(&x64).unwrap(),
                 Var::from_tensor(&x64.to_dtype(DType::F32).unwrap()).unwrap(),
