@@ -52,6 +52,18 @@ impl Lrn {
         }
     }
 
+    /// scale = k + alpha / size · (window sum of squares), for a plane.
+    fn scale_of_sum<T: Float>(&self, sum: &[T], scale: &mut [T]) {
+        let (k, ratio) = (
+            T::from_f64(self.k),
+            T::from_f64(self.alpha / self.size as f64),
+        );
+        for (o, &s) in scale.iter_mut().zip(sum) {
+            // A slid sum can come out a rounding error below zero.
+            *o = k + ratio * if s > T::ZERO { s } else { T::ZERO };
+        }
+    }
+
     /// `acc` = the sum of squares over channel `ch`'s window, one plane of a sample.
     fn sum_squares<T: Float>(&self, sample: &[T], ch: usize, c: usize, acc: &mut [T]) {
         let (pre, post, hw) = (self.pre_post().0, self.pre_post().1, acc.len());
@@ -98,10 +110,6 @@ impl Lrn {
             return y;
         }
         let (pre, post) = self.pre_post();
-        let (k, ratio) = (
-            T::from_f64(self.k),
-            T::from_f64(self.alpha / self.size as f64),
-        );
         let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
         y.spare_capacity_mut()
             .par_chunks_mut(c * hw)
@@ -120,10 +128,7 @@ impl Lrn {
                                 let leave = ch.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
                                 slide(sum, enter, leave, |v| v * v);
                             }
-                            for (o, &s) in yp.iter_mut().zip(sum.iter()) {
-                                // A slid sum can come out a rounding error below zero.
-                                *o = k + ratio * if s > T::ZERO { s } else { T::ZERO };
-                            }
+                            self.scale_of_sum(sum, yp);
                             self.pow_neg_beta(yp);
                             for (o, &v) in yp.iter_mut().zip(&xs[plane(ch)]) {
                                 *o = v * *o;
@@ -157,10 +162,6 @@ impl Lrn {
             return dx;
         }
         let (pre, post) = self.pre_post();
-        let (k, ratio) = (
-            T::from_f64(self.k),
-            T::from_f64(self.alpha / self.size as f64),
-        );
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
         let ring = self.size + 1;
         let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
@@ -194,9 +195,7 @@ impl Lrn {
                                 slide(&mut sc.sum, enter, leave, |v| v * v);
                             }
                             let (sp, tp) = (&mut sc.spow[slot(a)], &mut sc.t[slot(a)]);
-                            for (s, &v) in sp.iter_mut().zip(sc.sum.iter()) {
-                                *s = k + ratio * if v > T::ZERO { v } else { T::ZERO };
-                            }
+                            self.scale_of_sum(&sc.sum, sp);
                             let yd = ys[plane(a)].iter().zip(&dys[plane(a)]);
                             for ((tv, &s), (&yv, &g)) in tp.iter_mut().zip(sp.iter()).zip(yd) {
                                 *tv = g * yv / s;
