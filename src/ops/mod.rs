@@ -247,34 +247,24 @@ mod bench {
         crate::train::keep_freed_memory();
         println!("threads: {}", rayon::current_num_threads());
 
-        let y = pool2d(&x, pool).unwrap();
-        let dy = y.ones_like().unwrap();
-        time("max pool 3x3/s2 fwd", 10, || pool2d(&x, pool).unwrap());
-        time("max pool 3x3/s2 bwd (argmax again)", 10, || {
-            pool.bwd(&x, &y, &dy).unwrap()
-        });
-        time(
-            "max pool 3x3/s2 bwd (stored argmax)",
-            10,
-            pool::max_bwd_from_argmax(pool, &x),
-        );
         // GoogLeNet's inception branches pool 3x3 with stride 1 and pad 1.
-        let pool1 = Pool2d {
+        let same = Pool2d {
             stride: 1,
             pad: 1,
             ..pool
         };
-        let y = pool2d(&x, pool1).unwrap();
-        let dy = y.ones_like().unwrap();
-        time("max pool 3x3/s1/p1 fwd", 10, || pool2d(&x, pool1).unwrap());
-        time("max pool 3x3/s1/p1 bwd (argmax again)", 10, || {
-            pool1.bwd(&x, &y, &dy).unwrap()
-        });
-        time(
-            "max pool 3x3/s1/p1 bwd (stored argmax)",
-            10,
-            pool::max_bwd_from_argmax(pool1, &x),
-        );
+        for (name, p) in [("3x3/s2", pool), ("3x3/s1/p1", same)] {
+            let y = pool2d(&x, p).unwrap();
+            let dy = y.ones_like().unwrap();
+            time(&format!("max pool {name} fwd"), 10, || {
+                pool2d(&x, p).unwrap()
+            });
+            time(&format!("max pool {name} bwd (argmax again)"), 10, || {
+                p.bwd(&x, &y, &dy).unwrap()
+            });
+            let stored = pool::max_bwd_from_argmax(p, &x);
+            time(&format!("max pool {name} bwd (stored argmax)"), 10, stored);
+        }
 
         let y = lrn(&x, norm).unwrap();
         let dy = y.ones_like().unwrap();

@@ -42,7 +42,7 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     super::native_or_host(x, |x| {
         let x = x.contiguous()?;
         if p.kind == PoolKind::Max && x.device().is_cpu() {
-            let arg = std::sync::Mutex::new(None);
+            let arg = std::sync::Mutex::new(Vec::new());
             return x.apply_op1(MaxPoolCpu { pool: p, arg });
         }
         x.apply_op1(p)
@@ -299,8 +299,8 @@ impl Pool2d {
             win_arg: vec![NO_ARG; g.oh * ld],
         };
         y.spare_capacity_mut()
-            .par_chunks_mut(plane_out.max(1))
-            .zip(arg.spare_capacity_mut().par_chunks_mut(plane_out.max(1)))
+            .par_chunks_mut(plane_out)
+            .zip(arg.spare_capacity_mut().par_chunks_mut(plane_out))
             .enumerate()
             .for_each_init(scratch, |sc, (i, (yo, ao))| {
                 // Borders stay -FLT_MAX from the allocation; only the interior is rewritten.
@@ -406,7 +406,7 @@ fn max_scatter<T: Float>(g: &PadPlane, arg: &[u32], dy: &[T], planes: usize) -> 
 /// `Pool2d::max_fwd`); it lives as long as the graph that holds the op.
 struct MaxPoolCpu {
     pool: Pool2d,
-    arg: std::sync::Mutex<Option<std::sync::Arc<Vec<u32>>>>,
+    arg: std::sync::Mutex<Vec<u32>>,
 }
 
 impl CustomOp1 for MaxPoolCpu {
@@ -429,42 +429,39 @@ impl CustomOp1 for MaxPoolCpu {
             }
             _ => bail!("pool2d: only f32/f64 are supported, got {:?}", s.dtype()),
         };
-        *self.arg.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::sync::Arc::new(arg));
+        *self.arg.lock().unwrap_or_else(|e| e.into_inner()) = arg;
         Ok((y, p.out_shape(dims)))
     }
 
     fn bwd(&self, x: &Tensor, y: &Tensor, dy: &Tensor) -> Result<Option<Tensor>> {
-        let arg = self.arg.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        match arg {
-            Some(arg) if dy.device().is_cpu() && arg.len() == dy.elem_count() => {
-                let dims = x.dims4()?;
-                let op = MaxScatter {
-                    pool: self.pool,
-                    arg,
-                    dims,
-                };
-                Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&op)?))
-            }
-            _ => self.pool.bwd(x, y, dy),
+        let arg = self.arg.lock().unwrap_or_else(|e| e.into_inner());
+        if !dy.device().is_cpu() || arg.len() != dy.elem_count() {
+            return self.pool.bwd(x, y, dy);
         }
+        let op = MaxScatter {
+            pool: self.pool,
+            arg: &arg,
+            dims: x.dims4()?,
+        };
+        Ok(Some(dy.contiguous()?.apply_op1_no_bwd(&op)?))
     }
 }
 
 /// `max_scatter` as an op on the output gradient: dy -> dx of the input's `dims`.
-struct MaxScatter {
+struct MaxScatter<'a> {
     pool: Pool2d,
-    arg: std::sync::Arc<Vec<u32>>,
+    arg: &'a [u32],
     dims: (usize, usize, usize, usize),
 }
 
-impl CustomOp1 for MaxScatter {
+impl CustomOp1 for MaxScatter<'_> {
     fn name(&self) -> &'static str {
         "max-pool2d-bwd"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, c, h, w) = self.dims;
-        let (g, arg, name) = (PadPlane::new(&self.pool, h, w), &self.arg, "max-pool2d-bwd");
+        let (g, arg, name) = (PadPlane::new(&self.pool, h, w), self.arg, "max-pool2d-bwd");
         let dx = match s {
             CpuStorage::F32(v) => {
                 CpuStorage::F32(max_scatter(&g, arg, nchw_slice(v, l, name)?, n * c))
