@@ -407,3 +407,65 @@ fn alexnet_gradients_match_candle_conv() {
 fn googlenet_gradients_match_candle_conv() {
     check_gradients_match_candle("googlenet");
 }
+
+/// The vendored candle's `narrow` backward (vendor/candle-core/PATCHED.md, change 4) writes the
+/// gradients of disjoint narrows of one tensor into one buffer instead of padding and adding
+/// each: the gradient must still be the sum of every use, with zeros where no narrow reads,
+/// when narrows overlap, and when the tensor is also used whole.
+#[test]
+fn narrow_gradients_sum_every_use() {
+    let dev = Device::Cpu;
+    let (n, c, h) = (2usize, 7usize, 3usize);
+    let len = n * c * h;
+    let x = candle_core::Var::from_vec((0..len).map(|i| i as f32 * 0.1).collect(), (n, c, h), &dev)
+        .unwrap();
+    // Weights that tell every use apart: w_k[i] = k * 1000 + i.
+    let weight = |k: usize, dims: (usize, usize, usize)| {
+        let m = dims.0 * dims.1 * dims.2;
+        Tensor::from_vec((0..m).map(|i| (k * 1000 + i) as f32).collect(), dims, &dev).unwrap()
+    };
+    // (start, len) of each narrow along dim 1, and whether x is also used whole.
+    let cases: [(&[(usize, usize)], bool); 4] = [
+        // A split with a gap (channel 6 unread): the one-buffer path only.
+        (&[(0, 2), (2, 3), (5, 1)], false),
+        // Overlapping narrows: the second and third overlap the first.
+        (&[(0, 3), (2, 2), (1, 5)], false),
+        // Disjoint narrows and a whole use, in both orders of the graph.
+        (&[(0, 2), (4, 3)], true),
+        (&[(3, 4)], true),
+    ];
+    for (narrows, whole) in cases {
+        let mut loss = Tensor::zeros((), candle_core::DType::F32, &dev).unwrap();
+        let mut expected = vec![0f32; len];
+        for (k, &(start, l)) in narrows.iter().enumerate() {
+            let w = weight(k + 1, (n, l, h));
+            let part = x.narrow(1, start, l).unwrap();
+            loss = (loss + (part * &w).unwrap().sum_all().unwrap()).unwrap();
+            let wv: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+            for i in 0..n {
+                for j in 0..l {
+                    for t in 0..h {
+                        expected[(i * c + start + j) * h + t] += wv[(i * l + j) * h + t];
+                    }
+                }
+            }
+        }
+        if whole {
+            let w = weight(9, (n, c, h));
+            loss = (loss + (x.as_tensor() * &w).unwrap().sum_all().unwrap()).unwrap();
+            let wv: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+            for (e, v) in expected.iter_mut().zip(wv) {
+                *e += v;
+            }
+        }
+        let grads = loss.backward().unwrap();
+        let got: Vec<f32> = grads
+            .get(x.as_tensor())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(got, expected, "narrows {narrows:?}, whole use {whole}");
+    }
+}

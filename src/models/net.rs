@@ -194,6 +194,68 @@ pub enum ConvImpl {
     Candle,
 }
 
+/// A branch's first layer when it is a 1x1 convolution that reads the input as it is (stride 1,
+/// no padding, one group).
+struct PointwiseHead<'a> {
+    w: &'a Tensor,
+    b: &'a Tensor,
+    relu: bool,
+    out: usize,
+}
+
+fn branch_head(branch: &[Node]) -> Option<PointwiseHead<'_>> {
+    match branch.first()? {
+        Node::Conv {
+            w,
+            b,
+            stride: 1,
+            pad: 0,
+            groups: 1,
+            relu,
+        } if w.dims()[2..] == [1, 1] => Some(PointwiseHead {
+            w,
+            b,
+            relu: *relu,
+            out: w.dims()[0],
+        }),
+        _ => None,
+    }
+}
+
+/// The inception branches that open with a 1x1 convolution of the module's input (GoogLeNet: the
+/// 1x1, 3x3_reduce and 5x5_reduce branches) run it as one convolution with their filters stacked:
+/// one GEMM per image where there were three, one input gradient where three were summed. Returns
+/// that convolution's output (the heads' outputs side by side, in branch order) and which branches
+/// it covers, or None where fewer than two branches qualify. The parameters stay per layer.
+fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec<bool>)>> {
+    let heads: Vec<Option<PointwiseHead>> = branches.iter().map(|b| branch_head(b)).collect();
+    let mut found = heads.iter().flatten();
+    let Some(relu) = found.next().map(|h| h.relu) else {
+        return Ok(None);
+    };
+    // One ReLU flag for the whole stack: branches that differ keep their own convolution.
+    let covered: Vec<bool> = heads
+        .iter()
+        .map(|h| h.as_ref().is_some_and(|h| h.relu == relu))
+        .collect();
+    if covered.iter().filter(|&&c| c).count() < 2 {
+        return Ok(None);
+    }
+    let stacked = heads.iter().zip(&covered).filter(|(_, &c)| c);
+    let (ws, bs): (Vec<Tensor>, Vec<Tensor>) = stacked
+        .filter_map(|(h, _)| h.as_ref())
+        .map(|h| (h.w.clone(), h.b.clone()))
+        .unzip();
+    let p = Conv2d {
+        stride: 1,
+        pad: 0,
+        groups: 1,
+        relu,
+    };
+    let y = conv2d(x, &Tensor::cat(&ws, 0)?, &Tensor::cat(&bs, 0)?, p)?;
+    Ok(Some((y, covered)))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_seq(
     nodes: &[Node],
@@ -240,20 +302,26 @@ fn run_seq(
                 None => x,
             },
             Node::Inception(branches) => {
-                let outs = branches
-                    .iter()
-                    .map(|b| {
-                        run_seq(
-                            b,
-                            conv_impl,
-                            x.clone(),
-                            rng,
-                            None,
-                            &mut None,
-                            &mut |_, _| Ok(()),
-                        )
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let fused = if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                    fused_heads(branches, &x)?
+                } else {
+                    None
+                };
+                let mut outs = Vec::with_capacity(branches.len());
+                let mut at = 0;
+                for (i, branch) in branches.iter().enumerate() {
+                    let (input, rest) = match &fused {
+                        Some((y, fused)) if fused[i] => {
+                            let o = branch_head(branch).map_or(0, |h| h.out);
+                            let part = y.narrow(1, at, o)?;
+                            at += o;
+                            (part, &branch[1..])
+                        }
+                        _ => (x.clone(), &branch[..]),
+                    };
+                    let skip = &mut |_, _: &Tensor| Ok(());
+                    outs.push(run_seq(rest, conv_impl, input, rng, None, &mut None, skip)?);
+                }
                 Tensor::cat(&outs, 1)?
             }
         };

@@ -520,13 +520,17 @@ fn gather_dy<'a, T: Float>(
 
 fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
     let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
-    let mut y = super::zeros(g.n * g.o * ohw);
-    if y.is_empty() {
+    let len = g.n * g.o * ohw;
+    let mut y = Vec::with_capacity(len);
+    if len == 0 {
         return y;
     }
     let (per, par) = g.split();
     let bsz = g.sub_batch(per);
-    y.par_chunks_mut(per * g.o * ohw)
+    // Every output is written once before the GEMM adds to it (the bias, or the scatter of a
+    // sub-batch), so the output is never zeroed first.
+    y.spare_capacity_mut()
+        .par_chunks_mut(per * g.o * ohw)
         .zip(x.par_chunks(per * chw))
         .for_each(|(ys, xs)| {
             let mut col = vec![T::ZERO; g.col_len(bsz)];
@@ -539,13 +543,16 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
                     let bg = &b[gi * og..(gi + 1) * og];
                     if nb == 1 {
                         let at = n0 * g.o * ohw + gi * og * ohw;
+                        // The bias first, as the GEMM's accumulator.
                         let yg = &mut ys[at..at + og * ohw];
+                        for (row, &bv) in yg.chunks_exact_mut(ohw).zip(bg) {
+                            super::init_slice(row, bv);
+                        }
+                        // SAFETY: every element of yg was just initialised.
+                        let yg = unsafe { &mut *(yg as *mut [_] as *mut [T]) };
                         for rows in g.row_blocks(1) {
                             let colg = gather_cols(g, xs, gi, (n0, 1), rows.clone(), &mut col);
                             let cols = g.cols_of(&rows);
-                            for (row, &bv) in yg.chunks_exact_mut(ohw).zip(bg) {
-                                row[cols.clone()].fill(bv);
-                            }
                             let dst = &mut yg[cols.start..];
                             let shape = (og, cols.len(), kk);
                             gemm_strided(
@@ -583,13 +590,15 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
                         {
                             for (d, &v) in dst.iter_mut().zip(&src[j * ohw..(j + 1) * ohw]) {
                                 let v = v + bv;
-                                *d = if relu { relu_f(v) } else { v };
+                                d.write(if relu { relu_f(v) } else { v });
                             }
                         }
                     }
                 }
             }
         });
+    // SAFETY: the tasks cover all `len` outputs and write each of them (bias fill or scatter).
+    unsafe { y.set_len(len) };
     y
 }
 
@@ -613,12 +622,36 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
             for n0 in (0..nimg).step_by(bsz) {
                 let nb = bsz.min(nimg - n0);
                 let ld = nb * ohw;
-                // Zeroed per sub-batch, just before col2im adds into it (see `fwd`).
-                let dxs = super::init_slice(&mut dxs[n0 * chw..(n0 + nb) * chw], T::ZERO);
+                let dx_of = |j: usize, gi: usize| j * chw + gi * cg * hw;
+                let dxs = &mut dxs[n0 * chw..(n0 + nb) * chw];
+                if g.direct() && nb > 1 {
+                    // A 1x1 sub-batch's dcol is its dx, copied out image by image: every
+                    // element is written once, so dx is not zeroed first.
+                    for gi in 0..g.groups {
+                        let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
+                        let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
+                        let dcol = &mut col[..kk * ld];
+                        gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), par);
+                        for j in 0..nb {
+                            let at = dx_of(j, gi);
+                            for (dst, src) in dxs[at..at + cg * hw]
+                                .chunks_exact_mut(hw)
+                                .zip(dcol.chunks_exact(ld))
+                            {
+                                for (d, &v) in dst.iter_mut().zip(&src[j * ohw..(j + 1) * ohw]) {
+                                    d.write(v);
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
+                // Zeroed per sub-batch, just before the GEMM or col2im writes into it.
+                let dxs = super::init_slice(dxs, T::ZERO);
                 for gi in 0..g.groups {
                     let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
-                    let dx_of = |j: usize| j * chw + gi * cg * hw;
+                    let dx_of = |j: usize| dx_of(j, gi);
                     if g.direct() && nb == 1 {
                         let at = dx_of(0);
                         let dst = &mut dxs[at..at + cg * hw];
@@ -642,19 +675,13 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
                     gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), par);
                     for j in 0..nb {
                         let at = dx_of(j);
-                        let dxg = &mut dxs[at..at + cg * hw];
-                        if g.direct() {
-                            for (dst, src) in dxg.chunks_exact_mut(hw).zip(dcol.chunks_exact(ld)) {
-                                dst.copy_from_slice(&src[j * ohw..(j + 1) * ohw]);
-                            }
-                        } else {
-                            g.col2im(dcol, dxg, ld, j * ohw, 0..g.ho);
-                        }
+                        g.col2im(dcol, &mut dxs[at..at + cg * hw], ld, j * ohw, 0..g.ho);
                     }
                 }
             }
         });
-    // SAFETY: the tasks' chunks cover all `len` elements, each initialised by `init_slice`.
+    // SAFETY: the tasks' chunks cover all `len` elements, each initialised by `init_slice` or
+    // written by the 1x1 copy.
     unsafe { dx.set_len(len) };
     dx
 }
@@ -1220,7 +1247,11 @@ mod tests {
     fn bench() {
         use std::time::Instant;
         // AlexNet conv2 and conv3, GoogLeNet 3a 3x3 and a 1x1 in 4b, batch 32.
-        let layers: [(&str, Case); 6] = [
+        let layers: [(&str, Case); 7] = [
+            (
+                "goog conv1",
+                ([32, 3, 224, 224], [64, 3, 7, 7], p(2, 3, 1, true)),
+            ),
             (
                 "goog 5a/3x3",
                 ([32, 160, 7, 7], [320, 160, 3, 3], p(1, 1, 1, true)),
