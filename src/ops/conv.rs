@@ -11,7 +11,7 @@
 //! GEMMs run single-threaded inside, unless the batch is smaller than the thread count, when
 //! gemm's own rayon parallelism takes the remaining threads.
 
-use super::{nchw_slice, Float};
+use super::{images_in_place, images_slice, nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
@@ -32,8 +32,7 @@ pub struct Conv2d {
 /// three. CPU only (the caller routes other devices to candle's conv2d).
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
     Geom::new(x.dims(), w.dims(), b.dims(), p)?;
-    x.contiguous()?
-        .apply_op3(&w.contiguous()?, &b.contiguous()?, p)
+    images_in_place(x)?.apply_op3(&w.contiguous()?, &b.contiguous()?, p)
 }
 
 /// The same computation with candle's own ops (the reference in tests and on GPUs).
@@ -464,14 +463,14 @@ pub(crate) fn relu_f<T: Float>(v: T) -> T {
 /// when nb > 1): col (kk, nb * |rows| * wo), or the input itself (1x1 convolution, one image).
 fn gather_cols<'a, T: Float>(
     g: &Geom,
-    xs: &'a [T],
+    (xs, x_img): (&'a [T], usize),
     gi: usize,
     (n0, nb): (usize, usize),
     rows: Range<usize>,
     col: &'a mut [T],
 ) -> &'a [T] {
-    let (chw, cghw, ohw) = (g.c * g.hw(), g.cg() * g.hw(), g.ohw());
-    let x_of = |j: usize| &xs[(n0 + j) * chw + gi * cghw..(n0 + j) * chw + (gi + 1) * cghw];
+    let (cghw, ohw) = (g.cg() * g.hw(), g.ohw());
+    let x_of = |j: usize| &xs[(n0 + j) * x_img + gi * cghw..(n0 + j) * x_img + (gi + 1) * cghw];
     if g.direct() && nb == 1 {
         return x_of(0);
     }
@@ -518,8 +517,9 @@ fn gather_dy<'a, T: Float>(
     buf
 }
 
-fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
-    let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
+/// x's images are `x_img` elements apart (C·H·W, or more for a narrow of channels).
+fn fwd<T: Float>((x, x_img): (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
+    let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let len = g.n * g.o * ohw;
     let mut y = Vec::with_capacity(len);
     if len == 0 {
@@ -531,11 +531,12 @@ fn fwd<T: Float>(x: &[T], wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
     // sub-batch), so the output is never zeroed first.
     y.spare_capacity_mut()
         .par_chunks_mut(per * g.o * ohw)
-        .zip(x.par_chunks(per * chw))
+        .zip(x.par_chunks(per * x_img))
         .for_each(|(ys, xs)| {
             let mut col = vec![T::ZERO; g.col_len(bsz)];
             let mut buf = vec![T::ZERO; if bsz > 1 { og * bsz * ohw } else { 0 }];
-            let nimg = xs.len() / chw;
+            let nimg = ys.len() / (g.o * ohw);
+            let xs = (xs, x_img);
             for n0 in (0..nimg).step_by(bsz) {
                 let nb = bsz.min(nimg - n0);
                 for gi in 0..g.groups {
@@ -687,8 +688,8 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
 }
 
 /// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU).
-fn bwd_filter<T: Float>(x: &[T], dy: &[T], g: &Geom) -> Vec<T> {
-    let (chw, ohw, kk, og) = (g.c * g.hw(), g.ohw(), g.kk(), g.og());
+fn bwd_filter<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+    let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let len = g.o * kk + g.o;
     if g.n == 0 {
         return vec![T::ZERO; len];
@@ -696,14 +697,15 @@ fn bwd_filter<T: Float>(x: &[T], dy: &[T], g: &Geom) -> Vec<T> {
     let (per, par) = g.split();
     let bsz = g.sub_batch(per);
     let partials: Vec<Vec<T>> = x
-        .par_chunks(per * chw)
+        .par_chunks(per * x_img)
         .zip(dy.par_chunks(per * g.o * ohw))
         .map(|(xs, dys)| {
             let mut acc = vec![T::ZERO; len];
             let mut col = vec![T::ZERO; g.col_len(bsz)];
             let mut buf = vec![T::ZERO; if bsz > 1 { og * bsz * ohw } else { 0 }];
             let (dw, db) = acc.split_at_mut(g.o * kk);
-            let nimg = xs.len() / chw;
+            let nimg = dys.len() / (g.o * ohw);
+            let xs = (xs, x_img);
             for n0 in (0..nimg).step_by(bsz) {
                 let nb = bsz.min(nimg - n0);
                 // dy's row length: one image's, or the sub-batch's side by side.
@@ -772,14 +774,14 @@ impl CustomOp3 for Conv2d {
         let n = "conv2d";
         let y = match (s1, s2, s3) {
             (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => CpuStorage::F32(fwd(
-                nchw_slice(x, l1, n)?,
+                images_slice(x, l1, n)?,
                 nchw_slice(w, l2, n)?,
                 nchw_slice(b, l3, n)?,
                 &g,
                 self.relu,
             )),
             (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => CpuStorage::F64(fwd(
-                nchw_slice(x, l1, n)?,
+                images_slice(x, l1, n)?,
                 nchw_slice(w, l2, n)?,
                 nchw_slice(b, l3, n)?,
                 &g,
@@ -817,9 +819,8 @@ impl CustomOp3 for Conv2d {
         } else {
             None
         };
-        let flat = x
-            .contiguous()?
-            .apply_op2_no_bwd(&dy, &ConvBwdFilter(*self, w.dims().to_vec()))?;
+        let flat =
+            images_in_place(x)?.apply_op2_no_bwd(&dy, &ConvBwdFilter(*self, w.dims().to_vec()))?;
         let nw = g.o * g.kk();
         let dw = flat.narrow(0, 0, nw)?.reshape(w.shape())?;
         let db = flat.narrow(0, nw, g.o)?;
@@ -928,12 +929,12 @@ impl CustomOp2 for ConvBwdFilter {
         let n = "conv2d-gemm-bwd-filter";
         let out = match (s1, s2) {
             (CpuStorage::F32(x), CpuStorage::F32(dy)) => CpuStorage::F32(bwd_filter(
-                nchw_slice(x, l1, n)?,
+                images_slice(x, l1, n)?,
                 nchw_slice(dy, l2, n)?,
                 &g,
             )),
             (CpuStorage::F64(x), CpuStorage::F64(dy)) => CpuStorage::F64(bwd_filter(
-                nchw_slice(x, l1, n)?,
+                images_slice(x, l1, n)?,
                 nchw_slice(dy, l2, n)?,
                 &g,
             )),
@@ -1051,6 +1052,48 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences() {
         on_pools(gradients_match_finite_differences_here);
+    }
+
+    /// A narrow of channels (images apart by more than C·H·W) is read in place, forward and in
+    /// the weight gradient, and gives what its contiguous copy gives, gradients included.
+    #[test]
+    fn channel_narrow_input_matches_contiguous_copy() {
+        on_pools(|| {
+            for (i, c) in cases().iter().enumerate() {
+                // The case's input as channels 1..1+C of a tensor with 3 more channels.
+                let [n, ch, h, wd] = c.0;
+                let wide: Case = ([n, ch + 3, h, wd], c.1, c.2);
+                let (big, w, b) = vars(&wide, 40 + i as u64, DType::F64);
+                let part = big.narrow(1, 1, ch).unwrap();
+                assert!(
+                    n == 1 || !part.is_contiguous(),
+                    "case {i}: the narrow is a view"
+                );
+                assert!(crate::ops::image_stride(part.layout()).is_some());
+                let copy = Var::from_tensor(&part.contiguous().unwrap()).unwrap();
+                // (y, gradient of `var`, dw, db) of sum(conv(x) * r).
+                let f = |x: &Tensor, var: &Tensor| {
+                    let y = conv2d(x, w.as_tensor(), b.as_tensor(), c.2).unwrap();
+                    let r = Rng::new(7).vec(y.elem_count());
+                    let r = Tensor::from_vec(r, y.shape(), &Device::Cpu).unwrap();
+                    let g = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+                    let get = |t: &Tensor| g.get(t).expect("gradient").clone();
+                    let (dw, db) = (get(w.as_tensor()), get(b.as_tensor()));
+                    (to_vec(&y), get(var), to_vec(&dw), to_vec(&db))
+                };
+                let (y1, dbig, dw1, db1) = f(&part, big.as_tensor());
+                let (y2, dx2, dw2, db2) = f(copy.as_tensor(), copy.as_tensor());
+                let dx1 = to_vec(&dbig.narrow(1, 1, ch).unwrap());
+                let outside = [dbig.narrow(1, 0, 1), dbig.narrow(1, ch + 1, 2)];
+                for t in outside {
+                    assert!(to_vec(&t.unwrap()).iter().all(|&v| v == 0.0), "case {i}");
+                }
+                assert_eq!(y1, y2, "case {i}: forward");
+                assert_eq!(dx1, to_vec(&dx2), "case {i}: dx");
+                assert_eq!(dw1, dw2, "case {i}: dw");
+                assert_eq!(db1, db2, "case {i}: db");
+            }
+        });
     }
 
     fn forward_and_gradients_match_candle_here() {

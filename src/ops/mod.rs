@@ -17,7 +17,7 @@ pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 
-use candle_core::{bail, Layout, Result};
+use candle_core::{bail, Layout, Result, Tensor};
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
 /// The float types the kernels are generic over (f32 for training, f64 for gradient tests).
@@ -98,6 +98,56 @@ pub(crate) fn init_slice<T: Copy>(c: &mut [std::mem::MaybeUninit<T>], v: T) -> &
     c.fill(std::mem::MaybeUninit::new(v));
     // SAFETY: every element of `c` was just initialised; MaybeUninit<T> has T's layout.
     unsafe { &mut *(c as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
+}
+
+/// NCHW strides whose images are each contiguous, `stride[0]` >= C·H·W apart: a contiguous
+/// tensor, or a `narrow` of its channels (an inception branch's slice of a stacked 1x1
+/// convolution's output), which the convolution reads in place instead of copying.
+pub(crate) fn image_stride(layout: &Layout) -> Option<usize> {
+    let (&[n, c, h, w], s) = (layout.dims(), layout.stride()) else {
+        return None;
+    };
+    if layout.is_contiguous() {
+        return Some(c * h * w);
+    }
+    // Strides of dimensions of size 1 do not matter; images apart by at least one image.
+    let inner = (h <= 1 || s[2] == w) && (w <= 1 || s[3] == 1) && (c <= 1 || s[1] == h * w);
+    (inner && (n <= 1 || s[0] >= c * h * w)).then_some(if n <= 1 { c * h * w } else { s[0] })
+}
+
+/// `x` as it is if its images are each contiguous (see `image_stride`), else a contiguous copy.
+pub(crate) fn images_in_place(x: &Tensor) -> Result<Tensor> {
+    if image_stride(x.layout()).is_some() {
+        Ok(x.clone())
+    } else {
+        x.contiguous()
+    }
+}
+
+/// The elements of an NCHW layout whose images are each contiguous, from the first image's
+/// start to the last one's end, and the distance between images.
+pub(crate) fn images_slice<'a, T>(
+    data: &'a [T],
+    layout: &Layout,
+    op: &str,
+) -> Result<(&'a [T], usize)> {
+    let &[n, c, h, w] = layout.dims() else {
+        bail!(
+            "{op}: expects an NCHW tensor, got shape {:?}",
+            layout.dims()
+        )
+    };
+    let Some(stride) = image_stride(layout) else {
+        // Reports the strides.
+        return Ok((nchw_slice(data, layout, op)?, c * h * w));
+    };
+    let start = layout.start_offset();
+    let len = if n == 0 {
+        0
+    } else {
+        (n - 1) * stride + c * h * w
+    };
+    Ok((&data[start..start + len], stride.max(1)))
 }
 
 /// The elements of a contiguous layout; the public wrappers make inputs contiguous, so a
