@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Side-by-side training speed: edgebench vs TensorFlow (CPU) on this machine, in one run.
 #
-#   bench/compare.sh [NETS] [BATCHES] [STEPS]
+#   bench/compare.sh [NETS] [BATCHES] [STEPS] [ROUNDS]
 #     NETS     comma separated: alexnet,googlenet (default both)
 #     BATCHES  comma separated (default 32)
 #     STEPS    steps per side (default 6); the first is warm-up (graph tracing in TF), the median
 #              of the others is reported
+#     ROUNDS   runs of each side, alternating edgebench and TF (default 1); with more than one
+#              every column is the median over the rounds, and the ratio is the median of the
+#              rounds' own ratios with their range, so a slow spell of the machine that hits one
+#              side of one round does not decide the comparison
 #
 # Installs tensorflow-cpu into bench/.venv (or $EDGEBENCH_TF_VENV) if it is missing, builds
 # edgebench (release), measures the SGEMM peak with the gemm crate edgebench uses
@@ -18,6 +22,7 @@ cd "$(dirname "$0")/.."
 NETS=${1:-alexnet,googlenet}
 BATCHES=${2:-32}
 STEPS=${3:-6}
+ROUNDS=${4:-1}
 VENV=${EDGEBENCH_TF_VENV:-bench/.venv}
 
 if ! "$VENV/bin/python" -c 'import tensorflow' 2>/dev/null; then
@@ -44,17 +49,26 @@ for net in ${NETS//,/ }; do
         *) echo "unknown net $net" >&2; exit 2 ;;
     esac
     for batch in ${BATCHES//,/ }; do
-        ours=$("$EB" --quiet profile --net "$net" --batch "$batch" --steps $((STEPS - 1)) --quick | grep '^RESULT')
-        theirs=$("$VENV/bin/python" bench/tf_train.py "$net" "$batch" "$STEPS" | grep '^RESULT')
-        python3 - "$net" "$batch" "$gflop" "$peak" \
-            "$(field median_s_per_image "$ours")" "$(field median_s_per_image "$theirs")" \
-            "$(field cpu_s_per_image "$ours")" "$(field cpu_s_per_image "$theirs")" \
-            "$(field peak_rss_kb "$ours")" "$(field peak_rss_kb "$theirs")" <<'PY'
-import sys
-net, batch, gflop, peak, eb, tf, ebc, tfc, ebr, tfr = sys.argv[1:]
-gflop, peak, eb, tf, ebc, tfc = map(float, (gflop, peak, eb, tf, ebc, tfc))
+        rounds=""
+        for _ in $(seq "$ROUNDS"); do
+            ours=$("$EB" --quiet profile --net "$net" --batch "$batch" --steps $((STEPS - 1)) --quick | grep '^RESULT')
+            theirs=$("$VENV/bin/python" bench/tf_train.py "$net" "$batch" "$STEPS" | grep '^RESULT')
+            rounds+="$(field median_s_per_image "$ours") $(field median_s_per_image "$theirs") "
+            rounds+="$(field cpu_s_per_image "$ours") $(field cpu_s_per_image "$theirs") "
+            rounds+="$(field peak_rss_kb "$ours") $(field peak_rss_kb "$theirs")"$'\n'
+        done
+        python3 - "$net" "$batch" "$gflop" "$peak" "$rounds" <<'PY'
+import statistics, sys
+net, batch, gflop, peak, rounds = sys.argv[1:]
+gflop, peak = float(gflop), float(peak)
+rows = [list(map(float, line.split())) for line in rounds.splitlines() if line.strip()]
+eb, tf, ebc, tfc, ebr, tfr = (statistics.median(col) for col in zip(*rows))
+ratios = [r[0] / r[1] for r in rows]
+ratio = f"{statistics.median(ratios):.2f}"
+if len(rows) > 1:
+    ratio += f" ({min(ratios):.2f}-{max(ratios):.2f}, {len(rows)} rounds)"
 floor = gflop / peak * 1e3
-print(f"| {net} | {batch} | {eb*1e3:.1f} | {tf*1e3:.1f} | {eb/tf:.2f} | {floor:.1f} | "
+print(f"| {net} | {batch} | {eb*1e3:.1f} | {tf*1e3:.1f} | {ratio} | {floor:.1f} | "
       f"{100*floor/(eb*1e3):.0f} % | {100*floor/(tf*1e3):.0f} % | {ebc*1e3:.1f} | {tfc*1e3:.1f} | "
       f"{int(ebr)/1024:.0f} | {int(tfr)/1024:.0f} |")
 PY
