@@ -229,8 +229,7 @@ fn branch_head(branch: &[Node]) -> Option<PointwiseHead<'_>> {
 /// it covers, or None where fewer than two branches qualify. The parameters stay per layer.
 fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec<bool>)>> {
     let heads: Vec<Option<PointwiseHead>> = branches.iter().map(|b| branch_head(b)).collect();
-    let mut found = heads.iter().flatten();
-    let Some(relu) = found.next().map(|h| h.relu) else {
+    let Some(relu) = heads.iter().flatten().next().map(|h| h.relu) else {
         return Ok(None);
     };
     // One ReLU flag for the whole stack: branches that differ keep their own convolution.
