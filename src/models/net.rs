@@ -225,26 +225,28 @@ fn branch_head(branch: &[Node]) -> Option<PointwiseHead<'_>> {
 /// The inception branches that open with a 1x1 convolution of the module's input (GoogLeNet: the
 /// 1x1, 3x3_reduce and 5x5_reduce branches) run it as one convolution with their filters stacked:
 /// one GEMM per image where there were three, one input gradient where three were summed. Returns
-/// that convolution's output (the heads' outputs side by side, in branch order) and which branches
-/// it covers, or None where fewer than two branches qualify. The parameters stay per layer.
-fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec<bool>)>> {
+/// that convolution's output (the heads' outputs side by side, in branch order) and, per branch,
+/// how many of its channels are that branch's (None: not covered), or None where fewer than two
+/// branches qualify. The parameters stay per layer.
+fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec<Option<usize>>)>> {
     let heads: Vec<Option<PointwiseHead>> = branches.iter().map(|b| branch_head(b)).collect();
     let Some(relu) = heads.iter().flatten().next().map(|h| h.relu) else {
         return Ok(None);
     };
     // One ReLU flag for the whole stack: branches that differ keep their own convolution.
-    let covered: Vec<bool> = heads
+    let stacked: Vec<Option<&PointwiseHead>> = heads
         .iter()
-        .map(|h| h.as_ref().is_some_and(|h| h.relu == relu))
+        .map(|h| h.as_ref().filter(|h| h.relu == relu))
         .collect();
-    if covered.iter().filter(|&&c| c).count() < 2 {
+    if stacked.iter().flatten().count() < 2 {
         return Ok(None);
     }
-    let stacked = heads.iter().zip(&covered).filter(|(_, &c)| c);
     let (ws, bs): (Vec<Tensor>, Vec<Tensor>) = stacked
-        .filter_map(|(h, _)| h.as_ref())
+        .iter()
+        .flatten()
         .map(|h| (h.w.clone(), h.b.clone()))
         .unzip();
+    let widths = stacked.iter().map(|h| h.map(|h| h.out)).collect();
     let p = Conv2d {
         stride: 1,
         pad: 0,
@@ -252,7 +254,7 @@ fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec
         relu,
     };
     let y = conv2d(x, &Tensor::cat(&ws, 0)?, &Tensor::cat(&bs, 0)?, p)?;
-    Ok(Some((y, covered)))
+    Ok(Some((y, widths)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -309,14 +311,14 @@ fn run_seq(
                 let mut outs = Vec::with_capacity(branches.len());
                 let mut at = 0;
                 for (i, branch) in branches.iter().enumerate() {
-                    let (input, rest) = match &fused {
-                        Some((y, fused)) if fused[i] => {
-                            let o = branch_head(branch).map_or(0, |h| h.out);
+                    let head = fused.as_ref().and_then(|(y, widths)| Some((y, widths[i]?)));
+                    let (input, rest) = match head {
+                        Some((y, o)) => {
                             let part = y.narrow(1, at, o)?;
                             at += o;
                             (part, &branch[1..])
                         }
-                        _ => (x.clone(), &branch[..]),
+                        None => (x.clone(), &branch[..]),
                     };
                     let skip = &mut |_, _: &Tensor| Ok(());
                     outs.push(run_seq(rest, conv_impl, input, rng, None, &mut None, skip)?);

@@ -527,34 +527,31 @@ impl Tensor {
                         grads.accumulate_neg(arg, &grad)?;
                     }
                     &Op::Narrow(ref arg, dim, start_idx, len)
-                        if len < arg.dims()[dim] && narrow_grad_fits(arg, &grad, dim, len) =>
+                        if len < arg.dims()[dim]
+                            && narrow_grad_fits(arg, &grad, dim, len)
+                            && grads.get(arg).is_none_or(|buf| {
+                                narrow_owned.get(&buf.id()).is_some_and(|written| {
+                                    narrow_disjoint(written, dim, start_idx, len)
+                                })
+                            }) =>
                     {
                         // edgebench patch 4: the gradient is written into its slice of a
                         // buffer of the argument's shape that this backward allocated, instead
                         // of padded with zeros (cat) and added; several narrows of one tensor
-                        // (a split) fill one buffer.
-                        let disjoint = |w: &Vec<(usize, usize, usize)>| {
-                            w.iter().all(|&(d, s, l)| {
-                                d == dim && (s + l <= start_idx || start_idx + len <= s)
-                            })
-                        };
+                        // (a split) fill one buffer. Anything else takes the upstream arm below.
+                        let g = grad.contiguous()?;
                         match grads.get(arg) {
-                            None => {
-                                let buf = arg.zeros_like()?;
-                                buf.slice_set(&grad.contiguous()?, dim, start_idx)?;
-                                narrow_owned.insert(buf.id(), vec![(dim, start_idx, len)]);
-                                grads.insert(arg, buf);
-                            }
-                            Some(buf) if narrow_owned.get(&buf.id()).is_some_and(disjoint) => {
-                                buf.slice_set(&grad.contiguous()?, dim, start_idx)?;
-                                if let Some(w) = narrow_owned.get_mut(&buf.id()) {
-                                    w.push((dim, start_idx, len));
+                            Some(buf) => {
+                                buf.slice_set(&g, dim, start_idx)?;
+                                if let Some(written) = narrow_owned.get_mut(&buf.id()) {
+                                    written.push((dim, start_idx, len));
                                 }
                             }
-                            Some(_) => {
-                                let right = arg.dims()[dim] - start_idx - len;
-                                let padded = grad.pad_with_zeros(dim, start_idx, right)?;
-                                grads.accumulate(arg, &padded)?;
+                            None => {
+                                let buf = arg.zeros_like()?;
+                                buf.slice_set(&g, dim, start_idx)?;
+                                narrow_owned.insert(buf.id(), vec![(dim, start_idx, len)]);
+                                grads.insert(arg, buf);
                             }
                         }
                     }
@@ -711,6 +708,14 @@ fn narrow_grad_fits(arg: &Tensor, grad: &Tensor, dim: usize, len: usize) -> bool
         && a.iter().zip(g).enumerate().all(|(i, (&a, &g))| if i == dim { g == len } else { g == a })
         && grad.dtype() == arg.dtype()
         && grad.device().same_device(arg.device())
+}
+
+/// edgebench patch 4: the range `start..start + len` of `dim` overlaps none of the ranges
+/// already written into a buffer, all of them on `dim` too.
+fn narrow_disjoint(written: &[(usize, usize, usize)], dim: usize, start: usize, len: usize) -> bool {
+    written
+        .iter()
+        .all(|&(d, s, l)| d == dim && (s + l <= start || start + len <= s))
 }
 
 impl GradStore {
