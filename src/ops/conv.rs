@@ -11,7 +11,7 @@
 //! GEMMs run single-threaded inside, unless the batch is smaller than the thread count, when
 //! gemm's own rayon parallelism takes the remaining threads.
 
-use super::{images_in_place, images_slice, nchw_slice, Float};
+use super::{images_in_place, images_slice, nchw_slice, winograd, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
@@ -294,7 +294,7 @@ impl Geom {
     }
 
     /// How many images each parallel task takes, and the gemm parallelism inside a task.
-    fn split(&self) -> (usize, Parallelism) {
+    pub(crate) fn split(&self) -> (usize, Parallelism) {
         let threads = rayon::current_num_threads().max(1);
         let tasks = self.n.clamp(1, threads);
         let per = self.n.div_ceil(tasks).max(1);
@@ -518,7 +518,38 @@ fn gather_dy<'a, T: Float>(
 }
 
 /// x's images are `x_img` elements apart (C·H·W, or more for a narrow of channels).
-fn fwd<T: Float>((x, x_img): (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
+fn fwd<T: Float>(x: (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::fwd(x, wt, b, g, relu)
+    } else {
+        fwd_im2col(x, wt, b, g, relu)
+    }
+}
+
+fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::bwd_data(dy, wt, g)
+    } else {
+        bwd_data_im2col(dy, wt, g)
+    }
+}
+
+fn bwd_filter<T: Float>(x: (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+    if winograd::applies(g) {
+        winograd::bwd_filter(x, dy, g)
+    } else {
+        bwd_filter_im2col(x, dy, g)
+    }
+}
+
+/// The forward as im2col + GEMM.
+pub(crate) fn fwd_im2col<T: Float>(
+    (x, x_img): (&[T], usize),
+    wt: &[T],
+    b: &[T],
+    g: &Geom,
+    relu: bool,
+) -> Vec<T> {
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let len = g.n * g.o * ohw;
     let mut y = Vec::with_capacity(len);
@@ -604,7 +635,7 @@ fn fwd<T: Float>((x, x_img): (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: b
 }
 
 /// dx from dy (already masked by the ReLU): per image and group dcol = W_gᵀ · dy_g, col2im.
-fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
+pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
     let (chw, ohw, kk, og, cg, hw) = (g.c * g.hw(), g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
     let len = g.n * chw;
     let mut dx = Vec::with_capacity(len);
@@ -688,7 +719,7 @@ fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
 }
 
 /// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU).
-fn bwd_filter<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let len = g.o * kk + g.o;
     if g.n == 0 {

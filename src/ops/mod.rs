@@ -10,6 +10,7 @@ pub mod im2col;
 pub mod linear;
 pub mod lrn;
 pub mod pool;
+mod winograd;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
 pub use im2col::conv2d_im2col;

@@ -1,0 +1,857 @@
+//! Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1, ungrouped convolutions (GoogLeNet's
+//! conv2/3x3 and every inception 3x3: ~60 % of the net's multiply-adds). Each 2x2 output tile
+//! is `Aᵀ [Σ_c (G g Gᵀ) ⊙ (Bᵀ d B)] A` of the 4x4 input tile `d` around it (Lavin & Gray 2016),
+//! so a layer is 16 GEMMs, one per tile position ξ, of (O x C)·(C x tiles): 16 multiplies per
+//! 4 outputs and input channel instead of 36, 2.25x fewer than im2col's GEMM. The backward is
+//! the exact adjoint of the same linear maps:
+//! - input gradient: dM = A dy Aᵀ per tile, dV_ξ = U_ξᵀ · dM_ξ, dx = Σ_tiles B dV Bᵀ;
+//! - weight gradient: dU_ξ = Σ_tiles dM_ξ · V_ξᵀ, dW = Gᵀ dU G.
+//!
+//! The transforms' coefficients are 0, ±1 and ½, so the results differ from im2col's only by
+//! rounding (the tests compare both). Work is split as in `conv`: one contiguous run of images
+//! per rayon thread; the GEMMs take blocks of tiles (whole images side by side for small maps,
+//! bands of tile rows for large ones) of about `TILES` columns.
+
+use super::conv::{gemm, Geom};
+use super::Float;
+use gemm::Parallelism;
+use rayon::prelude::*;
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+/// Tile positions: the GEMMs per layer.
+const XI: usize = 16;
+
+/// Target tile columns per GEMM (EDGEBENCH_WINOGRAD_TILES overrides it).
+const TILES: usize = 256;
+
+/// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
+/// `MIN_SIDE`, and not turned off
+/// with EDGEBENCH_WINOGRAD=0 (the im2col path, for comparison).
+pub(crate) fn applies(g: &Geom) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("EDGEBENCH_WINOGRAD").map_or(true, |v| v != "0"));
+    on && g.kh == 3
+        && g.kw == 3
+        && g.stride == 1
+        && g.pad == 1
+        && g.groups == 1
+        && g.h.min(g.w) >= MIN_SIDE
+}
+
+/// Smaller maps stay on im2col: a 7x7 map is 4x4 tiles covering 8x8 (31 % of the work wasted)
+/// with rows too short for the transforms' vectors; measured slower there (GoogLeNet 5a/5b).
+const MIN_SIDE: usize = 10;
+
+fn tiles_target() -> usize {
+    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("EDGEBENCH_WINOGRAD_TILES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&t| t > 0)
+            .unwrap_or(TILES)
+    })
+}
+
+/// The tiling of one image and how a task's images are cut into GEMM blocks.
+#[derive(Clone, Copy)]
+struct Tiles {
+    h: usize,
+    w: usize,
+    /// Tile rows and columns (2x2 outputs each).
+    th: usize,
+    tw: usize,
+    /// Images per block and tile rows per block (all rows when a block has several images).
+    nb: usize,
+    rb: usize,
+}
+
+impl Tiles {
+    fn new(g: &Geom, per: usize) -> Tiles {
+        let (th, tw) = (g.h.div_ceil(2), g.w.div_ceil(2));
+        let (target, per_image) = (tiles_target(), th * tw);
+        let (nb, rb) = if per_image >= target {
+            (1, (target / tw.max(1)).clamp(1, th.max(1)))
+        } else {
+            (target.div_ceil(per_image.max(1)).clamp(1, per.max(1)), th)
+        };
+        Tiles {
+            h: g.h,
+            w: g.w,
+            th,
+            tw,
+            nb,
+            rb,
+        }
+    }
+    /// Most tile columns of a block.
+    fn max_cols(&self) -> usize {
+        self.nb * self.rb * self.tw
+    }
+    /// Padded plane of the input gradient: a border of one, rounded up to whole tiles.
+    fn padded(&self) -> (usize, usize) {
+        (2 * self.th + 2, 2 * self.tw + 2)
+    }
+    /// The blocks of a task of `nimg` images: (first image, images, tile rows).
+    fn blocks(&self, nimg: usize) -> impl Iterator<Item = (usize, usize, Range<usize>)> + '_ {
+        (0..nimg).step_by(self.nb).flat_map(move |n0| {
+            let nb = self.nb.min(nimg - n0);
+            (0..self.th)
+                .step_by(self.rb)
+                .map(move |r| (n0, nb, r..(r + self.rb).min(self.th)))
+        })
+    }
+}
+
+/// Four disjoint `len`-long windows of `s` at increasing offsets.
+fn four_mut<T>(s: &mut [T], at: [usize; 4], len: usize) -> [&mut [T]; 4] {
+    let (a, r) = s[at[0]..].split_at_mut(at[1] - at[0]);
+    let (b, r) = r.split_at_mut(at[2] - at[1]);
+    let (c, d) = r.split_at_mut(at[3] - at[2]);
+    [&mut a[..len], &mut b[..len], &mut c[..len], &mut d[..len]]
+}
+
+/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3).
+fn filter_transform<T: Float>(w: &[T], oc: usize) -> Vec<T> {
+    let half = T::from_f64(0.5);
+    let mut u = vec![T::ZERO; XI * oc];
+    for (kc, g) in w.chunks_exact(9).enumerate() {
+        // G g (4x3) from the filter's rows, then each of its rows times Gᵀ.
+        let row = |k: usize| [g[3 * k], g[3 * k + 1], g[3 * k + 2]];
+        let (a, b, c) = (row(0), row(1), row(2));
+        let t: [[T; 3]; 4] = [
+            a,
+            [0, 1, 2].map(|j| (a[j] + b[j] + c[j]) * half),
+            [0, 1, 2].map(|j| (a[j] - b[j] + c[j]) * half),
+            c,
+        ];
+        for (i, t) in t.iter().enumerate() {
+            let v = [
+                t[0],
+                (t[0] + t[1] + t[2]) * half,
+                (t[0] - t[1] + t[2]) * half,
+                t[2],
+            ];
+            for (j, v) in v.into_iter().enumerate() {
+                u[(i * 4 + j) * oc + kc] = v;
+            }
+        }
+    }
+    u
+}
+
+/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`).
+fn filter_adjoint<T: Float>(du: &[T], oc: usize) -> Vec<T> {
+    let half = T::from_f64(0.5);
+    let mut dw = vec![T::ZERO; 9 * oc];
+    for (kc, out) in dw.chunks_exact_mut(9).enumerate() {
+        let d = |i: usize, j: usize| du[(i * 4 + j) * oc + kc];
+        // Gᵀ dU: 3x4.
+        let s: [[T; 4]; 3] = [
+            [0, 1, 2, 3].map(|j| d(0, j) + (d(1, j) + d(2, j)) * half),
+            [0, 1, 2, 3].map(|j| (d(1, j) - d(2, j)) * half),
+            [0, 1, 2, 3].map(|j| (d(1, j) + d(2, j)) * half + d(3, j)),
+        ];
+        for (r, s) in s.iter().enumerate() {
+            out[3 * r] = s[0] + (s[1] + s[2]) * half;
+            out[3 * r + 1] = (s[1] - s[2]) * half;
+            out[3 * r + 2] = (s[1] + s[2]) * half + s[3];
+        }
+    }
+    dw
+}
+
+/// Per-task scratch of the transforms. The tile arithmetic runs over whole bands (all tiles of
+/// an image's tile rows in a block, `n` = rows·tw of them) as long vectors: GoogLeNet's 14x14
+/// and 7x7 maps have only 7 and 4 tiles per row, too few for one AVX-512 vector. Only the
+/// (de)interleaving of image rows goes row by row.
+struct Rows<T> {
+    /// Zero-bordered copy of one input row, then its even and odd elements.
+    line: Vec<T>,
+    even: Vec<T>,
+    odd: Vec<T>,
+    /// Band-long vectors: Bᵀ-transformed padded rows ([parity][j][row pair][tw], 8 of
+    /// (rows + 1)·tw), or 16 + 4 of n for the adjoints.
+    v: Vec<T>,
+}
+
+impl<T: Float> Rows<T> {
+    fn new(t: &Tiles) -> Rows<T> {
+        let (_, wp) = t.padded();
+        let n = (t.rb + 1) * t.tw;
+        Rows {
+            line: vec![T::ZERO; wp],
+            even: vec![T::ZERO; t.tw + 1],
+            odd: vec![T::ZERO; t.tw + 1],
+            v: vec![T::ZERO; 20 * n],
+        }
+    }
+}
+
+/// Splits `src` into its even and odd elements.
+fn deinterleave<T: Float>(src: &[T], even: &mut [T], odd: &mut [T]) {
+    for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(src.chunks_exact(2)) {
+        *e = p[0];
+        *o = p[1];
+    }
+}
+
+/// `k` consecutive `len`-long windows of `s` from its start.
+fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
+    let mut rest = s;
+    std::array::from_fn(|_| {
+        let (w, r) = std::mem::take(&mut rest).split_at_mut(len);
+        rest = r;
+        w
+    })
+}
+
+/// V[ξ][c][at + (th - rows.start)·tw + tw'] = (Bᵀ d B)[ξ] of one image's channels `x` (C, h, w),
+/// for tile rows `rows`; V's rows (per ξ and channel) are `ld` long.
+fn input_transform<T: Float>(
+    x: &[T],
+    t: &Tiles,
+    rows: &Range<usize>,
+    v: &mut [T],
+    (ld, at): (usize, usize),
+    s: &mut Rows<T>,
+) {
+    let (h, w, tw) = (t.h, t.w, t.tw);
+    let channels = x.len() / (h * w);
+    let xi_stride = channels * ld;
+    let n = rows.len() * tw;
+    // Padded rows 2·start .. 2·end + 2 in two halves by parity: tile row i takes rows 2i, 2i+1
+    // (the first pair) and 2i+2, 2i+3 (the next), so each half is read at offsets 0 and tw.
+    let pairs = rows.len() + 1;
+    let half = 4 * pairs * tw;
+    for (c, plane) in x.chunks_exact(h * w).enumerate() {
+        // Bᵀ along each padded row p (input row p - 1): [d0-d2, d1+d2, d2-d1, d1-d3] per tile.
+        for pr in 0..2 * pairs {
+            let p = 2 * rows.start + pr;
+            let base = (pr % 2) * half + (pr / 2) * tw;
+            let [r0, r1, r2, r3] = [0, 1, 2, 3].map(|j| base + j * pairs * tw);
+            if p == 0 || p > h {
+                for r in [r0, r1, r2, r3] {
+                    s.v[r..r + tw].fill(T::ZERO);
+                }
+                continue;
+            }
+            s.line[1..=w].copy_from_slice(&plane[(p - 1) * w..p * w]);
+            s.line[w + 1..].fill(T::ZERO);
+            deinterleave(&s.line, &mut s.even, &mut s.odd);
+            let (e0, e1) = (&s.even[..tw], &s.even[1..=tw]);
+            let (o0, o1) = (&s.odd[..tw], &s.odd[1..=tw]);
+            let [r0, r1, r2, r3] = four_mut(&mut s.v, [r0, r1, r2, r3], tw);
+            for k in 0..tw {
+                r0[k] = e0[k] - e1[k];
+                r1[k] = o0[k] + e1[k];
+                r2[k] = e1[k] - o0[k];
+                r3[k] = o0[k] - o1[k];
+            }
+        }
+        // Bᵀ down the columns, for every tile of the band at once.
+        let off = c * ld + at;
+        for j in 0..4 {
+            let ev = &s.v[j * pairs * tw..][..pairs * tw];
+            let od = &s.v[half + j * pairs * tw..][..pairs * tw];
+            let (d0, d1, d2, d3) = (&ev[..n], &od[..n], &ev[tw..tw + n], &od[tw..tw + n]);
+            let at4 = [0, 1, 2, 3].map(|i| (i * 4 + j) * xi_stride + off);
+            let [v0, v1, v2, v3] = four_mut(v, at4, n);
+            for k in 0..n {
+                v0[k] = d0[k] - d2[k];
+                v1[k] = d1[k] + d2[k];
+                v2[k] = d2[k] - d1[k];
+                v3[k] = d1[k] - d3[k];
+            }
+        }
+    }
+}
+
+/// One image's output (O, h, w) from M[ξ][o][at + ...] (tile rows `rows`): Aᵀ M A, plus the
+/// bias, ReLU'd when `relu`.
+#[allow(clippy::too_many_arguments)]
+fn output_transform<T: Float>(
+    m: &[T],
+    t: &Tiles,
+    rows: &Range<usize>,
+    (ld, at): (usize, usize),
+    y: &mut [MaybeUninit<T>],
+    bias: &[T],
+    relu: bool,
+    s: &mut Rows<T>,
+) {
+    let (h, w, tw) = (t.h, t.w, t.tw);
+    let n = rows.len() * tw;
+    let xi_stride = bias.len() * ld;
+    let act = |v: T| if relu { super::conv::relu_f(v) } else { v };
+    for (o, (plane, &b)) in y.chunks_exact_mut(h * w).zip(bias).enumerate() {
+        let mv = |xi: usize| &m[xi * xi_stride + o * ld + at..][..n];
+        // Aᵀ M: rows a = 0, 1 at tile column j (each M vector read once), then times A.
+        let [s00, s01, s02, s03, s10, s11, s12, s13] = windows_mut::<T, 8>(&mut s.v, n);
+        let pairs = [
+            (&mut *s00, &mut *s10),
+            (&mut *s01, &mut *s11),
+            (&mut *s02, &mut *s12),
+            (&mut *s03, &mut *s13),
+        ];
+        for (j, (s0, s1)) in pairs.into_iter().enumerate() {
+            let (m0, m1, m2, m3) = (mv(j), mv(4 + j), mv(8 + j), mv(12 + j));
+            for k in 0..n {
+                s0[k] = m0[k] + m1[k] + m2[k];
+                s1[k] = m1[k] - m2[k] - m3[k];
+            }
+        }
+        // In place: s?0 <- Y(?, 0), s?1 <- Y(?, 1).
+        for [s0, s1, s2, s3] in [
+            [&mut *s00, &mut *s01, &mut *s02, &mut *s03],
+            [&mut *s10, &mut *s11, &mut *s12, &mut *s13],
+        ] {
+            for k in 0..n {
+                let (a, b1, c, d) = (s0[k], s1[k], s2[k], s3[k]);
+                s0[k] = act(a + b1 + c + b);
+                s1[k] = act(b1 - c - d + b);
+            }
+        }
+        let (y00, y01, y10, y11) = (s00, s01, s10, s11);
+        let ys = [[&*y00, &*y01], [&*y10, &*y11]];
+        for (i, th) in rows.clone().enumerate() {
+            for (a, [y0, y1]) in ys.iter().enumerate() {
+                let r = 2 * th + a;
+                if r >= h {
+                    continue;
+                }
+                let (y0, y1) = (&y0[i * tw..(i + 1) * tw], &y1[i * tw..(i + 1) * tw]);
+                let out = &mut plane[r * w..(r + 1) * w];
+                for (pair, (&a0, &a1)) in out.chunks_exact_mut(2).zip(y0.iter().zip(y1)) {
+                    pair[0].write(a0);
+                    pair[1].write(a1);
+                }
+                if w % 2 == 1 {
+                    out[w - 1].write(y0[tw - 1]);
+                }
+            }
+        }
+    }
+}
+
+/// dM[ξ][o][at + ...] = (A dy Aᵀ)[ξ] per tile of one image's output gradient `dy` (O, h, w),
+/// tile rows `rows` (outputs past the edge count as zero).
+fn output_adjoint<T: Float>(
+    dy: &[T],
+    t: &Tiles,
+    rows: &Range<usize>,
+    dm: &mut [T],
+    (ld, at): (usize, usize),
+    s: &mut Rows<T>,
+) {
+    let (h, w, tw) = (t.h, t.w, t.tw);
+    let n = rows.len() * tw;
+    let outs = dy.len() / (h * w);
+    let xi_stride = outs * ld;
+    for (o, plane) in dy.chunks_exact(h * w).enumerate() {
+        // p_a, q_a: even and odd elements of output row 2th + a, tile row by tile row.
+        let [p0, q0, p1, q1, r0, r1] = windows_mut::<T, 6>(&mut s.v, n);
+        for (i, th) in rows.clone().enumerate() {
+            for (a, (p, q)) in [(&mut *p0, &mut *q0), (&mut *p1, &mut *q1)]
+                .into_iter()
+                .enumerate()
+            {
+                let (p, q) = (&mut p[i * tw..(i + 1) * tw], &mut q[i * tw..(i + 1) * tw]);
+                let r = 2 * th + a;
+                if r >= h {
+                    p.fill(T::ZERO);
+                    q.fill(T::ZERO);
+                    continue;
+                }
+                let src = &plane[r * w..(r + 1) * w];
+                deinterleave(src, p, q);
+                if w % 2 == 1 {
+                    p[tw - 1] = src[w - 1];
+                    q[tw - 1] = T::ZERO;
+                }
+            }
+        }
+        let off = o * ld + at;
+        for j in 0..4 {
+            // Row a of dy Aᵀ at tile column j, for a = 0, 1.
+            for (r, p, q) in [(&mut *r0, &*p0, &*q0), (&mut *r1, &*p1, &*q1)] {
+                match j {
+                    0 => r.copy_from_slice(p),
+                    1 => (0..n).for_each(|k| r[k] = p[k] + q[k]),
+                    2 => (0..n).for_each(|k| r[k] = p[k] - q[k]),
+                    _ => (0..n).for_each(|k| r[k] = T::ZERO - q[k]),
+                }
+            }
+            let at4 = [0, 1, 2, 3].map(|k| (k * 4 + j) * xi_stride + off);
+            let [d0, d1, d2, d3] = four_mut(dm, at4, n);
+            for k in 0..n {
+                d0[k] = r0[k];
+                d1[k] = r0[k] + r1[k];
+                d2[k] = r0[k] - r1[k];
+                d3[k] = T::ZERO - r1[k];
+            }
+        }
+    }
+}
+
+/// acc (C padded planes of one image's input gradient) += Σ_tiles B dV Bᵀ, from
+/// dV[ξ][c][at + ...] for tile rows `rows`.
+fn input_adjoint<T: Float>(
+    dv: &[T],
+    t: &Tiles,
+    rows: &Range<usize>,
+    (ld, at): (usize, usize),
+    acc: &mut [T],
+    s: &mut Rows<T>,
+) {
+    let tw = t.tw;
+    let n = rows.len() * tw;
+    let (hp, wp) = t.padded();
+    let channels = acc.len() / (hp * wp);
+    let xi_stride = channels * ld;
+    for (c, plane) in acc.chunks_exact_mut(hp * wp).enumerate() {
+        let dv = |xi: usize| &dv[xi * xi_stride + c * ld + at..][..n];
+        // u[r][l] = (B dV)[r][l] over the band, then c[r][j] = (u Bᵀ)[r][j].
+        let (u, cs) = s.v.split_at_mut(16 * n);
+        for l in 0..4 {
+            let (d0, d1, d2, d3) = (dv(l), dv(4 + l), dv(8 + l), dv(12 + l));
+            let at4 = [0, 1, 2, 3].map(|r| (r * 4 + l) * n);
+            let [u0, u1, u2, u3] = four_mut(u, at4, n);
+            for k in 0..n {
+                u0[k] = d0[k];
+                u1[k] = d1[k] - d2[k] + d3[k];
+                u2[k] = d1[k] + d2[k] - d0[k];
+                u3[k] = T::ZERO - d3[k];
+            }
+        }
+        for r in 0..4 {
+            let uv = |l: usize| &u[(r * 4 + l) * n..][..n];
+            let (u0, u1, u2, u3) = (uv(0), uv(1), uv(2), uv(3));
+            let [c0, c1, c2, c3] = windows_mut::<T, 4>(cs, n);
+            for k in 0..n {
+                c0[k] = u0[k];
+                c1[k] = u1[k] - u2[k] + u3[k];
+                c2[k] = u1[k] + u2[k] - u0[k];
+                c3[k] = T::ZERO - u3[k];
+            }
+            // Tile tw' covers padded columns 2tw'..2tw'+4: even columns get c0 and the left
+            // neighbour's c2, odd ones c1 and its c3.
+            for (i, th) in rows.clone().enumerate() {
+                let tile = i * tw..(i + 1) * tw;
+                let (c0, c1, c2, c3) = (
+                    &c0[tile.clone()],
+                    &c1[tile.clone()],
+                    &c2[tile.clone()],
+                    &c3[tile],
+                );
+                let (e, o) = (&mut s.even, &mut s.odd);
+                e[..tw].copy_from_slice(c0);
+                o[..tw].copy_from_slice(c1);
+                e[tw] = T::ZERO;
+                o[tw] = T::ZERO;
+                for (e, &c) in e[1..].iter_mut().zip(c2) {
+                    *e += c;
+                }
+                for (o, &c) in o[1..].iter_mut().zip(c3) {
+                    *o += c;
+                }
+                let row = &mut plane[(2 * th + r) * wp..(2 * th + r + 1) * wp];
+                for (pair, (&ev, &ov)) in row.chunks_exact_mut(2).zip(e.iter().zip(o.iter())) {
+                    pair[0] += ev;
+                    pair[1] += ov;
+                }
+            }
+        }
+    }
+}
+
+/// Per-task buffers: the transformed input or gradient and the GEMM's output.
+struct Task<T> {
+    a: Vec<T>,
+    b: Vec<T>,
+    rows: Rows<T>,
+}
+
+impl<T: Float> Task<T> {
+    fn new(t: &Tiles, a_channels: usize, b_channels: usize) -> Task<T> {
+        Task {
+            a: vec![T::ZERO; XI * a_channels * t.max_cols()],
+            b: vec![T::ZERO; XI * b_channels * t.max_cols()],
+            rows: Rows::new(t),
+        }
+    }
+}
+
+/// The 16 GEMMs dst_ξ (m, n) [+]= lhs_ξ (m, k) · rhs_ξ (k, n), each operand ξ-major.
+#[allow(clippy::too_many_arguments)]
+fn gemms<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    (lhs_xi, rhs_xi, dst_xi): (usize, usize, usize),
+    par: Parallelism,
+) {
+    for xi in 0..XI {
+        gemm(
+            (m, n, k),
+            &mut dst[xi * dst_xi..],
+            accumulate,
+            &lhs[xi * lhs_xi..],
+            lhs_s,
+            &rhs[xi * rhs_xi..],
+            rhs_s,
+            par,
+        );
+    }
+}
+
+/// Output channels per GEMM chunk of the forward: 16 x chunk x `ld` outputs in about 1 MB
+/// (EDGEBENCH_WINOGRAD_CHUNK_KB overrides; half of a 2 MB L2).
+fn out_chunk(ld: usize, o: usize) -> usize {
+    static KB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let kb = *KB.get_or_init(|| {
+        std::env::var("EDGEBENCH_WINOGRAD_CHUNK_KB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024)
+    });
+    let per_channel = XI * ld * 4;
+    (kb * 1024 / per_channel.max(1))
+        .next_multiple_of(8)
+        .clamp(8, o.max(8))
+}
+
+/// Forward: y = conv(x, w) + b (ReLU'd when `relu`); x's images are `x_img` elements apart.
+pub(crate) fn fwd<T: Float>(
+    (x, x_img): (&[T], usize),
+    w: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let len = g.n * o * hw;
+    let mut y = Vec::with_capacity(len);
+    if len == 0 {
+        return y;
+    }
+    let (per, par) = g.split();
+    let t = Tiles::new(g, per);
+    let u = filter_transform(w, o * c);
+    y.spare_capacity_mut()
+        .par_chunks_mut(per * o * hw)
+        .zip(x.par_chunks(per * x_img))
+        .for_each(|(ys, xs)| {
+            let mut s = Task::new(&t, c, o);
+            let nimg = ys.len() / (o * hw);
+            for (n0, nb, rows) in t.blocks(nimg) {
+                let ld = nb * rows.len() * t.tw;
+                for j in 0..nb {
+                    let xj = &xs[(n0 + j) * x_img..][..c * hw];
+                    let at = j * rows.len() * t.tw;
+                    input_transform(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
+                }
+                // Output channels in chunks whose 16 GEMM outputs stay in L2 for the transform.
+                let step = out_chunk(ld, o);
+                for o0 in (0..o).step_by(step) {
+                    let oc = step.min(o - o0);
+                    let xi = (o * c, c * ld, oc * ld);
+                    let lhs = &u[o0 * c..];
+                    gemms(
+                        (oc, ld, c),
+                        &mut s.b,
+                        false,
+                        lhs,
+                        (c, 1),
+                        &s.a,
+                        (ld, 1),
+                        xi,
+                        par,
+                    );
+                    for j in 0..nb {
+                        let yj = &mut ys[(n0 + j) * o * hw + o0 * hw..][..oc * hw];
+                        let at = j * rows.len() * t.tw;
+                        let b = &bias[o0..o0 + oc];
+                        output_transform(&s.b, &t, &rows, (ld, at), yj, b, relu, &mut s.rows);
+                    }
+                }
+            }
+        });
+    // SAFETY: every image's output rows are written by `output_transform` (all tile rows).
+    unsafe { y.set_len(len) };
+    y
+}
+
+/// dx from dy (already masked by the ReLU).
+pub(crate) fn bwd_data<T: Float>(dy: &[T], w: &[T], g: &Geom) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let len = g.n * c * hw;
+    let mut dx = Vec::with_capacity(len);
+    if len == 0 {
+        return dx;
+    }
+    let (per, par) = g.split();
+    let t = Tiles::new(g, per);
+    let u = filter_transform(w, o * c);
+    let (hp, wp) = t.padded();
+    dx.spare_capacity_mut()
+        .par_chunks_mut(per * c * hw)
+        .zip(dy.par_chunks(per * o * hw))
+        .for_each(|(dxs, dys)| {
+            let mut s = Task::new(&t, o, c);
+            let mut acc = vec![T::ZERO; t.nb * c * hp * wp];
+            let nimg = dxs.len() / (c * hw);
+            for (n0, nb, rows) in t.blocks(nimg) {
+                let ld = nb * rows.len() * t.tw;
+                if rows.start == 0 {
+                    acc.fill(T::ZERO);
+                }
+                for j in 0..nb {
+                    let dyj = &dys[(n0 + j) * o * hw..][..o * hw];
+                    let at = j * rows.len() * t.tw;
+                    output_adjoint(dyj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
+                }
+                let xi = (o * c, o * ld, c * ld);
+                gemms(
+                    (c, ld, o),
+                    &mut s.b,
+                    false,
+                    &u,
+                    (1, c),
+                    &s.a,
+                    (ld, 1),
+                    xi,
+                    par,
+                );
+                for j in 0..nb {
+                    let accj = &mut acc[j * c * hp * wp..][..c * hp * wp];
+                    let at = j * rows.len() * t.tw;
+                    input_adjoint(&s.b, &t, &rows, (ld, at), accj, &mut s.rows);
+                }
+                if rows.end < t.th {
+                    continue;
+                }
+                // The images are complete: their padded planes' interiors are dx.
+                for j in 0..nb {
+                    let dxj = &mut dxs[(n0 + j) * c * hw..][..c * hw];
+                    let accj = &acc[j * c * hp * wp..][..c * hp * wp];
+                    for (dst, src) in dxj.chunks_exact_mut(hw).zip(accj.chunks_exact(hp * wp)) {
+                        for (r, row) in dst.chunks_exact_mut(g.w).enumerate() {
+                            let from = &src[(r + 1) * wp + 1..][..g.w];
+                            for (d, &v) in row.iter_mut().zip(from) {
+                                d.write(v);
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    // SAFETY: every image of every task is copied out once its last band is done.
+    unsafe { dx.set_len(len) };
+    dx
+}
+
+/// [dW (O·C·9) | db (O)] from x and dy (already masked by the ReLU).
+pub(crate) fn bwd_filter<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let oc = o * c;
+    if g.n == 0 || hw == 0 {
+        return vec![T::ZERO; 9 * oc + o];
+    }
+    let (per, par) = g.split();
+    let t = Tiles::new(g, per);
+    let partials: Vec<Vec<T>> = x
+        .par_chunks(per * x_img)
+        .zip(dy.par_chunks(per * o * hw))
+        .map(|(xs, dys)| {
+            let mut s = Task::new(&t, c, o);
+            // [dU (16·O·C) | db (O)]
+            let mut acc = vec![T::ZERO; XI * oc + o];
+            let (du, db) = acc.split_at_mut(XI * oc);
+            let nimg = dys.len() / (o * hw);
+            for (n0, nb, rows) in t.blocks(nimg) {
+                let ld = nb * rows.len() * t.tw;
+                for j in 0..nb {
+                    let at = j * rows.len() * t.tw;
+                    let xj = &xs[(n0 + j) * x_img..][..c * hw];
+                    input_transform(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
+                    let dyj = &dys[(n0 + j) * o * hw..][..o * hw];
+                    output_adjoint(dyj, &t, &rows, &mut s.b, (ld, at), &mut s.rows);
+                }
+                let xi = (o * ld, c * ld, oc);
+                gemms((o, c, ld), du, true, &s.b, (ld, 1), &s.a, (1, ld), xi, par);
+            }
+            for (i, plane) in dys.chunks_exact(hw).enumerate() {
+                let mut sum = T::ZERO;
+                for &v in plane {
+                    sum += v;
+                }
+                db[i % o] += sum;
+            }
+            acc
+        })
+        .collect();
+    let mut parts = partials.into_iter();
+    let mut total = parts.next().expect("at least one task");
+    for p in parts {
+        for (t, v) in total.iter_mut().zip(p) {
+            *t += v;
+        }
+    }
+    let mut out = filter_adjoint(&total[..XI * oc], oc);
+    out.extend_from_slice(&total[XI * oc..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
+    use crate::ops::test_util::Rng;
+
+    fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs() / x.abs().max(y.abs()).max(1.0))
+            .fold(0.0, f64::max)
+    }
+
+    /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
+    /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
+    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 thread (whole batch per task)
+    /// and 3 (gemm's own threads for a lone image).
+    #[test]
+    fn matches_im2col_path() {
+        let shapes = [
+            (3, 4, 7, 7, 5),
+            (2, 3, 5, 6, 2),
+            (1, 2, 40, 40, 3),
+            (1, 3, 45, 37, 2),
+            (2, 3, 41, 23, 4),
+            (4, 2, 1, 1, 3),
+            (5, 6, 14, 14, 7),
+        ];
+        let run = || {
+            for (i, &(n, c, h, w, o)) in shapes.iter().enumerate() {
+                let p = Conv2d {
+                    stride: 1,
+                    pad: 1,
+                    groups: 1,
+                    relu: i % 2 == 0,
+                };
+                let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+                assert_eq!(applies(&g), h.min(w) >= MIN_SIDE);
+                let mut r = Rng::new(7 + i as u64);
+                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+                let dy = r.vec(n * o * h * w);
+                let x_img = (&x[..], c * h * w);
+                let ctx = format!("{:?} relu {}", (n, c, h, w, o), p.relu);
+                let e = max_rel(
+                    &fwd(x_img, &wt, &b, &g, p.relu),
+                    &fwd_im2col(x_img, &wt, &b, &g, p.relu),
+                );
+                assert!(e < 1e-12, "forward {ctx}: {e}");
+                let e = max_rel(&bwd_data(&dy, &wt, &g), &bwd_data_im2col(&dy, &wt, &g));
+                assert!(e < 1e-12, "input gradient {ctx}: {e}");
+                let e = max_rel(
+                    &bwd_filter(x_img, &dy, &g),
+                    &bwd_filter_im2col(x_img, &dy, &g),
+                );
+                assert!(e < 1e-12, "weight gradient {ctx}: {e}");
+            }
+        };
+        for threads in [1, 3] {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(run);
+        }
+    }
+
+    /// f32 stays close to f64 (the transforms add a few roundings, no large coefficients).
+    #[test]
+    fn f32_error_is_small() {
+        let (n, c, h, w, o) = (2, 64, 14, 14, 32);
+        let p = Conv2d {
+            stride: 1,
+            pad: 1,
+            groups: 1,
+            relu: false,
+        };
+        let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+        let mut r = Rng::new(3);
+        let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<_>>();
+        let y64 = fwd((&x[..], c * h * w), &wt, &b, &g, false);
+        let y32 = fwd((&f(&x)[..], c * h * w), &f(&wt), &f(&b), &g, false);
+        let y32: Vec<f64> = y32.into_iter().map(f64::from).collect();
+        let e = max_rel(&y64, &y32);
+        assert!(e < 1e-5, "f32 forward off by {e}");
+    }
+
+    /// Winograd vs im2col on GoogLeNet's 3x3 layers, batch 32, f32, alternating, median of 5:
+    /// `cargo test --release --lib ops::winograd::tests::bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn bench() {
+        use std::time::Instant;
+        let layers = [
+            ("conv2/3x3", 64, 56, 192),
+            ("3a/3x3", 96, 28, 128),
+            ("3b/3x3", 128, 28, 192),
+            ("4a/3x3", 96, 14, 208),
+            ("4e/3x3", 160, 14, 320),
+            ("5b/3x3", 192, 7, 384),
+        ];
+        let n = 32;
+        for (name, c, h, o) in layers {
+            let p = Conv2d {
+                stride: 1,
+                pad: 1,
+                groups: 1,
+                relu: true,
+            };
+            let g = Geom::new(&[n, c, h, h], &[o, c, 3, 3], &[o], p).unwrap();
+            let mut r = Rng::new(1);
+            let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect::<Vec<_>>();
+            let (x, wt, b) = (f(r.vec(n * c * h * h)), f(r.vec(o * c * 9)), f(r.vec(o)));
+            let dy = f(r.vec(n * o * h * h));
+            let xi = (&x[..], c * h * h);
+            let mut times = [
+                [Vec::new(), Vec::new(), Vec::new()],
+                [Vec::new(), Vec::new(), Vec::new()],
+            ];
+            let time = |f: &mut dyn FnMut()| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e3
+            };
+            for _ in 0..5 {
+                let w = &mut times[0];
+                w[0].push(time(&mut || drop(fwd(xi, &wt, &b, &g, true))));
+                w[1].push(time(&mut || drop(bwd_data(&dy, &wt, &g))));
+                w[2].push(time(&mut || drop(bwd_filter(xi, &dy, &g))));
+                let i = &mut times[1];
+                i[0].push(time(&mut || drop(fwd_im2col(xi, &wt, &b, &g, true))));
+                i[1].push(time(&mut || drop(bwd_data_im2col(&dy, &wt, &g))));
+                i[2].push(time(&mut || drop(bwd_filter_im2col(xi, &dy, &g))));
+            }
+            let med = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let [w, i] = &mut times;
+            println!(
+                "{name:10} winograd fwd {:6.1} data {:6.1} filter {:6.1} ms | im2col {:6.1} {:6.1} {:6.1} ms",
+                med(&mut w[0]), med(&mut w[1]), med(&mut w[2]), med(&mut i[0]), med(&mut i[1]), med(&mut i[2])
+            );
+        }
+    }
+}
