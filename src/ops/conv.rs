@@ -773,6 +773,12 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
             acc
         })
         .collect();
+    sum_partials(partials)
+}
+
+/// The element-wise sum of the tasks' partial gradients, in task order (reproducible for a
+/// given thread count).
+pub(crate) fn sum_partials<T: Float>(partials: Vec<Vec<T>>) -> Vec<T> {
     let mut parts = partials.into_iter();
     let mut total = parts.next().expect("at least one task");
     for p in parts {

@@ -696,13 +696,7 @@ pub(crate) fn bwd_filter<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom
             acc
         })
         .collect();
-    let mut parts = partials.into_iter();
-    let mut total = parts.next().expect("at least one task");
-    for p in parts {
-        for (t, v) in total.iter_mut().zip(p) {
-            *t += v;
-        }
-    }
+    let total = super::conv::sum_partials(partials);
     let mut out = filter_adjoint(&total[..XI * oc], oc);
     out.extend_from_slice(&total[XI * oc..]);
     out
