@@ -851,6 +851,24 @@ impl CustomOp3 for Conv2d {
             dy.contiguous()?
         };
         let g = Geom::new(x.dims(), w.dims(), b.dims(), *self)?;
+        if x.track_op() && winograd::applies(&g) {
+            // Both gradients in one pass (`winograd::bwd_both`).
+            let flat = images_in_place(x)?.apply_op3_no_bwd(
+                &dy,
+                &w.contiguous()?,
+                &ConvBwdWinograd(*self),
+            )?;
+            let (ndx, nw) = (x.elem_count(), g.o * g.kk());
+            let dx = flat.narrow(0, 0, ndx)?.reshape(x.shape())?;
+            // Copies of just their elements (`copy` would clone the whole buffer), so that the
+            // small weight gradients do not keep dx's buffer alive.
+            let dw = flat
+                .narrow(0, ndx, nw)?
+                .reshape(w.shape())?
+                .force_contiguous()?;
+            let db = flat.narrow(0, ndx + nw, g.o)?.force_contiguous()?;
+            return Ok((Some(dx), Some(dw), Some(db)));
+        }
         let dx = if x.track_op() {
             Some(dy.apply_op2_no_bwd(&w.contiguous()?, &ConvBwdData(*self, x.dims().to_vec()))?)
         } else {
@@ -978,6 +996,52 @@ impl CustomOp2 for ConvBwdFilter {
             _ => bail!("{n}: need matching f32/f64 inputs"),
         };
         Ok((out, Shape::from(g.o * g.kk() + g.o)))
+    }
+}
+
+/// (x, dy, w) -> [dx | dW | db] of a convolution on the Winograd path.
+struct ConvBwdWinograd(Conv2d);
+
+impl CustomOp3 for ConvBwdWinograd {
+    fn name(&self) -> &'static str {
+        "conv2d-winograd-bwd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let wd = l3.dims();
+        let g = Geom::new(l1.dims(), wd, &wd[..1], self.0)?;
+        let n = "conv2d-winograd-bwd";
+        if l2.dims() != [g.n, g.o, g.ho, g.wo] || !winograd::applies(&g) {
+            bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
+        }
+        let out = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(dy), CpuStorage::F32(w)) => {
+                CpuStorage::F32(winograd::bwd_both(
+                    images_slice(x, l1, n)?,
+                    nchw_slice(dy, l2, n)?,
+                    nchw_slice(w, l3, n)?,
+                    &g,
+                ))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(dy), CpuStorage::F64(w)) => {
+                CpuStorage::F64(winograd::bwd_both(
+                    images_slice(x, l1, n)?,
+                    nchw_slice(dy, l2, n)?,
+                    nchw_slice(w, l3, n)?,
+                    &g,
+                ))
+            }
+            _ => bail!("{n}: need matching f32/f64 inputs"),
+        };
+        Ok((out, Shape::from(g.n * g.c * g.hw() + g.o * g.kk() + g.o)))
     }
 }
 
