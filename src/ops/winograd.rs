@@ -26,7 +26,9 @@ const XI: usize = 16;
 const TILES: usize = 256;
 
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
-/// `MIN_SIDE`, and not turned off
+/// `MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and its
+/// transforms run on one core while gemm's threads share only the GEMMs: batch 1 measured
+/// slower than im2col), and not turned off
 /// with EDGEBENCH_WINOGRAD=0 (the im2col path, for comparison).
 pub(crate) fn applies(g: &Geom) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -37,6 +39,7 @@ pub(crate) fn applies(g: &Geom) -> bool {
         && g.pad == 1
         && g.groups == 1
         && g.h.min(g.w) >= MIN_SIDE
+        && g.n >= rayon::current_num_threads()
 }
 
 /// Smaller maps stay on im2col: a 7x7 map is 4x4 tiles covering 8x8 (31 % of the work wasted)
@@ -836,7 +839,8 @@ mod tests {
                     relu: i % 2 == 0,
                 };
                 let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
-                assert_eq!(applies(&g), h.min(w) >= MIN_SIDE);
+                let threads = rayon::current_num_threads();
+                assert_eq!(applies(&g), h.min(w) >= MIN_SIDE && n >= threads);
                 let mut r = Rng::new(7 + i as u64);
                 let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
                 let dy = r.vec(n * o * h * w);
