@@ -526,14 +526,6 @@ fn fwd<T: Float>(x: (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> V
     }
 }
 
-fn bwd_data<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
-    if winograd::applies(g) {
-        winograd::bwd_data(dy, wt, g)
-    } else {
-        bwd_data_im2col(dy, wt, g)
-    }
-}
-
 fn bwd_filter<T: Float>(x: (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
     if winograd::applies(g) {
         winograd::bwd_filter(x, dy, g)
@@ -635,6 +627,7 @@ pub(crate) fn fwd_im2col<T: Float>(
 }
 
 /// dx from dy (already masked by the ReLU): per image and group dcol = W_gᵀ · dy_g, col2im.
+/// (Layers on the Winograd path get dx from `ConvBwdWinograd` with their weight gradient.)
 pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
     let (chw, ohw, kk, og, cg, hw) = (g.c * g.hw(), g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
     let len = g.n * chw;
@@ -947,12 +940,16 @@ impl CustomOp2 for ConvBwdData {
             bail!("{n}: dy {:?} does not fit {g:?}", l1.dims());
         }
         let out = match (s1, s2) {
-            (CpuStorage::F32(dy), CpuStorage::F32(w)) => {
-                CpuStorage::F32(bwd_data(nchw_slice(dy, l1, n)?, nchw_slice(w, l2, n)?, &g))
-            }
-            (CpuStorage::F64(dy), CpuStorage::F64(w)) => {
-                CpuStorage::F64(bwd_data(nchw_slice(dy, l1, n)?, nchw_slice(w, l2, n)?, &g))
-            }
+            (CpuStorage::F32(dy), CpuStorage::F32(w)) => CpuStorage::F32(bwd_data_im2col(
+                nchw_slice(dy, l1, n)?,
+                nchw_slice(w, l2, n)?,
+                &g,
+            )),
+            (CpuStorage::F64(dy), CpuStorage::F64(w)) => CpuStorage::F64(bwd_data_im2col(
+                nchw_slice(dy, l1, n)?,
+                nchw_slice(w, l2, n)?,
+                &g,
+            )),
             _ => bail!("{n}: need matching f32/f64 inputs"),
         };
         Ok((out, Shape::from(self.1.as_slice())))
