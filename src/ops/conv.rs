@@ -526,14 +526,6 @@ fn fwd<T: Float>(x: (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> V
     }
 }
 
-fn bwd_filter<T: Float>(x: (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
-    if winograd::applies(g) {
-        winograd::bwd_filter(x, dy, g)
-    } else {
-        bwd_filter_im2col(x, dy, g)
-    }
-}
-
 /// The forward as im2col + GEMM.
 pub(crate) fn fwd_im2col<T: Float>(
     (x, x_img): (&[T], usize),
@@ -711,7 +703,9 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
     dx
 }
 
-/// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU).
+/// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU). (Layers on the Winograd
+/// path get theirs from `ConvBwdWinograd` with dx; one whose input needs no gradient, which no
+/// net here has, comes here.)
 pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let len = g.o * kk + g.o;
@@ -980,12 +974,12 @@ impl CustomOp2 for ConvBwdFilter {
         }
         let n = "conv2d-gemm-bwd-filter";
         let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(dy)) => CpuStorage::F32(bwd_filter(
+            (CpuStorage::F32(x), CpuStorage::F32(dy)) => CpuStorage::F32(bwd_filter_im2col(
                 images_slice(x, l1, n)?,
                 nchw_slice(dy, l2, n)?,
                 &g,
             )),
-            (CpuStorage::F64(x), CpuStorage::F64(dy)) => CpuStorage::F64(bwd_filter(
+            (CpuStorage::F64(x), CpuStorage::F64(dy)) => CpuStorage::F64(bwd_filter_im2col(
                 images_slice(x, l1, n)?,
                 nchw_slice(dy, l2, n)?,
                 &g,

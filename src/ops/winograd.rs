@@ -240,8 +240,8 @@ fn input_transform<T: Float>(
                 }
                 continue;
             }
+            // line[0] and line[w + 1..] are the zero border, never written.
             s.line[1..=w].copy_from_slice(&plane[(p - 1) * w..p * w]);
-            s.line[w + 1..].fill(T::ZERO);
             deinterleave(&s.line, &mut s.even, &mut s.odd);
             let (e0, e1) = (&s.even[..tw], &s.even[1..=tw]);
             let (o0, o1) = (&s.odd[..tw], &s.odd[1..=tw]);
@@ -316,8 +316,7 @@ fn output_transform<T: Float>(
                 s1[k] = act(b1 - c - d + b);
             }
         }
-        let (y00, y01, y10, y11) = (s00, s01, s10, s11);
-        let ys = [[&*y00, &*y01], [&*y10, &*y11]];
+        let ys = [[&*s00, &*s01], [&*s10, &*s11]];
         for (i, th) in rows.clone().enumerate() {
             for (a, [y0, y1]) in ys.iter().enumerate() {
                 let r = 2 * th + a;
@@ -622,49 +621,9 @@ pub(crate) fn fwd<T: Float>(
     y
 }
 
-/// [dW (O·C·9) | db (O)] from x and dy (already masked by the ReLU).
-pub(crate) fn bwd_filter<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
-    let (c, o, hw) = (g.c, g.o, g.h * g.w);
-    let oc = o * c;
-    if g.n == 0 || hw == 0 {
-        return vec![T::ZERO; 9 * oc + o];
-    }
-    let (per, par) = g.split();
-    let t = Tiles::new(g, per);
-    let partials: Vec<Vec<T>> = x
-        .par_chunks(per * x_img)
-        .zip(dy.par_chunks(per * o * hw))
-        .map(|(xs, dys)| {
-            let mut s = Task::new(&t, c, o);
-            // [dU (16·O·C) | db (O)]
-            let mut acc = vec![T::ZERO; XI * oc + o];
-            let (du, db) = acc.split_at_mut(XI * oc);
-            let nimg = dys.len() / (o * hw);
-            for (n0, nb, rows) in t.blocks(nimg) {
-                let ld = nb * rows.len() * t.tw;
-                for j in 0..nb {
-                    let at = j * rows.len() * t.tw;
-                    let xj = &xs[(n0 + j) * x_img..][..c * hw];
-                    input_transform(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
-                    let dyj = &dys[(n0 + j) * o * hw..][..o * hw];
-                    output_adjoint(dyj, &t, &rows, &mut s.b, (ld, at), &mut s.rows);
-                }
-                let xi = (o * ld, c * ld, oc);
-                gemms((o, c, ld), du, true, &s.b, (ld, 1), &s.a, (1, ld), xi, par);
-            }
-            sum_planes(dys, hw, db);
-            acc
-        })
-        .collect();
-    let total = super::conv::sum_partials(partials);
-    let mut out = filter_adjoint(&total[..XI * oc], oc);
-    out.extend_from_slice(&total[XI * oc..]);
-    out
-}
-
 /// [dx (N·C·H·W) | dW (O·C·9) | db (O)] in one pass over the tiles: each block's output
 /// gradient transform dM serves both the input gradient (dV = Uᵀ·dM) and the weight gradient
-/// (dU += dM·Vᵀ). (`bwd_filter` alone serves inputs that need no gradient.)
+/// (dU += dM·Vᵀ). (A layer whose input needs no gradient takes im2col's weight gradient.)
 pub(crate) fn bwd_both<T: Float>((x, x_img): (&[T], usize), dy: &[T], w: &[T], g: &Geom) -> Vec<T> {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (ndx, oc) = (g.n * c * hw, o * c);
@@ -793,14 +752,14 @@ mod tests {
                     &fwd_im2col(x_img, &wt, &b, &g, p.relu),
                 );
                 assert!(e < 1e-12, "forward {ctx}: {e}");
-                let e = max_rel(
-                    &bwd_filter(x_img, &dy, &g),
-                    &bwd_filter_im2col(x_img, &dy, &g),
-                );
+                let ndx = n * c * h * w;
+                let winograd = bwd_both(x_img, &dy, &wt, &g);
+                let filter = bwd_filter_im2col(x_img, &dy, &g);
+                let e = max_rel(&winograd[ndx..], &filter);
                 assert!(e < 1e-12, "weight gradient {ctx}: {e}");
                 let mut both = bwd_data_im2col(&dy, &wt, &g);
-                both.extend(bwd_filter_im2col(x_img, &dy, &g));
-                let e = max_rel(&bwd_both(x_img, &dy, &wt, &g), &both);
+                both.extend(filter);
+                let e = max_rel(&winograd, &both);
                 assert!(e < 1e-12, "both gradients {ctx}: {e}");
             }
         };
@@ -842,10 +801,11 @@ mod tests {
             back(bwd_data_im2col(&dy32, &w32, &g)),
             back(bwd_filter_im2col(xi32, &dy32, &g)),
         ];
+        let both = bwd_both(xi32, &dy32, &w32, &g);
         let winograd = [
             back(fwd(xi32, &w32, &b32, &g, false)),
-            back(bwd_both(xi32, &dy32, &w32, &g)[..n * c * h * w].to_vec()),
-            back(bwd_filter(xi32, &dy32, &g)),
+            back(both[..n * c * h * w].to_vec()),
+            back(both[n * c * h * w..].to_vec()),
         ];
         for (pass, e) in ["forward", "input gradient", "weight gradient"]
             .into_iter()
@@ -890,34 +850,26 @@ mod tests {
             let (x, wt, b) = (f(r.vec(n * c * h * h)), f(r.vec(o * c * 9)), f(r.vec(o)));
             let dy = f(r.vec(n * o * h * h));
             let xi = (&x[..], c * h * h);
-            let mut both = Vec::new();
-            let mut times = [
-                [Vec::new(), Vec::new(), Vec::new()],
-                [Vec::new(), Vec::new(), Vec::new()],
-            ];
+            // Winograd forward, merged backward; im2col forward, input and weight gradients.
+            let mut times: [Vec<f64>; 5] = Default::default();
             let time = |f: &mut dyn FnMut()| {
                 let t = Instant::now();
                 f();
                 t.elapsed().as_secs_f64() * 1e3
             };
             for _ in 0..5 {
-                let w = &mut times[0];
-                w[0].push(time(&mut || drop(fwd(xi, &wt, &b, &g, true))));
-                w[2].push(time(&mut || drop(bwd_filter(xi, &dy, &g))));
-                both.push(time(&mut || drop(bwd_both(xi, &dy, &wt, &g))));
-                let i = &mut times[1];
-                i[0].push(time(&mut || drop(fwd_im2col(xi, &wt, &b, &g, true))));
-                i[1].push(time(&mut || drop(bwd_data_im2col(&dy, &wt, &g))));
-                i[2].push(time(&mut || drop(bwd_filter_im2col(xi, &dy, &g))));
+                times[0].push(time(&mut || drop(fwd(xi, &wt, &b, &g, true))));
+                times[1].push(time(&mut || drop(bwd_both(xi, &dy, &wt, &g))));
+                times[2].push(time(&mut || drop(fwd_im2col(xi, &wt, &b, &g, true))));
+                times[3].push(time(&mut || drop(bwd_data_im2col(&dy, &wt, &g))));
+                times[4].push(time(&mut || drop(bwd_filter_im2col(xi, &dy, &g))));
             }
-            let med = |v: &mut Vec<f64>| {
+            let [w0, w1, i0, i1, i2] = times.map(|mut v| {
                 v.sort_by(f64::total_cmp);
                 v[v.len() / 2]
-            };
-            let [w, i] = &mut times;
+            });
             println!(
-                "{name:10} winograd fwd {:6.1} filter {:6.1} data+filter {:6.1} ms | im2col fwd {:6.1} data {:6.1} filter {:6.1} ms",
-                med(&mut w[0]), med(&mut w[2]), med(&mut both), med(&mut i[0]), med(&mut i[1]), med(&mut i[2])
+                "{name:10} winograd fwd {w0:6.1} data+filter {w1:6.1} ms | im2col fwd {i0:6.1} data {i1:6.1} filter {i2:6.1} ms"
             );
         }
     }
