@@ -5,6 +5,7 @@
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use std::mem::MaybeUninit;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
@@ -148,8 +149,7 @@ impl Pool2d {
         let outs = |i: usize| i * plane_out..(i + 1) * plane_out;
         if self.kind == PoolKind::Max {
             // No argmax recorded (the op was not `MaxPoolCpu`): find it again.
-            let g = PadPlane::new(self, h, w);
-            return max_scatter(&g, &self.max_fwd(x, (n, c, h, w)).1, dy, n * c);
+            return max_scatter(plane, &self.max_fwd(x, (n, c, h, w)).1, dy, n * c);
         }
         super::par_chunks_zeroed(
             len,
@@ -208,166 +208,259 @@ impl Pool2d {
     }
 }
 
-/// Index of a max-pool output's argmax in its padded plane (see `PadPlane`): none for a window
-/// with no element above -FLT_MAX (empty, or all NaN / -FLT_MAX), which Caffe's backward leaves
-/// without a gradient.
+/// Index of a max-pool output's argmax in its input plane: none for a window with no element
+/// above -FLT_MAX (empty, or all NaN / -FLT_MAX), which Caffe's backward leaves without a
+/// gradient.
 const NO_ARG: u32 = u32::MAX;
 
-/// A plane copied into a buffer with -FLT_MAX borders wide enough that every (ceil-mode, padded)
-/// window lies inside, rows a multiple of the stride long, so max pooling runs as whole-buffer
-/// loops with no per-window clipping; padding never wins a strict `>` from -FLT_MAX.
+/// A max-pool's geometry on one plane.
 #[derive(Debug, Clone, Copy)]
-struct PadPlane {
+struct MaxGeom {
     h: usize,
     w: usize,
-    pad: usize,
     k: usize,
     s: usize,
+    pad: usize,
     oh: usize,
     ow: usize,
-    /// Rows and row length of the padded plane.
-    hp: usize,
-    wp: usize,
 }
 
-impl PadPlane {
-    fn new(p: &Pool2d, h: usize, w: usize) -> PadPlane {
+impl MaxGeom {
+    fn new(p: &Pool2d, h: usize, w: usize) -> MaxGeom {
         let (k, s, pad) = (p.kernel, p.stride, p.pad);
-        let oh = pool_output_size(h, k, s, pad);
-        let ow = pool_output_size(w, k, s, pad);
-        PadPlane {
+        MaxGeom {
             h,
             w,
-            pad,
             k,
             s,
-            oh,
-            ow,
-            hp: ((oh - 1) * s + k).max(pad + h),
-            wp: ((ow - 1) * s + k).max(pad + w).next_multiple_of(s),
+            pad,
+            oh: pool_output_size(h, k, s, pad),
+            ow: pool_output_size(w, k, s, pad),
         }
     }
-    /// Elements of the padded plane; the last row's taps read up to `k` past it.
-    fn len(&self) -> usize {
-        self.hp * self.wp + self.k
+
+    /// Stride 1 with the output as wide as the input (GoogLeNet's 3x3/s1/pad 1): the column
+    /// pass runs over the whole plane as one loop, then fixes the columns whose windows cross a
+    /// row end.
+    fn same_width(&self) -> bool {
+        self.s == 1 && self.ow == self.w
     }
-    /// Row-max entries per padded row (one per `s` columns).
-    fn ld(&self) -> usize {
-        self.wp / self.s
-    }
-    /// Where input row `r` starts in the padded plane.
-    fn row_at(&self, r: usize) -> usize {
-        (self.pad + r) * self.wp + self.pad
+
+    /// Length of a padded input row: every window of the row lies inside.
+    fn row_len(&self) -> usize {
+        ((self.ow - 1) * self.s + self.k)
+            .max(self.pad + self.w)
+            .next_multiple_of(self.s)
     }
 }
 
-/// Per-worker scratch of the max-pool forward: the padded plane and its row maxima.
+/// Per-worker scratch of the max-pool forward: a padded input row, and per input row each
+/// output column's max over its window's columns with that element's index in the plane.
 struct MaxScratch<T> {
-    padded: Vec<T>,
-    row_max: Vec<T>,
-    row_arg: Vec<u32>,
-    win_max: Vec<T>,
-    win_arg: Vec<u32>,
+    row: Vec<T>,
+    /// For stride 2: `row`'s even columns, then its odd ones.
+    halves: Vec<T>,
+    col_max: Vec<T>,
+    col_arg: Vec<u32>,
 }
 
 impl Pool2d {
     /// Max pooling that also returns each output's argmax (Caffe's `mask`, as an index into the
-    /// padded plane): the first strict maximum from -FLT_MAX in row-major order, so the backward
-    /// is one scatter instead of a second search of every window. Per plane: each padded row's
-    /// max over every window's columns (taps left to right, strict `>`: the leftmost wins), then
-    /// each window's max over its rows (top to bottom, strict `>`): the first row holding the max
-    /// and the leftmost column in it, which is the row-major first.
+    /// input plane): the first strict maximum from -FLT_MAX in row-major order, so the backward
+    /// is one scatter instead of a second search of every window. Per plane, two passes of
+    /// branch-free compare-and-select over whole rows: each input row's max over every window's
+    /// columns (taps left to right, strict `>`: the leftmost wins), then each window's max over
+    /// its rows (top to bottom, strict `>`: the first row holding the max and the leftmost column
+    /// in it, which is the row-major first). Padding takes part in neither: it never wins.
     fn max_fwd<T: Float>(
         &self,
         x: &[T],
         (n, c, h, w): (usize, usize, usize, usize),
     ) -> (Vec<T>, Vec<u32>) {
-        use rayon::prelude::*;
-        let g = PadPlane::new(self, h, w);
+        let g = MaxGeom::new(self, h, w);
         assert!(
-            g.len() < NO_ARG as usize,
+            h * w < NO_ARG as usize,
             "pool2d: plane of {h}x{w} too large"
         );
-        let (plane, plane_out, ld) = (h * w, g.oh * g.ow, g.ld());
-        let len = n * c * plane_out;
+        let len = n * c * g.oh * g.ow;
         let (mut y, mut arg) = (Vec::with_capacity(len), Vec::with_capacity(len));
-        let scratch = || MaxScratch {
-            padded: vec![T::LOWEST; g.len()],
-            row_max: vec![T::LOWEST; g.hp * ld],
-            row_arg: vec![NO_ARG; g.hp * ld],
-            win_max: vec![T::LOWEST; g.oh * ld],
-            win_arg: vec![NO_ARG; g.oh * ld],
-        };
-        y.spare_capacity_mut()
-            .par_chunks_mut(plane_out)
-            .zip(arg.spare_capacity_mut().par_chunks_mut(plane_out))
-            .enumerate()
-            .for_each_init(scratch, |sc, (i, (yo, ao))| {
-                // Borders stay -FLT_MAX from the allocation; only the interior is rewritten.
-                let xp = &x[i * plane..(i + 1) * plane];
-                for (r, row) in xp.chunks_exact(w).enumerate() {
-                    sc.padded[g.row_at(r)..g.row_at(r) + w].copy_from_slice(row);
-                }
-                sc.row_max.fill(T::LOWEST);
-                sc.row_arg.fill(NO_ARG);
-                for kj in 0..g.k {
-                    max_taps(&sc.padded[kj..], &mut sc.row_max, &mut sc.row_arg, kj, g.s);
-                }
-                // Each window's max over its rows, `ld` wide: for stride 1 every kernel row is
-                // one shift of the whole matrix (a single long loop), else row by row.
-                let (bands, band_rows) = if g.s == 1 { (1, g.oh) } else { (g.oh, 1) };
-                let len = band_rows * ld;
-                sc.win_max.fill(T::LOWEST);
-                sc.win_arg.fill(NO_ARG);
-                for b in 0..bands {
-                    let (m, a) = (&mut sc.win_max[b * len..], &mut sc.win_arg[b * len..]);
-                    for ki in 0..g.k {
-                        let from = (b * g.s + ki) * ld;
-                        let (e, ea) = (&sc.row_max[from..from + len], &sc.row_arg[from..]);
-                        max_rows(e, ea, &mut m[..len], &mut a[..len]);
-                    }
-                }
-                let yo = super::init_slice(yo, T::LOWEST);
-                let ao = super::init_slice(ao, NO_ARG);
-                let rows = yo.chunks_exact_mut(g.ow).zip(ao.chunks_exact_mut(g.ow));
-                for ((ym, am), (m, a)) in rows.zip(sc.win_max.chunks(ld).zip(sc.win_arg.chunks(ld)))
-                {
-                    ym.copy_from_slice(&m[..g.ow]);
-                    am.copy_from_slice(&a[..g.ow]);
-                }
-            });
-        // SAFETY: every plane's chunk of both vectors was initialised above (`init_slice`).
+        self.max_fwd_into(x, g, y.spare_capacity_mut(), arg.spare_capacity_mut());
+        // SAFETY: `max_fwd_into` initialised every element of both vectors' first `len`.
         unsafe {
             y.set_len(len);
             arg.set_len(len);
         }
         (y, arg)
     }
+
+    /// `max_fwd` into the first N·C·OH·OW elements of `y` and `arg`, initialising them.
+    fn max_fwd_into<T: Float>(
+        &self,
+        x: &[T],
+        g: MaxGeom,
+        y: &mut [MaybeUninit<T>],
+        arg: &mut [MaybeUninit<u32>],
+    ) {
+        use rayon::prelude::*;
+        let (plane, plane_out) = (g.h * g.w, g.oh * g.ow);
+        let len = x.len() / plane * plane_out;
+        let scratch = || MaxScratch {
+            row: vec![T::LOWEST; g.row_len()],
+            halves: vec![T::LOWEST; g.row_len()],
+            col_max: vec![T::LOWEST; g.h * g.ow],
+            col_arg: vec![NO_ARG; g.h * g.ow],
+        };
+        y[..len]
+            .par_chunks_mut(plane_out)
+            .zip(arg[..len].par_chunks_mut(plane_out))
+            .enumerate()
+            .for_each_init(scratch, |sc, (i, (yo, ao))| {
+                let xp = &x[i * plane..(i + 1) * plane];
+                if g.same_width() {
+                    max_cols_same_width(&g, xp, &mut sc.col_max, &mut sc.col_arg);
+                } else {
+                    max_cols(&g, xp, sc);
+                }
+                let yo = super::init_slice(yo, T::LOWEST);
+                let ao = super::init_slice(ao, NO_ARG);
+                max_rows(&g, &sc.col_max, &sc.col_arg, yo, ao);
+            });
+    }
 }
 
-/// One kernel column's pass over a padded plane: `m[o]`, `a[o]` take `src[o * s]` and its index
-/// `at0 + o * s` where it is strictly larger. Constant strides, so the loop vectorises.
-fn max_taps<T: Float>(src: &[T], m: &mut [T], a: &mut [u32], at0: usize, s: usize) {
-    fn fixed<T: Float, const S: usize>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32) {
-        let src = &src[..m.len() * S];
-        for (o, ((m, a), c)) in m.iter_mut().zip(a).zip(src.chunks_exact(S)).enumerate() {
-            max_step(c[0], m, a, at0 + (o * S) as u32);
+/// The column pass for `MaxGeom::same_width`: tap `kj` is the whole plane shifted by
+/// `kj - pad`, one long loop; columns whose window reaches past a row's start or end took taps
+/// from the neighbouring row there, and are computed again with clipping.
+fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
+    let n = x.len();
+    m.fill(T::LOWEST);
+    a.fill(NO_ARG);
+    for kj in 0..g.k {
+        if kj < g.pad {
+            let d = (g.pad - kj).min(n);
+            max_into(&x[..n - d], 0, &mut m[d..], &mut a[d..]);
+        } else {
+            let d = (kj - g.pad).min(n);
+            max_into(&x[d..], d as u32, &mut m[..n - d], &mut a[..n - d]);
         }
     }
-    let at0 = at0 as u32;
-    match s {
-        1 => fixed::<T, 1>(src, m, a, at0),
-        2 => fixed::<T, 2>(src, m, a, at0),
-        _ => {
-            for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(src.iter().step_by(s)).enumerate() {
-                max_step(e, m, a, at0 + (o * s) as u32);
+    let edge = |c: usize| c < g.pad || c + g.k > g.w + g.pad;
+    for (r, (mr, ar)) in m
+        .chunks_exact_mut(g.w)
+        .zip(a.chunks_exact_mut(g.w))
+        .enumerate()
+    {
+        for c in (0..g.w).filter(|&c| edge(c)) {
+            let (mut best, mut at) = (T::LOWEST, NO_ARG);
+            let cols = c.saturating_sub(g.pad)..(c + g.k - g.pad).min(g.w);
+            for cc in cols {
+                max_step(x[r * g.w + cc], &mut best, &mut at, (r * g.w + cc) as u32);
+            }
+            (mr[c], ar[c]) = (best, at);
+        }
+    }
+}
+
+/// The column pass for any geometry, row by row through a padded copy of the row.
+fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
+    let rows = x.chunks_exact(g.w);
+    let outs = sc.col_max.chunks_exact_mut(g.ow);
+    for (r, ((xr, m), a)) in rows
+        .zip(outs)
+        .zip(sc.col_arg.chunks_exact_mut(g.ow))
+        .enumerate()
+    {
+        // The borders stay -FLT_MAX from the allocation; only the interior is rewritten.
+        sc.row[g.pad..g.pad + g.w].copy_from_slice(xr);
+        m.fill(T::LOWEST);
+        a.fill(NO_ARG);
+        // Tap kj of window o is padded column o·s + kj: input index r·w + o·s + kj - pad
+        // (wrapping for padding, which never wins).
+        let at0 = (r * g.w) as u32;
+        let at = |kj: usize| at0.wrapping_add(kj as u32).wrapping_sub(g.pad as u32);
+        if g.s == 2 {
+            let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
+            deinterleave(&sc.row, even, odd);
+            for kj in 0..g.k {
+                max_taps_2([even, odd], kj, m, a, at(kj));
+            }
+        } else {
+            for kj in 0..g.k {
+                max_taps(&sc.row[kj..], m, a, at(kj), g.s);
+            }
+        }
+    }
+}
+
+/// One kernel column's pass over a padded row: `m[o]`, `a[o]` take `src[o * s]` and its index
+/// `at0 + o * s` where it is strictly larger. A strided read does not vectorise: stride 2 goes
+/// through `max_taps_2` instead.
+fn max_taps<T: Float>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32, s: usize) {
+    if s == 1 {
+        return max_into(&src[..m.len()], at0, m, a);
+    }
+    for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(src.iter().step_by(s)).enumerate() {
+        max_step(e, m, a, at0.wrapping_add((o * s) as u32));
+    }
+}
+
+/// Stride-2 taps from the row split into its even and odd columns: tap `kj` of window `o` is
+/// `halves[kj % 2][o + kj / 2]`.
+fn max_taps_2<T: Float>(halves: [&[T]; 2], kj: usize, m: &mut [T], a: &mut [u32], at0: u32) {
+    let e = &halves[kj % 2][kj / 2..kj / 2 + m.len()];
+    for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
+        max_step(e, m, a, at0.wrapping_add(2 * o as u32));
+    }
+}
+
+/// Splits a row into its even and odd columns (`even` and `odd` at least half as long).
+fn deinterleave<T: Float>(row: &[T], even: &mut [T], odd: &mut [T]) {
+    for ((pair, e), o) in row.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
+        (*e, *o) = (pair[0], pair[1]);
+    }
+}
+
+/// `m[o]`, `a[o]` = `e[o]`, `at0 + o` where `e[o]` is strictly larger.
+fn max_into<T: Float>(e: &[T], at0: u32, m: &mut [T], a: &mut [u32]) {
+    let (e, a) = (&e[..m.len()], &mut a[..m.len()]);
+    for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
+        max_step(e, m, a, at0.wrapping_add(o as u32));
+    }
+}
+
+/// The row pass: each output row's max over its window's rows of the column pass, top to
+/// bottom. For stride 1 every kernel row is one shift of the whole plane (a single long loop).
+fn max_rows<T: Float>(g: &MaxGeom, cm: &[T], ca: &[u32], y: &mut [T], ya: &mut [u32]) {
+    let ow = g.ow;
+    for ki in 0..g.k {
+        // Output row oy takes input row oy·s + ki - pad where that lies in the plane.
+        let first = g.pad.saturating_sub(ki).div_ceil(g.s);
+        let end = (g.h + g.pad).saturating_sub(ki).div_ceil(g.s).min(g.oh);
+        if first >= end {
+            continue;
+        }
+        if g.s == 1 {
+            let r0 = first + ki - g.pad;
+            let (ys, yas) = (&mut y[first * ow..end * ow], &mut ya[first * ow..end * ow]);
+            let (e, ea) = (&cm[r0 * ow..], &ca[r0 * ow..]);
+            select_max(&e[..ys.len()], &ea[..ys.len()], ys, yas);
+        } else {
+            for oy in first..end {
+                let r = oy * g.s + ki - g.pad;
+                let (e, ea) = (&cm[r * ow..(r + 1) * ow], &ca[r * ow..(r + 1) * ow]);
+                select_max(
+                    e,
+                    ea,
+                    &mut y[oy * ow..(oy + 1) * ow],
+                    &mut ya[oy * ow..(oy + 1) * ow],
+                );
             }
         }
     }
 }
 
 /// `m[o]`, `a[o]` = `e[o]`, `ea[o]` where `e[o]` is strictly larger.
-fn max_rows<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
+fn select_max<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
     let (e, ea, a) = (&e[..m.len()], &ea[..m.len()], &mut a[..m.len()]);
     for (((m, a), &e), &ea) in m.iter_mut().zip(a).zip(e).zip(ea) {
         max_step(e, m, a, ea);
@@ -384,22 +477,33 @@ fn max_step<T: Float>(e: T, m: &mut T, a: &mut u32, at: u32) {
 }
 
 /// The max-pool input gradient from the forward's argmax: each output's gradient added to the
-/// element of the padded plane that won its window, then the plane's interior copied out.
-fn max_scatter<T: Float>(g: &PadPlane, arg: &[u32], dy: &[T], planes: usize) -> Vec<T> {
-    let (plane, plane_out) = (g.h * g.w, g.oh * g.ow);
-    let init = || vec![T::ZERO; g.len()];
-    super::par_chunks_zeroed(planes * plane, plane, init, |padded, i, dxp| {
-        padded.fill(T::ZERO);
-        let outs = i * plane_out..(i + 1) * plane_out;
-        for (&a, &d) in arg[outs.clone()].iter().zip(&dy[outs]) {
-            if a != NO_ARG {
-                padded[a as usize] += d;
+/// input element that won its window, straight into the (zeroed, cache-warm) plane of dx.
+fn max_scatter<T: Float>(plane: usize, arg: &[u32], dy: &[T], planes: usize) -> Vec<T> {
+    let len = planes * plane;
+    let mut dx = Vec::with_capacity(len);
+    max_scatter_into(plane, arg, dy, &mut dx.spare_capacity_mut()[..len]);
+    // SAFETY: `max_scatter_into` initialised all `len` elements.
+    unsafe { dx.set_len(len) };
+    dx
+}
+
+/// `max_scatter` into `dx` (one input plane per `arg` plane), initialising it.
+fn max_scatter_into<T: Float>(plane: usize, arg: &[u32], dy: &[T], dx: &mut [MaybeUninit<T>]) {
+    use rayon::prelude::*;
+    let planes = dx.len() / plane.max(1);
+    let plane_out = arg.len() / planes.max(1);
+    dx.par_chunks_mut(plane.max(1))
+        .enumerate()
+        .for_each(|(i, dxp)| {
+            // Zeroed here, while it is in the cache, instead of in a pass over memory first.
+            let dxp = super::init_slice(dxp, T::ZERO);
+            let outs = i * plane_out..(i + 1) * plane_out;
+            for (&a, &d) in arg[outs.clone()].iter().zip(&dy[outs]) {
+                if a != NO_ARG {
+                    dxp[a as usize] += d;
+                }
             }
-        }
-        for (r, row) in dxp.chunks_exact_mut(g.w).enumerate() {
-            row.copy_from_slice(&padded[g.row_at(r)..g.row_at(r) + g.w]);
-        }
-    })
+        });
 }
 
 /// Max pooling on the CPU that keeps the forward's argmax for its backward (see
@@ -439,7 +543,6 @@ impl CustomOp1 for MaxPoolCpu {
             return self.pool.bwd(x, y, dy);
         }
         let op = MaxScatter {
-            pool: self.pool,
             arg: &arg,
             dims: x.dims4()?,
         };
@@ -449,7 +552,6 @@ impl CustomOp1 for MaxPoolCpu {
 
 /// `max_scatter` as an op on the output gradient: dy -> dx of the input's `dims`.
 struct MaxScatter<'a> {
-    pool: Pool2d,
     arg: &'a [u32],
     dims: (usize, usize, usize, usize),
 }
@@ -461,13 +563,13 @@ impl CustomOp1 for MaxScatter<'_> {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, c, h, w) = self.dims;
-        let (g, arg, name) = (PadPlane::new(&self.pool, h, w), self.arg, "max-pool2d-bwd");
+        let (plane, arg, name) = (h * w, self.arg, "max-pool2d-bwd");
         let dx = match s {
             CpuStorage::F32(v) => {
-                CpuStorage::F32(max_scatter(&g, arg, nchw_slice(v, l, name)?, n * c))
+                CpuStorage::F32(max_scatter(plane, arg, nchw_slice(v, l, name)?, n * c))
             }
             CpuStorage::F64(v) => {
-                CpuStorage::F64(max_scatter(&g, arg, nchw_slice(v, l, name)?, n * c))
+                CpuStorage::F64(max_scatter(plane, arg, nchw_slice(v, l, name)?, n * c))
             }
             _ => bail!("{name}: only f32/f64 are supported, got {:?}", s.dtype()),
         };
@@ -588,8 +690,7 @@ pub(crate) fn max_bwd_from_argmax(p: Pool2d, x: &Tensor) -> impl FnMut() -> Vec<
         .expect("f32");
     let arg = p.max_fwd(&xs, dims).1;
     let dy = vec![1f32; arg.len()];
-    let g = PadPlane::new(&p, dims.2, dims.3);
-    move || max_scatter(&g, &arg, &dy, dims.0 * dims.1)
+    move || max_scatter(dims.2 * dims.3, &arg, &dy, dims.0 * dims.1)
 }
 
 #[cfg(test)]
@@ -825,6 +926,10 @@ mod tests {
             (PoolKind::Max, 3, 2, 0, 9, 12),  // ceil mode, even width
             (PoolKind::Max, 2, 3, 0, 8, 8),   // stride > kernel: skipped inputs
             (PoolKind::Max, 1, 1, 0, 4, 5),
+            (PoolKind::Max, 3, 1, 1, 2, 1), // every column crosses a row end
+            (PoolKind::Max, 5, 1, 2, 6, 7), // whole-plane column pass, two columns per edge
+            (PoolKind::Max, 2, 1, 1, 4, 5), // stride 1, output wider than the input
+            (PoolKind::Max, 3, 3, 1, 7, 8), // stride 3 with padding
         ];
         configs.extend(more.iter());
         for &(kind, kernel, stride, pad, h, w) in configs {
@@ -945,5 +1050,66 @@ mod tests {
         assert!(pool2d(&x, max(2, 2, 2)).is_err()); // pad >= kernel
         assert!(pool2d(&x, max(7, 1, 1)).is_err()); // window larger than padded input
         assert!(pool2d(&x.to_dtype(DType::U32).unwrap(), max(2, 2, 0)).is_err());
+    }
+}
+
+/// `cargo test --release --lib googlenet_pools -- --ignored --nocapture`: GoogLeNet's max pools
+/// at batch 32 into preallocated outputs (fresh ones would time the page faults), next to a
+/// parallel copy of the input as the memory floor.
+#[cfg(test)]
+mod net_bench {
+    use super::*;
+    use std::time::Instant;
+    fn time<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
+        f();
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(f());
+        }
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+    #[test]
+    #[ignore]
+    fn googlenet_pools() {
+        let cases = [
+            ("pool1", (32, 64, 112, 112), 3, 2, 0),
+            ("pool2", (32, 192, 56, 56), 3, 2, 0),
+            ("3b-pool", (32, 256, 28, 28), 3, 1, 1),
+            ("4d-pool", (32, 512, 14, 14), 3, 1, 1),
+            ("pool4", (32, 832, 14, 14), 3, 2, 0),
+        ];
+        let mut tot = (0.0, 0.0);
+        for (name, d, k, s, pad) in cases {
+            let p = Pool2d {
+                kind: PoolKind::Max,
+                kernel: k,
+                stride: s,
+                pad,
+            };
+            let len = d.0 * d.1 * d.2 * d.3;
+            let x: Vec<f32> = (0..len).map(|i| ((i * 7919) % 1000) as f32).collect();
+            let (y, arg) = p.max_fwd(&x, d);
+            let dy = vec![1f32; y.len()];
+            let g = MaxGeom::new(&p, d.2, d.3);
+            let (mut yb, mut ab) = (Vec::with_capacity(y.len()), Vec::with_capacity(y.len()));
+            let f = time(10, || {
+                p.max_fwd_into(&x, g, yb.spare_capacity_mut(), ab.spare_capacity_mut())
+            });
+            let mut dx = Vec::with_capacity(len);
+            let b = time(10, || {
+                max_scatter_into(d.2 * d.3, &arg, &dy, &mut dx.spare_capacity_mut()[..len])
+            });
+            let mut dst = vec![0f32; len];
+            let c = time(10, || {
+                use rayon::prelude::*;
+                dst.par_chunks_mut(1 << 16)
+                    .zip(x.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            });
+            tot.0 += f;
+            tot.1 += b;
+            println!("{name}: fwd {f:.1} ms  bwd {b:.1} ms  (parallel copy of input {c:.1} ms)");
+        }
+        println!("total fwd {:.1} bwd {:.1}", tot.0, tot.1);
     }
 }
