@@ -748,11 +748,7 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                             .iter_mut()
                             .zip(dyg.chunks_exact(ld))
                         {
-                            let mut s = T::ZERO;
-                            for &v in &row[cols.clone()] {
-                                s += v;
-                            }
-                            *d += s;
+                            *d += super::sum(&row[cols.clone()]);
                         }
                     }
                 }

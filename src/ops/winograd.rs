@@ -552,11 +552,7 @@ fn copy_interiors<T: Float>(
 fn sum_planes<T: Float>(dys: &[T], hw: usize, db: &mut [T]) {
     let o = db.len();
     for (i, plane) in dys.chunks_exact(hw).enumerate() {
-        let mut sum = T::ZERO;
-        for &v in plane {
-            sum += v;
-        }
-        db[i % o] += sum;
+        db[i % o] += super::sum(plane);
     }
 }
 
