@@ -74,6 +74,7 @@ pub fn profile(
 ) -> anyhow::Result<Profile> {
     anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
     crate::train::keep_freed_memory();
+    crate::train::flush_denormals();
     let sync = || device.synchronize();
     let mut net = Network::new(spec, device, 1)?;
     net.set_conv_impl(conv);
