@@ -306,7 +306,7 @@ impl Pool2d {
         let len = x.len() / plane * plane_out;
         let scratch = || MaxScratch {
             row: vec![T::LOWEST; g.row_len()],
-            halves: vec![T::LOWEST; g.row_len()],
+            halves: vec![T::LOWEST; if g.s == 2 { g.row_len() } else { 0 }],
             col_max: vec![T::LOWEST; g.h * g.ow],
             col_arg: vec![NO_ARG; g.h * g.ow],
         };

@@ -597,6 +597,58 @@ pub(crate) fn fwd<T: Float>(x: (&[T], usize), w: &[T], bias: &[T], g: &Geom, rel
     fwd_with(x, w, bias, g, relu, tile_size(g))
 }
 
+/// A filter transform or its adjoint: (filters, O·C) -> transformed filters.
+type FilterFn<T> = fn(&[T], usize) -> Vec<T>;
+/// `input_transform` / `output_adjoint`: one image's planes -> a tile-major band.
+type ToTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, &mut [T], (usize, usize), &mut Rows<T>);
+/// `input_adjoint`: a tile-major band -> added into one image's padded planes.
+type FromTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, (usize, usize), &mut [T], &mut Rows<T>);
+/// `output_transform`: a tile-major band -> one image's output, with the bias and ReLU.
+type OutputFn<T> = fn(
+    &[T],
+    &Tiles,
+    &Range<usize>,
+    (usize, usize),
+    &mut [MaybeUninit<T>],
+    &[T],
+    bool,
+    &mut Rows<T>,
+);
+
+/// The six transforms of one tile size.
+struct Transforms<T> {
+    filter: FilterFn<T>,
+    filter_adjoint: FilterFn<T>,
+    input: ToTilesFn<T>,
+    output: OutputFn<T>,
+    output_adjoint: ToTilesFn<T>,
+    input_adjoint: FromTilesFn<T>,
+}
+
+impl<T: Float> Transforms<T> {
+    fn of(m: usize) -> Transforms<T> {
+        if m == 4 {
+            Transforms {
+                filter: filter_transform4,
+                filter_adjoint: filter_adjoint4,
+                input: input_transform4,
+                output: output_transform4,
+                output_adjoint: output_adjoint4,
+                input_adjoint: input_adjoint4,
+            }
+        } else {
+            Transforms {
+                filter: filter_transform,
+                filter_adjoint,
+                input: input_transform,
+                output: output_transform,
+                output_adjoint,
+                input_adjoint,
+            }
+        }
+    }
+}
+
 /// `fwd` with output tiles of `m` x `m` (2 or 4).
 fn fwd_with<T: Float>(
     (x, x_img): (&[T], usize),
@@ -614,11 +666,8 @@ fn fwd_with<T: Float>(
     }
     let (per, par) = g.split();
     let t = Tiles::new(g, per, m);
-    let u = if m == 4 {
-        filter_transform4(w, o * c)
-    } else {
-        filter_transform(w, o * c)
-    };
+    let f = Transforms::of(m);
+    let u = (f.filter)(w, o * c);
     y.spare_capacity_mut()
         .par_chunks_mut(per * o * hw)
         .zip(x.par_chunks(per * x_img))
@@ -630,13 +679,9 @@ fn fwd_with<T: Float>(
                 for j in 0..nb {
                     let xj = &xs[(n0 + j) * x_img..][..c * hw];
                     let at = j * rows.len() * t.tw;
-                    if m == 4 {
-                        input_transform4(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
-                    } else {
-                        input_transform(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
-                    }
+                    (f.input)(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
                 }
-                // Output channels in chunks whose 16 GEMM outputs stay in L2 for the transform.
+                // Output channels in chunks whose GEMM outputs stay in L2 for the transform.
                 let step = out_chunk(ld, o, t.xi());
                 for o0 in (0..o).step_by(step) {
                     let oc = step.min(o - o0);
@@ -658,12 +703,7 @@ fn fwd_with<T: Float>(
                         let yj = &mut ys[(n0 + j) * o * hw + o0 * hw..][..oc * hw];
                         let at = j * rows.len() * t.tw;
                         let b = &bias[o0..o0 + oc];
-                        let sr = &mut s.rows;
-                        if m == 4 {
-                            output_transform4(&s.b, &t, &rows, (ld, at), yj, b, relu, sr);
-                        } else {
-                            output_transform(&s.b, &t, &rows, (ld, at), yj, b, relu, sr);
-                        }
+                        (f.output)(&s.b, &t, &rows, (ld, at), yj, b, relu, &mut s.rows);
                     }
                 }
             }
@@ -699,11 +739,8 @@ fn bwd_both_with<T: Float>(
     let (per, par) = g.split();
     let t = Tiles::new(g, per, m);
     let xis = t.xi();
-    let u = if m == 4 {
-        filter_transform4(w, oc)
-    } else {
-        filter_transform(w, oc)
-    };
+    let f = Transforms::of(m);
+    let u = (f.filter)(w, oc);
     let (hp, wp) = t.padded();
     let (dx, _) = out.spare_capacity_mut().split_at_mut(ndx);
     let partials: Vec<Vec<T>> = dx
@@ -715,7 +752,7 @@ fn bwd_both_with<T: Float>(
             let mut s = Task::new(&t, o, c);
             let mut v = vec![T::ZERO; xis * c * t.max_cols()];
             let mut acc = vec![T::ZERO; t.nb * c * hp * wp];
-            // [dU (16·O·C) | db (O)]
+            // [dU (ξ·O·C) | db (O)]
             let mut grads = vec![T::ZERO; xis * oc + o];
             let (du, db) = grads.split_at_mut(xis * oc);
             let nimg = dxs.len() / (c * hw);
@@ -728,14 +765,8 @@ fn bwd_both_with<T: Float>(
                     let at = j * rows.len() * t.tw;
                     let dyj = &dys[(n0 + j) * o * hw..][..o * hw];
                     let xj = &xs[(n0 + j) * x_img..][..c * hw];
-                    let sr = &mut s.rows;
-                    if m == 4 {
-                        output_adjoint4(dyj, &t, &rows, &mut s.a, (ld, at), sr);
-                        input_transform4(xj, &t, &rows, &mut v, (ld, at), sr);
-                    } else {
-                        output_adjoint(dyj, &t, &rows, &mut s.a, (ld, at), sr);
-                        input_transform(xj, &t, &rows, &mut v, (ld, at), sr);
-                    }
+                    (f.output_adjoint)(dyj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
+                    (f.input)(xj, &t, &rows, &mut v, (ld, at), &mut s.rows);
                 }
                 let xi = (o * c, o * ld, c * ld);
                 gemms(
@@ -766,11 +797,7 @@ fn bwd_both_with<T: Float>(
                 for j in 0..nb {
                     let accj = &mut acc[j * c * hp * wp..][..c * hp * wp];
                     let at = j * rows.len() * t.tw;
-                    if m == 4 {
-                        input_adjoint4(&s.b, &t, &rows, (ld, at), accj, &mut s.rows);
-                    } else {
-                        input_adjoint(&s.b, &t, &rows, (ld, at), accj, &mut s.rows);
-                    }
+                    (f.input_adjoint)(&s.b, &t, &rows, (ld, at), accj, &mut s.rows);
                 }
                 if rows.end == t.th {
                     copy_interiors(&acc, &mut dxs[n0 * c * hw..(n0 + nb) * c * hw], g, (hp, wp));
@@ -781,11 +808,7 @@ fn bwd_both_with<T: Float>(
         })
         .collect();
     let total = super::conv::sum_partials(partials);
-    let dw = if m == 4 {
-        filter_adjoint4(&total[..xis * oc], oc)
-    } else {
-        filter_adjoint(&total[..xis * oc], oc)
-    };
+    let dw = (f.filter_adjoint)(&total[..xis * oc], oc);
     let tail = &mut out.spare_capacity_mut()[ndx..];
     for (d, &v) in tail.iter_mut().zip(dw.iter().chain(&total[xis * oc..])) {
         d.write(v);
