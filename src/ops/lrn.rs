@@ -4,6 +4,7 @@
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
+use std::mem::MaybeUninit;
 
 /// Caffe LRN ACROSS_CHANNELS: scale_c = k + (alpha / size) * sum_{c' in [c - (size-1)/2, c + size/2] ∩ [0, C)} x_{c'}^2 ; y = x * scale^(-beta)
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,31 +37,57 @@ impl Lrn {
         (pre, self.size - 1 - pre)
     }
 
-    /// s <- s^(-beta). beta = 0.75 (every Caffe model) uses two square roots instead of powf,
-    /// which dominates otherwise; the branch sits outside the loop so it vectorises.
-    fn pow_neg_beta<T: Float>(&self, s: &mut [T]) {
-        if self.beta == 0.75 {
-            for v in s {
-                let r = v.sqrt();
-                *v = T::ONE / (r * r.sqrt());
-            }
-        } else {
-            let e = T::from_f64(-self.beta);
-            for v in s {
-                *v = v.powf(e);
-            }
-        }
-    }
-
-    /// scale = k + alpha / size · (window sum of squares), for a plane.
-    fn scale_of_sum<T: Float>(&self, sum: &[T], scale: &mut [T]) {
+    /// scale = k + alpha / size · (window sum of squares); a slid sum can come out a rounding
+    /// error below zero.
+    #[inline(always)]
+    fn scale<T: Float>(&self, sum: T) -> T {
         let (k, ratio) = (
             T::from_f64(self.k),
             T::from_f64(self.alpha / self.size as f64),
         );
-        for (o, &s) in scale.iter_mut().zip(sum) {
-            // A slid sum can come out a rounding error below zero.
-            *o = k + ratio * if s > T::ZERO { s } else { T::ZERO };
+        k + ratio * if sum > T::ZERO { sum } else { T::ZERO }
+    }
+
+    /// y = x · scale^(-beta) for a plane, from its window sums of squares, written straight into
+    /// the output. beta = 0.75 (every Caffe model) divides by scale^(3/4) from two square roots
+    /// instead of powf, which dominates otherwise; the branch sits outside the loops so they
+    /// vectorise.
+    fn normalize<T: Float>(&self, sum: &[T], x: &[T], y: &mut [MaybeUninit<T>]) {
+        let (sum, x) = (&sum[..y.len()], &x[..y.len()]);
+        if self.beta == 0.75 {
+            for ((o, &s), &x) in y.iter_mut().zip(sum).zip(x) {
+                let r = self.scale(s).sqrt();
+                o.write(x / (r * r.sqrt()));
+            }
+        } else {
+            let e = T::from_f64(-self.beta);
+            for ((o, &s), &x) in y.iter_mut().zip(sum).zip(x) {
+                o.write(x * self.scale(s).powf(e));
+            }
+        }
+    }
+
+    /// For the backward, per element of a plane: `spow` = scale^(-beta) and `t` = dy·y / scale.
+    /// For beta = 0.75 both come from q = scale^(-1/4) (two square roots and one division):
+    /// scale^(-3/4) = q³, 1/scale = q⁴.
+    fn bwd_terms<T: Float>(&self, sum: &[T], (y, dy): (&[T], &[T]), spow: &mut [T], t: &mut [T]) {
+        let n = spow.len();
+        let (sum, y, dy, t) = (&sum[..n], &y[..n], &dy[..n], &mut t[..n]);
+        let inputs = sum.iter().zip(y).zip(dy);
+        if self.beta == 0.75 {
+            for ((sp, tv), ((&s, &y), &g)) in spow.iter_mut().zip(t).zip(inputs) {
+                let q = T::ONE / self.scale(s).sqrt().sqrt();
+                let q2 = q * q;
+                *sp = q2 * q;
+                *tv = g * y * (q2 * q2);
+            }
+        } else {
+            let e = T::from_f64(-self.beta);
+            for ((sp, tv), ((&s, &y), &g)) in spow.iter_mut().zip(t).zip(inputs) {
+                let s = self.scale(s);
+                *sp = s.powf(e);
+                *tv = g * y / s;
+            }
         }
     }
 
@@ -102,24 +129,36 @@ impl Lrn {
     /// Per sample, in blocks of `LRN_BLOCK` channels (one task each): the window's sum of
     /// squares slides from channel to channel (add the plane entering, subtract the one leaving;
     /// Caffe's CPU order too) instead of summing `size` planes per channel.
-    fn fwd<T: Float>(&self, x: &[T], (n, c, h, w): (usize, usize, usize, usize)) -> Vec<T> {
-        use rayon::prelude::*;
-        let (hw, len) = (h * w, n * c * h * w);
+    fn fwd<T: Float>(&self, x: &[T], dims: (usize, usize, usize, usize)) -> Vec<T> {
+        let len = dims.0 * dims.1 * dims.2 * dims.3;
         let mut y = Vec::with_capacity(len);
-        if len == 0 {
-            return y;
+        self.fwd_into(x, dims, &mut y.spare_capacity_mut()[..len]);
+        // SAFETY: `fwd_into` initialised all `len` elements.
+        unsafe { y.set_len(len) };
+        y
+    }
+
+    /// `fwd` into `y` (N·C·H·W elements), initialising it.
+    fn fwd_into<T: Float>(
+        &self,
+        x: &[T],
+        (_, c, h, w): (usize, usize, usize, usize),
+        y: &mut [MaybeUninit<T>],
+    ) {
+        use rayon::prelude::*;
+        let hw = h * w;
+        if y.is_empty() {
+            return;
         }
         let (pre, post) = self.pre_post();
         let plane = move |cc: usize| cc * hw..(cc + 1) * hw;
-        y.spare_capacity_mut()
-            .par_chunks_mut(c * hw)
+        y.par_chunks_mut(c * hw)
             .zip(x.par_chunks(c * hw))
             .for_each(|(ys, xs)| {
                 ys.par_chunks_mut(LRN_BLOCK * hw).enumerate().for_each_init(
                     || vec![T::ZERO; hw],
                     |sum, (bi, yb)| {
                         let c0 = bi * LRN_BLOCK;
-                        let yb = super::init_slice(yb, T::ZERO);
                         for (ch, yp) in (c0..).zip(yb.chunks_exact_mut(hw)) {
                             if ch == c0 {
                                 self.sum_squares(xs, ch, c, sum);
@@ -128,18 +167,11 @@ impl Lrn {
                                 let leave = ch.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
                                 slide(sum, enter, leave, |v| v * v);
                             }
-                            self.scale_of_sum(sum, yp);
-                            self.pow_neg_beta(yp);
-                            for (o, &v) in yp.iter_mut().zip(&xs[plane(ch)]) {
-                                *o = v * *o;
-                            }
+                            self.normalize(sum, &xs[plane(ch)], yp);
                         }
                     },
                 );
             });
-        // SAFETY: the blocks cover every sample's channels, each initialised by `init_slice`.
-        unsafe { y.set_len(len) };
-        y
     }
 
     /// Per sample, in blocks of `LRN_BLOCK` channels (one task each), as the forward: channel by
@@ -152,14 +184,29 @@ impl Lrn {
         x: &[T],
         y: &[T],
         dy: &[T],
-        (n, c, h, w): (usize, usize, usize, usize),
+        dims: (usize, usize, usize, usize),
     ) -> Vec<T> {
+        let len = dims.0 * dims.1 * dims.2 * dims.3;
+        let mut dx = Vec::with_capacity(len);
+        self.bwd_into(x, y, dy, dims, &mut dx.spare_capacity_mut()[..len]);
+        // SAFETY: `bwd_into` initialised all `len` elements.
+        unsafe { dx.set_len(len) };
+        dx
+    }
+
+    /// `bwd_cpu` into `dx` (N·C·H·W elements), initialising it.
+    fn bwd_into<T: Float>(
+        &self,
+        x: &[T],
+        y: &[T],
+        dy: &[T],
+        (_, c, h, w): (usize, usize, usize, usize),
+        dx: &mut [MaybeUninit<T>],
+    ) {
         use rayon::prelude::*;
         let (hw, chw) = (h * w, c * h * w);
-        let len = n * chw;
-        let mut dx = Vec::with_capacity(len);
-        if len == 0 {
-            return dx;
+        if dx.is_empty() {
+            return;
         }
         let (pre, post) = self.pre_post();
         let cache_ratio = T::from_f64(2.0 * self.alpha * self.beta / self.size as f64);
@@ -172,66 +219,54 @@ impl Lrn {
             t: vec![T::ZERO; ring * hw],
             spow: vec![T::ZERO; ring * hw],
         };
-        dx.spare_capacity_mut()
-            .par_chunks_mut(chw)
-            .enumerate()
-            .for_each(|(ni, dxs)| {
-                let sample = ni * chw..(ni + 1) * chw;
-                let (xs, ys, dys) = (&x[sample.clone()], &y[sample.clone()], &dy[sample]);
-                dxs.par_chunks_mut(LRN_BLOCK * hw)
-                    .enumerate()
-                    .for_each_init(scratch, |sc, (bi, dxb)| {
-                        let dxb = super::init_slice(dxb, T::ZERO);
-                        let (c0, c1) = (bi * LRN_BLOCK, bi * LRN_BLOCK + dxb.len() / hw);
-                        let first = c0.saturating_sub(post);
-                        let mut next = c0;
-                        for a in first..(c1 - 1 + pre).min(c - 1) + 1 {
-                            // Channel a's sum of squares, scale, t and scale^(-beta).
-                            if a == first {
-                                self.sum_squares(xs, a, c, &mut sc.sum);
-                            } else {
-                                let enter = (a + post < c).then(|| &xs[plane(a + post)]);
-                                let leave = a.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
-                                slide(&mut sc.sum, enter, leave, |v| v * v);
-                            }
-                            let (sp, tp) = (&mut sc.spow[slot(a)], &mut sc.t[slot(a)]);
-                            self.scale_of_sum(&sc.sum, sp);
-                            let yd = ys[plane(a)].iter().zip(&dys[plane(a)]);
-                            for ((tv, &s), (&yv, &g)) in tp.iter_mut().zip(sp.iter()).zip(yd) {
-                                *tv = g * yv / s;
-                            }
-                            self.pow_neg_beta(sp);
-                            // Channels whose window's last t is now known.
-                            while next < c1 && (next + pre <= a || a == c - 1) {
-                                let ch = next;
-                                if ch == c0 {
-                                    sc.acc.fill(T::ZERO);
-                                    for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
-                                        for (s, &tv) in sc.acc.iter_mut().zip(&sc.t[slot(cc)]) {
-                                            *s += tv;
-                                        }
-                                    }
-                                } else {
-                                    let enter = (ch + pre < c).then(|| &sc.t[slot(ch + pre)]);
-                                    let leave = ch.checked_sub(post + 1).map(|cc| &sc.t[slot(cc)]);
-                                    slide(&mut sc.acc, enter, leave, |v| v);
-                                }
-                                let dxp = &mut dxb[plane(ch - c0)];
-                                let terms = sc.spow[slot(ch)].iter().zip(sc.acc.iter());
-                                let inputs = xs[plane(ch)].iter().zip(&dys[plane(ch)]);
-                                for (d, ((&s, &acc), (&xv, &g))) in
-                                    dxp.iter_mut().zip(terms.zip(inputs))
-                                {
-                                    *d = g * s - cache_ratio * xv * acc;
-                                }
-                                next += 1;
-                            }
+        dx.par_chunks_mut(chw).enumerate().for_each(|(ni, dxs)| {
+            let sample = ni * chw..(ni + 1) * chw;
+            let (xs, ys, dys) = (&x[sample.clone()], &y[sample.clone()], &dy[sample]);
+            dxs.par_chunks_mut(LRN_BLOCK * hw)
+                .enumerate()
+                .for_each_init(scratch, |sc, (bi, dxb)| {
+                    let (c0, c1) = (bi * LRN_BLOCK, bi * LRN_BLOCK + dxb.len() / hw);
+                    let first = c0.saturating_sub(post);
+                    let mut next = c0;
+                    for a in first..(c1 - 1 + pre).min(c - 1) + 1 {
+                        // Channel a's sum of squares, scale, t and scale^(-beta).
+                        if a == first {
+                            self.sum_squares(xs, a, c, &mut sc.sum);
+                        } else {
+                            let enter = (a + post < c).then(|| &xs[plane(a + post)]);
+                            let leave = a.checked_sub(pre + 1).map(|cc| &xs[plane(cc)]);
+                            slide(&mut sc.sum, enter, leave, |v| v * v);
                         }
-                    });
-            });
-        // SAFETY: the blocks cover every sample's channels, each initialised by `init_slice`.
-        unsafe { dx.set_len(len) };
-        dx
+                        let (sp, tp) = (&mut sc.spow[slot(a)], &mut sc.t[slot(a)]);
+                        self.bwd_terms(&sc.sum, (&ys[plane(a)], &dys[plane(a)]), sp, tp);
+                        // Channels whose window's last t is now known.
+                        while next < c1 && (next + pre <= a || a == c - 1) {
+                            let ch = next;
+                            if ch == c0 {
+                                sc.acc.fill(T::ZERO);
+                                for cc in ch.saturating_sub(post)..=(ch + pre).min(c - 1) {
+                                    for (s, &tv) in sc.acc.iter_mut().zip(&sc.t[slot(cc)]) {
+                                        *s += tv;
+                                    }
+                                }
+                            } else {
+                                let enter = (ch + pre < c).then(|| &sc.t[slot(ch + pre)]);
+                                let leave = ch.checked_sub(post + 1).map(|cc| &sc.t[slot(cc)]);
+                                slide(&mut sc.acc, enter, leave, |v| v);
+                            }
+                            let dxp = &mut dxb[plane(ch - c0)];
+                            let terms = sc.spow[slot(ch)].iter().zip(sc.acc.iter());
+                            let inputs = xs[plane(ch)].iter().zip(&dys[plane(ch)]);
+                            for (d, ((&s, &acc), (&xv, &g))) in
+                                dxp.iter_mut().zip(terms.zip(inputs))
+                            {
+                                d.write(g * s - cache_ratio * xv * acc);
+                            }
+                            next += 1;
+                        }
+                    }
+                });
+        });
     }
 }
 
@@ -542,5 +577,57 @@ mod tests {
         assert!(lrn(&x, Lrn { size: 0, ..NET }).is_err());
         assert!(lrn(&x.flatten_all().unwrap(), NET).is_err());
         assert!(lrn(&x.to_dtype(DType::U8).unwrap(), NET).is_err());
+    }
+}
+
+/// `cargo test --release --lib googlenet_lrns -- --ignored --nocapture`: GoogLeNet's two LRNs at
+/// batch 32, forward and input gradient into preallocated outputs, next to a parallel copy of
+/// the input.
+#[cfg(test)]
+mod net_bench {
+    use super::*;
+    use std::time::Instant;
+    fn time<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
+        f();
+        let t = Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(f());
+        }
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+    #[test]
+    #[ignore]
+    fn googlenet_lrns() {
+        let p = Lrn {
+            size: 5,
+            alpha: 1e-4,
+            beta: 0.75,
+            k: 1.0,
+        };
+        for (name, d) in [("norm1", (32, 64, 56, 56)), ("norm2", (32, 192, 56, 56))] {
+            let len = d.0 * d.1 * d.2 * d.3;
+            let x: Vec<f32> = (0..len)
+                .map(|i| ((i * 7919) % 1000) as f32 * 0.01)
+                .collect();
+            let y = p.fwd(&x, d);
+            let dy: Vec<f32> = (0..len)
+                .map(|i| ((i * 104729) % 997) as f32 * 1e-3)
+                .collect();
+            let mut out = Vec::with_capacity(len);
+            let f = time(10, || {
+                p.fwd_into(&x, d, &mut out.spare_capacity_mut()[..len])
+            });
+            let b = time(10, || {
+                p.bwd_into(&x, &y, &dy, d, &mut out.spare_capacity_mut()[..len])
+            });
+            let mut dst = vec![0f32; len];
+            let c = time(10, || {
+                use rayon::prelude::*;
+                dst.par_chunks_mut(1 << 16)
+                    .zip(x.par_chunks(1 << 16))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            });
+            println!("{name}: fwd {f:.1} ms  bwd {b:.1} ms  (parallel copy of input {c:.1} ms)");
+        }
     }
 }

@@ -930,6 +930,9 @@ mod tests {
             (PoolKind::Max, 5, 1, 2, 6, 7), // whole-plane column pass, two columns per edge
             (PoolKind::Max, 2, 1, 1, 4, 5), // stride 1, output wider than the input
             (PoolKind::Max, 3, 3, 1, 7, 8), // stride 3 with padding
+            (PoolKind::Max, 2, 2, 0, 5, 8), // stride 2, no window crossing a row end
+            (PoolKind::Max, 4, 2, 1, 6, 8), // stride 2 with padding
+            (PoolKind::Max, 2, 2, 0, 3, 2), // a single output column
         ];
         configs.extend(more.iter());
         for &(kind, kernel, stride, pad, h, w) in configs {
