@@ -321,8 +321,6 @@ impl Pool2d {
                 } else {
                     max_cols(&g, xp, sc);
                 }
-                let yo = super::init_slice(yo, T::LOWEST);
-                let ao = super::init_slice(ao, NO_ARG);
                 max_rows(&g, &sc.col_max, &sc.col_arg, yo, ao);
             });
     }
@@ -333,15 +331,23 @@ impl Pool2d {
 /// from the neighbouring row there, and are computed again with clipping.
 fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
     let n = x.len();
-    m.fill(T::LOWEST);
-    a.fill(NO_ARG);
+    // Tap 0 initialises every output it reaches (all but the first `pad`, which are edge
+    // columns, recomputed below), so nothing is filled with -FLT_MAX first.
+    let d0 = g.pad.min(n);
+    m[..d0].fill(T::LOWEST);
+    a[..d0].fill(NO_ARG);
     for kj in 0..g.k {
-        if kj < g.pad {
+        let (m, a, e, at0) = if kj < g.pad {
             let d = (g.pad - kj).min(n);
-            max_into(&x[..n - d], 0, &mut m[d..], &mut a[d..]);
+            (&mut m[d..], &mut a[d..], &x[..n - d], 0)
         } else {
             let d = (kj - g.pad).min(n);
-            max_into(&x[d..], d as u32, &mut m[..n - d], &mut a[..n - d]);
+            (&mut m[..n - d], &mut a[..n - d], &x[d..], d as u32)
+        };
+        if kj == 0 {
+            max_into::<T, true>(e, at0, m, a);
+        } else {
+            max_into::<T, false>(e, at0, m, a);
         }
     }
     let edge = |c: usize| c < g.pad || c + g.k > g.w + g.pad;
@@ -354,7 +360,8 @@ fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
             let (mut best, mut at) = (T::LOWEST, NO_ARG);
             let cols = c.saturating_sub(g.pad)..(c + g.k - g.pad).min(g.w);
             for cc in cols {
-                max_step(x[r * g.w + cc], &mut best, &mut at, (r * g.w + cc) as u32);
+                let at_cc = (r * g.w + cc) as u32;
+                max_step::<T, false>(x[r * g.w + cc], &mut best, &mut at, at_cc);
             }
             (mr[c], ar[c]) = (best, at);
         }
@@ -370,10 +377,9 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
         .zip(sc.col_arg.chunks_exact_mut(g.ow))
         .enumerate()
     {
-        // The borders stay -FLT_MAX from the allocation; only the interior is rewritten.
+        // The borders stay -FLT_MAX from the allocation; only the interior is rewritten. Every
+        // window's tap 0 lies in the padded row, so tap 0 initialises m and a.
         sc.row[g.pad..g.pad + g.w].copy_from_slice(xr);
-        m.fill(T::LOWEST);
-        a.fill(NO_ARG);
         // Tap kj of window o is padded column o·s + kj: input index r·w + o·s + kj - pad
         // (wrapping for padding, which never wins).
         let at0 = (r * g.w) as u32;
@@ -381,12 +387,14 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
         if g.s == 2 {
             let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
             deinterleave(&sc.row, even, odd);
-            for kj in 0..g.k {
-                max_taps_2([even, odd], kj, m, a, at(kj));
+            max_taps_2::<T, true>([even, odd], 0, m, a, at(0));
+            for kj in 1..g.k {
+                max_taps_2::<T, false>([even, odd], kj, m, a, at(kj));
             }
         } else {
-            for kj in 0..g.k {
-                max_taps(&sc.row[kj..], m, a, at(kj), g.s);
+            max_taps::<T, true>(&sc.row, m, a, at(0), g.s);
+            for kj in 1..g.k {
+                max_taps::<T, false>(&sc.row[kj..], m, a, at(kj), g.s);
             }
         }
     }
@@ -395,21 +403,27 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
 /// One kernel column's pass over a padded row: `m[o]`, `a[o]` take `src[o * s]` and its index
 /// `at0 + o * s` where it is strictly larger. A strided read does not vectorise: stride 2 goes
 /// through `max_taps_2` instead.
-fn max_taps<T: Float>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32, s: usize) {
+fn max_taps<T: Float, const INIT: bool>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32, s: usize) {
     if s == 1 {
-        return max_into(&src[..m.len()], at0, m, a);
+        return max_into::<T, INIT>(&src[..m.len()], at0, m, a);
     }
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(src.iter().step_by(s)).enumerate() {
-        max_step(e, m, a, at0.wrapping_add((o * s) as u32));
+        max_step::<T, INIT>(e, m, a, at0.wrapping_add((o * s) as u32));
     }
 }
 
 /// Stride-2 taps from the row split into its even and odd columns: tap `kj` of window `o` is
 /// `halves[kj % 2][o + kj / 2]`.
-fn max_taps_2<T: Float>(halves: [&[T]; 2], kj: usize, m: &mut [T], a: &mut [u32], at0: u32) {
+fn max_taps_2<T: Float, const INIT: bool>(
+    halves: [&[T]; 2],
+    kj: usize,
+    m: &mut [T],
+    a: &mut [u32],
+    at0: u32,
+) {
     let e = &halves[kj % 2][kj / 2..kj / 2 + m.len()];
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
-        max_step(e, m, a, at0.wrapping_add(2 * o as u32));
+        max_step::<T, INIT>(e, m, a, at0.wrapping_add(2 * o as u32));
     }
 }
 
@@ -421,21 +435,62 @@ fn deinterleave<T: Float>(row: &[T], even: &mut [T], odd: &mut [T]) {
 }
 
 /// `m[o]`, `a[o]` = `e[o]`, `at0 + o` where `e[o]` is strictly larger.
-fn max_into<T: Float>(e: &[T], at0: u32, m: &mut [T], a: &mut [u32]) {
+fn max_into<T: Float, const INIT: bool>(e: &[T], at0: u32, m: &mut [T], a: &mut [u32]) {
     let (e, a) = (&e[..m.len()], &mut a[..m.len()]);
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
-        max_step(e, m, a, at0.wrapping_add(o as u32));
+        max_step::<T, INIT>(e, m, a, at0.wrapping_add(o as u32));
     }
 }
 
 /// The row pass: each output row's max over its window's rows of the column pass, top to
-/// bottom. For stride 1 every kernel row is one shift of the whole plane (a single long loop).
-fn max_rows<T: Float>(g: &MaxGeom, cm: &[T], ca: &[u32], y: &mut [T], ya: &mut [u32]) {
+/// bottom, into `y` and `ya` (initialising them). For stride 1 every kernel row is one shift of
+/// the whole plane (a single long loop).
+fn max_rows<T: Float>(
+    g: &MaxGeom,
+    cm: &[T],
+    ca: &[u32],
+    y: &mut [MaybeUninit<T>],
+    ya: &mut [MaybeUninit<u32>],
+) {
     let ow = g.ow;
-    for ki in 0..g.k {
-        // Output row oy takes input row oy·s + ki - pad where that lies in the plane.
+    // Output rows oy in [first, end) take input row oy·s + ki - pad, inside the plane.
+    let rows_of = |ki: usize| {
         let first = g.pad.saturating_sub(ki).div_ceil(g.s);
         let end = (g.h + g.pad).saturating_sub(ki).div_ceil(g.s).min(g.oh);
+        (first, end.max(first))
+    };
+    // Kernel row 0 initialises the rows it reaches with a copy: the column pass's maxima are
+    // -FLT_MAX exactly where their argmax is NO_ARG, so a strict `>` from (-FLT_MAX, NO_ARG)
+    // would give the same. The rows it misses (padding) start from (-FLT_MAX, NO_ARG).
+    let (first, end) = rows_of(0);
+    for oy in (0..first).chain(end..g.oh) {
+        y[oy * ow..(oy + 1) * ow].fill(MaybeUninit::new(T::LOWEST));
+        ya[oy * ow..(oy + 1) * ow].fill(MaybeUninit::new(NO_ARG));
+    }
+    for oy in first..end {
+        let r = oy * g.s - g.pad;
+        for (d, &v) in y[oy * ow..(oy + 1) * ow]
+            .iter_mut()
+            .zip(&cm[r * ow..(r + 1) * ow])
+        {
+            d.write(v);
+        }
+        for (d, &v) in ya[oy * ow..(oy + 1) * ow]
+            .iter_mut()
+            .zip(&ca[r * ow..(r + 1) * ow])
+        {
+            d.write(v);
+        }
+    }
+    // SAFETY: every row of `y` and `ya` (oh rows of ow) was just written.
+    let (y, ya) = unsafe {
+        (
+            &mut *(y as *mut [MaybeUninit<T>] as *mut [T]),
+            &mut *(ya as *mut [MaybeUninit<u32>] as *mut [u32]),
+        )
+    };
+    for ki in 1..g.k {
+        let (first, end) = rows_of(ki);
         if first >= end {
             continue;
         }
@@ -463,17 +518,19 @@ fn max_rows<T: Float>(g: &MaxGeom, cm: &[T], ca: &[u32], y: &mut [T], ya: &mut [
 fn select_max<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
     let (e, ea, a) = (&e[..m.len()], &ea[..m.len()], &mut a[..m.len()]);
     for (((m, a), &e), &ea) in m.iter_mut().zip(a).zip(e).zip(ea) {
-        max_step(e, m, a, ea);
+        max_step::<T, false>(e, m, a, ea);
     }
 }
 
 /// `m`, `a` = `e`, `at` where `e > m` (NaN never wins), without a branch: real data makes it
-/// unpredictable, and a branch keeps the loops from vectorising.
+/// unpredictable, and a branch keeps the loops from vectorising. With INIT, `m` and `a` are not
+/// read: the step starts from (-FLT_MAX, NO_ARG), as for a window's first tap.
 #[inline(always)]
-fn max_step<T: Float>(e: T, m: &mut T, a: &mut u32, at: u32) {
-    let win = e > *m;
-    *m = std::hint::select_unpredictable(win, e, *m);
-    *a = std::hint::select_unpredictable(win, at, *a);
+fn max_step<T: Float, const INIT: bool>(e: T, m: &mut T, a: &mut u32, at: u32) {
+    let (pm, pa) = if INIT { (T::LOWEST, NO_ARG) } else { (*m, *a) };
+    let win = e > pm;
+    *m = std::hint::select_unpredictable(win, e, pm);
+    *a = std::hint::select_unpredictable(win, at, pa);
 }
 
 /// The max-pool input gradient from the forward's argmax: each output's gradient added to the
