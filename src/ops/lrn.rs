@@ -586,15 +586,7 @@ mod tests {
 #[cfg(test)]
 mod net_bench {
     use super::*;
-    use std::time::Instant;
-    fn time<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
-        f();
-        let t = Instant::now();
-        for _ in 0..reps {
-            std::hint::black_box(f());
-        }
-        t.elapsed().as_secs_f64() * 1e3 / reps as f64
-    }
+    use crate::ops::test_util::{parallel_copy_ms, time_ms as time};
     #[test]
     #[ignore]
     fn googlenet_lrns() {
@@ -620,13 +612,7 @@ mod net_bench {
             let b = time(10, || {
                 p.bwd_into(&x, &y, &dy, d, &mut out.spare_capacity_mut()[..len])
             });
-            let mut dst = vec![0f32; len];
-            let c = time(10, || {
-                use rayon::prelude::*;
-                dst.par_chunks_mut(1 << 16)
-                    .zip(x.par_chunks(1 << 16))
-                    .for_each(|(d, s)| d.copy_from_slice(s));
-            });
+            let c = parallel_copy_ms(&x);
             println!("{name}: fwd {f:.1} ms  bwd {b:.1} ms  (parallel copy of input {c:.1} ms)");
         }
     }

@@ -186,6 +186,27 @@ pub(crate) fn nchw_slice<'a, T>(data: &'a [T], layout: &Layout, op: &str) -> Res
 pub(crate) mod test_util {
     use candle_core::{Device, Result, Tensor, Var};
 
+    /// For the op benches: ms per call of `f` over `reps` calls, after one untimed call.
+    pub fn time_ms<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
+        f();
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            std::hint::black_box(f());
+        }
+        t.elapsed().as_secs_f64() * 1e3 / reps as f64
+    }
+
+    /// For the op benches: ms for a parallel copy of `x`, the memory floor of a pass over it.
+    pub fn parallel_copy_ms(x: &[f32]) -> f64 {
+        use rayon::prelude::*;
+        let mut dst = vec![0f32; x.len()];
+        time_ms(10, || {
+            dst.par_chunks_mut(1 << 16)
+                .zip(x.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        })
+    }
+
     /// Deterministic xorshift so the tests need no extra crates.
     pub struct Rng(u64);
 
