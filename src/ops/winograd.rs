@@ -27,8 +27,12 @@ use std::ops::Range;
 /// Tile positions of F(2x2): its GEMMs per block.
 const XI: usize = 16;
 
-/// Target tile columns per GEMM (EDGEBENCH_WINOGRAD_TILES overrides it).
-const TILES: usize = 256;
+/// Target tile columns per GEMM (EDGEBENCH_WINOGRAD_TILES overrides it). 196 keeps one image
+/// per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four 14x14
+/// images instead of six: with 256 a block's transformed tiles were larger and conv2/3x3, 3a,
+/// 3b and 4e measured 2-7 % slower (in-process alternating runs, 20 rounds per layer; 128 and
+/// 160 were no better than 196).
+const TILES: usize = 196;
 
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
 /// `MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and its
