@@ -96,8 +96,7 @@ fn send(out: &mut dyn Write, msg: &WorkerMessage) -> anyhow::Result<()> {
 
 /// The worker process's whole life; returns its exit code.
 pub fn main() -> i32 {
-    crate::train::keep_freed_memory();
-    crate::train::flush_denormals();
+    crate::train::prepare_training_process();
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if signal_hook::flag::register(signal, Arc::clone(&stop)).is_err() {

@@ -131,11 +131,8 @@ impl Lrn {
     /// Caffe's CPU order too) instead of summing `size` planes per channel.
     fn fwd<T: Float>(&self, x: &[T], dims: (usize, usize, usize, usize)) -> Vec<T> {
         let len = dims.0 * dims.1 * dims.2 * dims.3;
-        let mut y = Vec::with_capacity(len);
-        self.fwd_into(x, dims, &mut y.spare_capacity_mut()[..len]);
-        // SAFETY: `fwd_into` initialised all `len` elements.
-        unsafe { y.set_len(len) };
-        y
+        // SAFETY: `fwd_into` initialises every element of its output.
+        unsafe { super::vec_written_by(len, |y| self.fwd_into(x, dims, y)) }
     }
 
     /// `fwd` into `y` (N·C·H·W elements), initialising it.
@@ -187,11 +184,8 @@ impl Lrn {
         dims: (usize, usize, usize, usize),
     ) -> Vec<T> {
         let len = dims.0 * dims.1 * dims.2 * dims.3;
-        let mut dx = Vec::with_capacity(len);
-        self.bwd_into(x, y, dy, dims, &mut dx.spare_capacity_mut()[..len]);
-        // SAFETY: `bwd_into` initialised all `len` elements.
-        unsafe { dx.set_len(len) };
-        dx
+        // SAFETY: `bwd_into` initialises every element of its output.
+        unsafe { super::vec_written_by(len, |dx| self.bwd_into(x, y, dy, dims, dx)) }
     }
 
     /// `bwd_cpu` into `dx` (N·C·H·W elements), initialising it.

@@ -112,6 +112,22 @@ pub(crate) fn par_chunks_zeroed<T: Float, S>(
     v
 }
 
+/// A vector of `len` elements written by `fill` straight into its uninitialised storage (no
+/// zeroing pass first).
+///
+/// # Safety
+/// `fill` must initialise every element of the slice it is given.
+pub(crate) unsafe fn vec_written_by<T>(
+    len: usize,
+    fill: impl FnOnce(&mut [std::mem::MaybeUninit<T>]),
+) -> Vec<T> {
+    let mut v = Vec::with_capacity(len);
+    fill(&mut v.spare_capacity_mut()[..len]);
+    // SAFETY: the caller's `fill` initialised all `len` elements.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// Fills uninitialised memory with `v` and hands it out initialised.
 pub(crate) fn init_slice<T: Copy>(c: &mut [std::mem::MaybeUninit<T>], v: T) -> &mut [T] {
     c.fill(std::mem::MaybeUninit::new(v));

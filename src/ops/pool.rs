@@ -536,12 +536,8 @@ fn max_step<T: Float, const INIT: bool>(e: T, m: &mut T, a: &mut u32, at: u32) {
 /// The max-pool input gradient from the forward's argmax: each output's gradient added to the
 /// input element that won its window, straight into the (zeroed, cache-warm) plane of dx.
 fn max_scatter<T: Float>(plane: usize, arg: &[u32], dy: &[T], planes: usize) -> Vec<T> {
-    let len = planes * plane;
-    let mut dx = Vec::with_capacity(len);
-    max_scatter_into(plane, arg, dy, &mut dx.spare_capacity_mut()[..len]);
-    // SAFETY: `max_scatter_into` initialised all `len` elements.
-    unsafe { dx.set_len(len) };
-    dx
+    // SAFETY: `max_scatter_into` initialises every element of its output.
+    unsafe { super::vec_written_by(planes * plane, |dx| max_scatter_into(plane, arg, dy, dx)) }
 }
 
 /// `max_scatter` into `dx` (one input plane per `arg` plane), initialising it.

@@ -73,6 +73,13 @@ pub fn keep_freed_memory() {
     }
 }
 
+/// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept
+/// (`keep_freed_memory`) and subnormals flushed (`flush_denormals`).
+pub fn prepare_training_process() {
+    keep_freed_memory();
+    flush_denormals();
+}
+
 /// Flushes subnormal floats to zero on this process's training threads (this one and the global
 /// rayon pool's, where the kernels and gemm run), as TensorFlow does on the CPU. Once a short run
 /// on synthetic data drives the loss to zero, its gradients fall into the subnormal range, where

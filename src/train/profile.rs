@@ -73,8 +73,7 @@ pub fn profile(
     per_stage: bool,
 ) -> anyhow::Result<Profile> {
     anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
-    crate::train::keep_freed_memory();
-    crate::train::flush_denormals();
+    crate::train::prepare_training_process();
     let sync = || device.synchronize();
     let mut net = Network::new(spec, device, 1)?;
     net.set_conv_impl(conv);
