@@ -31,7 +31,7 @@ const XI: usize = 16;
 /// per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four 14x14
 /// images instead of six: with 256 a block's transformed tiles were larger and conv2/3x3, 3a,
 /// 3b and 4e measured 2-7 % slower (in-process alternating runs, 20 rounds per layer; 128 and
-/// 160 were no better than 196).
+/// 160 were no better than 196 on 3b and 4e).
 const TILES: usize = 196;
 
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
