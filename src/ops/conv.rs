@@ -734,9 +734,13 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                         let colg = gather_cols(g, xs, gi, (n0, nb), rows.clone(), &mut col);
                         let cols = if nb == 1 { g.cols_of(&rows) } else { 0..ld };
                         let n = cols.len();
-                        gemm(
+                        // dWᵀ, column-major (og, kk): gemm then reads the columns in place,
+                        // along k, as the forward reads them (asked for a row-major dW it
+                        // transposes the problem and packs them).
+                        gemm_strided(
                             (og, kk, n),
                             &mut dw[gi * og * kk..(gi + 1) * og * kk],
+                            (1, og),
                             true,
                             &dyg[cols.start..],
                             (ld, 1),
@@ -756,7 +760,17 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
             acc
         })
         .collect();
-    sum_partials(partials)
+    let mut total = sum_partials(partials);
+    // Each group's block of dW from column-major (og, kk) to row-major.
+    for block in total[..g.o * kk].chunks_exact_mut(og * kk) {
+        let t = block.to_vec();
+        for (r, row) in block.chunks_exact_mut(kk).enumerate() {
+            for (c, d) in row.iter_mut().enumerate() {
+                *d = t[c * og + r];
+            }
+        }
+    }
+    total
 }
 
 /// The element-wise sum of the tasks' partial gradients, in task order (reproducible for a
