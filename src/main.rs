@@ -11,6 +11,9 @@ use edgebench::{models, report, runner, sync};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+#[global_allocator]
+static ALLOC: edgebench::train::HugePageAlloc = edgebench::train::HugePageAlloc;
+
 /// An error with the exit code it deserves.
 struct Failure {
     code: i32,

