@@ -2,7 +2,7 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use super::conv::{gemm, gemm_strided, relu_f};
+use super::conv::{gemm_strided, gemm_uninit, relu_f};
 use super::{nchw_slice, Float};
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
@@ -249,16 +249,17 @@ impl LinearBwd {
             LinearBwd::Weight if (1..=STREAM_MAX_ROWS).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
             }
-            LinearBwd::Data => {
-                let mut dx = super::zeros(n * i);
-                gemm((n, i, o), &mut dx, false, dy, (o, 1), other, (i, 1), par());
-                dx
-            }
-            LinearBwd::Weight => {
-                let mut dw = super::zeros(o * i);
-                gemm((o, i, n), &mut dw, false, dy, (1, o), other, (i, 1), par());
-                dw
-            }
+            // SAFETY (both): gemm_uninit writes all of the (n, i) or (o, i) product.
+            LinearBwd::Data => unsafe {
+                super::vec_written_by(n * i, |dx| {
+                    gemm_uninit((n, i, o), dx, dy, (o, 1), other, (i, 1), par())
+                })
+            },
+            LinearBwd::Weight => unsafe {
+                super::vec_written_by(o * i, |dw| {
+                    gemm_uninit((o, i, n), dw, dy, (1, o), other, (i, 1), par())
+                })
+            },
         }
     }
 }
