@@ -394,9 +394,9 @@ pub(crate) fn gemm_strided<T: Float>(
     (dst_rs, dst_cs): (usize, usize),
     accumulate: bool,
     lhs: &[T],
-    (lhs_rs, lhs_cs): (usize, usize),
+    lhs_s: (usize, usize),
     rhs: &[T],
-    (rhs_rs, rhs_cs): (usize, usize),
+    rhs_s: (usize, usize),
     par: Parallelism,
 ) {
     if m == 0 || n == 0 {
@@ -414,20 +414,9 @@ pub(crate) fn gemm_strided<T: Float>(
         }
         return;
     }
+    let dst = (dst.as_mut_ptr(), (dst_rs, dst_cs));
     // SAFETY: dst is initialised memory, in bounds (asserted above).
-    unsafe {
-        gemm_raw(
-            (m, n, k),
-            dst.as_mut_ptr(),
-            (dst_rs, dst_cs),
-            accumulate,
-            lhs,
-            (lhs_rs, lhs_cs),
-            rhs,
-            (rhs_rs, rhs_cs),
-            par,
-        )
-    }
+    unsafe { gemm_raw((m, n, k), dst, accumulate, (lhs, lhs_s), (rhs, rhs_s), par) }
 }
 
 /// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
@@ -450,20 +439,9 @@ pub(crate) fn gemm_uninit<T: Float>(
         return;
     }
     assert!(dst.len() >= m * n);
+    let dst = (dst.as_mut_ptr().cast::<T>(), (n, 1));
     // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
-    unsafe {
-        gemm_raw(
-            (m, n, k),
-            dst.as_mut_ptr().cast::<T>(),
-            (n, 1),
-            false,
-            lhs,
-            lhs_s,
-            rhs,
-            rhs_s,
-            par,
-        )
-    }
+    unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par) }
 }
 
 /// The call into gemm, with its operands' bounds checked here and dst's by the caller.
@@ -471,16 +449,12 @@ pub(crate) fn gemm_uninit<T: Float>(
 /// # Safety
 /// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
 /// and not aliased; when `accumulate` it must be initialised. m, n and k are not zero.
-#[allow(clippy::too_many_arguments)]
 unsafe fn gemm_raw<T: Float>(
     (m, n, k): (usize, usize, usize),
-    dst: *mut T,
-    (dst_rs, dst_cs): (usize, usize),
+    (dst, (dst_rs, dst_cs)): (*mut T, (usize, usize)),
     accumulate: bool,
-    lhs: &[T],
-    (lhs_rs, lhs_cs): (usize, usize),
-    rhs: &[T],
-    (rhs_rs, rhs_cs): (usize, usize),
+    (lhs, (lhs_rs, lhs_cs)): (&[T], (usize, usize)),
+    (rhs, (rhs_rs, rhs_cs)): (&[T], (usize, usize)),
     par: Parallelism,
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
