@@ -584,6 +584,12 @@ pub(crate) fn fwd_im2col<T: Float>(
     if len == 0 {
         return y;
     }
+    if g.n < rayon::current_num_threads() {
+        fwd_channels((x, x_img), wt, b, g, relu, y.spare_capacity_mut());
+        // SAFETY: `fwd_channels` writes every output plane of every image.
+        unsafe { y.set_len(len) };
+        return y;
+    }
     let (per, par) = g.split();
     let bsz = g.sub_batch(per);
     // Every output is written once before the GEMM adds to it (the bias, or the scatter of a
@@ -662,6 +668,74 @@ pub(crate) fn fwd_im2col<T: Float>(
     y
 }
 
+/// `fwd_im2col` for fewer images than threads (batch 1): per block of output rows, im2col runs
+/// over the input channels on all threads, then each thread computes its own run of output
+/// channels (their planes of y) with a single-threaded GEMM, bias and ReLU, instead of one task
+/// doing im2col, bias and ReLU on one core and handing the GEMM to gemm's threads.
+fn fwd_channels<T: Float>(
+    (x, x_img): (&[T], usize),
+    wt: &[T],
+    b: &[T],
+    g: &Geom,
+    relu: bool,
+    y: &mut [std::mem::MaybeUninit<T>],
+) {
+    let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
+    let threads = rayon::current_num_threads();
+    let per_o = og.div_ceil(threads).max(1);
+    let mut col = vec![T::ZERO; g.col_len(1)];
+    for (n, yn) in y.chunks_exact_mut(g.o * ohw).enumerate() {
+        for (gi, yg) in yn.chunks_exact_mut(og * ohw).enumerate() {
+            let xg = &x[n * x_img + gi * cg * hw..][..cg * hw];
+            let wg = &wt[gi * og * kk..][..og * kk];
+            let bg = &b[gi * og..][..og];
+            // The bias first, as the GEMMs' accumulator.
+            yg.par_chunks_mut(ohw).zip(bg).for_each(|(plane, &bv)| {
+                super::init_slice(plane, bv);
+            });
+            // SAFETY: every element of yg was just initialised.
+            let yg = unsafe { &mut *(yg as *mut [_] as *mut [T]) };
+            for rows in g.row_blocks(1) {
+                let cols = g.cols_of(&rows);
+                let colg: &[T] = if g.direct() {
+                    &xg[cols.start..]
+                } else {
+                    let taps = g.kh * g.kw * cols.len();
+                    let col = &mut col[..kk * cols.len()];
+                    col.par_chunks_mut(taps)
+                        .zip(xg.par_chunks(hw))
+                        .for_each(|(c, plane)| g.im2col(plane, c, cols.len(), 0, rows.clone()));
+                    col
+                };
+                let ld = if g.direct() { ohw } else { cols.len() };
+                yg.par_chunks_mut(per_o * ohw)
+                    .enumerate()
+                    .for_each(|(t, yp)| {
+                        let oc = yp.len() / ohw;
+                        gemm_strided(
+                            (oc, cols.len(), kk),
+                            &mut yp[cols.start..],
+                            (ohw, 1),
+                            true,
+                            &wg[t * per_o * kk..],
+                            (kk, 1),
+                            colg,
+                            (ld, 1),
+                            Parallelism::None,
+                        );
+                        if relu {
+                            for plane in yp.chunks_exact_mut(ohw) {
+                                for v in &mut plane[cols.clone()] {
+                                    *v = relu_f(*v);
+                                }
+                            }
+                        }
+                    });
+            }
+        }
+    }
+}
+
 /// dx from dy (already masked by the ReLU): per image and group dcol = W_gᵀ · dy_g, col2im.
 /// (Layers on the Winograd path get dx from `ConvBwdWinograd` with their weight gradient.)
 pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> {
@@ -669,6 +743,12 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
     let len = g.n * chw;
     let mut dx = Vec::with_capacity(len);
     if len == 0 {
+        return dx;
+    }
+    if g.n < rayon::current_num_threads() {
+        bwd_data_channels(dy, wt, g, dx.spare_capacity_mut());
+        // SAFETY: `bwd_data_channels` writes every plane of every image.
+        unsafe { dx.set_len(len) };
         return dx;
     }
     let (per, par) = g.split();
@@ -747,6 +827,56 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
     dx
 }
 
+/// `bwd_data_im2col` for fewer images than threads (batch 1): each image's input channels are
+/// cut into one run per thread; a run's rows of dcol = Wᵀ·dy and its col2im touch only its own
+/// planes of dx, so the threads share no output and each GEMM is single-threaded.
+fn bwd_data_channels<T: Float>(dy: &[T], wt: &[T], g: &Geom, dx: &mut [std::mem::MaybeUninit<T>]) {
+    let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
+    let taps = g.kh * g.kw;
+    let per = cg.div_ceil(rayon::current_num_threads()).max(1);
+    for (dxn, dyn_) in dx
+        .chunks_exact_mut(g.c * hw)
+        .zip(dy.chunks_exact(g.o * ohw))
+    {
+        for (gi, dxg) in dxn.chunks_exact_mut(cg * hw).enumerate() {
+            let dyg = &dyn_[gi * og * ohw..][..og * ohw];
+            let wg = &wt[gi * og * kk..][..og * kk];
+            dxg.par_chunks_mut(per * hw)
+                .enumerate()
+                .for_each(|(t, dxp)| {
+                    let (r0, planes) = (t * per * taps, dxp.len() / hw);
+                    let rk = planes * taps;
+                    let lhs = &wg[r0..];
+                    if g.direct() {
+                        // Written whole by the GEMM: not zeroed first.
+                        let par = Parallelism::None;
+                        gemm_uninit((rk, ohw, og), dxp, lhs, (1, kk), dyg, (ohw, 1), par);
+                        return;
+                    }
+                    let dxp = super::init_slice(dxp, T::ZERO);
+                    let mut dcol = vec![T::ZERO; rk * g.block_rows(1) * g.wo];
+                    for rows in g.row_blocks(1) {
+                        let cols = g.cols_of(&rows);
+                        let dcol = &mut dcol[..rk * cols.len()];
+                        let dyb = &dyg[cols.start..];
+                        let shape = (rk, cols.len(), og);
+                        gemm(
+                            shape,
+                            dcol,
+                            false,
+                            lhs,
+                            (1, kk),
+                            dyb,
+                            (ohw, 1),
+                            Parallelism::None,
+                        );
+                        g.col2im(dcol, dxp, cols.len(), 0, rows);
+                    }
+                });
+        }
+    }
+}
+
 /// [dW (O·kk) | db (O)] from x and dy (already masked by the ReLU). (Layers on the Winograd
 /// path get theirs from `ConvBwdWinograd` with dx; one whose input needs no gradient, which no
 /// net here has, comes here.)
@@ -755,6 +885,9 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
     let len = g.o * kk + g.o;
     if g.n == 0 {
         return vec![T::ZERO; len];
+    }
+    if g.n < rayon::current_num_threads() {
+        return bwd_filter_rows((x, x_img), dy, g);
     }
     let (per, par) = g.split();
     let bsz = g.sub_batch(per);
@@ -778,34 +911,99 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                         let colg = gather_cols(g, xs, gi, (n0, nb), rows.clone(), &mut col);
                         let cols = if nb == 1 { g.cols_of(&rows) } else { 0..ld };
                         let n = cols.len();
-                        // dWᵀ, column-major (og, kk): gemm then reads the columns in place,
-                        // along k, as the forward reads them (asked for a row-major dW it
-                        // transposes the problem and packs them).
-                        gemm_strided(
-                            (og, kk, n),
-                            &mut dw[gi * og * kk..(gi + 1) * og * kk],
-                            (1, og),
-                            true,
-                            &dyg[cols.start..],
-                            (ld, 1),
-                            colg,
-                            (1, n),
-                            par,
-                        );
-                        for (d, row) in db[gi * og..(gi + 1) * og]
-                            .iter_mut()
-                            .zip(dyg.chunks_exact(ld))
-                        {
-                            *d += super::sum(&row[cols.clone()]);
-                        }
+                        let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
+                        let db = &mut db[gi * og..(gi + 1) * og];
+                        add_weight_grad(g, (dw, db), (dyg, ld), cols, (colg, n), par);
                     }
                 }
             }
             acc
         })
         .collect();
-    let mut total = sum_partials(partials);
-    // Each group's block of dW from column-major (og, kk) to row-major.
+    dw_row_major(sum_partials(partials), g)
+}
+
+/// `bwd_filter_im2col` for fewer images than threads (batch 1): each image's output rows are cut
+/// into runs, a run or more per thread, and each thread adds its own partial dW with
+/// single-threaded GEMMs (one task holding the image handed every small GEMM to gemm's threads,
+/// and ran its im2col on one core).
+fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+    let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
+    let threads = rayon::current_num_threads();
+    let step =
+        g.ho.div_ceil(threads.div_ceil(g.n))
+            .min(g.block_rows(1))
+            .max(1);
+    let runs: Vec<(usize, Range<usize>)> = (0..g.n)
+        .flat_map(|n| {
+            (0..g.ho)
+                .step_by(step)
+                .map(move |r| (n, r..(r + step).min(g.ho)))
+        })
+        .collect();
+    let partials: Vec<Vec<T>> = runs
+        .par_chunks(runs.len().div_ceil(threads).max(1))
+        .map(|runs| {
+            let mut acc = vec![T::ZERO; g.o * kk + g.o];
+            let mut col = vec![T::ZERO; g.col_len(1)];
+            let (dw, db) = acc.split_at_mut(g.o * kk);
+            for (n, rows) in runs {
+                let cols = g.cols_of(rows);
+                for gi in 0..g.groups {
+                    let dyg = &dy[(n * g.o + gi * og) * ohw..][..og * ohw];
+                    let colg = gather_cols(g, (x, x_img), gi, (*n, 1), rows.clone(), &mut col);
+                    // A 1x1 convolution reads the image in place: its run is a range of columns.
+                    let (colg, ld) = if g.direct() {
+                        (&colg[cols.start..], ohw)
+                    } else {
+                        (colg, cols.len())
+                    };
+                    let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
+                    let db = &mut db[gi * og..(gi + 1) * og];
+                    let par = Parallelism::None;
+                    add_weight_grad(g, (dw, db), (dyg, ohw), cols.clone(), (colg, ld), par);
+                }
+            }
+            acc
+        })
+        .collect();
+    dw_row_major(sum_partials(partials), g)
+}
+
+/// One group's dWᵀ (column-major (og, kk), see `dw_row_major`) and db += the gradients of the
+/// output columns `cols`: dy's rows `dy_ld` apart, the input columns' rows `col_ld` apart.
+fn add_weight_grad<T: Float>(
+    g: &Geom,
+    (dw, db): (&mut [T], &mut [T]),
+    (dy, dy_ld): (&[T], usize),
+    cols: Range<usize>,
+    (col, col_ld): (&[T], usize),
+    par: Parallelism,
+) {
+    // Column-major: gemm then reads the columns in place, along k, as the forward does (asked for
+    // a row-major dW it transposes the problem and packs them).
+    let (og, kk) = (g.og(), g.kk());
+    let (dyc, n) = (&dy[cols.start..], cols.len());
+    gemm_strided(
+        (og, kk, n),
+        dw,
+        (1, og),
+        true,
+        dyc,
+        (dy_ld, 1),
+        col,
+        (1, col_ld),
+        par,
+    );
+    for (d, row) in db.iter_mut().zip(dy.chunks_exact(dy_ld)) {
+        *d += super::sum(&row[cols.clone()]);
+    }
+}
+
+/// [dWᵀ | db] -> [dW | db]: the weight gradients' GEMMs write each group's block of dW
+/// column-major (og, kk), so that gemm reads the columns along k in place.
+fn dw_row_major<T: Float>(mut total: Vec<T>, g: &Geom) -> Vec<T> {
+    let (kk, og) = (g.kk(), g.og());
     for block in total[..g.o * kk].chunks_exact_mut(og * kk) {
         let t = block.to_vec();
         for (r, row) in block.chunks_exact_mut(kk).enumerate() {
@@ -1125,6 +1323,9 @@ mod tests {
             // 12x12 outputs: two images per GEMM and a remainder of one (1x1 and 3x3).
             ([5, 2, 12, 12], [3, 2, 1, 1], p(1, 0, 1, true)),
             ([3, 2, 12, 12], [3, 2, 3, 3], p(1, 1, 1, false)),
+            // 1x1 on one image: with 3 threads its weight gradient takes runs of rows, each a
+            // range of the image's columns read in place.
+            ([1, 5, 5, 4], [6, 5, 1, 1], p(1, 0, 1, false)),
         ]
     }
 
