@@ -90,8 +90,9 @@ const HUGE_MIN: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 /// The system allocator, with the large blocks of a training process advised onto transparent
-/// huge pages (`MADV_HUGEPAGE`; Linux's THP in its "madvise" mode, the default of Ubuntu and
-/// L4T, gives them only to regions that ask). The binary installs it as the global allocator.
+/// huge pages (`MADV_HUGEPAGE`; Linux's THP in its "madvise" mode, Ubuntu's default and this
+/// machine's, gives them only to regions that ask; "always" gives them anyway, "never" ignores
+/// the advice). The binary installs it as the global allocator.
 /// GEMM packing and the strided passes (an fc6 input gradient walks 4096 rows 36 KB apart) missed
 /// the TLB on 4 KB pages: with it GoogLeNet and AlexNet batch-32 steps took 5-8 % less time.
 pub struct HugePageAlloc;
