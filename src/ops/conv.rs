@@ -293,19 +293,12 @@ impl Geom {
         target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
     }
 
-    /// How many images each parallel task takes, and the gemm parallelism inside a task.
-    pub(crate) fn split(&self) -> (usize, Parallelism) {
-        let threads = rayon::current_num_threads().max(1);
-        let tasks = self.n.clamp(1, threads);
-        let per = self.n.div_ceil(tasks).max(1);
-        let tasks = self.n.div_ceil(per).max(1);
-        let inner = threads / tasks;
-        let par = if inner > 1 {
-            Parallelism::Rayon(inner)
-        } else {
-            Parallelism::None
-        };
-        (per, par)
+    /// How many images each parallel task takes. The ops that split a batch this way run only
+    /// with at least one image per thread (fewer take the per-image splits: `fwd_channels`,
+    /// `bwd_data_channels`, `bwd_filter_rows`), so the GEMMs inside a task are single-threaded.
+    pub(crate) fn images_per_task(&self) -> usize {
+        let tasks = self.n.clamp(1, rayon::current_num_threads().max(1));
+        self.n.div_ceil(tasks).max(1)
     }
 }
 
@@ -487,6 +480,9 @@ unsafe fn gemm_raw<T: Float>(
     }
 }
 
+/// gemm on the calling thread only: the ops' tasks already use every thread.
+pub(crate) const SERIAL: Parallelism = Parallelism::None;
+
 const MIN_COLS: usize = 256;
 
 /// See `Geom::block_rows`: columns in flight per image, about half this CPU's L2 (2 MB on recent
@@ -590,7 +586,7 @@ pub(crate) fn fwd_im2col<T: Float>(
         unsafe { y.set_len(len) };
         return y;
     }
-    let (per, par) = g.split();
+    let per = g.images_per_task();
     let bsz = g.sub_batch(per);
     // Every output is written once before the GEMM adds to it (the bias, or the scatter of a
     // sub-batch), so the output is never zeroed first.
@@ -630,7 +626,7 @@ pub(crate) fn fwd_im2col<T: Float>(
                                 (kk, 1),
                                 colg,
                                 (cols.len(), 1),
-                                par,
+                                SERIAL,
                             );
                             if relu {
                                 for row in yg.chunks_exact_mut(ohw) {
@@ -645,7 +641,7 @@ pub(crate) fn fwd_im2col<T: Float>(
                     let ld = nb * ohw;
                     let colg = gather_cols(g, xs, gi, (n0, nb), 0..g.ho, &mut col);
                     let out = &mut buf[..og * ld];
-                    gemm((og, ld, kk), out, false, wg, (kk, 1), colg, (ld, 1), par);
+                    gemm((og, ld, kk), out, false, wg, (kk, 1), colg, (ld, 1), SERIAL);
                     // Scatter to NCHW with the bias and the ReLU.
                     for j in 0..nb {
                         let at = (n0 + j) * g.o * ohw + gi * og * ohw;
@@ -721,7 +717,7 @@ fn fwd_channels<T: Float>(
                             (kk, 1),
                             colg,
                             (ld, 1),
-                            Parallelism::None,
+                            SERIAL,
                         );
                         if relu {
                             for plane in yp.chunks_exact_mut(ohw) {
@@ -751,7 +747,7 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
         unsafe { dx.set_len(len) };
         return dx;
     }
-    let (per, par) = g.split();
+    let per = g.images_per_task();
     let bsz = g.sub_batch(per);
     dx.spare_capacity_mut()
         .par_chunks_mut(per * chw)
@@ -772,7 +768,7 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
                         let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                         let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
                         let dcol = &mut col[..kk * ld];
-                        gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), par);
+                        gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), SERIAL);
                         for j in 0..nb {
                             let at = dx_of(j, gi);
                             for (dst, src) in dxs[at..at + cg * hw]
@@ -796,7 +792,7 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
                     if g.direct() && nb == 1 {
                         let at = dx_of(0);
                         let dst = &mut dxs[at..at + cg * hw];
-                        gemm((kk, ohw, og), dst, false, wg, (1, kk), dyg, (ld, 1), par);
+                        gemm((kk, ohw, og), dst, false, wg, (1, kk), dyg, (ld, 1), SERIAL);
                         continue;
                     }
                     if nb == 1 {
@@ -807,13 +803,13 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
                             let dcol = &mut col[..kk * cols.len()];
                             let shape = (kk, cols.len(), og);
                             let dyb = &dyg[cols.start..];
-                            gemm(shape, dcol, false, wg, (1, kk), dyb, (ohw, 1), par);
+                            gemm(shape, dcol, false, wg, (1, kk), dyb, (ohw, 1), SERIAL);
                             g.col2im(dcol, dxg, cols.len(), 0, rows);
                         }
                         continue;
                     }
                     let dcol = &mut col[..kk * ld];
-                    gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), par);
+                    gemm((kk, ld, og), dcol, false, wg, (1, kk), dyg, (ld, 1), SERIAL);
                     for j in 0..nb {
                         let at = dx_of(j);
                         g.col2im(dcol, &mut dxs[at..at + cg * hw], ld, j * ohw, 0..g.ho);
@@ -849,8 +845,7 @@ fn bwd_data_channels<T: Float>(dy: &[T], wt: &[T], g: &Geom, dx: &mut [std::mem:
                     let lhs = &wg[r0..];
                     if g.direct() {
                         // Written whole by the GEMM: not zeroed first.
-                        let par = Parallelism::None;
-                        gemm_uninit((rk, ohw, og), dxp, lhs, (1, kk), dyg, (ohw, 1), par);
+                        gemm_uninit((rk, ohw, og), dxp, lhs, (1, kk), dyg, (ohw, 1), SERIAL);
                         return;
                     }
                     let dxp = super::init_slice(dxp, T::ZERO);
@@ -860,16 +855,7 @@ fn bwd_data_channels<T: Float>(dy: &[T], wt: &[T], g: &Geom, dx: &mut [std::mem:
                         let dcol = &mut dcol[..rk * cols.len()];
                         let dyb = &dyg[cols.start..];
                         let shape = (rk, cols.len(), og);
-                        gemm(
-                            shape,
-                            dcol,
-                            false,
-                            lhs,
-                            (1, kk),
-                            dyb,
-                            (ohw, 1),
-                            Parallelism::None,
-                        );
+                        gemm(shape, dcol, false, lhs, (1, kk), dyb, (ohw, 1), SERIAL);
                         g.col2im(dcol, dxp, cols.len(), 0, rows);
                     }
                 });
@@ -889,7 +875,7 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
     if g.n < rayon::current_num_threads() {
         return bwd_filter_rows((x, x_img), dy, g);
     }
-    let (per, par) = g.split();
+    let per = g.images_per_task();
     let bsz = g.sub_batch(per);
     let partials: Vec<Vec<T>> = x
         .par_chunks(per * x_img)
@@ -913,7 +899,7 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                         let n = cols.len();
                         let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
                         let db = &mut db[gi * og..(gi + 1) * og];
-                        add_weight_grad(g, (dw, db), (dyg, ld), cols, (colg, n), par);
+                        add_weight_grad(g, (dw, db), (dyg, ld), cols, (colg, n));
                     }
                 }
             }
@@ -960,8 +946,7 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
                     };
                     let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
                     let db = &mut db[gi * og..(gi + 1) * og];
-                    let par = Parallelism::None;
-                    add_weight_grad(g, (dw, db), (dyg, ohw), cols.clone(), (colg, ld), par);
+                    add_weight_grad(g, (dw, db), (dyg, ohw), cols.clone(), (colg, ld));
                 }
             }
             acc
@@ -978,7 +963,6 @@ fn add_weight_grad<T: Float>(
     (dy, dy_ld): (&[T], usize),
     cols: Range<usize>,
     (col, col_ld): (&[T], usize),
-    par: Parallelism,
 ) {
     // Column-major: gemm then reads the columns in place, along k, as the forward does (asked for
     // a row-major dW it transposes the problem and packs them).
@@ -993,7 +977,7 @@ fn add_weight_grad<T: Float>(
         (dy_ld, 1),
         col,
         (1, col_ld),
-        par,
+        SERIAL,
     );
     for (d, row) in db.iter_mut().zip(dy.chunks_exact(dy_ld)) {
         *d += super::sum(&row[cols.clone()]);
@@ -1379,8 +1363,9 @@ mod tests {
         Ok((to_vec(&y), [get(x), get(w), get(b)]))
     }
 
-    /// Runs `f` on 1 thread (whole batch per task: several images per GEMM) and on 3 (one or
-    /// two images per task), the two ways the op splits work.
+    /// Runs `f` on 1 thread (whole batch per task: several images per GEMM) and on 3 (batches
+    /// of 3 and more one or two images per task; batches of 1 and 2 each image split over the
+    /// threads), the ways the op splits work.
     fn on_pools(f: impl Fn() + Sync) {
         for threads in [1, 3] {
             rayon::ThreadPoolBuilder::new()

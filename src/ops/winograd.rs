@@ -17,9 +17,8 @@
 //! tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8 (f32 error
 //! ~10x im2col's; the tests bound it).
 
-use super::conv::{gemm, Geom};
+use super::conv::{gemm, Geom, SERIAL};
 use super::Float;
-use gemm::Parallelism;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -551,7 +550,6 @@ fn gemms<T: Float>(
     rhs: &[T],
     rhs_s: (usize, usize),
     (lhs_xi, rhs_xi, dst_xi): (usize, usize, usize),
-    par: Parallelism,
 ) {
     for xi in 0..count {
         gemm(
@@ -562,7 +560,7 @@ fn gemms<T: Float>(
             lhs_s,
             &rhs[xi * rhs_xi..],
             rhs_s,
-            par,
+            SERIAL,
         );
     }
 }
@@ -683,7 +681,7 @@ fn fwd_with<T: Float>(
     if len == 0 {
         return y;
     }
-    let (per, par) = g.split();
+    let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
     let f = Transforms::of(m);
     let u = (f.filter)(w, o * c);
@@ -716,7 +714,6 @@ fn fwd_with<T: Float>(
                         &s.a,
                         (ld, 1),
                         xi,
-                        par,
                     );
                     for j in 0..nb {
                         let yj = &mut ys[(n0 + j) * o * hw + o0 * hw..][..oc * hw];
@@ -755,7 +752,7 @@ fn bwd_both_with<T: Float>(
         out.resize(len, T::ZERO);
         return out;
     }
-    let (per, par) = g.split();
+    let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
     let xis = t.xi();
     let f = Transforms::of(m);
@@ -798,21 +795,9 @@ fn bwd_both_with<T: Float>(
                     &s.a,
                     (ld, 1),
                     xi,
-                    par,
                 );
                 let xi = (o * ld, c * ld, oc);
-                gemms(
-                    xis,
-                    (o, c, ld),
-                    du,
-                    true,
-                    &s.a,
-                    (ld, 1),
-                    &v,
-                    (1, ld),
-                    xi,
-                    par,
-                );
+                gemms(xis, (o, c, ld), du, true, &s.a, (ld, 1), &v, (1, ld), xi);
                 for j in 0..nb {
                     let accj = &mut acc[j * c * hp * wp..][..c * hp * wp];
                     let at = j * rows.len() * t.tw;

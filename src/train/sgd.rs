@@ -81,7 +81,7 @@ impl Sgd {
                         momentum: self.solver.momentum as f32,
                         rate: (lr * param.lr_mult) as f32,
                         decay: decay as f32,
-                        history: Mutex::new(v),
+                        history: Mutex::new(v.as_mut_slice()),
                     };
                     w.inplace_op2(&grad.contiguous()?, &update)?;
                 }
@@ -109,7 +109,7 @@ struct Momentum<'a> {
     rate: f32,
     decay: f32,
     /// Written by `cpu_fwd` (which takes `&self`); locked once per update.
-    history: Mutex<&'a mut Vec<f32>>,
+    history: Mutex<&'a mut [f32]>,
 }
 
 const CHUNK: usize = 1 << 16;
@@ -140,11 +140,10 @@ impl InplaceOp2 for Momentum<'_> {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<()> {
-        let mut history = self
+        let mut v = self
             .history
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let v: &mut [f32] = history.as_mut_slice();
         if l1.shape() != l2.shape() || l1.shape().elem_count() != v.len() {
             bail!("sgd-momentum: shapes differ");
         }
