@@ -125,10 +125,10 @@ pub enum Command {
     Profile {
         #[arg(long, default_value = "alexnet")]
         net: String,
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = bounded(1, crate::config::MAX_BATCH))]
         batch: usize,
         /// Timed steps (after one warm-up step).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = bounded(1, 100_000))]
         steps: usize,
         /// Use candle's conv2d instead of edgebench's GEMM convolution (for comparison).
         #[arg(long)]
@@ -140,15 +140,20 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
         /// CPU threads (0 = all cores).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_parser = bounded(0, crate::config::MAX_THREADS))]
         threads: usize,
     },
     /// Measure this machine's single-precision GEMM peak (GFLOP/s), for `bench/compare.sh`.
     #[command(hide = true)]
     BenchSgemm {
-        #[arg(long, default_value_t = 2048)]
+        #[arg(long, default_value_t = 2048, value_parser = bounded(1, 16_384))]
         size: usize,
     },
+}
+
+/// A usize flag that must lie in `min..=max`; clap names the flag and the range on a miss.
+fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(min as u64..=max as u64)
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,6 +10,21 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/edgebench.toml";
 /// The DB used when neither `--db`, `$EDGEBENCH_DB` nor the config names one.
 pub const DEFAULT_DB: &str = "edgebench.db";
 
+/// Most iterations one trial may plan ((images / batch) * epochs). A trial keeps its
+/// iterations in memory (64 bytes each) and stores one row per iteration (about 100 bytes),
+/// so this bounds a trial to about 0.6 GB of RAM and 1 GB of database.
+pub const MAX_ITERATIONS: usize = 10_000_000;
+/// Largest batch: far above what fits a board's memory, small enough that tensor sizes
+/// (batch x image elements) cannot overflow.
+pub const MAX_BATCH: usize = 65_536;
+/// Most CPU threads for the math (0 = all cores).
+pub const MAX_THREADS: usize = 1024;
+/// Smallest per-trial memory cap: anything below is a unit slip (sizes without a unit are
+/// bytes), not a board.
+pub const MIN_MEMORY_LIMIT: u64 = 1 << 20;
+/// Longest a stop may wait for the current iteration, and the longest idle baseline, seconds.
+pub const MAX_WAIT_S: f64 = 3600.0;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
@@ -340,7 +355,9 @@ impl Config {
         }
     }
 
-    /// Checks what serde cannot: known nets, non-empty lists, batches that fit the image count.
+    /// Checks what serde cannot, before anything is written: known nets, non-empty lists,
+    /// numbers inside their bounds (with checked arithmetic for the iteration count). Messages
+    /// name the config key and its flag, since either may have set the value.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             origin: origin.to_string(),
@@ -361,45 +378,101 @@ impl Config {
                 )));
             }
         }
-        if !(s.stop_grace_s >= 0.0 && s.stop_grace_s.is_finite()) {
-            return Err(invalid(
-                "sweep.stop_grace_s must be a number of seconds >= 0".into(),
-            ));
-        }
-        if s.epochs == 0 || s.images == 0 {
-            return Err(invalid(
-                "sweep.epochs and sweep.images must be at least 1".into(),
-            ));
-        }
-        if let Some(&b) = s.batches.iter().find(|&&b| b == 0 || b > s.images) {
+        if !(s.stop_grace_s >= 0.0 && s.stop_grace_s <= MAX_WAIT_S) {
             return Err(invalid(format!(
-                "sweep.batches: batch {b} does not fit sweep.images = {} (a trial runs \
-                 (images / batch) * epochs iterations); use batches between 1 and images",
-                s.images
+                "sweep.stop_grace_s must be a number of seconds between 0 and {MAX_WAIT_S}"
             )));
         }
-        self.memory.limit_bytes().map_err(invalid)?;
+        if s.epochs == 0 {
+            return Err(invalid("sweep.epochs (--epochs) must be at least 1".into()));
+        }
+        if s.images == 0 {
+            return Err(invalid("sweep.images (--images) must be at least 1".into()));
+        }
+        for &b in &s.batches {
+            if b == 0 || b > s.images || b > MAX_BATCH {
+                return Err(invalid(format!(
+                    "sweep.batches (--batch): batch {b} does not fit sweep.images (--images) = {} \
+                     (a trial runs (images / batch) * epochs iterations); use batches between 1 \
+                     and images, at most {MAX_BATCH}",
+                    s.images
+                )));
+            }
+            let iterations = (s.images / b)
+                .checked_mul(s.epochs)
+                .filter(|&n| n <= MAX_ITERATIONS);
+            if iterations.is_none() {
+                return Err(invalid(format!(
+                    "a trial of batch {b} would run (images {} / batch {b}) * epochs {} \
+                     iterations, more than the {MAX_ITERATIONS} one trial may plan; lower \
+                     sweep.epochs (--epochs) or sweep.images (--images)",
+                    s.images, s.epochs
+                )));
+            }
+        }
+        if s.warmup_iterations > MAX_ITERATIONS {
+            return Err(invalid(format!(
+                "sweep.warmup_iterations (--warmup) = {} exceeds {MAX_ITERATIONS}; warm-up \
+                 iterations are part of a trial's iterations (a trial always keeps at least one \
+                 measured iteration)",
+                s.warmup_iterations
+            )));
+        }
+        if self.train.threads > MAX_THREADS {
+            return Err(invalid(format!(
+                "train.threads (--threads) = {} is out of range; use 1 to {MAX_THREADS}, or 0 \
+                 for all cores",
+                self.train.threads
+            )));
+        }
+        if let Some(limit) = self.memory.limit_bytes().map_err(invalid)? {
+            if limit < MIN_MEMORY_LIMIT {
+                return Err(invalid(format!(
+                    "memory.limit (--mem-limit) = {limit} bytes is below 1M; give a unit, e.g. \
+                     4G or 512M (a number alone is bytes)"
+                )));
+            }
+        }
         self.memory.swap_limit_bytes().map_err(invalid)?;
-        if self.memory.sample_interval_ms == 0 {
+        if !(1..=60_000).contains(&self.memory.sample_interval_ms) {
             return Err(invalid(
-                "memory.sample_interval_ms must be at least 1".into(),
+                "memory.sample_interval_ms must be between 1 and 60000".into(),
+            ));
+        }
+        if !(self.memory.major_faults_per_iteration >= 0.0
+            && self.memory.major_faults_per_iteration.is_finite())
+        {
+            return Err(invalid(
+                "memory.major_faults_per_iteration must be a finite number >= 0".into(),
             ));
         }
         self.daemon
             .schedule
             .parse::<crate::daemon::Schedule>()
             .map_err(invalid)?;
-        if self.data.synthetic_classes == 0 {
-            return Err(invalid("data.synthetic_classes must be at least 1".into()));
+        // Labels are image index mod classes, so more classes than a net's outputs would
+        // index past its last logit.
+        let outputs = s
+            .nets
+            .iter()
+            .filter_map(|n| crate::models::by_name(n))
+            .map(|n| n.classes)
+            .min()
+            .unwrap_or(1);
+        if !(1..=outputs).contains(&self.data.synthetic_classes) {
+            return Err(invalid(format!(
+                "data.synthetic_classes must be between 1 and {outputs} (the networks' output \
+                 classes)"
+            )));
         }
         let p = &self.power;
         if p.rate_hz.is_some_and(|r| !(r > 0.0 && r <= 10_000.0)) {
             return Err(invalid("power.rate_hz must be in (0, 10000]".into()));
         }
-        if !(p.baseline_s >= 0.0 && p.baseline_s <= 3600.0) {
-            return Err(invalid(
-                "power.baseline_s must be between 0 and 3600".into(),
-            ));
+        if !(p.baseline_s >= 0.0 && p.baseline_s <= MAX_WAIT_S) {
+            return Err(invalid(format!(
+                "power.baseline_s must be between 0 and {MAX_WAIT_S}"
+            )));
         }
         if let Some(i) = &p.ina226 {
             if let Some(a) = i.addresses.iter().find(|a| !(0x40..=0x4F).contains(*a)) {

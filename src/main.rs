@@ -77,7 +77,7 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             Ok(0)
         }
         Command::Results { db, json } => {
-            let rows = Store::open_readonly(&db)?.results()?;
+            let rows = Store::open_readonly(&db).map_err(input)?.results()?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else if rows.is_empty() {
@@ -124,6 +124,8 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             trace,
         } => {
             let store = Store::open_readonly(&db).map_err(input)?;
+            // A report reads every row, so the whole file is checked first.
+            store.verify().map_err(input)?;
             for path in report::build::build(&store, &out, format, compare, trace.as_deref())? {
                 println!("wrote {}", path.display());
             }
@@ -217,7 +219,8 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             Ok(0)
         }
         Command::Export(ExportCommand::Csv { db, out, machine }) => {
-            let store = Store::open_readonly(&db)?;
+            let store = Store::open_readonly(&db).map_err(input)?;
+            store.verify().map_err(input)?;
             let machine = machine.unwrap_or_else(|| host.hostname());
             for path in report::csv::export_csv(&store, &out, &machine)? {
                 println!("wrote {}", path.display());
@@ -231,7 +234,13 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
 fn input(e: store::StoreError) -> Failure {
     use store::StoreError::*;
     let code = match e {
-        NotSqlite { .. } | Foreign { .. } | TooNew { .. } | Missing { .. } | Exists { .. } => 2,
+        NotSqlite { .. }
+        | Foreign { .. }
+        | TooNew { .. }
+        | Missing { .. }
+        | Exists { .. }
+        | Corrupt { .. }
+        | WalUnreadable { .. } => 2,
         _ => 1,
     };
     Failure {
@@ -281,7 +290,8 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         signal_hook::flag::register(signal, Arc::clone(&stop))?;
     }
     let db = config.db_path();
-    let mut store = Store::open(&db)?;
+    // A damaged or foreign file is refused untouched, before a run row is written.
+    let mut store = Store::open(&db).map_err(input)?;
     tracing::info!("config: {origin}; results: {}", db.display());
     let outcome = runner::run(
         runner::RunRequest {

@@ -391,3 +391,306 @@ fn a_stop_abandons_a_long_iteration_after_the_grace_period() {
         1
     );
 }
+
+#[test]
+fn out_of_range_numbers_are_refused_before_the_database_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let cfg = dir.path().join("big.toml");
+    // (flags or a config file, what stderr must name)
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["--epochs", "2305843009213693952", "--images", "8"],
+            "",
+            "--epochs",
+        ),
+        (&["--images", "18446744073709551615"], "", "--images"),
+        (
+            &["--images", "8", "--batch", "1", "--epochs", "1250001"],
+            "",
+            "10000000",
+        ),
+        (&["--epochs", "0"], "", "--epochs"),
+        (&["--images", "4", "--batch", "8"], "", "batch 8"),
+        (&["--images", "100000", "--batch", "100000"], "", "65536"),
+        (&["--threads", "5000"], "", "--threads"),
+        (&["--warmup", "18446744073709551615"], "", "--warmup"),
+        (&["--mem-limit", "0"], "", "--mem-limit"),
+        (&["--mem-limit", "99999999999999999999T"], "", "too large"),
+        (
+            &[],
+            "[sweep]\nepochs = 4611686018427387904\nimages = 16\n",
+            "sweep.epochs",
+        ),
+        (&[], "[train]\nthreads = 100000\n", "train.threads"),
+        (
+            &[],
+            "[data]\nsynthetic_classes = 5000\n",
+            "synthetic_classes",
+        ),
+        (
+            &[],
+            "[memory]\nsample_interval_ms = 0\n",
+            "sample_interval_ms",
+        ),
+        (&[], "[sweep]\nstop_grace_s = 1e300\n", "stop_grace_s"),
+    ];
+    for (flags, toml, named) in cases {
+        let mut cmd = edgebench(dir.path());
+        cmd.args(["run", "--net", "alexnet"]).args(*flags);
+        if !toml.is_empty() {
+            std::fs::write(&cfg, toml).unwrap();
+            cmd.arg("--config").arg(&cfg);
+        }
+        let out = cmd.arg("--db").arg(&db).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?} {toml}: {err}");
+        assert!(err.contains(named), "{flags:?} {toml}: {err}");
+        assert!(!db.exists(), "{flags:?} {toml} created the database");
+    }
+
+    // The same bound holds for a database that already exists: no new run row.
+    let out = edgebench(dir.path())
+        .args([
+            "run", "--net", "alexnet", "--batch", "1", "--images", "1", "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    ok(out);
+    let runs = count(&db, "SELECT count(*) FROM runs");
+    let out = edgebench(dir.path())
+        .args([
+            "run",
+            "--epochs",
+            "2305843009213693952",
+            "--images",
+            "8",
+            "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(count(&db, "SELECT count(*) FROM runs"), runs);
+    assert_eq!(
+        count(
+            &db,
+            "SELECT count(*) FROM trials WHERE iterations_planned = 0"
+        ),
+        0
+    );
+
+    let out = edgebench(dir.path())
+        .args(["profile", "--batch", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--batch"));
+}
+
+/// A small real database in `dir`: one ok alexnet trial, closed (no -wal left).
+fn one_trial_db(home: &Path, db: &Path) {
+    ok(edgebench(home)
+        .args([
+            "run", "--net", "alexnet", "--batch", "1", "--images", "1", "--db",
+        ])
+        .arg(db)
+        .output()
+        .unwrap());
+    assert!(!with_suffix(db, "-wal").exists());
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+#[test]
+fn damaged_database_is_refused_untouched_with_how_to_recover() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broken.db");
+    one_trial_db(dir.path(), &db);
+    // Junk over the start of the trials table's root page (not page 1, the file header).
+    let (page_size, root): (usize, usize) = {
+        let c = Connection::open(&db).unwrap();
+        let size: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let root: i64 = c
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE name = 'trials'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (size as usize, root as usize)
+    };
+    assert!(root > 1);
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[(root - 1) * page_size..][..64].fill(0xA5);
+    std::fs::write(&db, &bytes).unwrap();
+
+    let out = edgebench(dir.path())
+        .args([
+            "run", "--net", "alexnet", "--batch", "1", "--images", "1", "--force",
+        ])
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("broken.db") && err.contains("damaged") && err.contains(".recover"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        bytes,
+        "the damaged file was modified"
+    );
+
+    for args in [
+        vec!["results", "--db"],
+        vec!["export", "csv", "--out", "csv", "--db"],
+    ] {
+        let out = edgebench(dir.path()).args(&args).arg(&db).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("damaged"), "{args:?}: {err}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?} printed rows of a damaged file"
+        );
+    }
+    assert_eq!(std::fs::read(&db).unwrap(), bytes);
+}
+
+/// Whether `dir` can be bind-mounted read-only in a private mount namespace (root with
+/// CAP_SYS_ADMIN and util-linux `unshare`), where even root cannot write to it.
+fn read_only_mount_works(dir: &Path) -> bool {
+    std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("{RO_MOUNT} && ! touch \"$1/probe\" 2>/dev/null"),
+        ])
+        .arg("sh")
+        .arg(dir)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+const RO_MOUNT: &str = "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\"";
+
+/// edgebench `args`, run with `ro` mounted read-only (see `read_only_mount_works`).
+fn edgebench_with_read_only(
+    home: &Path,
+    ro: &Path,
+    args: &[&std::ffi::OsStr],
+) -> std::process::Output {
+    std::process::Command::new("unshare")
+        .current_dir(home)
+        .env_remove("EDGEBENCH_DB")
+        .env("RAYON_NUM_THREADS", "2")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("{RO_MOUNT} && shift && exec \"$@\""),
+        ])
+        .arg("sh")
+        .arg(ro)
+        .arg(env!("CARGO_BIN_EXE_edgebench"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn reading_commands_work_on_a_database_in_a_read_only_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("bench.db");
+    one_trial_db(dir.path(), &db);
+    if !read_only_mount_works(&data) {
+        eprintln!(
+            "skipped: this host cannot bind-mount a folder read-only (needs root and unshare)"
+        );
+        return;
+    }
+    let before = std::fs::read(&db).unwrap();
+    let out = dir.path().join("out");
+    let o = |s: &str| std::ffi::OsString::from(s);
+    let dbs = db.clone().into_os_string();
+    let outs = |name: &str| out.join(name).into_os_string();
+    let commands: Vec<Vec<std::ffi::OsString>> = vec![
+        vec![o("results"), o("--json"), o("--db"), dbs.clone()],
+        vec![
+            o("export"),
+            o("csv"),
+            o("--db"),
+            dbs.clone(),
+            o("--out"),
+            outs("csv"),
+        ],
+        vec![o("report"), dbs.clone(), o("--out"), outs("report")],
+        vec![o("snapshot"), outs("snap.db"), o("--db"), dbs.clone()],
+        vec![o("merge"), dbs.clone(), o("--into"), outs("merged.db")],
+        vec![o("provenance"), o("--db"), dbs.clone()],
+    ];
+    for args in &commands {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let r = edgebench_with_read_only(dir.path(), &data, &args);
+        assert!(r.status.success(), "{args:?}: {}", common::describe(&r));
+        if args[0] == "results" {
+            let rows: Value = serde_json::from_slice(&r.stdout).unwrap();
+            assert_eq!(rows.as_array().unwrap().len(), 1);
+            assert_eq!(rows[0]["status"], "ok");
+        }
+    }
+    assert_eq!(
+        count(&out.join("merged.db"), "SELECT count(*) FROM trials"),
+        1
+    );
+    assert_eq!(
+        count(&out.join("snap.db"), "SELECT count(*) FROM iterations"),
+        1
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+
+    // Rows still in a -wal cannot be read there without creating -shm: refused, saying what to
+    // do, rather than shown without them.
+    let walled = dir.path().join("walled");
+    std::fs::create_dir(&walled).unwrap();
+    let writer = Connection::open(&db).unwrap();
+    writer
+        .execute_batch("PRAGMA wal_autocheckpoint=0; UPDATE runs SET host = 'moved';")
+        .unwrap();
+    std::fs::copy(&db, walled.join("bench.db")).unwrap();
+    std::fs::copy(with_suffix(&db, "-wal"), walled.join("bench.db-wal")).unwrap();
+    drop(writer);
+    let walled_db = walled.join("bench.db").into_os_string();
+    let r = edgebench_with_read_only(
+        dir.path(),
+        &walled,
+        &[
+            o("results").as_os_str(),
+            o("--db").as_os_str(),
+            walled_db.as_os_str(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("-wal") && err.contains("edgebench snapshot"),
+        "{err}"
+    );
+    // Where -shm can be created, the same files read with the -wal's rows.
+    assert_eq!(
+        results(dir.path(), walled.join("bench.db").as_path())[0]["host"],
+        "moved"
+    );
+}

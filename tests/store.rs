@@ -778,3 +778,85 @@ fn power_figures_samples_and_rail_energies_round_trip() {
         .unwrap();
     assert_eq!(count, n);
 }
+
+/// Overwrites the start of `table`'s root page (its b-tree page header and first cells) with
+/// junk, as a failing card or an interrupted copy would; the file header stays intact.
+fn damage_table(path: &Path, table: &str) {
+    let (page_size, root): (i64, i64) = {
+        let c = Connection::open(path).unwrap();
+        let page_size = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let root = c
+            .query_row(
+                "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (page_size, root)
+    };
+    assert!(root > 1, "page 1 holds the file header");
+    assert!(
+        sidecars_absent(path),
+        "the damage must land in the main file"
+    );
+    let mut bytes = std::fs::read(path).unwrap();
+    let start = ((root - 1) * page_size) as usize;
+    bytes[start..start + 64].fill(0xA5);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn damaged_file_is_refused_untouched_by_writers_and_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bench.db");
+    {
+        let mut s = Store::open(&path).unwrap();
+        let run = s
+            .begin_run(&run_info(
+                "44444444-4444-4444-8444-444444444444",
+                "2025-01-31T12:00:00Z",
+            ))
+            .unwrap();
+        for batch in [1, 2, 4] {
+            let t = s
+                .begin_trial(
+                    run,
+                    &key("alexnet", "cpu", batch),
+                    50,
+                    1,
+                    "2025-01-31T12:00:01Z",
+                )
+                .unwrap();
+            for i in 0..50 {
+                s.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+            }
+            s.finish_trial(t, &summary("ok")).unwrap();
+        }
+        s.finish_run(run, "2025-01-31T12:10:00Z", "ok").unwrap();
+    }
+    let iterations_damaged = dir.path().join("iterations-damaged.db");
+    std::fs::copy(&path, &iterations_damaged).unwrap();
+    damage_table(&path, "trials");
+    damage_table(&iterations_damaged, "iterations");
+
+    for p in [&path, &iterations_damaged] {
+        let before = snapshot(p);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let err = Store::open(p).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains("damaged") && msg.contains(".recover"), "{msg}");
+        assert_eq!(snapshot(p), before, "{} was modified", p.display());
+        assert!(sidecars_absent(p));
+    }
+    // Readers: the run and trial tables are checked on open; the whole file on verify().
+    let err = Store::open_readonly(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    let reader = Store::open_readonly(&iterations_damaged).unwrap();
+    assert_eq!(reader.results().unwrap().len(), 3);
+    let err = reader.verify().unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    let err = edgebench::store::snapshot(&path, &dir.path().join("copy.db")).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(!dir.path().join("copy.db").exists());
+}

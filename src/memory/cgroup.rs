@@ -205,7 +205,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    Ok((value * mult as f64) as u64)
+    let bytes = value * mult as f64;
+    // Sizes are stored as SQLite INTEGERs (i64); `as` would saturate a larger one silently.
+    if !(bytes.is_finite() && bytes <= i64::MAX as f64) {
+        return Err(format!(
+            "size '{text}' is too large for a memory size (e.g. 4G, 512M)"
+        ));
+    }
+    Ok(bytes as u64)
 }
 
 #[cfg(test)]
@@ -220,6 +227,8 @@ mod tests {
         assert_eq!(parse_size("1000"), Ok(1000));
         assert!(parse_size("4X").is_err());
         assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
+        assert!(parse_size(&"9".repeat(400)).is_err());
     }
 
     #[test]

@@ -41,6 +41,23 @@ pub enum StoreError {
     },
 
     #[error(
+        "{} is damaged ({detail}); edgebench left it untouched and will not add to it. Recover \
+         what it holds with `sqlite3 {0} .recover | sqlite3 fixed.db` and use fixed.db, or \
+         restore the last `edgebench snapshot` of it",
+        path.display()
+    )]
+    Corrupt { path: PathBuf, detail: String },
+
+    #[error(
+        "{} cannot be read without write access: its newest rows are in {0}-wal, and reading \
+         them needs {0}-shm, which cannot be created there (read-only folder or mount). Ask \
+         the file's owner to run `edgebench snapshot --db {0} COPY.db` and read the copy, or \
+         copy {0} and {0}-wal together into a folder you can write and read that copy",
+        path.display()
+    )]
+    WalUnreadable { path: PathBuf },
+
+    #[error(
         "database {} does not exist; check the path, or run `edgebench run` first to create it",
         path.display()
     )]

@@ -227,6 +227,11 @@ impl Store {
         // foreign file.
         let found = inspect(&conn, &path)?;
         check_not_newer(&path, found)?;
+        if found > 0 {
+            // A write to a damaged file (even a `failed` run row) spreads the damage and
+            // buries it; the whole-file check costs one read of the file, once per open.
+            quick_check(&conn, &path, &[])?;
+        }
 
         let mode: String = conn
             .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
@@ -247,15 +252,14 @@ impl Store {
     }
 
     /// Opens an existing database read-only (for `results`/`export`); never creates or
-    /// upgrades it.
+    /// upgrades it, and needs no write access to the file or its folder.
+    ///
+    /// Checks the run and trial tables for damage (`PRAGMA quick_check` on them only: they
+    /// are small, while the per-iteration and power-sample tables can be most of a large
+    /// file); [`Store::verify`] checks the whole file for readers of every row.
     pub fn open_readonly(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
-        if !path.is_file() {
-            return Err(StoreError::Missing { path });
-        }
-        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&path, flags).map_err(sql_err(&path))?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(&path))?;
+        let conn = open_read_connection(&path)?;
         let found = inspect(&conn, &path)?;
         if found == 0 {
             return Err(StoreError::Foreign {
@@ -271,9 +275,15 @@ impl Store {
                 supported: SCHEMA_VERSION,
             });
         }
+        quick_check(&conn, &path, SUMMARY_TABLES)?;
         conn.execute_batch("PRAGMA foreign_keys=ON;")
             .map_err(sql_err(&path))?;
         Ok(Store { conn, path })
+    }
+
+    /// Checks the whole file for damage (`PRAGMA quick_check`: one read of every page).
+    pub fn verify(&self) -> Result<()> {
+        quick_check(&self.conn, &self.path, &[])
     }
 
     pub fn path(&self) -> &Path {
@@ -778,6 +788,123 @@ fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
     Ok(u32::try_from(v).unwrap_or(u32::MAX))
 }
 
+/// The tables `results` reads: one row per run or trial, small next to the per-iteration ones.
+const SUMMARY_TABLES: &[&str] = &[
+    "runs",
+    "trials",
+    "trial_memory",
+    "trial_rail_energy",
+    "trial_clocks",
+];
+
+/// `PRAGMA quick_check` of `tables` (those present; all of the file if empty). A damaged file
+/// is [`StoreError::Corrupt`], naming what SQLite found.
+fn quick_check(conn: &Connection, path: &Path, tables: &[&str]) -> Result<()> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let run = |sql: &str| -> Result<()> {
+        let found = conn
+            .prepare(sql)
+            .and_then(|mut st| {
+                st.query_map([], |r| r.get::<_, String>(0))?
+                    .take(3)
+                    .collect::<rusqlite::Result<Vec<String>>>()
+            })
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
+                    corrupt(e.to_string())
+                }
+                _ => sql_err(path)(e),
+            })?;
+        match found.as_slice() {
+            [ok] if ok == "ok" => Ok(()),
+            [] => Err(corrupt("quick_check returned nothing".into())),
+            problems => Err(corrupt(problems.join("; "))),
+        }
+    };
+    if tables.is_empty() {
+        return run("PRAGMA quick_check");
+    }
+    for table in tables {
+        let present: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .map_err(sql_err(path))?;
+        if present {
+            // A table name, not a value: it comes from the constant list above.
+            run(&format!("PRAGMA quick_check(\"{table}\")"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens an existing file for reading without needing write access to it or its folder.
+///
+/// A WAL database is read through its `-shm` index, which a reader normally creates. Where
+/// it cannot (read-only folder or mount) and no `-wal` file holds rows outside the main file,
+/// the main file is the whole database and is opened `immutable` (no `-shm`, no locks);
+/// with a `-wal` present that would hide its rows, so that case is refused with what to do.
+pub(crate) fn open_read_connection(path: &Path) -> Result<Connection> {
+    if !path.is_file() {
+        return Err(StoreError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(path))?;
+    // The -shm is opened lazily, on the first read.
+    let probe = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    let needs_write = |e: &rusqlite::Error| {
+        matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly | ErrorCode::PermissionDenied)
+        )
+    };
+    match probe {
+        Err(e) if needs_write(&e) => {
+            drop(conn);
+            let mut wal = path.as_os_str().to_owned();
+            wal.push("-wal");
+            if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+                return Err(StoreError::WalUnreadable {
+                    path: path.to_path_buf(),
+                });
+            }
+            let flags = flags | OpenFlags::SQLITE_OPEN_URI;
+            let conn =
+                Connection::open_with_flags(immutable_uri(path), flags).map_err(sql_err(path))?;
+            Ok(conn)
+        }
+        // Anything else (not SQLite, damaged) is for `inspect` to name.
+        _ => Ok(conn),
+    }
+}
+
+/// `file:` URI of `path` with `immutable=1`; every byte outside the URI-safe set is
+/// percent-encoded, so `?`, `#` and `%` in a file name stay part of the name.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for &b in absolute.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 fn check_not_newer(path: &Path, found: u32) -> Result<()> {
     if found > SCHEMA_VERSION {
         return Err(StoreError::TooNew {
@@ -795,6 +922,10 @@ fn inspect(conn: &Connection, path: &Path) -> Result<u32> {
     let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => StoreError::NotSqlite {
             path: path.to_path_buf(),
+        },
+        Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
         },
         _ => sql_err(path)(e),
     };

@@ -9,21 +9,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rusqlite::backup::{Backup, StepResult};
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 
-use super::{check_not_newer, inspect, sql_err, Result, StoreError, BUSY_TIMEOUT};
+use super::{
+    check_not_newer, inspect, open_read_connection, sql_err, Result, StoreError, BUSY_TIMEOUT,
+};
 
 /// Opens `path` read-only and checks it is an edgebench database of a version this binary
 /// understands (older is fine: it is copied as it is). Returns the connection and version.
 pub(super) fn open_source(path: &Path) -> Result<(Connection, u32)> {
-    if !path.is_file() {
-        return Err(StoreError::Missing {
-            path: path.to_path_buf(),
-        });
-    }
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(sql_err(path))?;
-    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(path))?;
+    let conn = open_read_connection(path)?;
     let found = inspect(&conn, path)?;
     if found == 0 {
         return Err(StoreError::Foreign {
@@ -112,9 +107,10 @@ pub(super) fn backup_into(conn: &Connection, src: &Path, dst: &Path) -> Result<(
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .map_err(sql_err(dst))?;
     if check != "ok" {
-        return Err(StoreError::Foreign {
+        // The backup copies pages as they are, so a damaged copy means a damaged source.
+        return Err(StoreError::Corrupt {
             path: src.to_path_buf(),
-            reason: format!("its copy fails the integrity check: {check}"),
+            detail: format!("its copy fails the integrity check: {check}"),
         });
     }
     Ok(())
