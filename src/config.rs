@@ -566,6 +566,34 @@ mod tests {
     }
 
     #[test]
+    fn iteration_bound_is_checked_without_overflow() {
+        let mut c = Config::default();
+        c.sweep.batches = vec![2];
+        c.sweep.images = 20;
+        c.sweep.epochs = MAX_ITERATIONS / 10;
+        c.validate("x").unwrap();
+        c.sweep.epochs += 1;
+        let err = c.validate("x").unwrap_err().to_string();
+        assert!(
+            err.contains("--epochs") && err.contains("10000000"),
+            "{err}"
+        );
+        // (images / batch) * epochs wraps to a small number in unchecked u64 arithmetic.
+        c.sweep.images = 16;
+        c.sweep.epochs = usize::MAX / 4 + 1;
+        assert!(c.validate("x").is_err());
+        c.sweep.epochs = 1;
+        c.train.threads = MAX_THREADS;
+        c.validate("x").unwrap();
+        c.train.threads = MAX_THREADS + 1;
+        assert!(c
+            .validate("x")
+            .unwrap_err()
+            .to_string()
+            .contains("--threads"));
+    }
+
+    #[test]
     fn power_section_parses_validates_and_rejects_unknown_keys() {
         let text = "[power]\nenabled = true\nrate_hz = 500.0\n[power.ina226]\nbus = 7\n\
                     addresses = [0x40, 0x41]\nnames = [\"VDD_IN\", \"VDD_GPU\"]\n";
