@@ -4,13 +4,18 @@
 #   cross/build-aarch64.sh            release build
 #   cross/build-aarch64.sh --check    also run it under qemu-user: --version, models --json,
 #                                     and a one-iteration CPU trial into a temporary DB
+#   cross/build-aarch64.sh --test-ops also build the library's unit tests for aarch64 and run the
+#                                     kernels' reference tests (ops::) under qemu-user, on
+#                                     1 to 16 threads (the aarch64 code paths of gemm and of
+#                                     the vectorised loops)
 # PROFILE=ci-aarch64 picks a cargo profile other than release (CI's quicker smoke build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
-if [ "${1:-}" = "--check" ]; then
+mode=${1:-}
+if [ "$mode" = "--check" ] || [ "$mode" = "--test-ops" ]; then
     command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null || need_apt+=(qemu-user)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -27,11 +32,26 @@ rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || rustup target add
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 profile=${PROFILE:-release}
+if [ "$mode" = "--test-ops" ]; then
+    # The lib's test binary: the path is the one cargo reports as its executable.
+    testbin=$(cargo test --locked --lib --no-run --profile "$profile" \
+        --target aarch64-unknown-linux-gnu --message-format=json |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+    [ -n "$testbin" ] || { echo "cargo did not report the lib test binary" >&2; exit 1; }
+    aarch64-linux-gnu-readelf -h "$testbin" | grep -q AArch64 || { echo "$testbin is not an aarch64 binary" >&2; exit 1; }
+    qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
+    echo "== $testbin ops:: (qemu-user)"
+    # Two test threads: the tests build their own rayon pools of up to 16 threads each.
+    start=$SECONDS
+    "$qemu" -L /usr/aarch64-linux-gnu "$testbin" ops:: --test-threads 2
+    echo "aarch64 ops tests ok ($((SECONDS - start)) s under qemu)"
+    exit 0
+fi
 cargo build --locked --profile "$profile" --target aarch64-unknown-linux-gnu
 bin=${CARGO_TARGET_DIR:-target}/aarch64-unknown-linux-gnu/$profile/edgebench
 echo "$bin"
 
-if [ "${1:-}" = "--check" ]; then
+if [ "$mode" = "--check" ]; then
     qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
     emu="$qemu -L /usr/aarch64-linux-gnu"
     aarch64-linux-gnu-readelf -h "$bin" | grep -q AArch64 || { echo "$bin is not an aarch64 binary" >&2; exit 1; }

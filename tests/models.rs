@@ -469,3 +469,105 @@ fn narrow_gradients_sum_every_use() {
         assert_eq!(got, expected, "narrows {narrows:?}, whole use {whole}");
     }
 }
+
+/// Loss, every parameter's gradient and every parameter's SGD update of one training step at
+/// `batch`, with the kernels on a rayon pool of `threads` threads; input images scaled by
+/// `nudge`.
+fn one_step(
+    net: &str,
+    batch: usize,
+    threads: usize,
+    nudge: f64,
+) -> (f64, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        let spec = models::by_name(net).unwrap();
+        let network = Network::new(spec, &Device::Cpu, 5).unwrap();
+        let data = Dataset::synthetic(3, 1000, 64);
+        let [c, h, w] = spec.input;
+        let b = data.batch(0, batch, [c, h, w]).unwrap();
+        let x = Tensor::from_vec(b.images, (batch, c, h, w), &Device::Cpu).unwrap();
+        let x = (x * nudge).unwrap();
+        let y = Tensor::from_vec(b.labels, batch, &Device::Cpu).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let out = network.forward(&x, Some(&mut rng), None).unwrap();
+        let loss = network.loss(&out, &y).unwrap();
+        let grads = loss.backward().unwrap();
+        let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+        let before: Vec<Vec<f32>> = network
+            .params()
+            .iter()
+            .map(|p| flat(p.var.as_tensor()))
+            .collect();
+        let gradients = network
+            .params()
+            .iter()
+            .map(|p| {
+                flat(
+                    grads
+                        .get(p.var.as_tensor())
+                        .expect("every parameter has a gradient"),
+                )
+            })
+            .collect();
+        let mut sgd = Sgd::new(spec.solver, network.params(), 100).unwrap();
+        sgd.step(0, network.params(), &grads).unwrap();
+        let updates = network
+            .params()
+            .iter()
+            .zip(before)
+            .map(|(p, w0)| {
+                flat(p.var.as_tensor())
+                    .iter()
+                    .zip(w0)
+                    .map(|(a, b)| a - b)
+                    .collect()
+            })
+            .collect();
+        (loss.to_scalar::<f32>().unwrap() as f64, gradients, updates)
+    })
+}
+
+/// A training step at batch 1 and 3 on 12 and 16 threads (more threads than images: the
+/// kernels split single images by channels and by runs of output rows, some of them wholly in
+/// the padding of GoogLeNet's 7x7 maps) gives the 1-thread step's loss, gradients and updates,
+/// up to float noise (different split, different summation order).
+fn check_step_matches_one_thread(net: &str) {
+    for batch in [1, 3] {
+        let (loss, grads, updates) = one_step(net, batch, 1, 1.0);
+        let (_, noise_grads, noise_updates) = one_step(net, batch, 1, 1.0 + 1e-6);
+        for threads in [12, 16] {
+            let what = format!("{net} batch {batch}, {threads} threads");
+            let (l, g, u) = one_step(net, batch, threads, 1.0);
+            assert!(
+                (l - loss).abs() < 1e-4 * loss.abs().max(1.0),
+                "{what}: loss {l} vs {loss} on 1 thread"
+            );
+            compare_to_noise(
+                &g,
+                &grads,
+                &[noise_grads.clone()],
+                &format!("{what}: gradient"),
+            );
+            compare_to_noise(
+                &u,
+                &updates,
+                &[noise_updates.clone()],
+                &format!("{what}: update"),
+            );
+        }
+    }
+}
+
+#[test]
+fn alexnet_step_on_12_and_16_threads_matches_one_thread() {
+    check_step_matches_one_thread("alexnet");
+}
+
+#[test]
+fn googlenet_step_on_12_and_16_threads_matches_one_thread() {
+    check_step_matches_one_thread("googlenet");
+}

@@ -219,8 +219,10 @@ impl Geom {
         out_rows: Range<usize>,
     ) {
         let (w, pad, r0) = (self.w, self.pad, out_rows.start);
-        // Output rows whose input row oh + ki - pad lies inside the image.
-        let a = out_rows.start.max(pad.saturating_sub(ki));
+        // Output rows whose input row oh + ki - pad lies inside the image: none, a..a at the
+        // run's end, when the whole run lies in the top padding (a thread's run of one row of a
+        // 7x7 map with a 5x5 kernel) or the bottom one.
+        let a = out_rows.start.max(pad.saturating_sub(ki)).min(out_rows.end);
         let b = out_rows.end.min((self.h + pad).saturating_sub(ki)).max(a);
         let (head, rest) = row.split_at_mut((a - r0) * w);
         let (dst, tail) = rest.split_at_mut((b - a) * w);
@@ -231,9 +233,10 @@ impl Geom {
         }
         // dst[i] = plane[start + i], where start may fall before the plane (first row, kj < pad)
         // or the copy run past its end (last row, kj > pad): those are padding columns.
+        // (Clamped for planes narrower than the padding, where the shift exceeds a whole row.)
         let start = ((a + ki - pad) * w + kj) as isize - pad as isize;
-        let skip = (-start).max(0) as usize;
-        let from = start.max(0) as usize;
+        let skip = ((-start).max(0) as usize).min(dst.len());
+        let from = (start.max(0) as usize).min(plane.len());
         let n = (dst.len() - skip).min(plane.len() - from);
         dst[..skip].fill(T::ZERO);
         dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
@@ -1310,6 +1313,14 @@ mod tests {
             // 1x1 on one image: with 3 threads its weight gradient takes runs of rows, each a
             // range of the image's columns read in place.
             ([1, 5, 5, 4], [6, 5, 1, 1], p(1, 0, 1, false)),
+            // GoogLeNet 5a/5b-like 5x5 pad 2 on 7x7, batch 1 and 3: with 7 or more threads the
+            // weight gradient's runs are single rows, the first and last wholly in the padding
+            // for the outer kernel rows.
+            ([1, 3, 7, 7], [4, 3, 5, 5], p(1, 2, 1, true)),
+            ([3, 2, 7, 7], [3, 2, 5, 5], p(1, 2, 1, false)),
+            // AlexNet conv4-like grouped 3x3 pad 1 on 13x13, batch 1 and 3.
+            ([1, 4, 13, 13], [4, 2, 3, 3], p(1, 1, 2, true)),
+            ([3, 2, 13, 13], [3, 2, 3, 3], p(1, 1, 1, false)),
         ]
     }
 
@@ -1363,17 +1374,12 @@ mod tests {
         Ok((to_vec(&y), [get(x), get(w), get(b)]))
     }
 
-    /// Runs `f` on 1 thread (whole batch per task: several images per GEMM) and on 3 (batches
-    /// of 3 and more one or two images per task; batches of 1 and 2 each image split over the
-    /// threads), the ways the op splits work.
+    /// Runs `f` on 1 thread (whole batch per task: several images per GEMM) and on 3 to 16
+    /// (batches of at least the thread count one or more images per task; smaller batches each
+    /// image split over the threads, by output channels, input channels or runs of output rows,
+    /// down to one row per run on 7x7 maps), the ways the op splits work.
     fn on_pools(f: impl Fn() + Sync) {
-        for threads in [1, 3] {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(&f);
-        }
+        crate::ops::test_util::on_thread_counts(f);
     }
 
     #[test]
@@ -1494,6 +1500,66 @@ mod tests {
                     worst = worst.max((a - num).abs() / a.abs().max(num.abs()).max(1e-2));
                 }
                 assert!(worst < 1e-5, "case {i}: input {k} worst rel error {worst}");
+            }
+        }
+    }
+
+    /// im2col of any run of output rows is that run of the whole image's columns, and col2im of
+    /// it scatters what col2im of the whole columns, zero outside the run, does: runs partly or
+    /// wholly in the padding (a 7x7 pad 3 kernel on a 5-row map: tap row 0 of a run of the
+    /// first row reads no input row), at stride 1 with the output as wide as the input (one
+    /// shifted copy per tap) and otherwise (row by row).
+    #[test]
+    fn im2col_of_any_row_run_matches_the_whole_image() {
+        let cases: [Case; 6] = [
+            ([1, 2, 5, 6], [1, 2, 7, 7], p(1, 3, 1, false)),
+            // Narrower than the padding: tap columns start before and end past the plane.
+            ([1, 2, 3, 1], [1, 2, 5, 5], p(1, 2, 1, false)),
+            ([1, 2, 7, 7], [1, 2, 5, 5], p(1, 2, 1, false)),
+            ([1, 2, 7, 7], [1, 2, 3, 3], p(1, 1, 1, false)),
+            ([1, 2, 7, 9], [1, 2, 5, 3], p(1, 2, 1, false)),
+            ([1, 2, 9, 8], [1, 2, 5, 5], p(2, 2, 1, false)),
+        ];
+        for (i, c) in cases.iter().enumerate() {
+            let g = Geom::new(&c.0, &c.1, &c.1[..1], c.2).unwrap();
+            let mut rng = Rng::new(60 + i as u64);
+            let x = rng.vec(g.c * g.hw());
+            let (kk, ohw, wo) = (g.kk(), g.ohw(), g.wo);
+            // NaN where im2col must write.
+            let mut whole = vec![f64::NAN; kk * ohw];
+            g.im2col(&x, &mut whole, ohw, 0, 0..g.ho);
+            assert!(whole.iter().all(|v| !v.is_nan()), "case {i}: whole image");
+            let dcol = rng.vec(kk * ohw);
+            for a in 0..g.ho {
+                for b in a + 1..=g.ho {
+                    let ld = (b - a) * wo;
+                    let mut part = vec![f64::NAN; kk * ld];
+                    g.im2col(&x, &mut part, ld, 0, a..b);
+                    for (r, row) in part.chunks_exact(ld).enumerate() {
+                        let want = &whole[r * ohw + a * wo..][..ld];
+                        assert_eq!(row, want, "case {i}: rows {a}..{b}, col row {r}");
+                    }
+                    let dpart: Vec<f64> = dcol
+                        .chunks_exact(ohw)
+                        .flat_map(|row| row[a * wo..b * wo].to_vec())
+                        .collect();
+                    let masked: Vec<f64> = dcol
+                        .chunks_exact(ohw)
+                        .flat_map(|row| {
+                            (0..ohw).map(move |j| {
+                                if (a * wo..b * wo).contains(&j) {
+                                    row[j]
+                                } else {
+                                    0.0
+                                }
+                            })
+                        })
+                        .collect();
+                    let (mut got, mut want) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+                    g.col2im(&dpart, &mut got, ld, 0, a..b);
+                    g.col2im(&masked, &mut want, ohw, 0, 0..g.ho);
+                    assert_eq!(got, want, "case {i}: col2im of rows {a}..{b}");
+                }
             }
         }
     }

@@ -327,57 +327,59 @@ mod tests {
 
     #[test]
     fn matches_candle_and_finite_differences() {
-        // Rows up to STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows of W
-        // are two streaming tasks, 37 inputs more than two 16-lane chunks.
-        for (n, i, o, relu) in [
-            (3, 7, 5, false),
-            (2, 12, 4, true),
-            (1, 5, 9, true),
-            (4, 37, 70, true),
-            (6, 7, 5, true),
-        ] {
-            let mut r = Rng::new((n * i * o) as u64);
-            let v = |d: &[usize], r: &mut Rng| {
-                Var::from_tensor(
-                    &Tensor::from_vec(r.vec(d.iter().product()), d, &Device::Cpu).unwrap(),
-                )
-                .unwrap()
-            };
-            // A 4-D input, as after a conv stage, flattens like candle's flatten_from(1).
-            let (x, w, b) = (
-                v(&[n, i, 1, 1], &mut r),
-                v(&[o, i], &mut r),
-                v(&[o], &mut r),
-            );
-            let ours = grads(linear, (&x, &w, &b), relu);
-            let reference = grads(linear_candle, (&x, &w, &b), relu);
-            for (a, b) in ours.iter().zip(&reference) {
-                for (p, q) in a.iter().zip(b) {
-                    assert!((p - q).abs() < 1e-12 * q.abs().max(1.0), "{a:?} vs {b:?}");
+        crate::ops::test_util::on_thread_counts(|| {
+            // Rows up to STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows of W
+            // are two streaming tasks, 37 inputs more than two 16-lane chunks.
+            for (n, i, o, relu) in [
+                (3, 7, 5, false),
+                (2, 12, 4, true),
+                (1, 5, 9, true),
+                (4, 37, 70, true),
+                (6, 7, 5, true),
+            ] {
+                let mut r = Rng::new((n * i * o) as u64);
+                let v = |d: &[usize], r: &mut Rng| {
+                    Var::from_tensor(
+                        &Tensor::from_vec(r.vec(d.iter().product()), d, &Device::Cpu).unwrap(),
+                    )
+                    .unwrap()
+                };
+                // A 4-D input, as after a conv stage, flattens like candle's flatten_from(1).
+                let (x, w, b) = (
+                    v(&[n, i, 1, 1], &mut r),
+                    v(&[o, i], &mut r),
+                    v(&[o], &mut r),
+                );
+                let ours = grads(linear, (&x, &w, &b), relu);
+                let reference = grads(linear_candle, (&x, &w, &b), relu);
+                for (a, b) in ours.iter().zip(&reference) {
+                    for (p, q) in a.iter().zip(b) {
+                        assert!((p - q).abs() < 1e-12 * q.abs().max(1.0), "{a:?} vs {b:?}");
+                    }
+                }
+                // Finite differences on the weight (x and b are checked against candle above).
+                let eps = 1e-6;
+                let wv = to_vec(w.as_tensor());
+                let rr = Tensor::from_vec(Rng::new(7).vec(n * o), (n, o), &Device::Cpu).unwrap();
+                let loss = |wv: &[f64]| -> f64 {
+                    let w = Tensor::from_vec(wv.to_vec(), (o, i), &Device::Cpu).unwrap();
+                    (linear(x.as_tensor(), &w, b.as_tensor(), relu).unwrap() * &rr)
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .to_scalar()
+                        .unwrap()
+                };
+                for j in 0..wv.len() {
+                    let (mut p, mut m) = (wv.clone(), wv.clone());
+                    p[j] += eps;
+                    m[j] -= eps;
+                    let num = (loss(&p) - loss(&m)) / (2.0 * eps);
+                    assert!((num - ours[2][j]).abs() < 1e-6 * num.abs().max(1.0));
                 }
             }
-            // Finite differences on the weight (x and b are checked against candle above).
-            let eps = 1e-6;
-            let wv = to_vec(w.as_tensor());
-            let rr = Tensor::from_vec(Rng::new(7).vec(n * o), (n, o), &Device::Cpu).unwrap();
-            let loss = |wv: &[f64]| -> f64 {
-                let w = Tensor::from_vec(wv.to_vec(), (o, i), &Device::Cpu).unwrap();
-                (linear(x.as_tensor(), &w, b.as_tensor(), relu).unwrap() * &rr)
-                    .unwrap()
-                    .sum_all()
-                    .unwrap()
-                    .to_scalar()
-                    .unwrap()
-            };
-            for j in 0..wv.len() {
-                let (mut p, mut m) = (wv.clone(), wv.clone());
-                p[j] += eps;
-                m[j] -= eps;
-                let num = (loss(&p) - loss(&m)) / (2.0 * eps);
-                assert!((num - ours[2][j]).abs() < 1e-6 * num.abs().max(1.0));
-            }
-        }
-        let _ = DType::F32;
+            let _ = DType::F32;
+        });
     }
 }
 

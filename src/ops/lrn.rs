@@ -465,41 +465,45 @@ mod tests {
 
     #[test]
     fn forward_matches_reference() {
-        let mut rng = Rng::new(11);
-        for p in [
-            NET,
-            STRONG,
-            EVEN,
-            Lrn {
-                size: 3,
-                alpha: 1.0,
-                beta: 1.3,
-                k: 0.5,
-            },
-        ] {
-            // 40 channels: three forward blocks (LRN_BLOCK), the last one short.
-            for c in [1, 3, 5, 8, 40] {
-                let dims = (2, c, 3, 4);
-                let x: Vec<f64> = rng.vec(2 * c * 12).iter().map(|v| v * 3.0).collect();
-                let y = lrn(&tensor(&x, dims), p).unwrap();
-                assert_eq!(y.dims(), &[2, c, 3, 4]);
-                assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-13);
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(11);
+            for p in [
+                NET,
+                STRONG,
+                EVEN,
+                Lrn {
+                    size: 3,
+                    alpha: 1.0,
+                    beta: 1.3,
+                    k: 0.5,
+                },
+            ] {
+                // 40 channels: three forward blocks (LRN_BLOCK), the last one short.
+                for c in [1, 3, 5, 8, 40] {
+                    let dims = (2, c, 3, 4);
+                    let x: Vec<f64> = rng.vec(2 * c * 12).iter().map(|v| v * 3.0).collect();
+                    let y = lrn(&tensor(&x, dims), p).unwrap();
+                    assert_eq!(y.dims(), &[2, c, 3, 4]);
+                    assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-13);
+                }
             }
-        }
+        });
     }
 
     #[test]
     fn gradient_matches_finite_differences() {
-        let mut rng = Rng::new(12);
-        for p in [NET, STRONG, EVEN] {
-            // C < size, C == size and C > size windows; 37 channels: three blocks (LRN_BLOCK).
-            for c in [1, 2, 5, 7, 37] {
-                let dims = (2, c, 3, 3);
-                let x: Vec<f64> = rng.vec(2 * c * 9).iter().map(|v| v * 2.0).collect();
-                let err = grad_check(&x, dims, 50 + c as u64, |t| lrn(t, p));
-                assert!(err < 1e-6, "{p:?} C={c}: relative error {err}");
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(12);
+            for p in [NET, STRONG, EVEN] {
+                // C < size, C == size and C > size windows; 37 channels: three blocks (LRN_BLOCK).
+                for c in [1, 2, 5, 7, 37] {
+                    let dims = (2, c, 3, 3);
+                    let x: Vec<f64> = rng.vec(2 * c * 9).iter().map(|v| v * 2.0).collect();
+                    let err = grad_check(&x, dims, 50 + c as u64, |t| lrn(t, p));
+                    assert!(err < 1e-6, "{p:?} C={c}: relative error {err}");
+                }
             }
-        }
+        });
     }
 
     #[test]

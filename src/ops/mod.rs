@@ -202,6 +202,24 @@ pub(crate) fn nchw_slice<'a, T>(data: &'a [T], layout: &Layout, op: &str) -> Res
 pub(crate) mod test_util {
     use candle_core::{Device, Result, Tensor, Var};
 
+    /// The thread counts the kernels are checked at: one, the boards' 4, 6, 8 and 12 cores, 16,
+    /// and 3 (uneven splits). Small batches and maps leave threads with no work or with only
+    /// padding rows at the high counts.
+    pub const THREAD_COUNTS: [usize; 7] = [1, 3, 4, 6, 8, 12, 16];
+
+    /// Runs `f` inside a rayon pool of each of `THREAD_COUNTS` threads.
+    pub fn on_thread_counts(f: impl Fn() + Sync) {
+        for threads in THREAD_COUNTS {
+            // Captured output, shown with a failure: which pool it happened in.
+            println!("rayon pool of {threads} threads");
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(&f);
+        }
+    }
+
     /// For the op benches: ms per call of `f` over `reps` calls, after one untimed call.
     pub fn time_ms<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
         f();

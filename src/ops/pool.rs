@@ -869,19 +869,21 @@ mod tests {
 
     #[test]
     fn forward_matches_reference() {
-        let mut rng = Rng::new(1);
-        for &(kind, kernel, stride, pad, h, w) in CONFIGS {
-            let p = Pool2d::new(kind, kernel, stride, pad);
-            let dims = (2, 3, h, w);
-            let x = rng.vec(2 * 3 * h * w);
-            let y = pool2d(&tensor(&x, dims), p).unwrap();
-            let (oh, ow) = (
-                pool_output_size(h, kernel, stride, pad),
-                pool_output_size(w, kernel, stride, pad),
-            );
-            assert_eq!(y.dims(), &[2, 3, oh, ow], "{p:?}");
-            assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-12);
-        }
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(1);
+            for &(kind, kernel, stride, pad, h, w) in CONFIGS {
+                let p = Pool2d::new(kind, kernel, stride, pad);
+                let dims = (2, 3, h, w);
+                let x = rng.vec(2 * 3 * h * w);
+                let y = pool2d(&tensor(&x, dims), p).unwrap();
+                let (oh, ow) = (
+                    pool_output_size(h, kernel, stride, pad),
+                    pool_output_size(w, kernel, stride, pad),
+                );
+                assert_eq!(y.dims(), &[2, 3, oh, ow], "{p:?}");
+                assert_close(&to_vec(&y), &reference(&x, dims, p), 1e-12);
+            }
+        });
     }
 
     #[test]
@@ -908,26 +910,34 @@ mod tests {
 
     #[test]
     fn max_pool_gradient_matches_finite_differences() {
-        let mut rng = Rng::new(3);
-        for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Max) {
-            let p = Pool2d::new(kind, kernel, stride, pad);
-            let dims = (2, 2, h, w);
-            let x = rng.distinct(2 * 2 * h * w);
-            let err = grad_check(&x, dims, 30, |t| pool2d(t, p));
-            assert!(err < 1e-6, "{p:?}: relative error {err}");
-        }
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(3);
+            for &(kind, kernel, stride, pad, h, w) in
+                CONFIGS.iter().filter(|c| c.0 == PoolKind::Max)
+            {
+                let p = Pool2d::new(kind, kernel, stride, pad);
+                let dims = (2, 2, h, w);
+                let x = rng.distinct(2 * 2 * h * w);
+                let err = grad_check(&x, dims, 30, |t| pool2d(t, p));
+                assert!(err < 1e-6, "{p:?}: relative error {err}");
+            }
+        });
     }
 
     #[test]
     fn avg_pool_gradient_matches_finite_differences() {
-        let mut rng = Rng::new(4);
-        for &(kind, kernel, stride, pad, h, w) in CONFIGS.iter().filter(|c| c.0 == PoolKind::Avg) {
-            let p = Pool2d::new(kind, kernel, stride, pad);
-            let dims = (2, 2, h, w);
-            let x = rng.vec(2 * 2 * h * w);
-            let err = grad_check(&x, dims, 40, |t| pool2d(t, p));
-            assert!(err < 1e-6, "{p:?}: relative error {err}");
-        }
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(4);
+            for &(kind, kernel, stride, pad, h, w) in
+                CONFIGS.iter().filter(|c| c.0 == PoolKind::Avg)
+            {
+                let p = Pool2d::new(kind, kernel, stride, pad);
+                let dims = (2, 2, h, w);
+                let x = rng.vec(2 * 2 * h * w);
+                let err = grad_check(&x, dims, 40, |t| pool2d(t, p));
+                assert!(err < 1e-6, "{p:?}: relative error {err}");
+            }
+        });
     }
 
     /// Caffe's max-pool backward as written there: per window the first strict maximum from
@@ -971,54 +981,56 @@ mod tests {
 
     #[test]
     fn max_pool_backward_matches_caffe_with_ties_nan_and_lowest() {
-        let mut rng = Rng::new(11);
-        let mut configs: Vec<_> = CONFIGS.iter().filter(|c| c.0 == PoolKind::Max).collect();
-        let more = [
-            (PoolKind::Max, 3, 2, 0, 13, 13), // AlexNet
-            (PoolKind::Max, 3, 1, 1, 28, 33), // inception pool, rows longer than a vector
-            (PoolKind::Max, 3, 2, 0, 9, 12),  // ceil mode, even width
-            (PoolKind::Max, 2, 3, 0, 8, 8),   // stride > kernel: skipped inputs
-            (PoolKind::Max, 1, 1, 0, 4, 5),
-            (PoolKind::Max, 3, 1, 1, 2, 1), // every column crosses a row end
-            (PoolKind::Max, 5, 1, 2, 6, 7), // whole-plane column pass, two columns per edge
-            (PoolKind::Max, 2, 1, 1, 4, 5), // stride 1, output wider than the input
-            (PoolKind::Max, 3, 3, 1, 7, 8), // stride 3 with padding
-            (PoolKind::Max, 2, 2, 0, 5, 8), // stride 2, no window crossing a row end
-            (PoolKind::Max, 4, 2, 1, 6, 8), // stride 2 with padding
-            (PoolKind::Max, 2, 2, 0, 3, 2), // a single output column
-        ];
-        configs.extend(more.iter());
-        for &(kind, kernel, stride, pad, h, w) in configs {
-            let p = Pool2d::new(kind, kernel, stride, pad);
-            let dims = (2, 3, h, w);
-            // Few distinct values, so windows tie often; some NaN and -FLT_MAX inputs.
-            let x: Vec<f64> = (0..2 * 3 * h * w)
-                .map(|_| match rng.next_u64() % 16 {
-                    0 => f64::NAN,
-                    1 | 2 => f64::MIN,
-                    v => (v % 3) as f64,
-                })
-                .collect();
-            let y = p.fwd(&x, dims);
-            // Integer gradients: sums over overlapping windows are exact in any order.
-            let dy: Vec<f64> = (0..y.len())
-                .map(|_| (rng.next_u64() % 7) as f64 - 3.0)
-                .collect();
-            let want = reference_max_bwd(&x, &dy, dims, p);
-            // Argmax found again from x (the fallback), and kept by the forward (autograd).
-            assert_eq!(p.bwd_cpu(&x, &dy, dims), want, "{p:?} on {h}x{w}");
-            let v = candle_core::Var::from_tensor(&tensor(&x, dims)).unwrap();
-            let out = pool2d(v.as_tensor(), p).unwrap();
-            assert_eq!(to_vec(&out), y, "{p:?} on {h}x{w}: forward");
-            let dy = tensor(&dy, out.dims4().unwrap());
-            let g = (out * dy).unwrap();
-            let g = g.sum_all().unwrap().backward().unwrap();
-            assert_eq!(
-                to_vec(g.get(&v).unwrap()),
-                want,
-                "{p:?} on {h}x{w}: autograd"
-            );
-        }
+        crate::ops::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(11);
+            let mut configs: Vec<_> = CONFIGS.iter().filter(|c| c.0 == PoolKind::Max).collect();
+            let more = [
+                (PoolKind::Max, 3, 2, 0, 13, 13), // AlexNet
+                (PoolKind::Max, 3, 1, 1, 28, 33), // inception pool, rows longer than a vector
+                (PoolKind::Max, 3, 2, 0, 9, 12),  // ceil mode, even width
+                (PoolKind::Max, 2, 3, 0, 8, 8),   // stride > kernel: skipped inputs
+                (PoolKind::Max, 1, 1, 0, 4, 5),
+                (PoolKind::Max, 3, 1, 1, 2, 1), // every column crosses a row end
+                (PoolKind::Max, 5, 1, 2, 6, 7), // whole-plane column pass, two columns per edge
+                (PoolKind::Max, 2, 1, 1, 4, 5), // stride 1, output wider than the input
+                (PoolKind::Max, 3, 3, 1, 7, 8), // stride 3 with padding
+                (PoolKind::Max, 2, 2, 0, 5, 8), // stride 2, no window crossing a row end
+                (PoolKind::Max, 4, 2, 1, 6, 8), // stride 2 with padding
+                (PoolKind::Max, 2, 2, 0, 3, 2), // a single output column
+            ];
+            configs.extend(more.iter());
+            for &(kind, kernel, stride, pad, h, w) in configs {
+                let p = Pool2d::new(kind, kernel, stride, pad);
+                let dims = (2, 3, h, w);
+                // Few distinct values, so windows tie often; some NaN and -FLT_MAX inputs.
+                let x: Vec<f64> = (0..2 * 3 * h * w)
+                    .map(|_| match rng.next_u64() % 16 {
+                        0 => f64::NAN,
+                        1 | 2 => f64::MIN,
+                        v => (v % 3) as f64,
+                    })
+                    .collect();
+                let y = p.fwd(&x, dims);
+                // Integer gradients: sums over overlapping windows are exact in any order.
+                let dy: Vec<f64> = (0..y.len())
+                    .map(|_| (rng.next_u64() % 7) as f64 - 3.0)
+                    .collect();
+                let want = reference_max_bwd(&x, &dy, dims, p);
+                // Argmax found again from x (the fallback), and kept by the forward (autograd).
+                assert_eq!(p.bwd_cpu(&x, &dy, dims), want, "{p:?} on {h}x{w}");
+                let v = candle_core::Var::from_tensor(&tensor(&x, dims)).unwrap();
+                let out = pool2d(v.as_tensor(), p).unwrap();
+                assert_eq!(to_vec(&out), y, "{p:?} on {h}x{w}: forward");
+                let dy = tensor(&dy, out.dims4().unwrap());
+                let g = (out * dy).unwrap();
+                let g = g.sum_all().unwrap().backward().unwrap();
+                assert_eq!(
+                    to_vec(g.get(&v).unwrap()),
+                    want,
+                    "{p:?} on {h}x{w}: autograd"
+                );
+            }
+        });
     }
 
     #[test]

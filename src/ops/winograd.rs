@@ -1244,8 +1244,8 @@ mod tests {
 
     /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
     /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
-    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 thread (whole batch per task)
-    /// and 3 (gemm's own threads for a lone image).
+    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 to 16 threads (more threads
+    /// than images: fewer images per task, and the im2col path's per-image splits).
     #[test]
     fn matches_im2col_path() {
         let shapes = [
@@ -1289,13 +1289,7 @@ mod tests {
                 }
             }
         };
-        for threads in [1, 3] {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(run);
-        }
+        crate::ops::test_util::on_thread_counts(run);
     }
 
     /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
