@@ -10,8 +10,13 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Monitor {
-    /// `<bus>-<addr>`, e.g. `1-0040`.
-    pub at: String,
+    /// `<bus>-<addr>`, e.g. `1-0040`; absent = wherever the driver finds the chip.
+    #[serde(default)]
+    pub at: Option<String>,
+    /// The kernel driver owning the chip when it is not an INA3221 (e.g. `ina238`): its
+    /// unlabelled channels take their names from `rails`.
+    #[serde(default)]
+    pub driver: Option<String>,
     pub rails: Vec<String>,
 }
 
@@ -35,9 +40,14 @@ pub struct BoardProfile {
     pub memory_gb: Option<f64>,
     #[serde(default)]
     pub peak_gflops_fp32: Option<f64>,
-    /// Rails whose sum is the board's total input power: the input rail alone where the board
-    /// has one, never an input rail together with its own sub-rails.
+    /// Module scope: rails whose sum is the module's total input power (the input rail alone
+    /// where the module has one, never an input rail together with its own sub-rails). Empty
+    /// where no monitor sees the module alone.
     pub total: Vec<String>,
+    /// Board scope: rails whose sum is everything the supply feeds, module and carrier board.
+    /// Empty = no carrier-board monitor (`--power-scope board` is refused).
+    #[serde(default)]
+    pub board_total: Vec<String>,
     #[serde(default)]
     pub monitors: Vec<Monitor>,
 }
@@ -50,6 +60,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("agx-xavier", include_str!("../boards/agx-xavier.toml")),
     ("orin-nx", include_str!("../boards/orin-nx.toml")),
     ("agx-orin", include_str!("../boards/agx-orin.toml")),
+    ("agx-thor", include_str!("../boards/agx-thor.toml")),
     ("generic", include_str!("../boards/generic.toml")),
 ];
 
@@ -190,7 +201,7 @@ pub fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
 
 /// Why candle cannot train on this board's GPU (SPEC §4), or None when it can or the board is
 /// not known well enough to say. candle's CUDA kernels need sm >= 70 and CUDA >= 11.4 (cudarc);
-/// Xavier's sm_72 builds only with CUDA >= 11.8.
+/// Xavier's sm_72 builds only with CUDA >= 11.8; Thor's Blackwell GPU only with CUDA >= 12.8.
 pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option<String> {
     let sm = profile.gpu_sm?;
     let cuda_text = |c: Option<(u32, u32)>| match c {
@@ -204,16 +215,28 @@ pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option
             profile.name
         ));
     }
-    let needed = if sm < 80 { (11, 8) } else { (11, 4) };
+    // Blackwell: nvcc knows Thor's GPU from CUDA 12.8 on (as sm_101; CUDA 13 renamed it
+    // sm_110). candle 0.11's cudarc 0.19.10 builds against 12.8, 12.9 and 13.x.
+    let needed = match sm {
+        100.. => (12, 8),
+        80.. => (11, 4),
+        _ => (11, 8),
+    };
     match cuda {
         Some(found) if found >= needed => None,
         other => Some(format!(
             "the {} GPU (sm_{sm}) needs CUDA >= {}.{} for candle and {}; install a newer \
-             JetPack/CUDA and build with --features cuda (cross/README.md), or use --device cpu",
+             JetPack/CUDA and build with --features cuda (cross/README.md), or use --device cpu{}",
             profile.name,
             needed.0,
             needed.1,
-            cuda_text(other)
+            cuda_text(other),
+            if sm >= 100 {
+                " (CUDA 12.8/12.9 name this GPU sm_101, CUDA 13 and later sm_110: build with \
+                 CUDA_COMPUTE_CAP=101 or 110 to match the toolkit)"
+            } else {
+                ""
+            }
         )),
     }
 }
@@ -238,7 +261,7 @@ mod tests {
 
     #[test]
     fn every_profile_parses_and_totals_follow_the_spec_table() {
-        assert_eq!(profiles().len(), 8);
+        assert_eq!(profiles().len(), 9);
         let total = |n: &str| by_name(n).unwrap().total.clone();
         assert_eq!(total("tx1"), ["VDD_IN"]);
         assert_eq!(total("tx2"), ["VDD_IN"]);
@@ -250,9 +273,25 @@ mod tests {
             total("agx-orin"),
             ["VDD_GPU_SOC", "VDD_CPU_CV", "VDDQ_VDD2_1V8AO"]
         );
+        // Thor: nothing sees the module alone; the carrier's INA238 (VIN) is the board.
+        assert!(total("agx-thor").is_empty());
+        let board_total = |n: &str| by_name(n).unwrap().board_total.clone();
+        assert_eq!(board_total("agx-thor"), ["VIN"]);
+        assert_eq!(board_total("tx1"), ["VDD_IN", "VDD_MUX"]);
+        assert_eq!(board_total("tx2"), ["VDD_IN", "VDD_MUX"]);
+        for n in [
+            "nano",
+            "xavier-nx",
+            "orin-nx",
+            "agx-xavier",
+            "agx-orin",
+            "generic",
+        ] {
+            assert!(board_total(n).is_empty(), "{n} has no carrier monitor");
+        }
         for p in profiles() {
             let rails: Vec<&String> = p.monitors.iter().flat_map(|m| &m.rails).collect();
-            for t in &p.total {
+            for t in p.total.iter().chain(&p.board_total) {
                 assert!(
                     rails.contains(&t),
                     "{}: total rail {t} not on a monitor",
@@ -281,6 +320,16 @@ mod tests {
             .unwrap()
             .contains("no CUDA toolkit"));
         assert_eq!(cuda_obstacle(p("agx-orin"), Some((12, 6))), None);
+        // Thor's Blackwell GPU: no nvcc before 12.8 knows it; 12.8/12.9 (sm_101) and 13.x
+        // (sm_110) both build.
+        let thor = cuda_obstacle(p("agx-thor"), Some((12, 6))).unwrap();
+        assert!(
+            thor.contains("CUDA >= 12.8") && thor.contains("sm_101") && thor.contains("sm_110"),
+            "{thor}"
+        );
+        for ok in [(12, 8), (12, 9), (13, 0), (13, 1)] {
+            assert_eq!(cuda_obstacle(p("agx-thor"), Some(ok)), None, "{ok:?}");
+        }
         assert_eq!(cuda_obstacle(generic(), None), None);
         for p in profiles().iter().filter(|p| p.name != "generic") {
             assert!(p.gpu_sm.is_some(), "{} has no gpu_sm", p.name);
@@ -339,6 +388,13 @@ mod tests {
                 "xavier-nx",
             ),
             ("", "NVIDIA Jetson TX2", "tx2"),
+            (
+                "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+                "NVIDIA Jetson AGX Thor Developer Kit",
+                "agx-thor",
+            ),
+            // Another carrier or module revision: the SoC alone still says Thor.
+            ("acme,thor-carrier\0nvidia,tegra264\0", "", "agx-thor"),
         ];
         for (compatible, model, want) in cases {
             let (_root, host) = host_with(compatible, model);

@@ -221,6 +221,10 @@ pub struct RunArgs {
     /// Board profile (see `edgebench sensors`) instead of detection.
     #[arg(long)]
     pub board: Option<String>,
+    /// What the power total covers: module (the module's input) or board (module and carrier
+    /// board; refused, exit 2, on a board without a carrier-board monitor). Default: module.
+    #[arg(long, value_parser = crate::config::PowerScope::parse)]
+    pub power_scope: Option<crate::config::PowerScope>,
 }
 
 impl RunArgs {
@@ -240,6 +244,7 @@ impl RunArgs {
             try_anyway: self.try_anyway,
             power: self.power.then_some(true),
             board: self.board.clone(),
+            power_scope: self.power_scope,
         }
     }
 }

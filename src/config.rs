@@ -141,6 +141,10 @@ pub struct PowerConfig {
     pub enabled: bool,
     /// Board profile name (boards/*.toml); absent = detected from the device tree.
     pub board: Option<String>,
+    /// What the total covers: `module` (the module's input, what the studies compared) or
+    /// `board` (module and carrier board together). Absent = `module`, except on a board whose
+    /// only monitor measures the whole board (AGX Thor's VIN), which records `board`.
+    pub scope: Option<PowerScope>,
     /// Sampling rate; absent = 1 kHz for raw INA226, the driver's update interval for hwmon.
     pub rate_hz: Option<f64>,
     /// Idle baseline measured before the sweep, seconds (0 = none).
@@ -154,6 +158,35 @@ pub struct PowerConfig {
     pub gpio_marker: Option<u32>,
     /// INA226 chips read raw over /dev/i2c-N (not owned by a kernel driver).
     pub ina226: Option<Ina226Config>,
+}
+
+/// The part of the hardware a power total covers; numbers of different scopes never compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PowerScope {
+    /// The module's input rail (or its module rails summed).
+    Module,
+    /// Everything the supply feeds: module and carrier board.
+    Board,
+}
+
+impl PowerScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PowerScope::Module => "module",
+            PowerScope::Board => "board",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<PowerScope, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "module" => Ok(PowerScope::Module),
+            "board" => Ok(PowerScope::Board),
+            other => Err(format!(
+                "unknown power scope '{other}' (expected module or board)"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -180,6 +213,7 @@ impl Default for PowerConfig {
         PowerConfig {
             enabled: false,
             board: None,
+            scope: None,
             rate_hz: None,
             baseline_s: 3.0,
             total: Vec::new(),
@@ -287,6 +321,7 @@ pub struct Overrides {
     pub try_anyway: bool,
     pub power: Option<bool>,
     pub board: Option<String>,
+    pub power_scope: Option<PowerScope>,
 }
 
 impl Config {
@@ -346,6 +381,9 @@ impl Config {
         set!(self.power.enabled, o.power);
         if o.board.is_some() {
             self.power.board = o.board.clone();
+        }
+        if o.power_scope.is_some() {
+            self.power.scope = o.power_scope;
         }
         if o.dataset.is_some() {
             self.data.dataset = o.dataset.clone();

@@ -7,7 +7,7 @@ use crate::host::{self, HostPaths};
 use crate::memory::procfs::ProcReader;
 use crate::memory::{assess, cgroup, estimate, MemorySampler, SwapThresholds};
 use crate::plan::{self, PlannedTrial};
-use crate::power::{self, Baseline, PowerMonitor};
+use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
 use crate::stats;
 use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, TrialSummary};
@@ -536,7 +536,7 @@ fn run_one(
     if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
         m.mark(false);
         let samples = handle.stop();
-        power::record_trial(
+        m.record_trial(
             store,
             trial_id,
             &samples,
@@ -669,6 +669,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
             &m.total_how,
             baseline.as_ref().map(|b| (b.power_w, b.duration_s)),
         )?;
+        store.set_run_power_scope(run_id, m.scope.as_str())?;
         ctx.power = Some((m, baseline, config.power.store_samples));
     }
     let bar = progress_bar(std::io::stderr().is_terminal());

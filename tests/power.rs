@@ -118,6 +118,7 @@ fn run_with_power_records_energy_consistent_with_the_rails() {
     assert!((f("baseline_power_w") - 7.5).abs() < 1e-6, "{r}");
     assert!(f("dynamic_energy_j").abs() < 1e-6, "{r}");
     assert_eq!(r["board"], "orin-nx");
+    assert_eq!(r["power_scope"], "module");
     let rails = r["rail_energy_j"].as_object().unwrap();
     assert_eq!(rails.len(), 3);
     assert!((rails["VDD_SOC"].as_f64().unwrap() - energy * 2.0 / 7.5).abs() < 1e-6);
@@ -257,6 +258,162 @@ fn sensors_lists_rails_total_and_probes() {
         text.contains("board: generic") && text.contains("<- total"),
         "{text}"
     );
+}
+
+/// AGX Thor, JetPack 7: the carrier's INA238 (`ina238` driver, no label) at 2-0044 reads VIN
+/// 19.5 V x 2.4 A with power1_input 45.5 W (uW), refreshing once a second; a UCSI USB-C
+/// contract entry (20 V x 5 A) sits in the power-supply class.
+fn thor(sys: &Path) {
+    write(
+        sys,
+        "firmware/devicetree/base/compatible",
+        "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+    );
+    write(
+        sys,
+        "firmware/devicetree/base/model",
+        "NVIDIA Jetson AGX Thor Developer Kit\0",
+    );
+    let hw = "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2";
+    write(sys, &format!("{hw}/name"), "ina238\n");
+    write(sys, &format!("{hw}/in1_input"), "19500\n");
+    write(sys, &format!("{hw}/curr1_input"), "2400\n");
+    write(sys, &format!("{hw}/power1_input"), "45500000\n");
+    write(sys, &format!("{hw}/update_interval"), "1000\n");
+    let psy = "class/power_supply/ucsi-source-psy-USBC000:001";
+    write(sys, &format!("{psy}/type"), "USB\n");
+    write(sys, &format!("{psy}/online"), "1\n");
+    write(sys, &format!("{psy}/voltage_now"), "20000000\n");
+    write(sys, &format!("{psy}/current_now"), "5000000\n");
+}
+
+#[test]
+fn thor_run_is_board_scope_from_the_ina238_and_flags_trials_too_short_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    thor(&sys);
+    let db = dir.path().join("t.db");
+    let cfg = dir.path().join("t.toml");
+    std::fs::write(&cfg, "[power]\nbaseline_s = 0\n").unwrap();
+    // Two trials, each far shorter than 10 refreshes of a 1 s sensor.
+    let out = ok(edgebench(dir.path())
+        .args(["run", "--power", "--net", "alexnet", "--batch", "1,2"])
+        .args([
+            "--images", "2", "--epochs", "1", "--warmup", "0", "--config",
+        ])
+        .arg(&cfg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Warned once per run, with the fix.
+    assert_eq!(stderr.matches("too few readings").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--images") && stderr.contains("--epochs"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("FEW_READINGS(") && stdout.contains("board"),
+        "{stdout}"
+    );
+
+    let out = ok(edgebench(dir.path())
+        .args(["results", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap());
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["board"], "agx-thor", "{r}");
+        assert_eq!(r["power_scope"], "board", "{r}");
+        // power1_input (45.5 W), from VIN alone: not V x I (46.8 W), not plus the USB-C
+        // contract (100 W).
+        assert!(
+            (r["avg_power_w"].as_f64().unwrap() - 45.5).abs() < 1e-6,
+            "{r}"
+        );
+        let rails = r["rail_energy_j"].as_object().unwrap();
+        assert_eq!(rails.keys().collect::<Vec<_>>(), ["VIN"], "{r}");
+        let few = r["power_low_samples"].as_i64().expect("flagged");
+        assert!((0..10).contains(&few), "{r}");
+    }
+    let c = Connection::open(&db).unwrap();
+    let (scope, flagged): (String, i64) = c
+        .query_row(
+            "SELECT r.power_scope, COUNT(t.power_low_samples) FROM runs r \
+             JOIN trials t ON t.run_id = r.id",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((scope.as_str(), flagged), ("board", 2));
+
+    // Module scope on Thor is refused before anything is written.
+    let db2 = dir.path().join("t2.db");
+    let out = edgebench(dir.path())
+        .args([
+            "run",
+            "--power",
+            "--power-scope",
+            "module",
+            "--net",
+            "alexnet",
+        ])
+        .args(["--batch", "1", "--images", "1", "--config"])
+        .arg(&cfg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db2)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--power-scope board"), "{stderr}");
+    assert!(!db2.exists());
+}
+
+#[test]
+fn board_scope_without_a_carrier_monitor_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let db = dir.path().join("none.db");
+    let out = edgebench(dir.path())
+        .args([
+            "run",
+            "--power",
+            "--power-scope",
+            "board",
+            "--net",
+            "alexnet",
+        ])
+        .args(["--batch", "1", "--images", "1", "--sysfs"])
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("orin-nx") && stderr.contains("no carrier-board monitor"),
+        "{stderr}"
+    );
+    assert!(!db.exists());
+    let out = edgebench(dir.path())
+        .args(["run", "--power", "--power-scope", "carrier", "--sysfs"])
+        .arg(&sys)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("module or board"));
 }
 
 fn cpu_seconds() -> f64 {

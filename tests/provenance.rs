@@ -361,3 +361,58 @@ fn device_cuda_on_a_board_whose_gpu_candle_cannot_use_says_why() {
         assert!(err.contains("without the `cuda` feature"), "{err}");
     }
 }
+
+/// AGX Thor on JetPack 7 (L4T R38): detected by its device tree, its nvpmodel mode recorded;
+/// its Blackwell GPU refused with a CUDA older than 12.8, accepted by the board check with 13.0.
+#[test]
+fn agx_thor_provenance_and_its_cuda_obstacle() {
+    let t = orin_nx();
+    write(
+        &t.sys(),
+        "firmware/devicetree/base/compatible",
+        "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+    );
+    write(
+        &t.sys(),
+        "firmware/devicetree/base/model",
+        "NVIDIA Jetson AGX Thor Developer Kit\0",
+    );
+    write(
+        &t.rootfs(),
+        "etc/nv_tegra_release",
+        "# R38 (release), REVISION: 2.1, GCID: 41844464, BOARD: generic, EABI: aarch64, DATE: Thu Aug 21 09:04:39 UTC 2025\n",
+    );
+    let mut cmd = edgebench(&t.root);
+    cmd.args(["provenance", "--json"]);
+    roots(&mut cmd, &t, true);
+    let out = ok(cmd.output().unwrap());
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &all["now"];
+    assert_eq!(p["board"], "agx-thor", "{p}");
+    assert_eq!(p["l4t"], "R38.2.1 (generic)", "{p}");
+    assert_eq!(p["nvpmodel"], "0 (MAXN)", "{p}");
+
+    let cuda = |version: &str| {
+        write(
+            &t.rootfs(),
+            "usr/local/cuda/version.json",
+            &format!(r#"{{"cuda": {{"name": "CUDA SDK", "version": "{version}"}}}}"#),
+        );
+        let mut cmd = edgebench(&t.root);
+        cmd.args(["run", "--net", "alexnet", "--device", "cuda", "--db"])
+            .arg(t.root.join("x.db"));
+        roots(&mut cmd, &t, false);
+        cmd.output().unwrap()
+    };
+    let out = cuda("12.6.68");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot work on this board") && err.contains("CUDA >= 12.8"),
+        "{err}"
+    );
+    assert!(!t.root.join("x.db").exists(), "nothing may be written");
+    let out = cuda("13.0.48");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("cannot work on this board"), "{err}");
+}

@@ -477,6 +477,9 @@ fn results_json_has_every_key() {
         // schema v4: throttling
         "throttled",
         "throttle_note",
+        // schema v5: power scope, trials too short for the sensor
+        "power_scope",
+        "power_low_samples",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -715,6 +718,7 @@ fn power_figures_samples_and_rail_energies_round_trip() {
         .unwrap();
     s.set_run_power(run, "orin-nx", "VDD_IN", Some((4.5, 3.0)))
         .unwrap();
+    s.set_run_power_scope(run, "module").unwrap();
     let trial = s
         .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "2025-01-31T12:00:01Z")
         .unwrap();
@@ -751,6 +755,7 @@ fn power_figures_samples_and_rail_energies_round_trip() {
             jitter_s: Some(1e-4),
             incomplete: false,
             gap_s: 0.0,
+            low_samples: Some(3),
             rails: vec![("VDD_IN".into(), 2.0, true), ("VDD_SOC".into(), 0.4, false)],
             iterations: vec![(0, 0.7), (2, 0.6)],
         },
@@ -764,6 +769,8 @@ fn power_figures_samples_and_rail_energies_round_trip() {
     assert_eq!(r.baseline_power_w, Some(4.5));
     assert_eq!(r.board.as_deref(), Some("orin-nx"));
     assert_eq!(r.power_incomplete, Some(false));
+    assert_eq!(r.power_low_samples, Some(3));
+    assert_eq!(r.power_scope.as_deref(), Some("module"));
     let rails = r.rail_energy_j.as_ref().unwrap();
     assert_eq!(rails.get("VDD_SOC"), Some(&0.4));
     let json = serde_json::to_value(r).unwrap();

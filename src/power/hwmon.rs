@@ -5,6 +5,10 @@
 //!   `in_current<K>_input` mA, `in_power<K>_input` mW, K from 0.
 //! - `ina2xx` hwmon (an INA226 owned by the kernel): `in1_input` bus mV, `curr1_input` mA,
 //!   `power1_input` uW, `update_interval` ms.
+//! - `ina238` hwmon (AGX Thor's carrier board VIN): `in1_input` bus mV, `curr1_input` mA,
+//!   `power1_input` uW; no `update_interval`, and the channel may have no label.
+//! - `power_supply` class entries are listed, never read as rails: a UCSI (USB-C) entry states
+//!   the contract the port negotiated, a limit, not what flows.
 //!
 //! Files are reopened on every read: sysfs regenerates the value on open, and a device that
 //! vanished then fails loudly instead of returning stale text.
@@ -210,6 +214,67 @@ pub fn ina2xx_hwmon(drivers: &Path) -> Vec<SysfsSource> {
     out
 }
 
+/// The INA238's refresh when the driver exposes no `update_interval`: the `ina238` driver
+/// programs ADC_CONFIG 0xfb6a, i.e. bus, shunt and temperature conversions of 1052 us each,
+/// averaged 16 times: 3 x 1.052 ms x 16 = 50.5 ms.
+pub const INA238_PERIOD: Duration = Duration::from_micros(50_496);
+
+/// `ina238` hwmon devices: `<drivers>/ina238/<bus>-<addr>/hwmon/hwmon<N>`. A channel without a
+/// label takes `name_for(<bus>-<addr>)` (the board profile's name for it), else
+/// `INA238_<bus>-<addr>`.
+pub fn ina238_hwmon(drivers: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
+    let mut out = Vec::new();
+    for dev in glob(&drivers.join("ina238"), "") {
+        let at = device_name(&dev);
+        for hw in glob(&dev.join("hwmon"), "hwmon") {
+            if !hw.join("power1_input").exists() {
+                continue;
+            }
+            let rail = read_text(&hw.join("in1_label"))
+                .or_else(|| read_text(&hw.join("label")))
+                .or_else(|| name_for(&at))
+                .unwrap_or_else(|| format!("INA238_{at}"));
+            out.push(SysfsSource {
+                description: format!("ina238 {at} ({})", hw.display()),
+                rails: vec![rail],
+                channels: vec![Channel {
+                    volts_mv: hw.join("in1_input"),
+                    amps_ma: hw.join("curr1_input"),
+                    power: Some((hw.join("power1_input"), 1e-6)),
+                }],
+                period: update_interval(&hw).unwrap_or(INA238_PERIOD),
+            });
+        }
+    }
+    out
+}
+
+/// What `<class>/power_supply/*` holds, one line per entry, none of it a rail: a UCSI entry
+/// (`ucsi-source-psy-*`, or a USB type whose driver is ucsi) reports the negotiated USB-C
+/// contract (its `voltage_max`/`current_max` are what the port may draw), and batteries or
+/// mains adapters are not on a Jetson's measured input path.
+pub fn power_supplies(class: &Path) -> Vec<String> {
+    glob(&class.join("power_supply"), "")
+        .into_iter()
+        .map(|entry| {
+            let name = device_name(&entry);
+            let kind = read_text(&entry.join("type")).unwrap_or_else(|| "unknown".into());
+            let ucsi = name.starts_with("ucsi")
+                || std::fs::read_link(entry.join("device/driver"))
+                    .map(|d| d.to_string_lossy().contains("ucsi"))
+                    .unwrap_or(false);
+            if ucsi {
+                format!(
+                    "{name} (type {kind}): a USB-C contract negotiated by UCSI, not a \
+                     measurement; never counted"
+                )
+            } else {
+                format!("{name} (type {kind}): not a power rail; not counted")
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! Prepared sysfs trees as the boards' kernels lay them out.
@@ -244,6 +309,38 @@ pub(crate) mod fixtures {
             write(sys, &format!("{hw}/in{}_input", k + 3), "1000");
         }
         write(sys, &format!("{hw}/in7_input"), "0");
+    }
+
+    /// JetPack 7 AGX Thor: the carrier's INA238 at 2-0044 under the `ina238` driver, no label,
+    /// `power1_input` in uW (kept apart from V x I so a test sees which is read), and a UCSI
+    /// power-supply entry for the USB-C port the board is powered through.
+    pub fn thor(sys: &Path, vin_mv: u32, vin_ma: u32, vin_uw: u64) {
+        write(
+            sys,
+            "firmware/devicetree/base/compatible",
+            "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+        );
+        write(
+            sys,
+            "firmware/devicetree/base/model",
+            "NVIDIA Jetson AGX Thor Developer Kit\0",
+        );
+        let hw = "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2";
+        write(sys, &format!("{hw}/name"), "ina238");
+        write(sys, &format!("{hw}/in0_input"), "2");
+        write(sys, &format!("{hw}/in1_input"), &vin_mv.to_string());
+        write(sys, &format!("{hw}/curr1_input"), &vin_ma.to_string());
+        write(sys, &format!("{hw}/power1_input"), &vin_uw.to_string());
+        write(sys, &format!("{hw}/temp1_input"), "41000");
+        // The USB-C contract: 20 V x 5 A offered, which is no measurement of anything.
+        let psy = "class/power_supply/ucsi-source-psy-USBC000:001";
+        write(sys, &format!("{psy}/type"), "USB");
+        write(sys, &format!("{psy}/online"), "1");
+        write(sys, &format!("{psy}/usb_type"), "C [PD] PD_PPS");
+        write(sys, &format!("{psy}/voltage_now"), "20000000");
+        write(sys, &format!("{psy}/voltage_max"), "20000000");
+        write(sys, &format!("{psy}/current_max"), "5000000");
+        write(sys, &format!("{psy}/current_now"), "5000000");
     }
 
     /// (rail name, mV, mA, mW)
@@ -335,6 +432,50 @@ mod tests {
         assert!((r[0].watts - 3.8).abs() < 1e-12);
         assert_eq!(r[0].volts, Some(19.0));
         assert_eq!(found[0].default_period(), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn ina238_reads_microwatts_and_takes_the_profile_name_when_unlabelled() {
+        let root = tempfile::tempdir().unwrap();
+        thor(root.path(), 19_500, 2_400, 45_500_000);
+        let drivers = root.path().join("bus/i2c/drivers");
+        let named = |at: &str| (at == "2-0044").then(|| "VIN".to_string());
+        let mut found = ina238_hwmon(&drivers, &named);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].rails(), ["VIN"]);
+        let r = found[0].read().unwrap();
+        // power1_input (45.5 W), not V x I (46.8 W).
+        assert!((r[0].watts - 45.5).abs() < 1e-9, "{r:?}");
+        assert_eq!((r[0].volts, r[0].amps), (Some(19.5), Some(2.4)));
+        // No update_interval: the driver's own conversion cycle.
+        assert_eq!(found[0].default_period(), INA238_PERIOD);
+        // Without a profile name the chip names the rail; a label wins over both.
+        assert_eq!(
+            ina238_hwmon(&drivers, &|_| None)[0].rails(),
+            ["INA238_2-0044"]
+        );
+        write(
+            root.path(),
+            "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2/in1_label",
+            "VIN_SYS",
+        );
+        assert_eq!(ina238_hwmon(&drivers, &named)[0].rails(), ["VIN_SYS"]);
+    }
+
+    #[test]
+    fn power_supply_entries_are_listed_never_read_and_ucsi_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        thor(root.path(), 19_000, 1_000, 19_000_000);
+        write(root.path(), "class/power_supply/BAT0/type", "Battery");
+        let listed = power_supplies(&root.path().join("class"));
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(listed[0].starts_with("BAT0") && listed[0].contains("not counted"));
+        assert!(
+            listed[1].starts_with("ucsi-source-psy-USBC000:001")
+                && listed[1].contains("UCSI")
+                && listed[1].contains("never counted"),
+            "{listed:?}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! 1. [`PowerMonitor::for_run`] before anything is written (no sensor = an error to exit 2 on);
 //! 2. [`PowerMonitor::baseline`] once per run, stored with [`crate::store::Store::set_run_power`];
 //! 3. per trial [`PowerMonitor::start`] before the first iteration, [`RecordingHandle::stop`]
-//!    after the last, then [`record_trial`] with the trial's iteration records.
+//!    after the last, then [`PowerMonitor::record_trial`] with the trial's iteration records.
 
 pub mod energy;
 pub mod hwmon;
@@ -16,7 +16,7 @@ pub mod rapl;
 pub mod sampler;
 
 use crate::board::{self, Detection};
-use crate::config::PowerConfig;
+use crate::config::{PowerConfig, PowerScope};
 use crate::host::HostPaths;
 use crate::store::{IterationRecord, PowerSeries, Store, TrialPower};
 use crate::train::monotonic_ns;
@@ -25,6 +25,7 @@ use sampler::SharedSource;
 pub use sampler::{RailSeries, RecordingHandle, Samples};
 use serde::Serialize;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,8 +77,14 @@ pub struct PowerMonitor {
     /// (source description, rail) pairs summed as the board's total.
     total: Vec<(String, String)>,
     pub total_how: String,
+    /// What the total covers (recorded with the run: numbers of different scopes never compare).
+    pub scope: PowerScope,
     pub board: Detection,
     pub warnings: Vec<String>,
+    /// The slowest refresh among the sources of the total: how often a new value exists.
+    pub sensor_period: Duration,
+    /// Set once a trial too short for the sensor has been warned about (once per run).
+    warned_low_samples: AtomicBool,
     /// `power.gpio_marker`: high during each trial's measured iterations.
     marker: Option<Mutex<marker::GpioMarker>>,
 }
@@ -131,9 +138,50 @@ fn raw_ina226(
 }
 
 /// Which rails make the total, and how that was decided.
+/// The scope a run measures: as asked, else module, except on a board where no monitor sees
+/// the module alone (its only total is the whole board). A scope the board cannot measure is
+/// refused, saying what is missing.
+fn resolve_scope(cfg: &PowerConfig, profile: &board::BoardProfile) -> anyhow::Result<PowerScope> {
+    if !cfg.total.is_empty() {
+        // power.total names the rails: their scope is the user's to state.
+        return Ok(cfg.scope.unwrap_or(PowerScope::Module));
+    }
+    let module_only = |why: &str| {
+        anyhow::anyhow!(
+            "--power-scope board: board {} has no carrier-board monitor ({why}); measure the \
+             module (--power-scope module, the default), or name the rails that cover the whole \
+             board in power.total",
+            profile.name
+        )
+    };
+    match cfg.scope {
+        Some(PowerScope::Board) if profile.board_total.is_empty() => {
+            Err(module_only(if profile.total.is_empty() {
+                "no rails of its layout are known"
+            } else {
+                "its monitors measure the module only"
+            }))
+        }
+        Some(PowerScope::Module) if profile.total.is_empty() && !profile.board_total.is_empty() => {
+            anyhow::bail!(
+                "--power-scope module: board {} has no monitor that sees the module alone: its \
+                 total, {}, is the whole board's input (module + carrier); use --power-scope board",
+                profile.name,
+                profile.board_total.join(" + ")
+            )
+        }
+        Some(scope) => Ok(scope),
+        None if profile.total.is_empty() && !profile.board_total.is_empty() => {
+            Ok(PowerScope::Board)
+        }
+        None => Ok(PowerScope::Module),
+    }
+}
+
 fn choose_total(
     cfg: &PowerConfig,
     profile: &board::BoardProfile,
+    scope: PowerScope,
     rails: &[(String, String)],
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(Vec<(String, String)>, String)> {
@@ -158,10 +206,39 @@ fn choose_total(
         })?;
         return Ok((t, format!("sum of {} (power.total)", cfg.total.join(" + "))));
     }
+    if scope == PowerScope::Board && !profile.board_total.is_empty() {
+        // A board total missing a rail would silently be a module total: refuse instead.
+        let t = pick(&profile.board_total).ok_or_else(|| {
+            let missing: Vec<&String> = profile
+                .board_total
+                .iter()
+                .filter(|n| !rails.iter().any(|(_, r)| r == *n))
+                .collect();
+            anyhow::anyhow!(
+                "--power-scope board: board {} needs rails {:?} for the board scope; {:?} not \
+                 found (rails found: {:?}). A carrier without its monitor cannot be measured: \
+                 use --power-scope module",
+                profile.name,
+                profile.board_total,
+                missing,
+                rails.iter().map(|(_, r)| r).collect::<Vec<_>>()
+            )
+        })?;
+        let how = if t.len() == 1 {
+            format!("{} (the whole board's input rail)", profile.board_total[0])
+        } else {
+            format!(
+                "sum of {} (board {}: module and carrier inputs)",
+                profile.board_total.join(" + "),
+                profile.name
+            )
+        };
+        return Ok((t, how));
+    }
     if !profile.total.is_empty() {
         if let Some(t) = pick(&profile.total) {
             let how = if t.len() == 1 {
-                format!("{} (the board's input rail)", profile.total[0])
+                format!("{} (the module's input rail)", profile.total[0])
             } else {
                 format!(
                     "sum of {} (board {})",
@@ -218,7 +295,19 @@ impl PowerMonitor {
         let mut errors = Vec::new();
         let mut sources = raw_ina226(cfg, &mut probed, &mut errors);
         let drivers = host.sys("bus/i2c/drivers");
-        let kernel: [(&str, String, Vec<hwmon::SysfsSource>); 3] = [
+        let profile = board.profile;
+        // An unlabelled INA238 channel takes the profile's name for it (Thor: VIN).
+        let ina238_name = |at: &str| {
+            profile
+                .monitors
+                .iter()
+                .find(|m| {
+                    m.driver.as_deref() == Some("ina238")
+                        && m.at.as_deref().is_none_or(|want| want == at)
+                })
+                .and_then(|m| m.rails.first().cloned())
+        };
+        let kernel: [(&str, String, Vec<hwmon::SysfsSource>); 4] = [
             (
                 "ina3221 hwmon (JetPack 5/6)",
                 format!("{}/ina3221/*/hwmon/hwmon*", drivers.display()),
@@ -233,6 +322,11 @@ impl PowerMonitor {
                 "ina2xx hwmon",
                 format!("{}/ina2xx/*/hwmon/hwmon*", drivers.display()),
                 hwmon::ina2xx_hwmon(&drivers),
+            ),
+            (
+                "ina238 hwmon",
+                format!("{}/ina238/*/hwmon/hwmon*", drivers.display()),
+                hwmon::ina238_hwmon(&drivers, &ina238_name),
             ),
         ];
         for (what, place, found) in kernel {
@@ -259,6 +353,13 @@ impl PowerMonitor {
             found: rapl.as_ref().map(|r| r.rails().join(", ")),
         });
         sources.extend(rapl.map(|r| Box::new(r) as Box<dyn PowerSource>));
+        let supplies = host.sys("class");
+        for entry in hwmon::power_supplies(&supplies) {
+            probed.push(Probe {
+                place: format!("power_supply: {}/power_supply/{entry}", supplies.display()),
+                found: None,
+            });
+        }
         if sources.is_empty() {
             return Ok(Discovery {
                 monitor: None,
@@ -272,7 +373,21 @@ impl PowerMonitor {
             .iter()
             .flat_map(|s| s.rails().iter().map(|r| (s.describe(), r.clone())))
             .collect();
-        let (total, total_how) = choose_total(cfg, board.profile, &rails, &mut warnings)?;
+        let scope = resolve_scope(cfg, board.profile)?;
+        if cfg.scope.is_none() && scope == PowerScope::Board {
+            warnings.push(format!(
+                "board {}: no monitor sees the module alone, so the total is board scope \
+                 (module + carrier); it does not compare with module-scope numbers",
+                board.profile.name
+            ));
+        }
+        let (total, total_how) = choose_total(cfg, board.profile, scope, &rails, &mut warnings)?;
+        let sensor_period = sources
+            .iter()
+            .filter(|s| total.iter().any(|(d, _)| *d == s.describe()))
+            .map(|s| s.default_period())
+            .max()
+            .unwrap_or_default();
         let sources = sources
             .into_iter()
             .map(|s| {
@@ -288,8 +403,11 @@ impl PowerMonitor {
                 sources,
                 total,
                 total_how,
+                scope,
                 board: board.clone(),
                 warnings,
+                sensor_period,
+                warned_low_samples: AtomicBool::new(false),
                 marker: None,
             }),
             probed,
@@ -312,9 +430,10 @@ impl PowerMonitor {
                     tracing::warn!("{w}");
                 }
                 tracing::info!(
-                    "power: board {} ({}); total = {}; {} source(s)",
+                    "power: board {} ({}); {} scope; total = {}; {} source(s)",
                     m.board.profile.name,
                     m.board.how,
+                    m.scope.as_str(),
                     m.total_how,
                     m.sources.len()
                 );
@@ -445,6 +564,8 @@ pub struct SensorsReport {
     pub board: String,
     pub board_detection: String,
     pub total: Option<String>,
+    /// `module` or `board`: what the total covers.
+    pub scope: Option<String>,
     pub total_w: Option<f64>,
     pub sources: Vec<SourceNow>,
     pub probed: Vec<Probe>,
@@ -465,6 +586,7 @@ pub fn sensors(host: &HostPaths, cfg: &PowerConfig) -> anyhow::Result<SensorsRep
         board: d.board.profile.name.clone(),
         board_detection: d.board.how.clone(),
         total: d.monitor.as_ref().map(|m| m.total_how.clone()),
+        scope: d.monitor.as_ref().map(|m| m.scope.as_str().to_string()),
         total_w: (!in_total.is_empty())
             .then(|| in_total.iter().copied().sum::<Option<f64>>())
             .flatten(),
@@ -505,7 +627,8 @@ pub fn sensors_text(r: &SensorsReport) -> String {
     }
     match (&r.total, r.total_w) {
         (Some(how), w) => {
-            let _ = writeln!(out, "\ntotal: {how} = {} W", num(w, 3));
+            let scope = r.scope.as_deref().unwrap_or("module");
+            let _ = writeln!(out, "\ntotal ({scope} scope): {how} = {} W", num(w, 3));
         }
         (None, _) => {
             let _ = writeln!(out, "\nno power source found");
@@ -529,71 +652,105 @@ pub fn sensors_text(r: &SensorsReport) -> String {
     out
 }
 
-/// After a trial: computes its energy from the samples and iteration records and writes
-/// samples (if `store_samples`), per-rail, per-iteration and trial figures.
-#[allow(clippy::too_many_arguments)]
-pub fn record_trial(
-    store: &mut Store,
-    trial_id: i64,
-    samples: &Samples,
-    iterations: &[IterationRecord],
-    warmup: usize,
-    batch: usize,
-    baseline: Option<&Baseline>,
-    store_samples: bool,
-) -> anyhow::Result<Option<TrialEnergy>> {
-    if store_samples {
-        let series: Vec<PowerSeries<'_>> = samples
-            .series
-            .iter()
-            .map(|s| PowerSeries {
-                source: &s.source,
-                rail: &s.rail,
-                t_ns: &s.t_ns,
-                volts: &s.volts,
-                amps: &s.amps,
-                watts: &s.watts,
-            })
-            .collect();
-        store.record_power_samples(trial_id, &series)?;
+/// Fewer sensor updates than this inside a trial's measured window flag the trial
+/// (`power_low_samples`): its energy then rests on a handful of readings.
+pub const MIN_SENSOR_UPDATES: usize = 10;
+
+/// Distinct sensor readings a trial's energy rests on: the samples taken inside the measured
+/// window, but never more than the sensor refreshed in it (sampling faster than the sensor
+/// reads the same value again).
+pub fn sensor_updates(samples_in_window: usize, duration_s: f64, sensor_period: Duration) -> usize {
+    if sensor_period.is_zero() {
+        return samples_in_window;
     }
-    let e = energy::trial_energy(
-        samples,
-        iterations,
-        warmup,
-        batch,
-        baseline.map(|b| b.power_w),
-    );
-    if let Some(e) = &e {
-        if e.incomplete {
-            tracing::warn!(
-                "trial power incomplete: {:.3} s of the measured interval without samples",
-                e.gap_s
-            );
+    let refreshes = (duration_s / sensor_period.as_secs_f64()).floor().max(0.0) as usize;
+    samples_in_window.min(refreshes)
+}
+
+impl PowerMonitor {
+    /// After a trial: computes its energy from the samples and iteration records and writes
+    /// samples (if `store_samples`), per-rail, per-iteration and trial figures. A trial with
+    /// fewer than [`MIN_SENSOR_UPDATES`] sensor updates is flagged, and the first such trial of
+    /// the run warns with the fix.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_trial(
+        &self,
+        store: &mut Store,
+        trial_id: i64,
+        samples: &Samples,
+        iterations: &[IterationRecord],
+        warmup: usize,
+        batch: usize,
+        baseline: Option<&Baseline>,
+        store_samples: bool,
+    ) -> anyhow::Result<Option<TrialEnergy>> {
+        if store_samples {
+            let series: Vec<PowerSeries<'_>> = samples
+                .series
+                .iter()
+                .map(|s| PowerSeries {
+                    source: &s.source,
+                    rail: &s.rail,
+                    t_ns: &s.t_ns,
+                    volts: &s.volts,
+                    amps: &s.amps,
+                    watts: &s.watts,
+                })
+                .collect();
+            store.record_power_samples(trial_id, &series)?;
         }
-        store.record_trial_power(
-            trial_id,
-            &TrialPower {
-                energy_j: e.energy_j,
-                avg_power_w: e.avg_power_w,
-                energy_per_image_j: e.energy_per_image_j,
-                edp_js: e.edp_js,
-                dynamic_energy_j: e.dynamic_energy_j,
-                samples: e.samples,
-                rate_hz: e.rate_hz,
-                jitter_s: e.jitter_s,
-                incomplete: e.incomplete,
-                gap_s: e.gap_s,
-                rails: e.rail_energy_j.clone(),
-                iterations: iterations
-                    .iter()
-                    .zip(&e.iteration_energy_j)
-                    .filter_map(|(r, j)| j.map(|j| (r.step, j)))
-                    .collect(),
-            },
-        )?;
+        let e = energy::trial_energy(
+            samples,
+            iterations,
+            warmup,
+            batch,
+            baseline.map(|b| b.power_w),
+        );
+        if let Some(e) = &e {
+            if e.incomplete {
+                tracing::warn!(
+                    "trial power incomplete: {:.3} s of the measured interval without samples",
+                    e.gap_s
+                );
+            }
+            let updates = sensor_updates(e.samples, e.duration_s, self.sensor_period);
+            let low_samples = (updates < MIN_SENSOR_UPDATES).then_some(updates);
+            if low_samples.is_some() && !self.warned_low_samples.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "a trial measured {:.2} s with only {updates} sensor update(s) (the sensor \
+                     refreshes every {:.0} ms): its energy rests on too few readings and is \
+                     flagged power_low_samples. Measure at least {:.1} s per trial: more images \
+                     (--images) or epochs (--epochs). Warned once per run.",
+                    e.duration_s,
+                    self.sensor_period.as_secs_f64() * 1e3,
+                    MIN_SENSOR_UPDATES as f64 * self.sensor_period.as_secs_f64()
+                );
+            }
+            store.record_trial_power(
+                trial_id,
+                &TrialPower {
+                    energy_j: e.energy_j,
+                    avg_power_w: e.avg_power_w,
+                    energy_per_image_j: e.energy_per_image_j,
+                    edp_js: e.edp_js,
+                    dynamic_energy_j: e.dynamic_energy_j,
+                    samples: e.samples,
+                    rate_hz: e.rate_hz,
+                    jitter_s: e.jitter_s,
+                    incomplete: e.incomplete,
+                    gap_s: e.gap_s,
+                    low_samples,
+                    rails: e.rail_energy_j.clone(),
+                    iterations: iterations
+                        .iter()
+                        .zip(&e.iteration_energy_j)
+                        .filter_map(|(r, j)| j.map(|j| (r.step, j)))
+                        .collect(),
+                },
+            )?;
+        }
+        Ok(e)
     }
-    Ok(e)
 }
 
 #[cfg(test)]
@@ -723,6 +880,192 @@ mod tests {
             r.total_w
         );
         assert_eq!(r.sources[1].rails.len(), 1, "NC channels are not rails");
+    }
+
+    /// TX2 developer kit, JetPack 4: module monitors at 0-0040/0-0041, the carrier's INA3221
+    /// at 0-0042 with VDD_MUX (the carrier's input, in parallel with VDD_IN).
+    fn tx2_devkit(root: &std::path::Path) {
+        fixtures::tx2(
+            root,
+            &[
+                (
+                    "0-0040",
+                    &[
+                        ("VDD_SYS_GPU", 19000, 50, 950),
+                        ("VDD_SYS_SOC", 19000, 40, 760),
+                        ("VDD_4V0_WIFI", 4000, 10, 40),
+                    ],
+                ),
+                (
+                    "0-0041",
+                    &[
+                        ("VDD_IN", 19000, 200, 3800),
+                        ("VDD_SYS_CPU", 19000, 30, 570),
+                        ("VDD_SYS_DDR", 19000, 20, 380),
+                    ],
+                ),
+                (
+                    "0-0042",
+                    &[
+                        ("VDD_MUX", 19000, 100, 1900),
+                        ("VDD_5V_IO_SYS", 5000, 150, 750),
+                        ("VDD_3V3_SYS", 3300, 100, 330),
+                    ],
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn tx2_devkit_is_measured_at_both_scopes() {
+        let root = tempfile::tempdir().unwrap();
+        tx2_devkit(root.path());
+        let at = |scope: Option<PowerScope>| {
+            let cfg = PowerConfig {
+                scope,
+                ..Default::default()
+            };
+            PowerMonitor::for_run(&host(root.path()), &cfg).unwrap()
+        };
+        let mean = |m: &PowerMonitor| {
+            let h = m.start();
+            let a = monotonic_ns();
+            std::thread::sleep(Duration::from_millis(60));
+            let b = monotonic_ns();
+            energy::mean_total_power(&h.stop(), a, b).unwrap()
+        };
+        // Default and explicit module scope: VDD_IN alone.
+        for scope in [None, Some(PowerScope::Module)] {
+            let m = at(scope);
+            assert_eq!(m.scope, PowerScope::Module);
+            let rails: Vec<&str> = m.total.iter().map(|(_, r)| r.as_str()).collect();
+            assert_eq!(rails, ["VDD_IN"]);
+            assert!((mean(&m) - 3.8).abs() < 1e-9);
+        }
+        // Board scope: both inputs from the supply, never their sub-rails.
+        let m = at(Some(PowerScope::Board));
+        assert_eq!(m.scope, PowerScope::Board);
+        let rails: Vec<&str> = m.total.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(rails, ["VDD_IN", "VDD_MUX"]);
+        assert!(m.total_how.contains("VDD_IN + VDD_MUX"), "{}", m.total_how);
+        assert!((mean(&m) - 5.7).abs() < 1e-9);
+        let r = sensors(
+            &host(root.path()),
+            &PowerConfig {
+                scope: Some(PowerScope::Board),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!((r.total_w.unwrap() - 5.7).abs() < 1e-9);
+        assert!(sensors_text(&r).contains("total (board scope)"));
+
+        // A TX2 on a carrier without the 0x42 monitor: board scope says what is missing.
+        std::fs::remove_dir_all(root.path().join("bus/i2c/drivers/ina3221x/0-0042")).unwrap();
+        let cfg = PowerConfig {
+            scope: Some(PowerScope::Board),
+            ..Default::default()
+        };
+        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("VDD_MUX") && err.contains("--power-scope module"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn board_scope_is_refused_without_a_carrier_monitor() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::orin_nx(
+            root.path(),
+            &[
+                ("VDD_IN", 5000, 1500),
+                ("VDD_CPU_GPU_CV", 5000, 600),
+                ("VDD_SOC", 5000, 400),
+            ],
+        );
+        let cfg = PowerConfig {
+            scope: Some(PowerScope::Board),
+            ..Default::default()
+        };
+        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("orin-nx")
+                && err.contains("no carrier-board monitor")
+                && err.contains("--power-scope module"),
+            "{err}"
+        );
+        // Naming the rails in power.total makes the scope the user's statement.
+        let cfg = PowerConfig {
+            scope: Some(PowerScope::Board),
+            total: vec!["VDD_IN".into()],
+            ..Default::default()
+        };
+        let m = PowerMonitor::for_run(&host(root.path()), &cfg).unwrap();
+        assert_eq!(m.scope, PowerScope::Board);
+    }
+
+    #[test]
+    fn thor_total_is_the_ina238_alone_at_board_scope_and_ucsi_is_ignored() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::thor(root.path(), 19_500, 2_400, 45_500_000);
+        let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
+        assert_eq!(r.board, "agx-thor");
+        assert_eq!(r.scope.as_deref(), Some("board"));
+        assert!((r.total_w.unwrap() - 45.5).abs() < 1e-9, "{:?}", r.total_w);
+        let rails: Vec<&str> = r
+            .sources
+            .iter()
+            .flat_map(|s| &s.rails)
+            .map(|x| x.name.as_str())
+            .collect();
+        assert_eq!(rails, ["VIN"], "the UCSI contract is not a rail");
+        let ucsi = r
+            .probed
+            .iter()
+            .find(|p| p.place.contains("ucsi-source-psy"))
+            .expect("the UCSI entry is listed as probed");
+        assert!(ucsi.found.is_none() && ucsi.place.contains("never counted"));
+        assert!(
+            r.warnings.iter().any(|w| w.contains("board scope")),
+            "{:?}",
+            r.warnings
+        );
+        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        assert_eq!(m.sensor_period, hwmon::INA238_PERIOD);
+        // Module scope asked for explicitly: nothing on Thor measures the module alone.
+        let cfg = PowerConfig {
+            scope: Some(PowerScope::Module),
+            ..Default::default()
+        };
+        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("agx-thor") && err.contains("VIN") && err.contains("--power-scope board"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn sensor_updates_count_refreshes_not_repeated_reads() {
+        let period = Duration::from_millis(140);
+        // A 0.15 s trial sampled at the sensor's rate: one update.
+        assert_eq!(sensor_updates(1, 0.15, period), 1);
+        // Sampled at 1 kHz over 0.15 s: 150 samples, still one refresh.
+        assert_eq!(sensor_updates(150, 0.15, period), 1);
+        // 2 s at 140 ms: 14 refreshes, 14 samples.
+        assert_eq!(sensor_updates(14, 2.0, period), 14);
+        // Sampled slower than the sensor: the samples are what the energy rests on.
+        assert_eq!(sensor_updates(4, 2.0, period), 4);
+        assert_eq!(sensor_updates(7, 1.0, Duration::ZERO), 7);
     }
 
     #[test]

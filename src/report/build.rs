@@ -203,6 +203,9 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
                     if r.throttled == Some(true) {
                         flags.push("THROTTLED".to_string());
                     }
+                    if let Some(n) = r.power_low_samples {
+                        flags.push(format!("energy from {n} sensor readings only"));
+                    }
                     if r.loss_anomaly {
                         flags.push("LOSS<0/NaN".to_string());
                     }
@@ -368,16 +371,29 @@ pub fn host_plots(
         ));
     }
     if picked.values().any(|r| r.energy_per_image_j.is_some()) {
+        let scope = energy_scope(picked);
+        // Ringed: energies resting on fewer than 10 sensor readings.
+        let few_readings: Vec<(f64, f64, String)> = picked
+            .values()
+            .filter_map(|r| {
+                let n = r.power_low_samples?;
+                Some((
+                    r.batch as f64,
+                    ok_value(r, r.energy_per_image_j)?,
+                    format!("{} {}: {n} sensor readings", r.net, r.device),
+                ))
+            })
+            .collect();
         out.push((
             "energy_per_image".to_string(),
             Plot {
-                title: format!("Energy per image vs batch — {host}"),
+                title: format!("Energy per image vs batch, {scope} — {host}"),
                 x_desc: "batch size".into(),
                 y_desc: "energy per image (J)".into(),
                 x_axis: Axis::Log(2.0),
                 y_axis: Axis::Linear,
                 series: batch_series(picked, "", |r| r.energy_per_image_j),
-                highlights: Vec::new(),
+                highlights: few_readings,
                 vlines: Vec::new(),
             },
         ));
@@ -395,7 +411,9 @@ pub fn host_plots(
         out.push((
             "edp".to_string(),
             Plot {
-                title: format!("Energy-delay product vs batch (ringed: lowest per line) — {host}"),
+                title: format!(
+                    "Energy-delay product vs batch, {scope} (ringed: lowest per line) — {host}"
+                ),
                 x_desc: "batch size".into(),
                 y_desc: "EDP (J·s, log)".into(),
                 x_axis: Axis::Log(2.0),
@@ -416,6 +434,23 @@ pub fn host_plots(
         ));
     }
     Ok(out)
+}
+
+/// The power scope of the plotted energies, for titles: `module scope`, `board scope`, or
+/// both named when the trials differ (they then do not compare).
+fn energy_scope(picked: &Picked) -> String {
+    let scopes: std::collections::BTreeSet<&str> = picked
+        .values()
+        .filter(|r| r.energy_per_image_j.is_some())
+        .map(|r| r.power_scope.as_deref().unwrap_or("unrecorded"))
+        .collect();
+    match scopes.len() {
+        1 => format!("{} scope", scopes.into_iter().next().unwrap_or_default()),
+        _ => format!(
+            "MIXED scopes ({}): not comparable",
+            scopes.into_iter().collect::<Vec<_>>().join(", ")
+        ),
+    }
 }
 
 /// The power trace of one trial: every stored rail's watts against seconds from the first

@@ -72,7 +72,7 @@ pub fn table(rows: &[ResultRow]) -> String {
         "flags",
     ];
     if energy {
-        header.splice(10..10, ["W", "J/img", "EDP J·s"]);
+        header.splice(10..10, ["W", "J/img", "EDP J·s", "scope"]);
     }
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
@@ -86,6 +86,9 @@ pub fn table(rows: &[ResultRow]) -> String {
         }
         if r.power_incomplete == Some(true) {
             flags.push("POWER_GAP".to_string());
+        }
+        if let Some(n) = r.power_low_samples {
+            flags.push(format!("FEW_READINGS({n})"));
         }
         if r.throttled == Some(true) {
             flags.push("THROTTLED".to_string());
@@ -132,6 +135,7 @@ pub fn table(rows: &[ResultRow]) -> String {
                     f(r.avg_power_w, 2),
                     f(r.energy_per_image_j, 4),
                     f(r.edp_js, 3),
+                    r.power_scope.clone().unwrap_or_else(|| "-".into()),
                 ],
             );
         }
@@ -160,6 +164,28 @@ pub fn table(rows: &[ResultRow]) -> String {
             "[swap]: the trial's own memory was paged out and read back while it trained; its time \
              per image measures the swap device, not the board's speed\n",
         );
+    }
+    if energy {
+        let mut scopes: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.energy_j.is_some())
+            .filter_map(|r| r.power_scope.as_deref())
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        if scopes.len() > 1 {
+            out.push_str(
+                "scope: these trials measured different scopes (module = the module's input, \
+                 board = module and carrier board); compare energies only within one scope\n",
+            );
+        }
+    }
+    if let Some(fewest) = rows.iter().filter_map(|r| r.power_low_samples).min() {
+        out.push_str(&format!(
+            "FEW_READINGS(n): fewer than 10 power-sensor updates fell inside the trial's measured \
+             window (fewest: {fewest}); its energy rests on too few readings. Measure longer: \
+             more images or epochs\n"
+        ));
     }
     if rows.iter().any(|r| r.throttled == Some(true)) {
         out.push_str(

@@ -110,6 +110,8 @@ pub struct TrialPower {
     pub jitter_s: Option<f64>,
     pub incomplete: bool,
     pub gap_s: f64,
+    /// Sensor updates inside the measured interval when too few (< 10); None when enough.
+    pub low_samples: Option<usize>,
     /// (rail, joules, part of the total)
     pub rails: Vec<(String, f64, bool)>,
     /// (step, joules)
@@ -166,8 +168,12 @@ pub struct ResultRow {
     pub power_jitter_s: Option<f64>,
     pub power_incomplete: Option<bool>,
     pub power_gap_s: Option<f64>,
+    /// Sensor updates inside the measured interval, set only when fewer than 10 (schema v5).
+    pub power_low_samples: Option<i64>,
     pub board: Option<String>,
     pub power_total: Option<String>,
+    /// `module` or `board`: what the run's total covers (schema v5); None without power.
+    pub power_scope: Option<String>,
     pub baseline_power_w: Option<f64>,
     pub baseline_s: Option<f64>,
     /// 1 if the trial's clocks changed or dropped for temperature (schema v4); None if the
@@ -465,6 +471,16 @@ impl Store {
         self.expect_one(n, "run", run_id)
     }
 
+    /// What the run's power total covers (`module` or `board`).
+    pub fn set_run_power_scope(&mut self, run_id: i64, scope: &str) -> Result<()> {
+        let n = self
+            .conn
+            .prepare_cached("UPDATE runs SET power_scope = ?2 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![run_id, scope]))
+            .map_err(sql_err(&self.path))?;
+        self.expect_one(n, "run", run_id)
+    }
+
     /// Writes power samples in batches of [`SAMPLE_BATCH`] rows, one transaction each.
     /// A trial's stored power samples as (rail, t_ns, watts), by rail then time.
     pub fn power_trace(&self, trial_id: i64) -> Result<Vec<(String, i64, f64)>> {
@@ -527,7 +543,8 @@ impl Store {
                 .prepare_cached(
                     "UPDATE trials SET energy_j = ?2, avg_power_w = ?3, energy_per_image_j = ?4, \
                      edp_js = ?5, dynamic_energy_j = ?6, power_samples = ?7, power_rate_hz = ?8, \
-                     power_jitter_s = ?9, power_incomplete = ?10, power_gap_s = ?11 WHERE id = ?1",
+                     power_jitter_s = ?9, power_incomplete = ?10, power_gap_s = ?11, \
+                     power_low_samples = ?12 WHERE id = ?1",
                 )?
                 .execute(params![
                     trial_id,
@@ -541,6 +558,7 @@ impl Store {
                     p.jitter_s,
                     p.incomplete,
                     p.gap_s,
+                    p.low_samples.map(int),
                 ])?;
             let mut st = tx.prepare_cached(
                 "INSERT OR REPLACE INTO trial_rail_energy (trial_id, rail, energy_j, in_total) \
@@ -643,7 +661,7 @@ impl Store {
                  t.swap_pressure, t.peak_rss_bytes, t.id, t.dynamic_energy_j, \
                  t.power_samples, t.power_rate_hz, t.power_jitter_s, t.power_incomplete, \
                  t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
-                 t.throttled, t.throttle_note \
+                 t.throttled, t.throttle_note, t.power_low_samples, r.power_scope \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -694,6 +712,8 @@ impl Store {
                     baseline_s: r.get(38)?,
                     throttled: r.get(39)?,
                     throttle_note: r.get(40)?,
+                    power_low_samples: r.get(41)?,
+                    power_scope: r.get(42)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

@@ -175,6 +175,15 @@
 //! | `start_value` / `min_value` / `max_value` / `end_value` | REAL NOT NULL | first, lowest, highest and last reading |
 //!
 //! Primary key (`trial_id`, `key`).
+//!
+//! # Version 5: power scope, trials too short for the sensor
+//!
+//! Added to `runs`: `power_scope` (TEXT, `module` or `board`: what the total covers; NULL
+//! without `--power` and for runs recorded before v5, whose total was module scope).
+//!
+//! Added to `trials`: `power_low_samples` (INTEGER, set only when fewer than 10 sensor updates
+//! fell inside the measured interval: that count; the energy rests on too few readings. NULL
+//! when enough, or without `--power`).
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -202,6 +211,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 4,
         sql: V4_PROVENANCE,
+    },
+    Migration {
+        version: 5,
+        sql: V5_POWER_SCOPE,
     },
 ];
 
@@ -352,6 +365,12 @@ CREATE TABLE trial_clocks (
     end_value   REAL NOT NULL,
     PRIMARY KEY (trial_id, key)
 ) WITHOUT ROWID;
+";
+
+/// v5: what a run's power total covers, and trials too short for the power sensor.
+const V5_POWER_SCOPE: &str = "
+ALTER TABLE runs ADD COLUMN power_scope TEXT;
+ALTER TABLE trials ADD COLUMN power_low_samples INTEGER;
 ";
 
 #[cfg(test)]
