@@ -206,6 +206,10 @@ pub struct RunArgs {
     /// Rerun trials that ended failed, oom, crashed or skipped_memory.
     #[arg(long)]
     pub retry_failed: bool,
+    /// If another sweep is writing the database (its lock file <db>.lock is held), wait for
+    /// it to end instead of exiting with code 2.
+    #[arg(long)]
+    pub wait: bool,
     /// Run each trial in a memory cgroup of this size (e.g. 4G) to emulate a board.
     #[arg(long)]
     pub mem_limit: Option<String>,

@@ -5,7 +5,7 @@
 use crate::config::Config;
 use crate::host::HostPaths;
 use crate::runner::{self, RunRequest};
-use crate::store::Store;
+use crate::store::{Store, SweepLock};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -166,7 +166,27 @@ async fn sweep(
             true => Some(crate::power::PowerMonitor::for_run(&host, &config.power)?),
             false => None,
         };
-        let mut store = Store::open(&config.db_path())?;
+        let db = config.db_path();
+        // A sweep started by hand holds the database: wait for it (a skipped sweep would be
+        // lost until the next schedule), then resume; what it finished is not run again.
+        let mut waiting = |held: &crate::store::LockError| {
+            if let crate::store::LockError::Held { holder, lock, .. } = held {
+                tracing::warn!(
+                    "another sweep ({holder}) holds {}; this sweep starts when it ends",
+                    lock.display()
+                );
+                notify(&format!(
+                    "STATUS=waiting for another sweep ({holder}) to finish"
+                ));
+            }
+        };
+        let Some(lock) = SweepLock::acquire_waiting(&db, &flag, &mut waiting)? else {
+            return Ok(runner::RunOutcome {
+                interrupted: true,
+                ..Default::default()
+            });
+        };
+        let mut store = Store::open(&db)?;
         let status = |line: &str| notify(&format!("STATUS={line}"));
         runner::run(
             RunRequest {
@@ -177,6 +197,7 @@ async fn sweep(
                 stop: &flag,
                 on_trial: Some(&status),
                 power: monitor.as_ref(),
+                lock: &lock,
             },
             &mut store,
         )

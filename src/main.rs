@@ -274,6 +274,14 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         // Read by candle, gemm and rayon when their pools start, which has not happened yet.
         std::env::set_var("RAYON_NUM_THREADS", config.train.threads.to_string());
     }
+    // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
+    // lock, the idle baseline, a trial) and the command exits 130.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while stopping exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&stop))?;
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
     // Refuse what can be refused (no cuda build, unreadable data set) before touching the DB.
     runner::preflight(&config, host).map_err(usage)?;
     // --power without a usable sensor is refused here, before any training or DB write.
@@ -283,13 +291,31 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         None
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while stopping exits at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&stop))?;
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
-    }
     let db = config.db_path();
+    // One sweep per database at a time; the lock is held until this function returns.
+    let lock = if args.wait {
+        let waiting = |held: &store::LockError| {
+            if let store::LockError::Held { holder, lock, .. } = held {
+                tracing::info!(
+                    "another sweep ({holder}) holds {}; waiting for it to end",
+                    lock.display()
+                );
+            }
+        };
+        match store::SweepLock::acquire_waiting(&db, &stop, &mut { waiting }) {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                eprintln!("interrupted while waiting for the sweep lock; nothing was run");
+                return Ok(130);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        store::SweepLock::try_acquire(&db).map_err(|e| match e {
+            store::LockError::Held { .. } => usage(e.into()),
+            e => e.into(),
+        })?
+    };
     // A damaged or foreign file is refused untouched, before a run row is written.
     let mut store = Store::open(&db).map_err(input)?;
     tracing::info!("config: {origin}; results: {}", db.display());
@@ -302,6 +328,7 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
             on_trial: None,
             stop: &stop,
             power: power.as_ref(),
+            lock: &lock,
         },
         &mut store,
     )?;

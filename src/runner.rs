@@ -10,7 +10,7 @@ use crate::plan::{self, PlannedTrial};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
 use crate::stats;
-use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, TrialSummary};
+use crate::store::{IterationRecord, MemoryColumns, RunInfo, Store, SweepLock, TrialSummary};
 use crate::train::{self, data::Dataset};
 use crate::worker::{DataSpec, WorkerJob, WorkerMessage};
 use anyhow::Context;
@@ -48,6 +48,18 @@ pub struct RunRequest<'a> {
     pub on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
     /// `--power`: sampled around every trial.
     pub power: Option<&'a PowerMonitor>,
+    /// The database's sweep lock, held by the caller for the whole run.
+    pub lock: &'a SweepLock,
+}
+
+/// The error text of a run's trial found still `running` when the next sweep takes the lock.
+pub const UNFINISHED_NOTE: &str = "ended without finishing: its edgebench process stopped \
+     (killed, crashed, or could not write) before recording an end; the iterations recorded \
+     stay, and a resumed sweep runs the trial again";
+
+/// Trial statuses that `--retry-failed` reruns.
+fn is_failure(status: &str) -> bool {
+    matches!(status, "failed" | "oom" | "crashed" | "skipped_memory")
 }
 
 fn now() -> String {
@@ -268,7 +280,13 @@ fn worker_command() -> anyhow::Result<Command> {
         }
         None => Command::new(exe),
     };
+    // The worker compares this with its parent pid at start: a parent that died before the
+    // worker asked to die with it has left an orphan that must not train.
     cmd.arg("worker")
+        .env(
+            crate::worker::PARENT_PID_ENV,
+            std::process::id().to_string(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -483,11 +501,22 @@ fn run_one(
             )),
         )
     } else {
-        classify(&WorkerEnd {
+        match classify(&WorkerEnd {
             last,
             status,
             oom_kills,
-        })
+        }) {
+            // A worker that ended without a word while a stop was under way was ended by it
+            // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
+            // group): interrupted, so a resumed sweep runs it again, never a counted crash.
+            ("crashed", Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
+                "interrupted",
+                Some(format!(
+                    "stopped by an interrupt before the worker reported an end ({why})"
+                )),
+            ),
+            other => other,
+        }
     };
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
@@ -612,8 +641,17 @@ struct TrialContext<'a> {
 pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     let config = req.config;
     let data = preflight(config, req.host)?;
+    let (runs, trials) = store.interrupt_unfinished(req.lock, UNFINISHED_NOTE)?;
+    if runs + trials > 0 {
+        tracing::warn!(
+            "{runs} run(s) and {trials} trial(s) in {} were left `running` by a process that \
+             ended without finishing; marked interrupted (their iterations stay)",
+            store.path().display()
+        );
+    }
     let identity = data.identity();
-    let done = store.keys_with_status(done_statuses(req.retry_failed))?;
+    let done_status = store.statuses_by_key(done_statuses(req.retry_failed))?;
+    let done: std::collections::HashSet<_> = done_status.keys().cloned().collect();
     let plan = plan::plan(config, &identity, &done, req.force);
     let mut ctx = TrialContext {
         config,
@@ -628,13 +666,21 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
         ..Default::default()
     };
     for t in &plan.skipped {
-        tracing::info!(
-            "{} already ok in {} (use --force to rerun)",
-            trial_label(t),
-            store.path().display()
-        );
+        let db = store.path().display();
+        match done_status.get(&t.key).map(String::as_str) {
+            Some(status) if is_failure(status) => tracing::info!(
+                "{} already ended {status} in {db}; not rerun (use --retry-failed to rerun it)",
+                trial_label(t)
+            ),
+            _ => tracing::info!(
+                "{} already ok in {db} (use --force to rerun)",
+                trial_label(t)
+            ),
+        }
     }
-    if plan.to_run.is_empty() {
+    // An interrupt during preflight: nothing recorded yet, nothing to record.
+    if plan.to_run.is_empty() || req.stop.load(Ordering::SeqCst) {
+        outcome.interrupted = !plan.to_run.is_empty();
         return Ok(outcome);
     }
     let threads = candle_core::utils::get_num_threads();
@@ -675,6 +721,12 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     let bar = progress_bar(std::io::stderr().is_terminal());
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
+        // An interrupt during the idle baseline or between trials: this trial never started,
+        // so it stays unrecorded and a resumed sweep runs it.
+        if req.stop.load(Ordering::SeqCst) {
+            outcome.interrupted = true;
+            break;
+        }
         if let Some(on_trial) = req.on_trial {
             on_trial(&format!("trial {}/{total}: {}", k + 1, trial_label(trial)));
         }

@@ -94,15 +94,42 @@ fn send(out: &mut dyn Write, msg: &WorkerMessage) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The parent's pid, set by the runner for [`die_with_parent`].
+pub const PARENT_PID_ENV: &str = "EDGEBENCH_PARENT_PID";
+
+/// Exit code of a worker whose parent was already gone when it started.
+const ORPHANED: i32 = 3;
+
+/// Asks the kernel to SIGKILL this process when its parent dies: a worker only trains for
+/// the parent that records its iterations, and one left behind by a `kill -9` of the parent
+/// would hold the CPU (and skew the next sweep) for the rest of its trial. The worker holds
+/// nothing worth saving; the parent has every iteration it reported. Returns false if the
+/// parent is already gone (it died before the request took effect).
+fn die_with_parent() -> bool {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    let expected = std::env::var(PARENT_PID_ENV)
+        .ok()
+        .and_then(|p| p.parse::<libc::pid_t>().ok());
+    // SAFETY: getppid(2) cannot fail.
+    let parent = unsafe { libc::getppid() };
+    expected.is_none_or(|pid| pid == parent)
+}
+
 /// The worker process's whole life; returns its exit code.
 pub fn main() -> i32 {
-    crate::train::prepare_training_process();
+    if !die_with_parent() {
+        eprintln!("edgebench worker: the parent process is gone; not training");
+        return ORPHANED;
+    }
+    // Before anything slow, so a stop request is always a clean stop at a boundary.
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         if signal_hook::flag::register(signal, Arc::clone(&stop)).is_err() {
             return 1;
         }
     }
+    crate::train::prepare_training_process();
     let mut line = String::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -608,6 +608,45 @@ fn edgebench_with_read_only(
         .unwrap()
 }
 
+/// Pids of the live children of `parent`, from /proc/<pid>/stat.
+fn children(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        if fields[1].parse::<u32>().ok() == Some(parent) && fields[0] != "Z" {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Whether `pid` still runs (a zombie nobody reaped yet counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+        .unwrap_or(false)
+}
+
+/// A long one-trial sweep that keeps the database's sweep lock while the test looks.
+fn long_run(dir: &Path, db: &Path) -> std::process::Child {
+    edgebench(dir)
+        .args([
+            "run", "--net", "alexnet", "--batch", "1", "--epochs", "1", "--images", "400", "--db",
+        ])
+        .arg(db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn reading_commands_work_on_a_database_in_a_read_only_folder() {
     let dir = tempfile::tempdir().unwrap();
@@ -693,4 +732,275 @@ fn reading_commands_work_on_a_database_in_a_read_only_folder() {
         results(dir.path(), walled.join("bench.db").as_path())[0]["host"],
         "moved"
     );
+}
+
+#[test]
+fn a_second_run_on_the_same_db_is_refused_or_waits_for_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("l.db");
+    let mut first = long_run(dir.path(), &db);
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM iterations",
+        1,
+        Duration::from_secs(120),
+    );
+    let short = |extra: &[&str]| {
+        let mut cmd = edgebench(dir.path());
+        cmd.args([
+            "run", "--net", "alexnet", "--batch", "2", "--epochs", "1", "--images", "2", "--db",
+        ])
+        .arg(&db)
+        .args(extra);
+        cmd
+    };
+    let asked = std::time::Instant::now();
+    let out = short(&[]).output().unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(2), "{}", common::describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("pid {}, started 20", first.id()))
+            && err.contains("--wait")
+            && err.contains("l.db.lock"),
+        "{err}"
+    );
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 1);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM runs"), 1);
+    // Readers do not take the lock.
+    assert_eq!(results(dir.path(), &db).len(), 1);
+
+    // --wait starts only once the first has ended.
+    let mut waiting = short(&["--wait"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(waiting.try_wait().unwrap().is_none());
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 1);
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    assert_eq!(first.wait().unwrap().code(), Some(130));
+    let out = ok(waiting.wait_with_output().unwrap());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("waiting for it to end"),
+        "{}",
+        common::describe(&out)
+    );
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["status"], "interrupted");
+    assert_eq!(rows[1]["status"], "ok");
+    // The second trial began after the first had ended: never side by side.
+    assert!(
+        rows[1]["started_at"].as_str().unwrap() >= rows[0]["ended_at"].as_str().unwrap(),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn kill_9_of_a_run_ends_its_worker_and_the_next_run_marks_the_rows_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k.db");
+    // GoogLeNet at batch 16 takes seconds per step: a worker that outlived its parent would
+    // still be busy with its step long after the parent is gone.
+    let mut run = edgebench(dir.path())
+        .args([
+            "run",
+            "--net",
+            "googlenet",
+            "--batch",
+            "16",
+            "--images",
+            "160",
+            "--warmup",
+            "0",
+            "--db",
+        ])
+        .arg(&db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM iterations",
+        1,
+        Duration::from_secs(300),
+    );
+    let workers = children(run.id());
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    run.kill().unwrap(); // SIGKILL
+    run.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while alive(workers[0]) {
+        assert!(
+            killed.elapsed() < Duration::from_millis(1500),
+            "the worker {} outlived its killed parent",
+            workers[0]
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows[0]["status"], "running");
+    let recorded = rows[0]["iterations"].as_u64().unwrap();
+    assert!(recorded >= 1);
+
+    // The next run takes the lock and closes what the dead one left open.
+    ok(edgebench(dir.path())
+        .args([
+            "run", "--net", "alexnet", "--batch", "2", "--epochs", "1", "--images", "2", "--db",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap());
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["status"] != "running"), "{rows:?}");
+    let dead = &rows[0];
+    assert_eq!(dead["status"], "interrupted", "{dead}");
+    assert!(
+        dead["error"]
+            .as_str()
+            .unwrap()
+            .contains("ended without finishing"),
+        "{dead}"
+    );
+    assert_eq!(dead["iterations"].as_u64().unwrap(), recorded);
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM iterations") as u64,
+        recorded + 1
+    );
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM runs WHERE status = 'running'"),
+        0
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'"
+        ),
+        1
+    );
+}
+
+/// A Jetson Orin NX power tree (ina3221 at 1-0040, 7.5 W on VDD_IN) under `sys`.
+fn orin_power_tree(sys: &Path) {
+    let write = |rel: &str, text: &str| {
+        let p = sys.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write(
+        "firmware/devicetree/base/compatible",
+        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
+    );
+    write(
+        "firmware/devicetree/base/model",
+        "NVIDIA Orin NX Developer Kit\0",
+    );
+    let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5";
+    write(&format!("{hw}/name"), "ina3221\n");
+    write(&format!("{hw}/update_interval"), "7\n");
+    for (k, (label, ma)) in [("VDD_IN", 1500), ("VDD_CPU_GPU_CV", 600), ("VDD_SOC", 400)]
+        .iter()
+        .enumerate()
+    {
+        write(&format!("{hw}/in{}_label", k + 1), &format!("{label}\n"));
+        write(&format!("{hw}/in{}_input", k + 1), "5000\n");
+        write(&format!("{hw}/curr{}_input", k + 1), &format!("{ma}\n"));
+    }
+}
+
+#[test]
+fn sigint_during_the_power_baseline_loses_no_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_power_tree(&sys);
+    let db = dir.path().join("b.db");
+    let cfg = dir.path().join("b.toml");
+    std::fs::write(&cfg, "[power]\nbaseline_s = 3\n").unwrap();
+    let run = || {
+        let mut cmd = edgebench(dir.path());
+        cmd.env_remove("EDGEBENCH_SYSFS")
+            .args([
+                "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2", "--epochs",
+                "1", "--config",
+            ])
+            .arg(&cfg)
+            .arg("--sysfs")
+            .arg(&sys)
+            .arg("--db")
+            .arg(&db);
+        cmd
+    };
+    let mut child = run()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The run row is written just before the 3 s idle baseline starts.
+    wait_for(&db, "SELECT COUNT(*) FROM runs", 1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 0);
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM trials WHERE status <> 'interrupted'"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &db,
+            "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'"
+        ),
+        1
+    );
+
+    // The rerun trains the trial the interrupt kept from running.
+    let out = ok(run().output().unwrap());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("1 trial(s) run, 0 already done"),
+        "{stdout}"
+    );
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.last().unwrap()["status"], "ok", "{rows:?}");
+}
+
+#[test]
+fn a_resumed_sweep_names_the_real_status_of_a_skipped_crashed_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("c.db");
+    // A worker that dies of SIGSEGV at once: a real crash, through the worker prefix.
+    let crash = dir.path().join("crash.sh");
+    std::fs::write(&crash, "#!/bin/sh\nkill -SEGV $$\n").unwrap();
+    std::fs::set_permissions(&crash, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let run = || {
+        let mut cmd = edgebench(dir.path());
+        cmd.args([
+            "run", "--net", "alexnet", "--batch", "2", "--epochs", "1", "--images", "2", "--db",
+        ])
+        .arg(&db);
+        cmd
+    };
+    let out = run()
+        .env("EDGEBENCH_WORKER_PREFIX", &crash)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", common::describe(&out));
+    assert_eq!(results(dir.path(), &db)[0]["status"], "crashed");
+
+    let out = ok(run().output().unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("already ended crashed") && err.contains("--retry-failed"),
+        "{err}"
+    );
+    assert!(!err.contains("already ok"), "{err}");
 }

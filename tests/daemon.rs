@@ -201,3 +201,43 @@ fn unit_file_passes_systemd_analyze_verify() {
         "systemd-analyze verify: {stderr}"
     );
 }
+
+#[test]
+fn a_sweep_waits_while_another_process_holds_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut notify, socket) = Notify::bind(dir.path());
+    let db = dir.path().join("w.db");
+    let config = dir.path().join("config.toml");
+    write_config(&config, &db, "6", "once");
+    // This test process stands in for an `edgebench run` started by hand.
+    let held = edgebench::store::SweepLock::try_acquire(&db).unwrap();
+    let mut child = daemon(dir.path(), &config, &socket);
+    notify.expect(
+        &format!(
+            "STATUS=waiting for another sweep (pid {}, started 20",
+            std::process::id()
+        ),
+        Duration::from_secs(30),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(child.try_wait().unwrap().is_none());
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 0);
+    drop(held);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(120)), 0);
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["status"], "ok", "{}", rows[0]);
+    notify.expect("STATUS=idle; last sweep: 1 run", Duration::from_secs(1));
+
+    // SIGTERM while waiting ends the daemon at once, having written nothing.
+    let db = dir.path().join("w2.db");
+    write_config(&config, &db, "6", "once");
+    let held = edgebench::store::SweepLock::try_acquire(&db).unwrap();
+    let mut child = daemon(dir.path(), &config, &socket);
+    notify.seen.clear();
+    notify.expect("STATUS=waiting for another sweep", Duration::from_secs(30));
+    sig(&child, libc::SIGTERM);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(5)), 0);
+    assert!(!db.exists());
+    drop(held);
+}

@@ -6,7 +6,7 @@ use std::time::{Instant, SystemTime};
 
 use edgebench::report::export_csv;
 use edgebench::store::{
-    IterationRecord, RunInfo, Store, StoreError, TrialKey, TrialSummary, SCHEMA_VERSION,
+    IterationRecord, RunInfo, Store, StoreError, SweepLock, TrialKey, TrialSummary, SCHEMA_VERSION,
 };
 use rusqlite::Connection;
 
@@ -866,4 +866,86 @@ fn damaged_file_is_refused_untouched_by_writers_and_readers() {
     let err = edgebench::store::snapshot(&path, &dir.path().join("copy.db")).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
     assert!(!dir.path().join("copy.db").exists());
+}
+
+#[test]
+fn rows_left_running_by_a_dead_process_become_interrupted_keeping_their_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stale.db");
+    {
+        let mut s = Store::open(&db).unwrap();
+        let done = s
+            .begin_run(&run_info("run-done", "2025-01-31T11:00:00Z"))
+            .unwrap();
+        let t = s
+            .begin_trial(done, &key("alexnet", "cpu", 8), 4, 1, "t")
+            .unwrap();
+        s.finish_trial(t, &summary("ok")).unwrap();
+        s.finish_run(done, "2025-01-31T11:30:00Z", "finished")
+            .unwrap();
+        // A process that dies here (kill -9, a panic, a full disk) leaves both rows `running`.
+        let run = s
+            .begin_run(&run_info("run-dead", "2025-01-31T12:00:00Z"))
+            .unwrap();
+        let t = s
+            .begin_trial(run, &key("alexnet", "cpu", 16), 4, 1, "t")
+            .unwrap();
+        s.record_iteration(t, &iter(0, 6.9, 0.2)).unwrap();
+        s.record_iteration(t, &iter(1, 6.8, 0.2)).unwrap();
+    }
+    let mut s = Store::open(&db).unwrap();
+    let lock = SweepLock::try_acquire(&db).unwrap();
+    assert_eq!(
+        s.interrupt_unfinished(&lock, "ended without finishing")
+            .unwrap(),
+        (1, 1)
+    );
+    let rows = s.results().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].status, "ok");
+    assert_eq!(rows[0].error, None);
+    assert_eq!(rows[1].status, "interrupted");
+    assert_eq!(rows[1].error.as_deref(), Some("ended without finishing"));
+    assert_eq!(rows[1].iterations, 2);
+    assert_eq!(s.iterations(rows[1].trial_rowid).unwrap().len(), 2);
+    let run_status = |uuid: &str| -> String {
+        Connection::open(&db)
+            .unwrap()
+            .query_row("SELECT status FROM runs WHERE uuid = ?1", [uuid], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    assert_eq!(run_status("run-done"), "finished");
+    assert_eq!(run_status("run-dead"), "interrupted");
+    // Nothing left to mark the second time.
+    assert_eq!(s.interrupt_unfinished(&lock, "again").unwrap(), (0, 0));
+    // Interrupted does not count as done for resume; ok does.
+    let done = s.statuses_by_key(&["ok", "crashed"]).unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[&key("alexnet", "cpu", 8)], "ok");
+}
+
+#[test]
+fn statuses_by_key_prefers_ok_then_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("k.db")).unwrap();
+    let run = s.begin_run(&run_info("r", "2025-01-31T11:00:00Z")).unwrap();
+    for (batch, status) in [
+        (1, "ok"),
+        (1, "crashed"),
+        (2, "failed"),
+        (2, "oom"),
+        (4, "interrupted"),
+    ] {
+        let t = s
+            .begin_trial(run, &key("alexnet", "cpu", batch), 4, 1, "t")
+            .unwrap();
+        s.finish_trial(t, &summary(status)).unwrap();
+    }
+    let all = ["ok", "oom", "crashed", "skipped_memory", "failed"];
+    let by_key = s.statuses_by_key(&all).unwrap();
+    assert_eq!(by_key.len(), 2);
+    assert_eq!(by_key[&key("alexnet", "cpu", 1)], "ok");
+    assert_eq!(by_key[&key("alexnet", "cpu", 2)], "oom");
 }

@@ -8,13 +8,14 @@
 //! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 
 mod error;
+pub mod lock;
 mod memory;
 mod merge;
 mod provenance;
 pub mod schema;
 mod snapshot;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use lock::{LockError, SweepLock};
 pub use memory::MemoryColumns;
 pub use merge::{merge, ChildTable, Match, MergeReport, Parent, TableCount, CHILD_TABLES};
 pub use schema::SCHEMA_VERSION;
@@ -646,6 +648,82 @@ impl Store {
             .filter(|(_, status)| statuses.contains(&status.as_str()))
             .map(|(key, _)| key)
             .collect())
+    }
+
+    /// For every key with a trial whose status is one of `statuses`: the status that makes
+    /// it count, `ok` if any of its trials is `ok`, else the latest one (resume says why it
+    /// skips a trial).
+    pub fn statuses_by_key(&self, statuses: &[&str]) -> Result<HashMap<TrialKey, String>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT net, device, batch, epochs, images, dataset, status FROM trials \
+                 ORDER BY id",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    TrialKey {
+                        net: r.get(0)?,
+                        device: r.get(1)?,
+                        batch: uint(r, 2)?,
+                        epochs: uint(r, 3)?,
+                        images: uint(r, 4)?,
+                        dataset: r.get(5)?,
+                    },
+                    r.get::<_, String>(6)?,
+                ))
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        let mut by_key: HashMap<TrialKey, String> = HashMap::new();
+        for (key, status) in rows {
+            if !statuses.contains(&status.as_str()) {
+                continue;
+            }
+            let slot = by_key.entry(key).or_default();
+            if slot != "ok" {
+                *slot = status;
+            }
+        }
+        Ok(by_key)
+    }
+
+    /// Marks every run and trial still `running` as `interrupted`, the trials with `note` as
+    /// their error; their iterations stay. Only for the holder of the database's
+    /// [`SweepLock`]: with it held, no live process can still be writing those rows, so they
+    /// belong to a process that died (killed, crashed, out of disk) before recording an end.
+    /// Returns (runs, trials) changed.
+    pub fn interrupt_unfinished(
+        &mut self,
+        _lock: &SweepLock,
+        note: &str,
+    ) -> Result<(usize, usize)> {
+        let path = &self.path;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql_err(path))?;
+        let changed = (|| {
+            let trials = tx.execute(
+                "UPDATE trials SET status = 'interrupted', \
+                 error = CASE WHEN error IS NULL THEN ?1 ELSE error || '; ' || ?1 END \
+                 WHERE status = 'running'",
+                [note],
+            )?;
+            let runs = tx.execute(
+                "UPDATE runs SET status = 'interrupted' WHERE status = 'running'",
+                [],
+            )?;
+            Ok((runs, trials))
+        })()
+        .map_err(sql_err(path))?;
+        tx.commit().map_err(sql_err(path))?;
+        if changed != (0, 0) {
+            self.checkpoint();
+        }
+        Ok(changed)
     }
 
     /// One row per trial, ordered by run start time, then trial row id.
