@@ -41,9 +41,12 @@ if [ "$mode" = "--test-ops" ]; then
     aarch64-linux-gnu-readelf -h "$testbin" | grep -q AArch64 || { echo "$testbin is not an aarch64 binary" >&2; exit 1; }
     qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
     echo "== $testbin ops:: (qemu-user)"
-    # Two test threads: the tests build their own rayon pools of up to 16 threads each.
+    # Two test threads: the tests build their own rayon pools of up to 16 threads each. The
+    # convolution's finite-difference check is left to the native run (its gradients are
+    # checked against candle's here): under qemu it alone took over 10 minutes.
     start=$SECONDS
-    "$qemu" -L /usr/aarch64-linux-gnu "$testbin" ops:: --test-threads 2
+    "$qemu" -L /usr/aarch64-linux-gnu "$testbin" ops:: --test-threads 2 \
+        --skip ops::conv::tests::gradients_match_finite_differences
     echo "aarch64 ops tests ok ($((SECONDS - start)) s under qemu)"
     exit 0
 fi

@@ -539,6 +539,7 @@ fn check_step_matches_one_thread(net: &str) {
     for batch in [1, 3] {
         let (loss, grads, updates) = one_step(net, batch, 1, 1.0);
         let (_, noise_grads, noise_updates) = one_step(net, batch, 1, 1.0 + 1e-6);
+        let (noise_grads, noise_updates) = ([noise_grads], [noise_updates]);
         for threads in [12, 16] {
             let what = format!("{net} batch {batch}, {threads} threads");
             let (l, g, u) = one_step(net, batch, threads, 1.0);
@@ -546,18 +547,8 @@ fn check_step_matches_one_thread(net: &str) {
                 (l - loss).abs() < 1e-4 * loss.abs().max(1.0),
                 "{what}: loss {l} vs {loss} on 1 thread"
             );
-            compare_to_noise(
-                &g,
-                &grads,
-                &[noise_grads.clone()],
-                &format!("{what}: gradient"),
-            );
-            compare_to_noise(
-                &u,
-                &updates,
-                &[noise_updates.clone()],
-                &format!("{what}: update"),
-            );
+            compare_to_noise(&g, &grads, &noise_grads, &format!("{what}: gradient"));
+            compare_to_noise(&u, &updates, &noise_updates, &format!("{what}: update"));
         }
     }
 }
