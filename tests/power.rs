@@ -280,7 +280,7 @@ fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
     let sys = dir.path().join("sys");
     orin_nx(&sys);
     let db = dir.path().join("lost.db");
-    let mut child = edgebench(dir.path())
+    let child = edgebench(dir.path())
         .args(["run", "--power", "--net", "alexnet", "--batch", "1,2"])
         .args(["--images", "6", "--epochs", "1", "--warmup", "0", "--sysfs"])
         .arg(&sys)
