@@ -387,7 +387,11 @@ fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
             .unwrap());
         String::from_utf8(out.stderr).unwrap()
     };
-    let stamped = |l: &str| l.len() > 10 && l.as_bytes()[..4].iter().all(u8::is_ascii_digit);
+    // An RFC 3339 stamp: "2026-01-31T...".
+    let stamped = |l: &str| {
+        let b = l.as_bytes();
+        b.len() > 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+    };
     let piped = run(&[]);
     assert!(piped.contains("INFO"), "{piped}");
     assert!(!piped.contains('\x1b'), "colour codes on a pipe: {piped:?}");
