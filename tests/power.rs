@@ -259,6 +259,16 @@ fn sensors_lists_rails_total_and_probes() {
     );
 }
 
+/// batch, energy_j, avg_power_w, power_incomplete, power_gap_s, seconds of its iterations.
+type TrialPowerRow = (
+    i64,
+    Option<f64>,
+    Option<f64>,
+    Option<bool>,
+    Option<f64>,
+    f64,
+);
+
 /// Waits until `sql` (a COUNT) reaches `n`.
 fn wait_count(db: &Path, sql: &str, n: i64, limit: std::time::Duration) {
     let t0 = std::time::Instant::now();
@@ -305,14 +315,7 @@ fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 
     let c = Connection::open(&db).unwrap();
-    let trials: Vec<(
-        i64,
-        Option<f64>,
-        Option<f64>,
-        Option<bool>,
-        Option<f64>,
-        f64,
-    )> = c
+    let trials: Vec<TrialPowerRow> = c
         .prepare(
             "SELECT t.batch, t.energy_j, t.avg_power_w, t.power_incomplete, t.power_gap_s, \
              (SELECT (MAX(t_end_ns) - MIN(t_start_ns)) * 1e-9 FROM iterations i \
