@@ -100,8 +100,12 @@ pub struct Detection {
     pub warning: Option<String>,
 }
 
+/// A device-tree property: `<sysfs>/firmware/devicetree/base/<file>`, else the same tree as
+/// procfs shows it, `<procfs>/device-tree/<file>` (kernels and containers that expose only one).
 fn read_dt(host: &HostPaths, file: &str) -> Option<String> {
-    let raw = std::fs::read(host.sys(&format!("firmware/devicetree/base/{file}"))).ok()?;
+    let raw = std::fs::read(host.sys(&format!("firmware/devicetree/base/{file}")))
+        .or_else(|_| std::fs::read(host.proc(&format!("device-tree/{file}"))))
+        .ok()?;
     Some(String::from_utf8_lossy(&raw).into_owned())
 }
 
@@ -115,7 +119,8 @@ pub fn device_tree_model(host: &HostPaths) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// Detects the board from `<sysfs>/firmware/devicetree/base/{compatible,model}`.
+/// Detects the board from the device tree's `compatible` and `model`
+/// (`<sysfs>/firmware/devicetree/base`, or `<procfs>/device-tree`).
 pub fn detect(host: &HostPaths) -> Detection {
     let compatible: Vec<String> = read_dt(host, "compatible")
         .map(|s| {
@@ -257,6 +262,36 @@ mod tests {
             rootfs: root.path().into(),
         };
         (root, host)
+    }
+
+    #[test]
+    fn device_tree_is_read_from_procfs_without_the_sysfs_one() {
+        let root = tempfile::tempdir().unwrap();
+        let dt = root.path().join("proc/device-tree");
+        std::fs::create_dir_all(&dt).unwrap();
+        std::fs::write(
+            dt.join("compatible"),
+            "nvidia,p3768-0000+p3767-0000\0nvidia,tegra234\0",
+        )
+        .unwrap();
+        std::fs::write(dt.join("model"), "NVIDIA Orin NX Developer Kit\0").unwrap();
+        let host = HostPaths {
+            sysfs: root.path().join("sys"),
+            procfs: root.path().join("proc"),
+            rootfs: root.path().into(),
+        };
+        let d = detect(&host);
+        assert_eq!(d.profile.name, "orin-nx", "{}", d.how);
+        assert!(d.warning.is_none());
+        assert_eq!(
+            device_tree_model(&host).as_deref(),
+            Some("NVIDIA Orin NX Developer Kit")
+        );
+        // The sysfs tree wins where both exist.
+        let (_keep, both) = host_with("nvidia,p3509-0000+p3668-0001\0", "x");
+        std::fs::create_dir_all(both.proc("device-tree")).unwrap();
+        std::fs::write(both.proc("device-tree/compatible"), "nvidia,p3767\0").unwrap();
+        assert_eq!(detect(&both).profile.name, "xavier-nx");
     }
 
     #[test]

@@ -215,9 +215,16 @@ async fn sweep(
                 ));
                 return Ok(stopping);
             }
-            _ = signals.term.recv() => { stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1"); }
-            _ = signals.int.recv() => { stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1"); }
+            _ = signals.term.recv() => {
+                tracing::info!("SIGTERM received: stopping after the iteration in progress");
+                stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1");
+            }
+            _ = signals.int.recv() => {
+                tracing::info!("SIGINT received: stopping after the iteration in progress");
+                stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1");
+            }
             _ = signals.hup.recv() => {
+                tracing::info!("SIGHUP received: the config is reloaded when the current sweep ends");
                 // Applied when this sweep ends: a sweep's trials share one config.
                 *pending = Some(config_path.to_path_buf());
                 notify("STATUS=config change noted; applies after the current sweep");
@@ -261,9 +268,16 @@ async fn idle(
     loop {
         tokio::select! {
             _ = &mut sleep => return None,
-            _ = signals.term.recv() => return Some(0),
-            _ = signals.int.recv() => return Some(0),
+            _ = signals.term.recv() => {
+                tracing::info!("SIGTERM received: stopping");
+                return Some(0);
+            }
+            _ = signals.int.recv() => {
+                tracing::info!("SIGINT received: stopping");
+                return Some(0);
+            }
             _ = signals.hup.recv() => {
+                tracing::info!("SIGHUP received: reloading the config");
                 notify("RELOADING=1");
                 match reload() {
                     Ok(()) => notify("READY=1\nSTATUS=config reloaded"),

@@ -36,17 +36,33 @@ fn usage(error: anyhow::Error) -> Failure {
     Failure { code: 2, error }
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let level = if cli.quiet { "warn" } else { "info" };
-    tracing_subscriber::fmt()
+/// Log lines on stderr, for every command (the daemon and the trial workers too). Colour only
+/// on a terminal and without `NO_COLOR`; under systemd (`JOURNAL_STREAM` set) plain lines
+/// without a timestamp, since the journal stamps each line itself.
+fn init_logging(quiet: bool) {
+    use std::io::IsTerminal;
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let journal = set("JOURNAL_STREAM");
+    let colour = std::io::stderr().is_terminal() && !set("NO_COLOR") && !journal;
+    let level = if quiet { "warn" } else { "info" };
+    let logger = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
         .with_target(false)
-        .init();
+        .with_ansi(colour);
+    if journal {
+        logger.without_time().init();
+    } else {
+        logger.init();
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.quiet);
     let host = HostPaths {
         sysfs: cli.sysfs.clone(),
         procfs: cli.procfs.clone(),

@@ -551,6 +551,10 @@ fn run_one(
     store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
     store.record_clocks(trial_id, &clocks)?;
 
+    let loss_anomaly = stats::loss_anomaly(&losses);
+    if let Some(why) = &loss_anomaly {
+        tracing::warn!("{} loss anomaly: {why}", trial_label(trial));
+    }
     let summary = TrialSummary {
         status: status.to_string(),
         error: error.clone(),
@@ -560,7 +564,7 @@ fn run_one(
         images_per_s: times.as_ref().map(|t| t.images_per_s),
         loss_first: losses.first().copied(),
         loss_last: losses.last().copied(),
-        loss_anomaly: losses.iter().any(|&l| stats::loss_is_anomalous(l)),
+        loss_anomaly: loss_anomaly.is_some(),
     };
     if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
         m.mark(false);
@@ -769,6 +773,9 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     }
     if let Some(bar) = &bar {
         bar.finish_and_clear();
+    }
+    if let Some(warning) = req.power.and_then(PowerMonitor::run_warning) {
+        tracing::warn!("{warning}");
     }
     let status = if outcome.interrupted {
         "interrupted"

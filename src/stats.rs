@@ -25,6 +25,54 @@ pub fn loss_is_anomalous(loss: f64) -> bool {
     !loss.is_finite() || loss < 0.0
 }
 
+/// How far above its running median a loss may jump before it is flagged: a diverging step
+/// (a blown-up learning rate, corrupt data) jumps by orders of magnitude, noise does not.
+pub const LOSS_SPIKE_FACTOR: f64 = 100.0;
+
+/// Why a trial's loss series is anomalous, naming the first offending step; None if it is
+/// not. Flags a negative or non-finite loss, and a loss above [`LOSS_SPIKE_FACTOR`] x the
+/// median of the losses before it.
+pub fn loss_anomaly(losses: &[f64]) -> Option<String> {
+    // The running median from two heaps: the lower half (max-heap) and the upper half
+    // (min-heap). Finite non-negative f64 order like their bit patterns.
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut lower: BinaryHeap<u64> = BinaryHeap::new();
+    let mut upper: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    for (step, &loss) in losses.iter().enumerate() {
+        if loss_is_anomalous(loss) {
+            return Some(format!("loss {loss} at step {step}"));
+        }
+        let median = match (lower.peek(), upper.peek()) {
+            (Some(&lo), Some(&Reverse(hi))) if lower.len() == upper.len() => {
+                Some((f64::from_bits(lo) + f64::from_bits(hi)) / 2.0)
+            }
+            (Some(&lo), _) => Some(f64::from_bits(lo)),
+            _ => None,
+        };
+        if let Some(median) = median.filter(|&m| m > 0.0) {
+            if loss > LOSS_SPIKE_FACTOR * median {
+                return Some(format!(
+                    "loss {loss:.4} at step {step} is {:.0}x the running median {median:.4}",
+                    loss / median
+                ));
+            }
+        }
+        // + 0.0 turns -0.0 into 0.0, whose bits sort first.
+        let bits = (loss + 0.0).to_bits();
+        match lower.peek() {
+            Some(&lo) if bits > lo => upper.push(Reverse(bits)),
+            _ => lower.push(bits),
+        }
+        if lower.len() > upper.len() + 1 {
+            upper.push(Reverse(lower.pop().expect("lower is not empty")));
+        } else if upper.len() > lower.len() {
+            lower.push(upper.pop().expect("upper is not empty").0);
+        }
+    }
+    None
+}
+
 /// Warm-up iterations actually excluded: the configured count, but always leaving at least
 /// one measured iteration when the trial has any.
 pub fn effective_warmup(configured: usize, iterations: usize) -> usize {
@@ -82,6 +130,28 @@ mod tests {
         assert_eq!(effective_warmup(2, 5), 2);
         assert_eq!(effective_warmup(2, 2), 1);
         assert_eq!(effective_warmup(2, 0), 0);
+    }
+
+    #[test]
+    fn a_loss_spike_over_its_running_median_is_flagged() {
+        // A normal curve with noise: never flagged.
+        let calm: Vec<f64> = (0..200)
+            .map(|k| 6.9 * (-(k as f64) / 80.0).exp() + 0.05 * ((k * 7919 % 13) as f64 / 13.0))
+            .collect();
+        assert_eq!(loss_anomaly(&calm), None);
+        // The same curve with a jump of three orders of magnitude at step 150.
+        let mut spiked = calm.clone();
+        spiked[150] = calm[150] * 1000.0;
+        let why = loss_anomaly(&spiked).expect("the spike is flagged");
+        assert!(why.contains("step 150") && why.contains("median"), "{why}");
+        // Just under the factor is not a spike; negative and NaN still are.
+        let mut under = vec![1.0; 10];
+        under.push(99.0);
+        assert_eq!(loss_anomaly(&under), None);
+        under.push(f64::NAN);
+        assert!(loss_anomaly(&under).unwrap().contains("step 11"));
+        assert!(loss_anomaly(&[2.0, -0.1]).is_some());
+        assert_eq!(loss_anomaly(&[]), None);
     }
 
     #[test]

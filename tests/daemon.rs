@@ -49,16 +49,24 @@ impl Notify {
     }
 }
 
+/// The daemon as a unit runs it; its log (stderr, as the journal gets it) goes to
+/// `dir/daemon.log`.
 fn daemon(dir: &Path, config: &Path, notify: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("daemon.log"))
+        .unwrap();
     Command::new(env!("CARGO_BIN_EXE_edgebench"))
         .current_dir(dir)
         .env_remove("EDGEBENCH_DB")
         .env("RAYON_NUM_THREADS", "2")
         .env("NOTIFY_SOCKET", notify)
+        .env("JOURNAL_STREAM", "8:4242")
         .args(["daemon", "--config"])
         .arg(config)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap()
 }
@@ -171,6 +179,18 @@ fn sighup_reloads_the_config_and_a_bad_one_is_kept_out() {
 
     sig(&child, libc::SIGTERM);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
+    // Every signal is in the log, in plain journal lines.
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert_eq!(log.matches("SIGHUP received").count(), 2, "{log}");
+    assert_eq!(log.matches("SIGTERM received").count(), 1, "{log}");
+    assert!(!log.contains('\x1b'), "{log:?}");
+    assert!(
+        !log.lines().any(|l| {
+            let b = l.as_bytes();
+            b.len() > 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+        }),
+        "timestamps of our own in journal lines: {log}"
+    );
 }
 
 #[test]

@@ -562,3 +562,51 @@ fn alexnet_step_on_12_and_16_threads_matches_one_thread() {
 fn googlenet_step_on_12_and_16_threads_matches_one_thread() {
     check_step_matches_one_thread("googlenet");
 }
+
+/// A JPEG cut short (a copy interrupted) fails its trial naming the file, instead of training
+/// on the grey the decoder pads it with.
+#[test]
+fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("images/tench");
+    std::fs::create_dir_all(&data).unwrap();
+    for i in 0..2 {
+        // Noisy pixels: the scan dwarfs the headers, so a third of the file keeps them whole.
+        image::RgbImage::from_fn(320, 240, |x, y| {
+            let h = (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503) ^ i).to_le_bytes();
+            image::Rgb([h[0], h[1], h[2]])
+        })
+        .save(data.join(format!("{i}.jpg")))
+        .unwrap();
+    }
+    let whole = std::fs::read(data.join("1.jpg")).unwrap();
+    std::fs::write(data.join("1.jpg"), &whole[..whole.len() / 3]).unwrap();
+    let db = dir.path().join("j.db");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgebench"))
+        .current_dir(dir.path())
+        .env_remove("EDGEBENCH_DB")
+        .env("RAYON_NUM_THREADS", "2")
+        .args(["run", "--net", "alexnet", "--batch", "1", "--images", "2"])
+        .args(["--epochs", "1", "--warmup", "0", "--db"])
+        .arg(&db)
+        .arg("--dataset")
+        .arg(dir.path().join("images"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgebench"))
+        .current_dir(dir.path())
+        .args(["results", "--json", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!(row["status"], "failed", "{row}");
+    let error = row["error"].as_str().unwrap();
+    assert!(
+        error.contains("1.jpg") && error.contains("truncated"),
+        "{error}"
+    );
+}

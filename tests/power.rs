@@ -416,6 +416,158 @@ fn board_scope_without_a_carrier_monitor_exits_2_and_writes_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("module or board"));
 }
 
+/// batch, energy_j, avg_power_w, power_incomplete, power_gap_s, seconds of its iterations.
+type TrialPowerRow = (
+    i64,
+    Option<f64>,
+    Option<f64>,
+    Option<bool>,
+    Option<f64>,
+    f64,
+);
+
+/// Waits until `sql` (a COUNT) reaches `n`.
+fn wait_count(db: &Path, sql: &str, n: i64, limit: std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let got = Connection::open(db)
+            .and_then(|c| c.query_row(sql, [], |r| r.get::<_, i64>(0)))
+            .unwrap_or(0);
+        if got >= n {
+            return;
+        }
+        assert!(t0.elapsed() < limit, "{sql}: {got} < {n} after {limit:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let db = dir.path().join("lost.db");
+    let child = edgebench(dir.path())
+        .args(["run", "--power", "--net", "alexnet", "--batch", "1,2"])
+        .args(["--images", "6", "--epochs", "1", "--warmup", "0", "--sysfs"])
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Two iterations of the first trial measured, then the monitor's files vanish for good.
+    wait_count(
+        &db,
+        "SELECT COUNT(*) FROM iterations",
+        2,
+        std::time::Duration::from_secs(300),
+    );
+    let hwmon = sys.join("bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5");
+    std::fs::rename(&hwmon, dir.path().join("gone")).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Trials ran fine: the run succeeds, the power loss is flagged, not a failure.
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+
+    let c = Connection::open(&db).unwrap();
+    let trials: Vec<TrialPowerRow> = c
+        .prepare(
+            "SELECT t.batch, t.energy_j, t.avg_power_w, t.power_incomplete, t.power_gap_s, \
+             (SELECT (MAX(t_end_ns) - MIN(t_start_ns)) * 1e-9 FROM iterations i \
+              WHERE i.trial_id = t.id) FROM trials t ORDER BY t.id",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(trials.len(), 2, "{trials:?}");
+    let (_, energy, power, incomplete, gap, duration) = trials[0];
+    // The trial that lost its sensor: part measured at the fixture's 7.5 W, the rest a gap no
+    // longer than the trial itself, no energy for the gap.
+    assert_eq!(incomplete, Some(true), "{trials:?}");
+    let gap = gap.unwrap();
+    assert!(gap > 0.0 && gap < duration, "gap {gap} in {duration} s");
+    assert!((power.unwrap() - 7.5).abs() < 1e-6, "{trials:?}");
+    let energy = energy.unwrap();
+    assert!(
+        energy <= 7.5 * (duration - gap) + 7.5 * 0.007 + 1e-9,
+        "energy {energy} J for {} s measured",
+        duration - gap
+    );
+    assert!(energy > 0.0);
+    // The trial after it: no sensor at all, flagged, no energy made up.
+    let (_, energy, _, incomplete, gap, duration) = trials[1];
+    assert_eq!((energy, incomplete), (None, Some(true)), "{trials:?}");
+    assert!((gap.unwrap() - duration).abs() < 1e-6, "{trials:?}");
+    // Said where a person looks: each trial's line and a warning at the end of the run.
+    assert!(stderr.contains("power_incomplete"), "{stderr}");
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| l.contains("WARN"))
+        .unwrap_or("");
+    assert!(
+        last.contains("2 trial(s)") && last.contains("still failing"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("POWER_GAP"));
+}
+
+/// Log lines on a pipe carry no colour codes; under systemd (`JOURNAL_STREAM`) they carry no
+/// timestamp of their own either, the journal adds one.
+#[test]
+fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx(&sys);
+    let run = |envs: &[(&str, &str)]| {
+        let db = dir.path().join(format!("log{}.db", envs.len()));
+        let out = ok(edgebench(dir.path())
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("NO_COLOR")
+            .envs(envs.iter().copied())
+            .args(["run", "--power", "--net", "alexnet", "--batch", "1"])
+            .args(["--images", "1", "--epochs", "1", "--warmup", "0", "--sysfs"])
+            .arg(&sys)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    // An RFC 3339 stamp: "2026-01-31T...".
+    let stamped = |l: &str| {
+        let b = l.as_bytes();
+        b.len() > 10 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+    };
+    let piped = run(&[]);
+    assert!(piped.contains("INFO"), "{piped}");
+    assert!(!piped.contains('\x1b'), "colour codes on a pipe: {piped:?}");
+    assert!(
+        piped.lines().filter(|l| l.contains("INFO")).all(stamped),
+        "{piped}"
+    );
+    let journal = run(&[("JOURNAL_STREAM", "8:12345")]);
+    assert!(journal.contains("INFO"), "{journal}");
+    assert!(!journal.contains('\x1b'), "{journal:?}");
+    assert!(
+        !journal.lines().any(stamped),
+        "a timestamp of our own in the journal: {journal}"
+    );
+}
+
 fn cpu_seconds() -> f64 {
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we own.

@@ -11,12 +11,17 @@
 //!   the contract the port negotiated, a limit, not what flows.
 //!
 //! Files are reopened on every read: sysfs regenerates the value on open, and a device that
-//! vanished then fails loudly instead of returning stale text.
+//! vanished then fails loudly instead of returning stale text. A failing source probes its
+//! device again (at most every [`REPROBE_EVERY`]): a driver rebind gives the same rails a new
+//! hwmon or IIO index, and readings resume there.
 
 use super::{PowerSource, Reading};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How often a failing source looks for its device again.
+pub const REPROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// Entries of `dir` whose name starts with `prefix`, sorted (a one-level glob).
 pub fn glob(dir: &Path, prefix: &str) -> Vec<PathBuf> {
@@ -78,6 +83,29 @@ impl Channel {
     }
 }
 
+/// Which kernel driver's layout a source follows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Driver {
+    Ina3221Hwmon,
+    Ina3221xIio,
+    Ina2xxHwmon,
+    Ina238Hwmon,
+}
+
+impl Driver {
+    /// The sources under one I2C device directory.
+    fn probe(self, dev: &Path) -> Vec<SysfsSource> {
+        match self {
+            Driver::Ina3221Hwmon => ina3221_hwmon_device(dev),
+            Driver::Ina3221xIio => ina3221x_iio_device(dev),
+            Driver::Ina2xxHwmon => ina2xx_hwmon_device(dev),
+            // The rail's name came from the profile when the channel has no label; reprobe
+            // keeps the name it has (one INA238 per device directory).
+            Driver::Ina238Hwmon => ina238_hwmon_device(dev, &|_| None),
+        }
+    }
+}
+
 /// A kernel-driven monitor with one or more channels.
 #[derive(Debug, Clone)]
 pub struct SysfsSource {
@@ -85,6 +113,43 @@ pub struct SysfsSource {
     rails: Vec<String>,
     channels: Vec<Channel>,
     period: Duration,
+    driver: Driver,
+    /// The I2C device directory, probed again when reads fail.
+    device: PathBuf,
+    last_reprobe: Option<Instant>,
+}
+
+impl SysfsSource {
+    fn read_channels(&self) -> anyhow::Result<Vec<Reading>> {
+        self.channels.iter().map(Channel::read).collect()
+    }
+
+    /// Looks for the same rails under the device again; true if they were found (the
+    /// channels then point at the device's current files).
+    fn reprobe(&mut self) -> bool {
+        if self
+            .last_reprobe
+            .is_some_and(|t| t.elapsed() < REPROBE_EVERY)
+        {
+            return false;
+        }
+        self.last_reprobe = Some(Instant::now());
+        let found = self
+            .driver
+            .probe(&self.device)
+            .into_iter()
+            .find(|s| s.rails == self.rails || self.driver == Driver::Ina238Hwmon);
+        match found {
+            Some(s) => {
+                if s.description != self.description {
+                    tracing::info!("power source {} is now {}", self.description, s.description);
+                }
+                self.channels = s.channels;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl PowerSource for SysfsSource {
@@ -97,7 +162,13 @@ impl PowerSource for SysfsSource {
     }
 
     fn read(&mut self) -> anyhow::Result<Vec<Reading>> {
-        self.channels.iter().map(Channel::read).collect()
+        match self.read_channels() {
+            Ok(r) => Ok(r),
+            Err(e) => match self.reprobe() {
+                true => self.read_channels(),
+                false => Err(e),
+            },
+        }
     }
 
     fn default_period(&self) -> Duration {
@@ -118,34 +189,42 @@ fn connected(label: &str) -> bool {
 
 /// `ina3221` hwmon devices: `<drivers>/ina3221/<bus>-<addr>/hwmon/hwmon<N>`.
 pub fn ina3221_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+    glob(&drivers.join("ina3221"), "")
+        .iter()
+        .flat_map(|dev| ina3221_hwmon_device(dev))
+        .collect()
+}
+
+fn ina3221_hwmon_device(dev: &Path) -> Vec<SysfsSource> {
     let mut out = Vec::new();
-    for dev in glob(&drivers.join("ina3221"), "") {
-        for hw in glob(&dev.join("hwmon"), "hwmon") {
-            let mut rails = Vec::new();
-            let mut channels = Vec::new();
-            for k in 1..=3 {
-                let Some(label) = read_text(&hw.join(format!("in{k}_label"))) else {
-                    continue;
-                };
-                let input = hw.join(format!("in{k}_input"));
-                if !connected(&label) || !input.exists() {
-                    continue;
-                }
-                rails.push(label);
-                channels.push(Channel {
-                    volts_mv: input,
-                    amps_ma: hw.join(format!("curr{k}_input")),
-                    power: None,
-                });
+    for hw in glob(&dev.join("hwmon"), "hwmon") {
+        let mut rails = Vec::new();
+        let mut channels = Vec::new();
+        for k in 1..=3 {
+            let Some(label) = read_text(&hw.join(format!("in{k}_label"))) else {
+                continue;
+            };
+            let input = hw.join(format!("in{k}_input"));
+            if !connected(&label) || !input.exists() {
+                continue;
             }
-            if !channels.is_empty() {
-                out.push(SysfsSource {
-                    description: format!("ina3221 {} ({})", device_name(&dev), hw.display()),
-                    rails,
-                    channels,
-                    period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
-                });
-            }
+            rails.push(label);
+            channels.push(Channel {
+                volts_mv: input,
+                amps_ma: hw.join(format!("curr{k}_input")),
+                power: None,
+            });
+        }
+        if !channels.is_empty() {
+            out.push(SysfsSource {
+                description: format!("ina3221 {} ({})", device_name(dev), hw.display()),
+                rails,
+                channels,
+                period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
+                driver: Driver::Ina3221Hwmon,
+                device: dev.to_path_buf(),
+                last_reprobe: None,
+            });
         }
     }
     out
@@ -153,36 +232,44 @@ pub fn ina3221_hwmon(drivers: &Path) -> Vec<SysfsSource> {
 
 /// NVIDIA `ina3221x` IIO devices: `<drivers>/ina3221x/<bus>-<addr>/iio:device<N>`.
 pub fn ina3221x_iio(drivers: &Path) -> Vec<SysfsSource> {
+    glob(&drivers.join("ina3221x"), "")
+        .iter()
+        .flat_map(|dev| ina3221x_iio_device(dev))
+        .collect()
+}
+
+fn ina3221x_iio_device(dev: &Path) -> Vec<SysfsSource> {
     let mut out = Vec::new();
-    for dev in glob(&drivers.join("ina3221x"), "") {
-        for iio in glob(&dev, "iio:device") {
-            let mut rails = Vec::new();
-            let mut channels = Vec::new();
-            for k in 0..3 {
-                let Some(name) = read_text(&iio.join(format!("rail_name_{k}"))) else {
-                    continue;
-                };
-                let power = iio.join(format!("in_power{k}_input"));
-                if !connected(&name) || !power.exists() {
-                    continue;
-                }
-                rails.push(name);
-                channels.push(Channel {
-                    volts_mv: iio.join(format!("in_voltage{k}_input")),
-                    amps_ma: iio.join(format!("in_current{k}_input")),
-                    power: Some((power, 1e-3)),
-                });
+    for iio in glob(dev, "iio:device") {
+        let mut rails = Vec::new();
+        let mut channels = Vec::new();
+        for k in 0..3 {
+            let Some(name) = read_text(&iio.join(format!("rail_name_{k}"))) else {
+                continue;
+            };
+            let power = iio.join(format!("in_power{k}_input"));
+            if !connected(&name) || !power.exists() {
+                continue;
             }
-            if !channels.is_empty() {
-                out.push(SysfsSource {
-                    description: format!("ina3221x {} ({})", device_name(&dev), iio.display()),
-                    rails,
-                    channels,
-                    // The IIO driver has no update_interval; 50 Hz is well inside its
-                    // conversion time at L4T's default averaging.
-                    period: Duration::from_millis(20),
-                });
-            }
+            rails.push(name);
+            channels.push(Channel {
+                volts_mv: iio.join(format!("in_voltage{k}_input")),
+                amps_ma: iio.join(format!("in_current{k}_input")),
+                power: Some((power, 1e-3)),
+            });
+        }
+        if !channels.is_empty() {
+            out.push(SysfsSource {
+                description: format!("ina3221x {} ({})", device_name(dev), iio.display()),
+                rails,
+                channels,
+                // The IIO driver has no update_interval; 50 Hz is well inside its
+                // conversion time at L4T's default averaging.
+                period: Duration::from_millis(20),
+                driver: Driver::Ina3221xIio,
+                device: dev.to_path_buf(),
+                last_reprobe: None,
+            });
         }
     }
     out
@@ -190,26 +277,34 @@ pub fn ina3221x_iio(drivers: &Path) -> Vec<SysfsSource> {
 
 /// `ina2xx` hwmon devices (INA219/220/226/230/231 owned by the kernel).
 pub fn ina2xx_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+    glob(&drivers.join("ina2xx"), "")
+        .iter()
+        .flat_map(|dev| ina2xx_hwmon_device(dev))
+        .collect()
+}
+
+fn ina2xx_hwmon_device(dev: &Path) -> Vec<SysfsSource> {
     let mut out = Vec::new();
-    for dev in glob(&drivers.join("ina2xx"), "") {
-        for hw in glob(&dev.join("hwmon"), "hwmon") {
-            if !hw.join("power1_input").exists() {
-                continue;
-            }
-            let chip = read_text(&hw.join("name")).unwrap_or_else(|| "ina2xx".into());
-            let rail = read_text(&hw.join("label"))
-                .unwrap_or_else(|| format!("{}_{}", chip.to_uppercase(), device_name(&dev)));
-            out.push(SysfsSource {
-                description: format!("ina2xx {chip} {} ({})", device_name(&dev), hw.display()),
-                rails: vec![rail],
-                channels: vec![Channel {
-                    volts_mv: hw.join("in1_input"),
-                    amps_ma: hw.join("curr1_input"),
-                    power: Some((hw.join("power1_input"), 1e-6)),
-                }],
-                period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
-            });
+    for hw in glob(&dev.join("hwmon"), "hwmon") {
+        if !hw.join("power1_input").exists() {
+            continue;
         }
+        let chip = read_text(&hw.join("name")).unwrap_or_else(|| "ina2xx".into());
+        let rail = read_text(&hw.join("label"))
+            .unwrap_or_else(|| format!("{}_{}", chip.to_uppercase(), device_name(dev)));
+        out.push(SysfsSource {
+            description: format!("ina2xx {chip} {} ({})", device_name(dev), hw.display()),
+            rails: vec![rail],
+            channels: vec![Channel {
+                volts_mv: hw.join("in1_input"),
+                amps_ma: hw.join("curr1_input"),
+                power: Some((hw.join("power1_input"), 1e-6)),
+            }],
+            period: update_interval(&hw).unwrap_or(Duration::from_millis(10)),
+            driver: Driver::Ina2xxHwmon,
+            device: dev.to_path_buf(),
+            last_reprobe: None,
+        });
     }
     out
 }
@@ -223,28 +318,36 @@ pub const INA238_PERIOD: Duration = Duration::from_micros(50_496);
 /// label takes `name_for(<bus>-<addr>)` (the board profile's name for it), else
 /// `INA238_<bus>-<addr>`.
 pub fn ina238_hwmon(drivers: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
+    glob(&drivers.join("ina238"), "")
+        .iter()
+        .flat_map(|dev| ina238_hwmon_device(dev, name_for))
+        .collect()
+}
+
+fn ina238_hwmon_device(dev: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
     let mut out = Vec::new();
-    for dev in glob(&drivers.join("ina238"), "") {
-        let at = device_name(&dev);
-        for hw in glob(&dev.join("hwmon"), "hwmon") {
-            if !hw.join("power1_input").exists() {
-                continue;
-            }
-            let rail = read_text(&hw.join("in1_label"))
-                .or_else(|| read_text(&hw.join("label")))
-                .or_else(|| name_for(&at))
-                .unwrap_or_else(|| format!("INA238_{at}"));
-            out.push(SysfsSource {
-                description: format!("ina238 {at} ({})", hw.display()),
-                rails: vec![rail],
-                channels: vec![Channel {
-                    volts_mv: hw.join("in1_input"),
-                    amps_ma: hw.join("curr1_input"),
-                    power: Some((hw.join("power1_input"), 1e-6)),
-                }],
-                period: update_interval(&hw).unwrap_or(INA238_PERIOD),
-            });
+    let at = device_name(dev);
+    for hw in glob(&dev.join("hwmon"), "hwmon") {
+        if !hw.join("power1_input").exists() {
+            continue;
         }
+        let rail = read_text(&hw.join("in1_label"))
+            .or_else(|| read_text(&hw.join("label")))
+            .or_else(|| name_for(&at))
+            .unwrap_or_else(|| format!("INA238_{at}"));
+        out.push(SysfsSource {
+            description: format!("ina238 {at} ({})", hw.display()),
+            rails: vec![rail],
+            channels: vec![Channel {
+                volts_mv: hw.join("in1_input"),
+                amps_ma: hw.join("curr1_input"),
+                power: Some((hw.join("power1_input"), 1e-6)),
+            }],
+            period: update_interval(&hw).unwrap_or(INA238_PERIOD),
+            driver: Driver::Ina238Hwmon,
+            device: dev.to_path_buf(),
+            last_reprobe: None,
+        });
     }
     out
 }

@@ -22,7 +22,7 @@ use crate::store::{IterationRecord, PowerSeries, Store, TrialPower};
 use crate::train::monotonic_ns;
 pub use energy::{trial_energy, TrialEnergy};
 use sampler::SharedSource;
-pub use sampler::{RailSeries, RecordingHandle, Samples};
+pub use sampler::{Health, RailSeries, RecordingHandle, Samples};
 use serde::Serialize;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +87,8 @@ pub struct PowerMonitor {
     warned_low_samples: AtomicBool,
     /// `power.gpio_marker`: high during each trial's measured iterations.
     marker: Option<Mutex<marker::GpioMarker>>,
+    /// Sensor failures over the run's trials.
+    health: Arc<Mutex<Health>>,
 }
 
 fn raw_ina226(
@@ -409,6 +411,7 @@ impl PowerMonitor {
                 sensor_period,
                 warned_low_samples: AtomicBool::new(false),
                 marker: None,
+                health: Arc::default(),
             }),
             probed,
             errors,
@@ -453,9 +456,31 @@ impl PowerMonitor {
         }
     }
 
-    /// Starts one sampler thread per source.
+    /// Starts one sampler thread per source, for a trial.
     pub fn start(&self) -> RecordingHandle {
-        RecordingHandle::start(&self.sources, self.total.clone())
+        RecordingHandle::start(
+            &self.sources,
+            self.total.clone(),
+            Some(Arc::clone(&self.health)),
+        )
+    }
+
+    /// The warning for the end of a run whose trials lost power readings; None if none did.
+    pub fn run_warning(&self) -> Option<String> {
+        let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        let error = h.first_error.as_ref()?;
+        Some(format!(
+            "power readings failed during {} trial(s) ({error}); {}. Those trials are marked \
+             power_incomplete: their energy covers only the time with readings, power_gap_s is \
+             the time without",
+            h.recordings_with_errors,
+            if h.recovered {
+                "the sensor was reading again by the last trial"
+            } else {
+                "the sensor was still failing at the end of the run: check the power monitor \
+                 (its driver, wiring, or --sysfs)"
+            }
+        ))
     }
 
     /// Mean total power over `duration` of idling; None for a zero duration or no samples.
@@ -463,7 +488,7 @@ impl PowerMonitor {
         if duration.is_zero() {
             return None;
         }
-        let handle = self.start();
+        let handle = RecordingHandle::start(&self.sources, self.total.clone(), None);
         let a = monotonic_ns();
         std::thread::sleep(duration);
         let b = monotonic_ns();
@@ -706,11 +731,27 @@ impl PowerMonitor {
             batch,
             baseline.map(|b| b.power_w),
         );
+        let reason = samples
+            .lost
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        if e.is_none() {
+            if let Some(gap_s) = energy::unmeasured_s(samples, iterations, warmup) {
+                tracing::warn!(
+                    "trial power not measured: no readings in {gap_s:.3} s of the measured \
+                     interval{reason}; energy left empty, trial marked power_incomplete"
+                );
+                store.record_power_unmeasured(trial_id, gap_s)?;
+            }
+        }
         if let Some(e) = &e {
             if e.incomplete {
                 tracing::warn!(
-                    "trial power incomplete: {:.3} s of the measured interval without samples",
-                    e.gap_s
+                    "trial power incomplete: {:.3} s of the {:.3} s measured interval without \
+                     readings{reason}; the energy covers the rest",
+                    e.gap_s,
+                    e.duration_s
                 );
             }
             let updates = sensor_updates(e.samples, e.duration_s, self.sensor_period);
@@ -1129,6 +1170,7 @@ mod tests {
         let h = RecordingHandle::start(
             &[(Arc::new(Mutex::new(src)), Duration::from_millis(2))],
             vec![("flaky".into(), "R".into())],
+            None,
         );
         std::thread::sleep(Duration::from_millis(60));
         let s = h.stop();
@@ -1156,6 +1198,66 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_sensor_is_probed_again_and_its_readings_resume() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
+        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let dev = root.path().join("bus/i2c/drivers/ina3221/1-0040/hwmon");
+        let ms = |n| Duration::from_millis(n);
+        let h = m.start();
+        let a = monotonic_ns();
+        std::thread::sleep(ms(100));
+        // The driver goes away, then comes back with another hwmon index.
+        std::fs::rename(dev.join("hwmon3"), root.path().join("away")).unwrap();
+        let lost = monotonic_ns();
+        std::thread::sleep(ms(600));
+        std::fs::rename(root.path().join("away"), dev.join("hwmon4")).unwrap();
+        let back = monotonic_ns();
+        std::thread::sleep(ms(500));
+        let b = monotonic_ns();
+        let s = h.stop();
+        let t = &s.series[0].t_ns;
+        assert!(t.iter().any(|&x| x < lost), "samples before the loss");
+        assert!(
+            t.iter().filter(|&&x| x > back).count() >= 10,
+            "readings resumed after the sensor came back: {} after",
+            t.iter().filter(|&&x| x > back).count()
+        );
+        assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
+        assert!(
+            s.lost.as_deref().unwrap().contains("hwmon3"),
+            "{:?}",
+            s.lost
+        );
+        // The gap is the time without readings once, not counted twice, and the energy covers
+        // only the measured rest at the fixture's 7.5 W.
+        let rec = IterationRecord {
+            step: 0,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.1,
+            data_s: 0.0,
+            step_s: 0.0,
+            t_start_ns: a,
+            t_end_ns: b,
+        };
+        let e = trial_energy(&s, &[rec], 0, 1, None).unwrap();
+        let (gone, window) = ((back - lost) as f64 * 1e-9, (b - a) as f64 * 1e-9);
+        assert!(
+            e.incomplete && e.gap_s >= gone - 0.05 && e.gap_s <= gone + 0.4,
+            "gap {} s for {gone:.3} s gone in {window:.3} s",
+            e.gap_s
+        );
+        assert!((e.avg_power_w - 7.5).abs() < 1e-9, "{e:?}");
+        assert!(
+            (e.energy_j - 7.5 * (window - e.gap_s)).abs() < 1e-6,
+            "{} J",
+            e.energy_j
+        );
+        assert!(m.run_warning().unwrap().contains("reading again"));
+    }
+
+    #[test]
     fn raw_ina226_through_the_simulator_as_a_power_source() {
         let sim = ina226::sim::Ina226Sim::new();
         sim.set_inputs(0.010, 19.0); // 1 A through 10 mOhm at 19 V
@@ -1172,6 +1274,7 @@ mod tests {
         let h = RecordingHandle::start(
             &[(Arc::new(Mutex::new(src)), Duration::from_millis(1))],
             vec![("ina226 VDD_IN".into(), "VDD_IN".into())],
+            None,
         );
         std::thread::sleep(Duration::from_millis(20));
         sim.power_on_reset(); // a brown-out mid-recording: one reading lost, then recovered

@@ -18,6 +18,9 @@ pub struct RailSeries {
     pub volts: Vec<Option<f64>>,
     pub amps: Vec<Option<f64>>,
     pub watts: Vec<f64>,
+    /// Spans of failed reads of its source: (last good sample or first failed read, next
+    /// good sample or the recording's end), ns.
+    pub failed: Vec<(i64, i64)>,
 }
 
 /// Everything recorded between `start` and `stop`.
@@ -30,6 +33,19 @@ pub struct Samples {
     pub errors: Vec<(i64, i64)>,
     /// The nominal sampling period of the slowest source, ns (0 if unknown).
     pub period_ns: i64,
+    /// The first failed read, with its source, when any read failed.
+    pub lost: Option<String>,
+}
+
+/// What went wrong with the sensors over a run, for the warning at its end.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// The first failure seen, with its source.
+    pub first_error: Option<String>,
+    /// Trial recordings that had failed reads.
+    pub recordings_with_errors: usize,
+    /// Whether the last recording ended with its sources reading again.
+    pub recovered: bool,
 }
 
 pub(super) type SharedSource = Arc<Mutex<Box<dyn PowerSource>>>;
@@ -37,6 +53,9 @@ pub(super) type SharedSource = Arc<Mutex<Box<dyn PowerSource>>>;
 struct ThreadResult {
     series: Vec<RailSeries>,
     errors: Vec<(i64, i64)>,
+    first_error: Option<String>,
+    /// Still failing when the recording stopped.
+    failing_at_end: bool,
 }
 
 /// Sampling in progress; `stop` joins the threads and returns the samples.
@@ -45,6 +64,8 @@ pub struct RecordingHandle {
     threads: Vec<JoinHandle<ThreadResult>>,
     total: Vec<(String, String)>,
     period_ns: i64,
+    /// Where a trial recording reports its failures; None for the idle baseline.
+    health: Option<Arc<Mutex<Health>>>,
 }
 
 /// Absurd readings (a torn sysfs read, a glitching bus) are treated as errors, not as power.
@@ -66,7 +87,7 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
         .collect();
     let mut errors = Vec::new();
     let mut failing_since: Option<i64> = None;
-    let mut logged = false;
+    let mut first_error: Option<String> = None;
     let period_ns = period.as_nanos() as i64;
     let mut next = monotonic_ns();
     loop {
@@ -79,6 +100,10 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
             Ok(readings) if readings.len() == series.len() && readings.iter().all(plausible) => {
                 if let Some(since) = failing_since.take() {
                     errors.push((since, t));
+                    tracing::info!(
+                        "power source {name}: reading again after {:.3} s without samples",
+                        (t - since) as f64 * 1e-9
+                    );
                 }
                 for (s, r) in series.iter_mut().zip(readings) {
                     s.t_ns.push(t);
@@ -91,16 +116,18 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
                 if failing_since.is_none() {
                     failing_since = Some(series[0].t_ns.last().copied().unwrap_or(t));
                 }
-                if !logged {
-                    // Once per source and recording, not once per sample.
+                if first_error.is_none() {
+                    // Once per source and recording, not once per sample. The source keeps
+                    // being read (a kernel source re-probes its device), so it can come back.
                     let why = match other {
                         Err(e) => format!("{e:#}"),
                         Ok(r) => format!("implausible reading {r:?}"),
                     };
                     tracing::warn!(
-                        "power source {name}: {why}; the trial is marked power_incomplete"
+                        "power source {name}: {why}; the time without readings is left out of \
+                         the energy and the trial is marked power_incomplete"
                     );
-                    logged = true;
+                    first_error = Some(format!("{name}: {why}"));
                 }
             }
         }
@@ -120,16 +147,26 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
             std::thread::park_timeout(Duration::from_nanos(left as u64));
         }
     }
+    let failing_at_end = failing_since.is_some();
     if let Some(since) = failing_since {
         errors.push((since, monotonic_ns()));
     }
-    ThreadResult { series, errors }
+    for s in &mut series {
+        s.failed = errors.clone();
+    }
+    ThreadResult {
+        series,
+        errors,
+        first_error,
+        failing_at_end,
+    }
 }
 
 impl RecordingHandle {
     pub(super) fn start(
         sources: &[(SharedSource, Duration)],
         total: Vec<(String, String)>,
+        health: Option<Arc<Mutex<Health>>>,
     ) -> RecordingHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let threads = sources
@@ -152,6 +189,7 @@ impl RecordingHandle {
             threads,
             total,
             period_ns,
+            health,
         }
     }
 
@@ -165,14 +203,28 @@ impl RecordingHandle {
             period_ns: self.period_ns,
             ..Default::default()
         };
+        let mut first_error = None;
+        let mut failing_at_end = false;
         for t in self.threads {
             match t.join() {
                 Ok(r) => {
                     out.series.extend(r.series);
                     out.errors.extend(r.errors);
+                    first_error = first_error.or(r.first_error);
+                    failing_at_end |= r.failing_at_end;
                 }
                 Err(_) => tracing::warn!("a power sampler thread panicked; its samples are lost"),
             }
+        }
+        out.lost = first_error.clone();
+        if let (Some(health), Some(error)) = (&self.health, first_error) {
+            let mut h = health.lock().unwrap_or_else(|e| e.into_inner());
+            h.first_error.get_or_insert(error);
+            h.recordings_with_errors += 1;
+            h.recovered = !failing_at_end;
+        } else if let Some(health) = &self.health {
+            let mut h = health.lock().unwrap_or_else(|e| e.into_inner());
+            h.recovered = true;
         }
         out.total = out
             .series

@@ -207,7 +207,7 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
                         flags.push(format!("energy from {n} sensor readings only"));
                     }
                     if r.loss_anomaly {
-                        flags.push("LOSS<0/NaN".to_string());
+                        flags.push("LOSS_ANOMALY".to_string());
                     }
                     if let Some(e) = &r.error {
                         flags.push(e.lines().next().unwrap_or("").to_string());

@@ -78,7 +78,7 @@ pub fn table(rows: &[ResultRow]) -> String {
     for r in rows {
         let mut flags = Vec::new();
         if r.loss_anomaly {
-            flags.push("LOSS<0/NaN".to_string());
+            flags.push("LOSS_ANOMALY".to_string());
         }
         let spoiled = r.swap_pressure == Some(true);
         if spoiled {

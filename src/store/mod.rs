@@ -533,6 +533,19 @@ impl Store {
         Ok(())
     }
 
+    /// A trial whose power could not be measured at all (its sensor lost): no energy, flagged
+    /// incomplete with the whole unmeasured time as its gap.
+    pub fn record_power_unmeasured(&mut self, trial_id: i64, gap_s: f64) -> Result<()> {
+        self.conn
+            .execute(
+                "UPDATE trials SET power_samples = 0, power_incomplete = 1, power_gap_s = ?2 \
+                 WHERE id = ?1",
+                params![trial_id, gap_s],
+            )
+            .map_err(sql_err(&self.path))?;
+        Ok(())
+    }
+
     /// A trial's energy figures, per-rail and per-iteration energies, in one transaction.
     pub fn record_trial_power(&mut self, trial_id: i64, p: &TrialPower) -> Result<()> {
         let path = &self.path;

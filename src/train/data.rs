@@ -194,13 +194,16 @@ fn decode_into(path: &Path, shape: [usize; 3], out: &mut [f32]) -> Result<(), Da
         path: path.to_path_buf(),
         reason,
     };
-    let img = image::ImageReader::open(path)
-        .map_err(|e| bad(e.to_string()))?
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let reader = image::ImageReader::new(std::io::Cursor::new(&bytes))
         .with_guessed_format()
-        .map_err(|e| bad(e.to_string()))?
-        .decode()
-        .map_err(|e| bad(e.to_string()))?
-        .to_rgb8();
+        .map_err(|e| bad(e.to_string()))?;
+    // The JPEG decoder fills a cut-off scan with grey instead of failing: check the file
+    // reaches its end-of-image marker first.
+    if reader.format() == Some(image::ImageFormat::Jpeg) {
+        jpeg_complete(&bytes).map_err(bad)?;
+    }
+    let img = reader.decode().map_err(|e| bad(e.to_string()))?.to_rgb8();
     let [c, h, w] = shape;
     let size = RESIZE_TO.max(h as u32).max(w as u32);
     let img = image::imageops::resize(&img, size, size, image::imageops::FilterType::Triangle);
@@ -214,6 +217,73 @@ fn decode_into(path: &Path, shape: [usize; 3], out: &mut [f32]) -> Result<(), Da
         }
     }
     Ok(())
+}
+
+/// Checks that a JPEG's segments and entropy-coded scans run through to the end-of-image
+/// marker (FF D9). Walks the segment lengths from the start, so an EOI inside an embedded
+/// thumbnail (in APP1) does not count; a file cut anywhere before its EOI fails.
+pub fn jpeg_complete(data: &[u8]) -> Result<(), String> {
+    let cut = |at: usize| {
+        Err(format!(
+            "truncated JPEG: {} bytes, no end-of-image marker (the data stops at byte {at}); \
+             the file was cut off while being written or copied",
+            data.len()
+        ))
+    };
+    if data.get(..2) != Some(&[0xFF, 0xD8]) {
+        return Err("not a JPEG: no start-of-image marker".into());
+    }
+    let mut i = 2;
+    loop {
+        // A marker: FF, any FF fill bytes, then the code.
+        if data.get(i) != Some(&0xFF) {
+            return match data.get(i) {
+                None => cut(i),
+                Some(b) => Err(format!(
+                    "corrupt JPEG: byte {b:#04x} at offset {i} where a marker should start"
+                )),
+            };
+        }
+        while data.get(i) == Some(&0xFF) {
+            i += 1;
+        }
+        let Some(&code) = data.get(i) else {
+            return cut(i);
+        };
+        i += 1;
+        match code {
+            0xD9 => return Ok(()),
+            // Standalone markers: no length.
+            0x01 | 0xD0..=0xD7 => continue,
+            _ => {}
+        }
+        let Some(len) = data
+            .get(i..i + 2)
+            .map(|l| u16::from_be_bytes([l[0], l[1]]) as usize)
+        else {
+            return cut(i);
+        };
+        if len < 2 {
+            return Err(format!("corrupt JPEG: segment length {len} at offset {i}"));
+        }
+        i += len;
+        if i > data.len() {
+            return cut(data.len());
+        }
+        if code == 0xDA {
+            // Entropy-coded data runs to the next marker that is not a stuffed FF 00 or a
+            // restart marker.
+            loop {
+                match (data.get(i), data.get(i + 1)) {
+                    (Some(0xFF), Some(0x00 | 0xD0..=0xD7)) => i += 2,
+                    (Some(0xFF), Some(0xFF)) => i += 1,
+                    (Some(0xFF), Some(_)) => break,
+                    (Some(_), _) => i += 1,
+                    (None, _) => return cut(i),
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -273,5 +343,38 @@ mod tests {
         .unwrap();
         let err = Dataset::folder(dir.path(), 4).err().unwrap().to_string();
         assert!(err.contains("1.jpg"), "{err}");
+    }
+
+    fn jpeg_bytes() -> Vec<u8> {
+        // Noisy pixels: the scan dwarfs the headers, so a third of the file keeps them whole.
+        let img = image::RgbImage::from_fn(320, 240, |x, y| {
+            let h = (x.wrapping_mul(2_654_435_761) ^ y.wrapping_mul(40_503)).to_le_bytes();
+            image::Rgb([h[0], h[1], h[2]])
+        });
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        out.into_inner()
+    }
+
+    #[test]
+    fn a_jpeg_cut_short_is_refused_naming_the_file() {
+        let whole = jpeg_bytes();
+        assert_eq!(jpeg_complete(&whole), Ok(()));
+        for keep in [whole.len() / 3, whole.len() - 2, whole.len() - 1, 3] {
+            let err = jpeg_complete(&whole[..keep]).unwrap_err();
+            assert!(err.contains("truncated"), "{keep}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.jpg");
+        std::fs::write(&path, &whole[..whole.len() / 3]).unwrap();
+        // The header is intact, so the folder opens; the decode fails, naming the file.
+        let ds = Dataset::folder(dir.path(), 1).unwrap();
+        let err = ds.batch(0, 1, [3, 64, 64]).err().unwrap().to_string();
+        assert!(
+            err.contains("cut.jpg") && err.contains("truncated"),
+            "{err}"
+        );
+        std::fs::write(&path, &whole).unwrap();
+        assert!(ds.batch(0, 1, [3, 64, 64]).is_ok());
     }
 }
