@@ -1,6 +1,6 @@
 //! Board profiles (`boards/*.toml`, embedded so the single binary carries them) and board
 //! detection from the device tree: `compatible` (NUL-separated, the module part number tells
-//! siblings apart) first, the free-text `model` only when that fails (SPEC §7).
+//! siblings apart) first, the free-text `model` only when that fails.
 
 use crate::host::HostPaths;
 use serde::{Deserialize, Serialize};
@@ -204,7 +204,7 @@ pub fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
     Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
-/// Why candle cannot train on this board's GPU (SPEC §4), or None when it can or the board is
+/// Why candle cannot train on this board's GPU, or None when it can or the board is
 /// not known well enough to say. candle's CUDA kernels need sm >= 70 and CUDA >= 11.4 (cudarc);
 /// Xavier's sm_72 builds only with CUDA >= 11.8; Thor's Blackwell GPU only with CUDA >= 12.8.
 pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option<String> {

@@ -43,7 +43,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// What a run would record about this host now (SPEC §7): board, L4T, nvpmodel mode,
+    /// What a run would record about this host now: board, L4T, nvpmodel mode,
     /// jetson_clocks, CPU/GPU clocks and governors, temperatures, kernel; items the host lacks
     /// are left out. With --db, the provenance recorded for each run in that database.
     Provenance {

@@ -100,7 +100,7 @@ pub fn open_dataset(config: &Config) -> anyhow::Result<Dataset> {
     })
 }
 
-/// `--device cuda` on a board whose GPU candle cannot use (SPEC §4) is refused with the reason,
+/// `--device cuda` on a board whose GPU candle cannot use is refused with the reason,
 /// before a build without the `cuda` feature would only say "rebuild".
 fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
     let detected = crate::board::detect(host);
@@ -705,7 +705,7 @@ pub fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome>
     outcome.run_uuid = Some(uuid);
     store.record_provenance(run_id, &provenance::capture(req.host))?;
     if let Some(m) = req.power {
-        let baseline = m.baseline(Duration::from_secs_f64(config.power.baseline_s));
+        let baseline = m.baseline(Duration::from_secs_f64(config.power.baseline_s), req.stop);
         if let Some(b) = &baseline {
             tracing::info!(
                 "idle baseline: {:.3} W over {:.1} s",

@@ -920,7 +920,8 @@ fn sigint_during_the_power_baseline_loses_no_trial() {
     orin_power_tree(&sys);
     let db = dir.path().join("b.db");
     let cfg = dir.path().join("b.toml");
-    std::fs::write(&cfg, "[power]\nbaseline_s = 3\n").unwrap();
+    // A long baseline: the interrupt must end it, not wait it out.
+    std::fs::write(&cfg, "[power]\nbaseline_s = 600\n").unwrap();
     let run = || {
         let mut cmd = edgebench(dir.path());
         cmd.env_remove("EDGEBENCH_SYSFS")
@@ -940,13 +941,20 @@ fn sigint_during_the_power_baseline_loses_no_trial() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // The run row is written just before the 3 s idle baseline starts.
+    // The run row is written just before the idle baseline starts.
     wait_for(&db, "SELECT COUNT(*) FROM runs", 1, Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 0);
+    let sent = std::time::Instant::now();
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert!(
+        sent.elapsed() < Duration::from_secs(20),
+        "the interrupt waited out the baseline: {:?}",
+        sent.elapsed()
+    );
+    std::fs::write(&cfg, "[power]\nbaseline_s = 1\n").unwrap();
     assert_eq!(
         count(
             &db,

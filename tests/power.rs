@@ -523,6 +523,20 @@ fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("POWER_GAP"));
+    // Both trials keep the reason: the failing source and its error.
+    let notes: Vec<Option<String>> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .prepare("SELECT power_note FROM trials ORDER BY batch")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(notes.len(), 2);
+    for note in &notes {
+        let note = note.as_deref().unwrap_or("");
+        assert!(note.contains("hwmon"), "{notes:?}");
+    }
 }
 
 /// Log lines on a pipe carry no colour codes; under systemd (`JOURNAL_STREAM`) they carry no

@@ -480,6 +480,7 @@ fn results_json_has_every_key() {
         // schema v5: power scope, trials too short for the sensor
         "power_scope",
         "power_low_samples",
+        "power_note",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -756,6 +757,7 @@ fn power_figures_samples_and_rail_energies_round_trip() {
             incomplete: false,
             gap_s: 0.0,
             low_samples: Some(3),
+            note: Some("hwmon3: No such file or directory".into()),
             rails: vec![("VDD_IN".into(), 2.0, true), ("VDD_SOC".into(), 0.4, false)],
             iterations: vec![(0, 0.7), (2, 0.6)],
         },
@@ -770,6 +772,10 @@ fn power_figures_samples_and_rail_energies_round_trip() {
     assert_eq!(r.board.as_deref(), Some("orin-nx"));
     assert_eq!(r.power_incomplete, Some(false));
     assert_eq!(r.power_low_samples, Some(3));
+    assert_eq!(
+        r.power_note.as_deref(),
+        Some("hwmon3: No such file or directory")
+    );
     assert_eq!(r.power_scope.as_deref(), Some("module"));
     let rails = r.rail_energy_j.as_ref().unwrap();
     assert_eq!(rails.get("VDD_SOC"), Some(&0.4));

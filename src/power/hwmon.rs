@@ -1,4 +1,4 @@
-//! Power monitors the kernel owns, read through sysfs (units per SPEC §5):
+//! Power monitors the kernel owns, read through sysfs:
 //! - `ina3221` hwmon (JetPack 5/6): `in<K>_input` bus mV, `curr<K>_input` mA, `in<K>_label`,
 //!   K = 1..3, no power file (P = V x I); the hwmon index changes between boots, so it is globbed.
 //! - NVIDIA's `ina3221x` IIO driver (JetPack 4): `rail_name_<K>`, `in_voltage<K>_input` mV,

@@ -2,7 +2,7 @@
 //! `/dev/i2c-N` and the register-level simulator in [`sim`].
 //!
 //! Registers are 16 bit, MSB first on the wire; SMBus word transfers put the first wire byte in
-//! the low byte, so every word read and write is byte-swapped here (SPEC §5).
+//! the low byte, so every word read and write is byte-swapped here.
 
 use super::{PowerSource, Reading};
 use anyhow::{bail, Context};

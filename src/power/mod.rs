@@ -483,14 +483,26 @@ impl PowerMonitor {
         ))
     }
 
-    /// Mean total power over `duration` of idling; None for a zero duration or no samples.
-    pub fn baseline(&self, duration: Duration) -> Option<Baseline> {
+    /// Mean total power over `duration` of idling; None for a zero duration, no samples, or
+    /// when `stop` is raised meanwhile (an interrupt must not wait out a long baseline).
+    pub fn baseline(&self, duration: Duration, stop: &AtomicBool) -> Option<Baseline> {
         if duration.is_zero() {
             return None;
         }
         let handle = RecordingHandle::start(&self.sources, self.total.clone(), None);
         let a = monotonic_ns();
-        std::thread::sleep(duration);
+        let deadline = std::time::Instant::now() + duration;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if stop.load(Ordering::SeqCst) {
+                handle.stop();
+                return None;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
         let b = monotonic_ns();
         let samples = handle.stop();
         energy::mean_total_power(&samples, a, b).map(|power_w| Baseline {
@@ -742,7 +754,7 @@ impl PowerMonitor {
                     "trial power not measured: no readings in {gap_s:.3} s of the measured \
                      interval{reason}; energy left empty, trial marked power_incomplete"
                 );
-                store.record_power_unmeasured(trial_id, gap_s)?;
+                store.record_power_unmeasured(trial_id, gap_s, samples.lost.as_deref())?;
             }
         }
         if let Some(e) = &e {
@@ -781,6 +793,7 @@ impl PowerMonitor {
                     incomplete: e.incomplete,
                     gap_s: e.gap_s,
                     low_samples,
+                    note: e.incomplete.then(|| samples.lost.clone()).flatten(),
                     rails: e.rail_energy_j.clone(),
                     iterations: iterations
                         .iter()
@@ -834,7 +847,9 @@ mod tests {
         assert!(s.series[0].t_ns.windows(2).all(|w| w[0] < w[1]));
         let p = energy::mean_total_power(&s, a, b).unwrap();
         assert!((p - 7.5).abs() < 1e-9, "{p}");
-        let base = m.baseline(Duration::from_millis(30)).unwrap();
+        let base = m
+            .baseline(Duration::from_millis(30), &AtomicBool::new(false))
+            .unwrap();
         assert!((base.power_w - 7.5).abs() < 1e-9);
     }
 

@@ -91,7 +91,7 @@ pub struct ClockState {
     pub cooling: Vec<CoolingDevice>,
 }
 
-/// devfreq node names of the Jetson GPUs (SPEC §7), by driver and by unit address.
+/// devfreq node names of the Jetson GPUs, by driver and by unit address.
 const GPU_DEVFREQ: &[&str] = &["gpu", "gm20b", "gp10b", "gv11b", "ga10b"];
 
 fn cpu_policies(host: &HostPaths) -> Vec<CpuPolicy> {

@@ -1,4 +1,4 @@
-//! What a run was measured on (SPEC §7): board, L4T release, nvpmodel power mode,
+//! What a run was measured on: board, L4T release, nvpmodel power mode,
 //! jetson_clocks state, CPU/GPU clocks and governors, temperatures at start and end, kernel.
 //! Everything is read from files under the configurable roots (`--sysfs`, `--procfs`,
 //! `--rootfs` for `/etc` and `/var/lib`); an item the host lacks is left out, never an error.

@@ -151,6 +151,7 @@ mod tests {
             power_incomplete: None,
             power_gap_s: None,
             power_low_samples: None,
+            power_note: None,
             board: None,
             power_total: None,
             power_scope: None,

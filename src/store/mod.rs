@@ -114,6 +114,8 @@ pub struct TrialPower {
     pub gap_s: f64,
     /// Sensor updates inside the measured interval when too few (< 10); None when enough.
     pub low_samples: Option<usize>,
+    /// Why the record is incomplete (the failing sensor and its error), if it is.
+    pub note: Option<String>,
     /// (rail, joules, part of the total)
     pub rails: Vec<(String, f64, bool)>,
     /// (step, joules)
@@ -172,6 +174,8 @@ pub struct ResultRow {
     pub power_gap_s: Option<f64>,
     /// Sensor updates inside the measured interval, set only when fewer than 10 (schema v5).
     pub power_low_samples: Option<i64>,
+    /// Why the power record is incomplete (the failing sensor and its error); schema v5.
+    pub power_note: Option<String>,
     pub board: Option<String>,
     pub power_total: Option<String>,
     /// `module` or `board`: what the run's total covers (schema v5); None without power.
@@ -535,12 +539,17 @@ impl Store {
 
     /// A trial whose power could not be measured at all (its sensor lost): no energy, flagged
     /// incomplete with the whole unmeasured time as its gap.
-    pub fn record_power_unmeasured(&mut self, trial_id: i64, gap_s: f64) -> Result<()> {
+    pub fn record_power_unmeasured(
+        &mut self,
+        trial_id: i64,
+        gap_s: f64,
+        note: Option<&str>,
+    ) -> Result<()> {
         self.conn
             .execute(
-                "UPDATE trials SET power_samples = 0, power_incomplete = 1, power_gap_s = ?2 \
-                 WHERE id = ?1",
-                params![trial_id, gap_s],
+                "UPDATE trials SET power_samples = 0, power_incomplete = 1, power_gap_s = ?2, \
+                 power_note = ?3 WHERE id = ?1",
+                params![trial_id, gap_s, note],
             )
             .map_err(sql_err(&self.path))?;
         Ok(())
@@ -559,7 +568,7 @@ impl Store {
                     "UPDATE trials SET energy_j = ?2, avg_power_w = ?3, energy_per_image_j = ?4, \
                      edp_js = ?5, dynamic_energy_j = ?6, power_samples = ?7, power_rate_hz = ?8, \
                      power_jitter_s = ?9, power_incomplete = ?10, power_gap_s = ?11, \
-                     power_low_samples = ?12 WHERE id = ?1",
+                     power_low_samples = ?12, power_note = ?13 WHERE id = ?1",
                 )?
                 .execute(params![
                     trial_id,
@@ -574,6 +583,7 @@ impl Store {
                     p.incomplete,
                     p.gap_s,
                     p.low_samples.map(int),
+                    p.note,
                 ])?;
             let mut st = tx.prepare_cached(
                 "INSERT OR REPLACE INTO trial_rail_energy (trial_id, rail, energy_j, in_total) \
@@ -752,7 +762,7 @@ impl Store {
                  t.swap_pressure, t.peak_rss_bytes, t.id, t.dynamic_energy_j, \
                  t.power_samples, t.power_rate_hz, t.power_jitter_s, t.power_incomplete, \
                  t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
-                 t.throttled, t.throttle_note, t.power_low_samples, r.power_scope \
+                 t.throttled, t.throttle_note, t.power_low_samples, r.power_scope, t.power_note \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -805,6 +815,7 @@ impl Store {
                     throttle_note: r.get(40)?,
                     power_low_samples: r.get(41)?,
                     power_scope: r.get(42)?,
+                    power_note: r.get(43)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

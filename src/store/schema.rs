@@ -156,7 +156,7 @@
 //! temperature while it ran — the rule is in `src/provenance/clocks.rs` — 0 if they held, NULL
 //! when the host exposes no clocks) and `throttle_note` (TEXT, the reasons, or what was watched).
 //!
-//! ## `run_provenance` — what the run was measured on (SPEC §7), one row per item
+//! ## `run_provenance` — what the run was measured on, one row per item
 //!
 //! | column | type | meaning |
 //! |--------|------|---------|
@@ -183,7 +183,8 @@
 //!
 //! Added to `trials`: `power_low_samples` (INTEGER, set only when fewer than 10 sensor updates
 //! fell inside the measured interval: that count; the energy rests on too few readings. NULL
-//! when enough, or without `--power`).
+//! when enough, or without `--power`); `power_note` (TEXT, why the power record is incomplete:
+//! the failing sensor and its error; NULL when complete).
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -371,6 +372,7 @@ CREATE TABLE trial_clocks (
 const V5_POWER_SCOPE: &str = "
 ALTER TABLE runs ADD COLUMN power_scope TEXT;
 ALTER TABLE trials ADD COLUMN power_low_samples INTEGER;
+ALTER TABLE trials ADD COLUMN power_note TEXT;
 ";
 
 #[cfg(test)]
