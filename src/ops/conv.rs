@@ -7,9 +7,10 @@
 //! - backward: `dW_g += dy_g · colᵀ`, `db += Σ dy`, `dcol = W_gᵀ · dy_g` then col2im into dx.
 //!
 //! The batch is split into one contiguous run of images per rayon thread (fixed split, so the
-//! weight-gradient sum is reproducible for a given thread count), each with its own scratch;
-//! GEMMs run single-threaded inside, unless the batch is smaller than the thread count, when
-//! gemm's own rayon parallelism takes the remaining threads.
+//! weight-gradient sum is reproducible for a given thread count), each with its own scratch and
+//! single-threaded GEMMs. A batch smaller than the thread count splits each image instead:
+//! forward by output channels, input gradient by input channels, weight gradient by runs of
+//! output rows with per-thread partial sums.
 
 use super::{images_in_place, images_slice, nchw_slice, winograd, Float};
 use candle_core::backend::BackendStorage;
