@@ -1,15 +1,12 @@
-//! One sweep at a time per database: an exclusive `flock(2)` on `<db>.lock`, held for the
-//! whole sweep by `edgebench run` and by each sweep of `edgebench daemon`. The kernel releases
+//! One sweep at a time per database: an exclusive OS file lock (std's `File::try_lock`, a
+//! `flock(2)` on Linux) on `<db>.lock`, held for the whole sweep by `edgebench run` and by each
+//! sweep of `edgebench daemon`. The kernel releases
 //! it when the holder's file closes, however the process ends (`kill -9` included), so a left
 //! over lock file never blocks anyone; its text (pid and start time) only names the holder.
 //! Readers (`results`, `report`, `snapshot`, `export`) never take it.
-//!
-//! `flock` through `libc` (already a dependency) rather than a locking crate: one call, and
-//! `std::fs::File::try_lock` needs a newer Rust than the crate's `rust-version`.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -74,10 +71,9 @@ impl SweepLock {
             .truncate(false)
             .open(&path)
             .map_err(io)?;
-        // SAFETY: flock(2) on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 return Err(LockError::Held {
@@ -86,7 +82,7 @@ impl SweepLock {
                     holder: describe_holder(&text),
                 });
             }
-            return Err(io(err));
+            Err(TryLockError::Error(err)) => return Err(io(err)),
         }
         let holder = format!(
             "pid {}\nstarted_at {}\n",
