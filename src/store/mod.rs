@@ -644,33 +644,7 @@ impl Store {
 
     /// Keys of trials whose status is one of `statuses` (resume: what counts as done).
     pub fn keys_with_status(&self, statuses: &[&str]) -> Result<HashSet<TrialKey>> {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT net, device, batch, epochs, images, dataset, status FROM trials",
-            )
-            .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    TrialKey {
-                        net: r.get(0)?,
-                        device: r.get(1)?,
-                        batch: uint(r, 2)?,
-                        epochs: uint(r, 3)?,
-                        images: uint(r, 4)?,
-                        dataset: r.get(5)?,
-                    },
-                    r.get::<_, String>(6)?,
-                ))
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
-        Ok(rows
-            .into_iter()
-            .filter(|(_, status)| statuses.contains(&status.as_str()))
-            .map(|(key, _)| key)
-            .collect())
+        Ok(self.statuses_by_key(statuses)?.into_keys().collect())
     }
 
     /// For every key with a trial whose status is one of `statuses`: the status that makes
