@@ -58,26 +58,11 @@ pub fn monotonic_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// Keeps freed memory in the process instead of handing it back to the kernel. A training step
-/// frees and re-allocates the same large activation and gradient buffers every time; glibc serves
-/// blocks above its mmap threshold with fresh mappings, so every step page-faulted all of them in
-/// again (4 GoogLeNet batch-32 steps: 1.44M page faults and 3.5 s of system time; 0.34M and 0.9 s
-/// with this, 10 % less time per step). Peak RSS is unchanged: the memory is reused, not added.
-/// For the processes that train (a worker, `profile`), which end when their training does.
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets glibc allocator parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
-}
-
 /// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept
-/// (`keep_freed_memory`), subnormals flushed (`flush_denormals`) and large blocks on huge pages
+/// (`edgebench_kernels::keep_freed_memory`), subnormals flushed (`flush_denormals`) and large blocks on huge pages
 /// (`HugePageAlloc`).
 pub fn prepare_training_process() {
-    keep_freed_memory();
+    edgebench_kernels::keep_freed_memory();
     flush_denormals();
     HUGE_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
 }

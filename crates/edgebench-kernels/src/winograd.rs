@@ -1231,8 +1231,8 @@ fn input_adjoint4<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
-    use crate::ops::test_util::Rng;
+    use crate::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
+    use crate::test_util::Rng;
 
     fn max_rel(a: &[f64], b: &[f64]) -> f64 {
         assert_eq!(a.len(), b.len());
@@ -1289,7 +1289,7 @@ mod tests {
                 }
             }
         };
-        crate::ops::test_util::on_thread_counts(run);
+        crate::test_util::on_thread_counts(run);
     }
 
     /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
@@ -1351,7 +1351,7 @@ mod tests {
     }
 
     /// Winograd vs im2col on GoogLeNet's 3x3 layers, batch 32, f32, alternating, median of 5:
-    /// `cargo test --release --lib ops::winograd::tests::bench -- --ignored --nocapture`.
+    /// `cargo test --release -p edgebench-kernels --lib winograd::tests::bench -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn bench() {

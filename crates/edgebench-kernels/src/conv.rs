@@ -1278,7 +1278,7 @@ impl CustomOp3 for ConvBwdWinograd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::{to_vec, Rng};
+    use crate::test_util::{to_vec, Rng};
     use candle_core::{DType, Device, Var};
 
     /// (x dims, w dims, params)
@@ -1379,7 +1379,7 @@ mod tests {
     /// image split over the threads, by output channels, input channels or runs of output rows,
     /// down to one row per run on 7x7 maps), the ways the op splits work.
     fn on_pools(f: impl Fn() + Sync) {
-        crate::ops::test_util::on_thread_counts(f);
+        crate::test_util::on_thread_counts(f);
     }
 
     #[test]
@@ -1407,7 +1407,7 @@ mod tests {
                     n == 1 || !part.is_contiguous(),
                     "case {i}: the narrow is a view"
                 );
-                assert!(crate::ops::image_stride(part.layout()).is_some());
+                assert!(crate::image_stride(part.layout()).is_some());
                 let copy = Var::from_tensor(&part.contiguous().unwrap()).unwrap();
                 // (y, gradient of `var`, dw, db) of sum(conv(x) * r).
                 let f = |x: &Tensor, var: &Tensor| {
@@ -1628,8 +1628,8 @@ mod tests {
         assert!(conv2d(&x, &w, &b, p(1, 0, 1, false)).is_err());
     }
 
-    /// `cargo test --release --lib ops::conv::tests::bench -- --ignored --nocapture`
-    /// `cargo test --release --lib ops::conv::tests::bench_im2col -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench_im2col -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn bench_im2col() {
