@@ -417,6 +417,7 @@ fn board_scope_without_a_carrier_monitor_exits_2_and_writes_nothing() {
 }
 
 fn cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };

@@ -103,19 +103,23 @@ impl HugePageAlloc {
 // SAFETY: every call is forwarded to `System`; `advise` never touches the memory's contents.
 unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout contract is System's; forwarded unchanged.
         let p = unsafe { std::alloc::System.alloc(layout) };
         Self::advise(p, layout.size());
         p
     }
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout contract is System's; forwarded unchanged.
         let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
         Self::advise(p, layout.size());
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: every block came from System (alloc/realloc above), with this layout.
         unsafe { std::alloc::System.dealloc(p, layout) }
     }
     unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        // SAFETY: `p` came from System with `layout`; the caller's size contract is System's.
         let q = unsafe { std::alloc::System.realloc(p, layout, size) };
         Self::advise(q, size);
         q

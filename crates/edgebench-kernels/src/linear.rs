@@ -249,12 +249,13 @@ impl LinearBwd {
             LinearBwd::Weight if (1..=STREAM_MAX_ROWS).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
             }
-            // SAFETY (both): gemm_uninit writes all of the (n, i) or (o, i) product.
+            // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
             LinearBwd::Data => unsafe {
                 super::vec_written_by(n * i, |dx| {
                     gemm_uninit((n, i, o), dx, dy, (o, 1), other, (i, 1), par())
                 })
             },
+            // SAFETY: gemm_uninit writes all of the (o, i) product dW, as vec_written_by needs.
             LinearBwd::Weight => unsafe {
                 super::vec_written_by(o * i, |dw| {
                     gemm_uninit((o, i, n), dw, dy, (1, o), other, (i, 1), par())
