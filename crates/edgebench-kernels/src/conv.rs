@@ -285,14 +285,8 @@ impl Geom {
     /// Images per GEMM: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's 13x13) put
     /// several images side by side so the GEMM's column count reaches ~`MIN_COLS`.
     fn sub_batch(&self, per: usize) -> usize {
-        // EDGEBENCH_CONV_COLS overrides the target (a tuning knob for other CPUs; 1 = off).
-        static TARGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let target = *TARGET.get_or_init(|| {
-            std::env::var("EDGEBENCH_CONV_COLS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MIN_COLS)
-        });
+        // EDGEBENCH_CONV_COLS (`Tuning::conv_cols`) overrides the target (1 = off).
+        let target = crate::tuning().conv_cols;
         target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
     }
 
@@ -486,7 +480,7 @@ unsafe fn gemm_raw<T: Float>(
 /// gemm on the calling thread only: the ops' tasks already use every thread.
 pub(crate) const SERIAL: Parallelism = Parallelism::None;
 
-const MIN_COLS: usize = 256;
+pub(crate) const MIN_COLS: usize = 256;
 
 /// See `Geom::block_rows`: columns in flight per image, about half this CPU's L2 (2 MB on recent
 /// Xeons; the Cortex-A78AE cores of a Jetson Orin have 256 KB of L2 and share a 2-4 MB L3).

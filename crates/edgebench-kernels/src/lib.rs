@@ -1,7 +1,12 @@
-//! Custom candle ops that candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling
-//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. CPU kernels here,
-//! CUDA kernels in `cuda` (with the `cuda` feature); on any other device the public wrappers
-//! route the tensor through host memory (see `native_or_host`).
+//! edgebench's compute kernels, as candle custom ops with forward and backward: convolution
+//! (im2col + GEMM, Winograd F(2x2)/F(4x4) for 3x3 layers), fully connected layers, and what
+//! candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling (padding, ceil-mode output
+//! size, kernel != stride) and cross-channel LRN. CPU kernels here, CUDA kernels in `cuda` (with
+//! the `cuda` feature); on any other device the public wrappers route the tensor through host
+//! memory (see `native_or_host`). The tuning knobs are in [`Tuning`].
+//!
+//! How each kernel works, why it is shaped as it is and what it measured: docs/kernels.md in the
+//! repository.
 
 pub mod conv;
 #[cfg(feature = "cuda")]
@@ -10,6 +15,7 @@ pub mod im2col;
 pub mod linear;
 pub mod lrn;
 pub mod pool;
+mod tuning;
 mod winograd;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
@@ -17,6 +23,7 @@ pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
+pub use tuning::{tuning, Tuning};
 
 use candle_core::{bail, Layout, Result, Tensor};
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
