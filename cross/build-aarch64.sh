@@ -4,8 +4,8 @@
 #   cross/build-aarch64.sh            release build
 #   cross/build-aarch64.sh --check    also run it under qemu-user: --version, models --json,
 #                                     and a one-iteration CPU trial into a temporary DB
-#   cross/build-aarch64.sh --test-ops also build the library's unit tests for aarch64 and run the
-#                                     kernels' reference tests (ops::) under qemu-user, on
+#   cross/build-aarch64.sh --test-ops build the kernels crate's unit tests (edgebench-kernels)
+#                                     for aarch64 and run its reference tests under qemu-user, on
 #                                     1 to 16 threads (the aarch64 code paths of gemm and of
 #                                     the vectorised loops)
 # PROFILE=ci-aarch64 picks a cargo profile other than release (CI's quicker smoke build).
@@ -33,21 +33,21 @@ export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 profile=${PROFILE:-release}
 if [ "$mode" = "--test-ops" ]; then
-    # The lib's test binary: the path is the one cargo reports as its executable.
-    testbin=$(cargo test --locked --lib --no-run --profile "$profile" \
+    # The kernels crate's unit-test binary: the path is the one cargo reports as its executable.
+    testbin=$(cargo test --locked -p edgebench-kernels --lib --no-run --profile "$profile" \
         --target aarch64-unknown-linux-gnu --message-format=json |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
-    [ -n "$testbin" ] || { echo "cargo did not report the lib test binary" >&2; exit 1; }
+    [ -n "$testbin" ] || { echo "cargo did not report the kernels' test binary" >&2; exit 1; }
     aarch64-linux-gnu-readelf -h "$testbin" | grep -q AArch64 || { echo "$testbin is not an aarch64 binary" >&2; exit 1; }
     qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static)
-    echo "== $testbin ops:: (qemu-user)"
+    echo "== $testbin (qemu-user)"
     # Two test threads: the tests build their own rayon pools of up to 16 threads each. The
     # convolution's finite-difference check is left to the native run (its gradients are
     # checked against candle's here): under qemu it alone took over 10 minutes.
     start=$SECONDS
-    "$qemu" -L /usr/aarch64-linux-gnu "$testbin" ops:: --test-threads 2 \
-        --skip ops::conv::tests::gradients_match_finite_differences
-    echo "aarch64 ops tests ok ($((SECONDS - start)) s under qemu)"
+    "$qemu" -L /usr/aarch64-linux-gnu "$testbin" --test-threads 2 \
+        --skip conv::tests::gradients_match_finite_differences
+    echo "aarch64 kernel tests ok ($((SECONDS - start)) s under qemu)"
     exit 0
 fi
 cargo build --locked --profile "$profile" --target aarch64-unknown-linux-gnu

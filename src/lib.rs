@@ -8,7 +8,6 @@ pub mod daemon;
 pub mod host;
 pub mod memory;
 pub mod models;
-pub mod ops;
 pub mod plan;
 pub mod power;
 pub mod provenance;

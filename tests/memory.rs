@@ -66,6 +66,7 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         2,
         Duration::from_secs(180),
     );
+    // SAFETY: kill(2) on our own child, not yet waited for, so its pid is still its own.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));

@@ -610,3 +610,64 @@ fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
         "{error}"
     );
 }
+
+/// A whole training step on the GPU (im2col + cuBLAS convolutions, the kernels crate's CUDA
+/// pooling and LRN) gives the CPU's loss and first-layer weight gradient, same weights and batch.
+/// Run with `cargo test --features cuda --test models cuda_` on a machine with an NVIDIA GPU (a
+/// build without a GPU skips it with a message).
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_training_loss_matches_cpu() {
+    use rand::Rng;
+    let dev = match Device::new_cuda(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("skipped: no CUDA device ({e})");
+            return;
+        }
+    };
+    let to_vec = |t: &Tensor| -> Vec<f64> {
+        t.flatten_all()
+            .unwrap()
+            .to_dtype(candle_core::DType::F64)
+            .unwrap()
+            .to_vec1::<f64>()
+            .unwrap()
+    };
+    for name in ["alexnet", "googlenet"] {
+        let spec = models::by_name(name).expect("known net");
+        let [c, h, w] = spec.input;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let x: Vec<f32> = (0..2 * c * h * w)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let step_on = |d: &Device| -> (f64, Vec<f64>) {
+            let net = Network::new(spec, d, 1).unwrap();
+            let xt = Tensor::from_vec(x.clone(), (2, c, h, w), d).unwrap();
+            let y = Tensor::from_vec(vec![3u32, 500], 2, d).unwrap();
+            let out = net.forward(&xt, None, None).unwrap();
+            let loss = net.loss(&out, &y).unwrap();
+            let grads = loss.backward().unwrap();
+            let g = grads
+                .get(net.params()[0].var.as_tensor())
+                .expect("conv1 gradient");
+            let g = to_vec(&g.to_device(&Device::Cpu).unwrap());
+            (loss.to_scalar::<f32>().unwrap() as f64, g)
+        };
+        let ((cpu, gc), (cuda, gg)) = (step_on(&Device::Cpu), step_on(&dev));
+        assert!(
+            (cpu - cuda).abs() < 1e-3 * cpu.abs().max(1.0),
+            "{name}: loss cuda {cuda} vs cpu {cpu}"
+        );
+        let scale = gc.iter().fold(0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0, "{name}: conv1 gradient is zero");
+        let worst = gc
+            .iter()
+            .zip(&gg)
+            .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            worst <= 1e-2 * scale,
+            "{name}: conv1 gradient differs by {worst} (max {scale})"
+        );
+    }
+}

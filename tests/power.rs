@@ -583,6 +583,7 @@ fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
 }
 
 fn cpu_seconds() -> f64 {
+    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };

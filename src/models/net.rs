@@ -2,10 +2,10 @@
 //! lr/decay multipliers), a training forward pass with dropout and auxiliary heads, and the loss.
 
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
-use crate::ops::{
+use candle_core::{Device, Result, Tensor, Var};
+use edgebench_kernels::{
     conv2d, conv2d_candle, conv2d_im2col, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d,
 };
-use candle_core::{Device, Result, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
@@ -185,8 +185,8 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
 /// Which convolution implementation the forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvImpl {
-    /// edgebench's GEMM ops (`ops::conv2d`, `ops::linear`) on the CPU; on CUDA im2col + cuBLAS
-    /// (`ops::conv2d_im2col`) and candle's matmul; candle's conv2d and matmul elsewhere.
+    /// edgebench's GEMM ops (`edgebench_kernels::conv2d`, `edgebench_kernels::linear`) on the CPU; on CUDA im2col + cuBLAS
+    /// (`edgebench_kernels::conv2d_im2col`) and candle's matmul; candle's conv2d and matmul elsewhere.
     #[default]
     Gemm,
     /// candle's `Tensor::conv2d` and `matmul` everywhere (the reference the tests compare

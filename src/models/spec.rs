@@ -2,7 +2,7 @@
 //! inference shown by `edgebench models`, and the parameter / multiply-add counts, so the three
 //! cannot drift apart.
 
-use crate::ops::{pool_output_size, Lrn, Pool2d, PoolKind};
+use edgebench_kernels::{pool_output_size, Lrn, Pool2d, PoolKind};
 use serde::Serialize;
 
 /// Weight initialisation, as the BVLC prototxt fillers name them.

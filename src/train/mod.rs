@@ -58,26 +58,11 @@ pub fn monotonic_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// Keeps freed memory in the process instead of handing it back to the kernel. A training step
-/// frees and re-allocates the same large activation and gradient buffers every time; glibc serves
-/// blocks above its mmap threshold with fresh mappings, so every step page-faulted all of them in
-/// again (4 GoogLeNet batch-32 steps: 1.44M page faults and 3.5 s of system time; 0.34M and 0.9 s
-/// with this, 10 % less time per step). Peak RSS is unchanged: the memory is reused, not added.
-/// For the processes that train (a worker, `profile`), which end when their training does.
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets glibc allocator parameters.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_MAX, 0);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
-    }
-}
-
 /// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept
-/// (`keep_freed_memory`), subnormals flushed (`flush_denormals`) and large blocks on huge pages
+/// (`edgebench_kernels::keep_freed_memory`), subnormals flushed (`flush_denormals`) and large blocks on huge pages
 /// (`HugePageAlloc`).
 pub fn prepare_training_process() {
-    keep_freed_memory();
+    edgebench_kernels::keep_freed_memory();
     flush_denormals();
     HUGE_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
 }
@@ -118,19 +103,23 @@ impl HugePageAlloc {
 // SAFETY: every call is forwarded to `System`; `advise` never touches the memory's contents.
 unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout contract is System's; forwarded unchanged.
         let p = unsafe { std::alloc::System.alloc(layout) };
         Self::advise(p, layout.size());
         p
     }
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's layout contract is System's; forwarded unchanged.
         let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
         Self::advise(p, layout.size());
         p
     }
     unsafe fn dealloc(&self, p: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: every block came from System (alloc/realloc above), with this layout.
         unsafe { std::alloc::System.dealloc(p, layout) }
     }
     unsafe fn realloc(&self, p: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        // SAFETY: `p` came from System with `layout`; the caller's size contract is System's.
         let q = unsafe { std::alloc::System.realloc(p, layout, size) };
         Self::advise(q, size);
         q

@@ -43,8 +43,9 @@ fn median(v: &mut [f64]) -> f64 {
 /// CPU time (user + system) this process has used, in seconds: steadier than wall time on a
 /// shared machine.
 pub fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage fills the struct we own.
+    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
@@ -52,8 +53,9 @@ pub fn cpu_seconds() -> f64 {
 
 /// Peak resident set size of this process so far, in KiB (Linux `ru_maxrss`).
 pub fn peak_rss_kb() -> u64 {
-    // SAFETY: getrusage fills the struct we own.
+    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     ru.ru_maxrss.max(0) as u64
 }

@@ -167,8 +167,8 @@ impl CustomOp1 for Cols {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::conv2d_candle;
-    use crate::ops::test_util::{to_vec, Rng};
+    use crate::conv2d_candle;
+    use crate::test_util::{to_vec, Rng};
     use candle_core::{Device, Var};
 
     /// Output and the gradients of x, w and b of loss = sum(conv(x, w, b) * r).

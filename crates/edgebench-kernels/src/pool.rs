@@ -733,7 +733,7 @@ impl CustomOp3 for PoolBwd {
     }
 }
 
-/// The max-pool backward from a stored argmax, for `ops::bench`.
+/// The max-pool backward from a stored argmax, for `bench`.
 #[cfg(test)]
 pub(crate) fn max_bwd_from_argmax(p: Pool2d, x: &Tensor) -> impl FnMut() -> Vec<f32> {
     let dims = x.dims4().expect("NCHW");
@@ -749,7 +749,7 @@ pub(crate) fn max_bwd_from_argmax(p: Pool2d, x: &Tensor) -> impl FnMut() -> Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::{grad_check, tensor, to_vec, Rng};
+    use crate::test_util::{grad_check, tensor, to_vec, Rng};
     use candle_core::{DType, Device};
 
     impl Pool2d {
@@ -869,7 +869,7 @@ mod tests {
 
     #[test]
     fn forward_matches_reference() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(1);
             for &(kind, kernel, stride, pad, h, w) in CONFIGS {
                 let p = Pool2d::new(kind, kernel, stride, pad);
@@ -910,7 +910,7 @@ mod tests {
 
     #[test]
     fn max_pool_gradient_matches_finite_differences() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(3);
             for &(kind, kernel, stride, pad, h, w) in
                 CONFIGS.iter().filter(|c| c.0 == PoolKind::Max)
@@ -926,7 +926,7 @@ mod tests {
 
     #[test]
     fn avg_pool_gradient_matches_finite_differences() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(4);
             for &(kind, kernel, stride, pad, h, w) in
                 CONFIGS.iter().filter(|c| c.0 == PoolKind::Avg)
@@ -981,7 +981,7 @@ mod tests {
 
     #[test]
     fn max_pool_backward_matches_caffe_with_ties_nan_and_lowest() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(11);
             let mut configs: Vec<_> = CONFIGS.iter().filter(|c| c.0 == PoolKind::Max).collect();
             let more = [
@@ -1127,7 +1127,7 @@ mod tests {
 #[cfg(test)]
 mod net_bench {
     use super::*;
-    use crate::ops::test_util::{parallel_copy_ms, time_ms as time};
+    use crate::test_util::{parallel_copy_ms, time_ms as time};
     #[test]
     #[ignore]
     fn googlenet_pools() {

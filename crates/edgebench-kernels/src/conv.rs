@@ -286,14 +286,8 @@ impl Geom {
     /// Images per GEMM: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's 13x13) put
     /// several images side by side so the GEMM's column count reaches ~`MIN_COLS`.
     fn sub_batch(&self, per: usize) -> usize {
-        // EDGEBENCH_CONV_COLS overrides the target (a tuning knob for other CPUs; 1 = off).
-        static TARGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let target = *TARGET.get_or_init(|| {
-            std::env::var("EDGEBENCH_CONV_COLS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(MIN_COLS)
-        });
+        // EDGEBENCH_CONV_COLS (`Tuning::conv_cols`) overrides the target (1 = off).
+        let target = crate::tuning().conv_cols;
         target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
     }
 
@@ -487,7 +481,7 @@ unsafe fn gemm_raw<T: Float>(
 /// gemm on the calling thread only: the ops' tasks already use every thread.
 pub(crate) const SERIAL: Parallelism = Parallelism::None;
 
-const MIN_COLS: usize = 256;
+pub(crate) const MIN_COLS: usize = 256;
 
 /// See `Geom::block_rows`: columns in flight per image, about half this CPU's L2 (2 MB on recent
 /// Xeons; the Cortex-A78AE cores of a Jetson Orin have 256 KB of L2 and share a 2-4 MB L3).
@@ -1279,7 +1273,7 @@ impl CustomOp3 for ConvBwdWinograd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::{to_vec, Rng};
+    use crate::test_util::{to_vec, Rng};
     use candle_core::{DType, Device, Var};
 
     /// (x dims, w dims, params)
@@ -1380,7 +1374,7 @@ mod tests {
     /// image split over the threads, by output channels, input channels or runs of output rows,
     /// down to one row per run on 7x7 maps), the ways the op splits work.
     fn on_pools(f: impl Fn() + Sync) {
-        crate::ops::test_util::on_thread_counts(f);
+        crate::test_util::on_thread_counts(f);
     }
 
     #[test]
@@ -1408,7 +1402,7 @@ mod tests {
                     n == 1 || !part.is_contiguous(),
                     "case {i}: the narrow is a view"
                 );
-                assert!(crate::ops::image_stride(part.layout()).is_some());
+                assert!(crate::image_stride(part.layout()).is_some());
                 let copy = Var::from_tensor(&part.contiguous().unwrap()).unwrap();
                 // (y, gradient of `var`, dw, db) of sum(conv(x) * r).
                 let f = |x: &Tensor, var: &Tensor| {
@@ -1629,8 +1623,8 @@ mod tests {
         assert!(conv2d(&x, &w, &b, p(1, 0, 1, false)).is_err());
     }
 
-    /// `cargo test --release --lib ops::conv::tests::bench -- --ignored --nocapture`
-    /// `cargo test --release --lib ops::conv::tests::bench_im2col -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench_im2col -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn bench_im2col() {

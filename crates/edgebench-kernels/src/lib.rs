@@ -1,7 +1,12 @@
-//! Custom candle ops that candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling
-//! (padding, ceil-mode output size, kernel != stride) and cross-channel LRN. CPU kernels here,
-//! CUDA kernels in `cuda` (with the `cuda` feature); on any other device the public wrappers
-//! route the tensor through host memory (see `native_or_host`).
+//! edgebench's compute kernels, as candle custom ops with forward and backward: convolution
+//! (im2col + GEMM, Winograd F(2x2)/F(4x4) for 3x3 layers), fully connected layers, and what
+//! candle 0.11 lacks or cannot differentiate: Caffe-exact 2-D pooling (padding, ceil-mode output
+//! size, kernel != stride) and cross-channel LRN. CPU kernels here, CUDA kernels in `cuda` (with
+//! the `cuda` feature); on any other device the public wrappers route the tensor through host
+//! memory (see `native_or_host`). The tuning knobs are in [`Tuning`].
+//!
+//! How each kernel works, why it is shaped as it is and what it measured: docs/kernels.md in the
+//! repository.
 
 pub mod conv;
 #[cfg(feature = "cuda")]
@@ -10,6 +15,7 @@ pub mod im2col;
 pub mod linear;
 pub mod lrn;
 pub mod pool;
+mod tuning;
 mod winograd;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
@@ -17,6 +23,7 @@ pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
+pub use tuning::{tuning, Tuning};
 
 use candle_core::{bail, Layout, Result, Tensor};
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
@@ -84,7 +91,7 @@ pub(crate) fn sum<T: Float>(v: &[T]) -> T {
 
 /// `vec![T::ZERO; len]`, zeroed by the rayon workers in parallel. glibc's calloc zeroes reused
 /// heap memory on the calling thread (training processes keep freed memory, see
-/// `train::keep_freed_memory`), and the other cores sat idle through those memsets: ~40 % of the
+/// `keep_freed_memory`), and the other cores sat idle through those memsets: ~40 % of the
 /// main thread's own time in a GoogLeNet step. Writing here also maps the pages on the threads
 /// that go on to fill them.
 pub(crate) fn zeros<T: Float>(len: usize) -> Vec<T> {
@@ -133,6 +140,21 @@ pub(crate) fn init_slice<T: Copy>(c: &mut [std::mem::MaybeUninit<T>], v: T) -> &
     c.fill(std::mem::MaybeUninit::new(v));
     // SAFETY: every element of `c` was just initialised; MaybeUninit<T> has T's layout.
     unsafe { &mut *(c as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
+}
+
+/// Keeps freed memory in the process instead of handing it back to the kernel. A training step
+/// frees and re-allocates the same large activation and gradient buffers every time; glibc serves
+/// blocks above its mmap threshold with fresh mappings, so every step page-faulted all of them in
+/// again (4 GoogLeNet batch-32 steps: 1.44M page faults and 3.5 s of system time; 0.34M and 0.9 s
+/// with this, 10 % less time per step). Peak RSS is unchanged: the memory is reused, not added.
+/// For the processes that train (a worker, `profile`), which end when their training does.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets glibc allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
 }
 
 /// NCHW strides whose images are each contiguous, `stride[0]` >= C·H·W apart: a contiguous
@@ -351,7 +373,7 @@ mod bench {
         println!("{label}: {ms:.1} ms");
     }
 
-    /// `cargo test --release --lib ops::bench -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib bench -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn bench_32x96x55x55() {
@@ -368,7 +390,7 @@ mod bench {
             beta: 0.75,
             k: 1.0,
         };
-        crate::train::keep_freed_memory();
+        keep_freed_memory();
         println!("threads: {}", rayon::current_num_threads());
 
         // GoogLeNet's inception branches pool 3x3 with stride 1 and pad 1.

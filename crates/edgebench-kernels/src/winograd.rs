@@ -26,22 +26,21 @@ use std::ops::Range;
 /// Tile positions of F(2x2): its GEMMs per block.
 const XI: usize = 16;
 
-/// Target tile columns per GEMM (EDGEBENCH_WINOGRAD_TILES overrides it). 196 keeps one image
+/// Target tile columns per GEMM (`Tuning::winograd_tiles`, EDGEBENCH_WINOGRAD_TILES, overrides it). 196 keeps one image
 /// per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four 14x14
 /// images instead of six: with 256 a block's transformed tiles were larger and conv2/3x3, 3a,
 /// 3b and 4e measured 2-7 % slower (in-process alternating runs, 20 rounds per layer; 128 and
 /// 160 were no better than 196 on 3b and 4e).
-const TILES: usize = 196;
+pub(crate) const TILES: usize = 196;
 
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
 /// `MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and its
 /// transforms run on one core while gemm's threads share only the GEMMs: batch 1 measured
 /// slower than im2col), and not turned off
-/// with EDGEBENCH_WINOGRAD=0 (the im2col path, for comparison).
+/// with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the im2col path, for comparison).
 pub(crate) fn applies(g: &Geom) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("EDGEBENCH_WINOGRAD").map_or(true, |v| v != "0"));
-    on && g.kh == 3
+    crate::tuning().winograd
+        && g.kh == 3
         && g.kw == 3
         && g.stride == 1
         && g.pad == 1
@@ -55,16 +54,9 @@ pub(crate) fn applies(g: &Geom) -> bool {
 const MIN_SIDE: usize = 10;
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `F4_MIN_SIDE`, else 2;
-/// EDGEBENCH_WINOGRAD_TILE=2 or 4 sets it for every layer.
+/// EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every layer.
 fn tile_size(g: &Geom) -> usize {
-    static M: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let forced = *M.get_or_init(
-        || match std::env::var("EDGEBENCH_WINOGRAD_TILE").as_deref() {
-            Ok("2") => Some(2),
-            Ok("4") => Some(4),
-            _ => None,
-        },
-    );
+    let forced = crate::tuning().winograd_tile;
     forced.unwrap_or(if g.h.min(g.w) >= F4_MIN_SIDE { 4 } else { 2 })
 }
 
@@ -74,14 +66,7 @@ fn tile_size(g: &Geom) -> usize {
 const F4_MIN_SIDE: usize = 48;
 
 fn tiles_target() -> usize {
-    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        std::env::var("EDGEBENCH_WINOGRAD_TILES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&t| t > 0)
-            .unwrap_or(TILES)
-    })
+    crate::tuning().winograd_tiles
 }
 
 /// The tiling of one image and how a task's images are cut into GEMM blocks.
@@ -566,15 +551,9 @@ fn gemms<T: Float>(
 }
 
 /// Output channels per GEMM chunk of the forward: 16 x chunk x `ld` outputs in about 1 MB
-/// (EDGEBENCH_WINOGRAD_CHUNK_KB overrides; half of a 2 MB L2).
+/// (EDGEBENCH_WINOGRAD_CHUNK_KB, `Tuning::winograd_chunk_kb`, overrides; half of a 2 MB L2).
 fn out_chunk(ld: usize, o: usize, xi: usize) -> usize {
-    static KB: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let kb = *KB.get_or_init(|| {
-        std::env::var("EDGEBENCH_WINOGRAD_CHUNK_KB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1024)
-    });
+    let kb = crate::tuning().winograd_chunk_kb;
     let per_channel = xi * ld * 4;
     (kb * 1024 / per_channel.max(1))
         .next_multiple_of(8)
@@ -1231,8 +1210,8 @@ fn input_adjoint4<T: Float>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
-    use crate::ops::test_util::Rng;
+    use crate::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
+    use crate::test_util::Rng;
 
     fn max_rel(a: &[f64], b: &[f64]) -> f64 {
         assert_eq!(a.len(), b.len());
@@ -1289,7 +1268,7 @@ mod tests {
                 }
             }
         };
-        crate::ops::test_util::on_thread_counts(run);
+        crate::test_util::on_thread_counts(run);
     }
 
     /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
@@ -1351,7 +1330,7 @@ mod tests {
     }
 
     /// Winograd vs im2col on GoogLeNet's 3x3 layers, batch 32, f32, alternating, median of 5:
-    /// `cargo test --release --lib ops::winograd::tests::bench -- --ignored --nocapture`.
+    /// `cargo test --release -p edgebench-kernels --lib winograd::tests::bench -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn bench() {

@@ -412,7 +412,7 @@ impl CustomOp3 for LrnBwd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::{grad_check, tensor, to_vec, Rng};
+    use crate::test_util::{grad_check, tensor, to_vec, Rng};
     use candle_core::{DType, Var};
 
     const NET: Lrn = Lrn {
@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn forward_matches_reference() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(11);
             for p in [
                 NET,
@@ -492,7 +492,7 @@ mod tests {
 
     #[test]
     fn gradient_matches_finite_differences() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             let mut rng = Rng::new(12);
             for p in [NET, STRONG, EVEN] {
                 // C < size, C == size and C > size windows; 37 channels: three blocks (LRN_BLOCK).
@@ -584,7 +584,7 @@ mod tests {
 #[cfg(test)]
 mod net_bench {
     use super::*;
-    use crate::ops::test_util::{parallel_copy_ms, time_ms as time};
+    use crate::test_util::{parallel_copy_ms, time_ms as time};
     #[test]
     #[ignore]
     fn googlenet_lrns() {

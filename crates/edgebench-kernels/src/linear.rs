@@ -51,7 +51,7 @@ struct Linear {
 /// Batches of at most this many rows take the streaming loops below for the forward and the
 /// weight gradient instead of gemm: with so few rows they are bound by reading or writing W
 /// once, and gemm took fc6 (151 MB) 15.5 ms forward and 55 ms for dW at batch 1 against
-/// 9.5 and 34 ms here (`ops::linear::bench`).
+/// 9.5 and 34 ms here (`linear::bench`).
 const STREAM_MAX_ROWS: usize = 4;
 
 /// W's rows per parallel task of the streaming loops (fc6: 36 KB each).
@@ -249,12 +249,13 @@ impl LinearBwd {
             LinearBwd::Weight if (1..=STREAM_MAX_ROWS).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
             }
-            // SAFETY (both): gemm_uninit writes all of the (n, i) or (o, i) product.
+            // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
             LinearBwd::Data => unsafe {
                 super::vec_written_by(n * i, |dx| {
                     gemm_uninit((n, i, o), dx, dy, (o, 1), other, (i, 1), par())
                 })
             },
+            // SAFETY: gemm_uninit writes all of the (o, i) product dW, as vec_written_by needs.
             LinearBwd::Weight => unsafe {
                 super::vec_written_by(o * i, |dw| {
                     gemm_uninit((o, i, n), dw, dy, (1, o), other, (i, 1), par())
@@ -304,7 +305,7 @@ impl CustomOp2 for LinearBwd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::test_util::{to_vec, Rng};
+    use crate::test_util::{to_vec, Rng};
     use candle_core::{DType, Device, Var};
 
     fn grads(
@@ -327,7 +328,7 @@ mod tests {
 
     #[test]
     fn matches_candle_and_finite_differences() {
-        crate::ops::test_util::on_thread_counts(|| {
+        crate::test_util::on_thread_counts(|| {
             // Rows up to STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows of W
             // are two streaming tasks, 37 inputs more than two 16-lane chunks.
             for (n, i, o, relu) in [
@@ -389,7 +390,7 @@ mod bench {
     use candle_core::{Device, Tensor};
     use std::time::Instant;
 
-    /// `cargo test --release --lib ops::linear::bench -- --ignored --nocapture`
+    /// `cargo test --release -p edgebench-kernels --lib linear::bench -- --ignored --nocapture`
     #[test]
     #[ignore]
     fn fc6() {
