@@ -853,30 +853,30 @@ mod tests {
         assert!((base.power_w - 7.5).abs() < 1e-9);
     }
 
+    /// TX2 module monitors (JetPack 4 IIO): chip, then (rail, mV, mA, mW) per channel.
+    const TX2_MODULE: [(&str, &[fixtures::IioRail<'static>]); 2] = [
+        (
+            "0-0040",
+            &[
+                ("VDD_SYS_GPU", 19000, 50, 950),
+                ("VDD_SYS_SOC", 19000, 40, 760),
+                ("VDD_4V0_WIFI", 4000, 10, 40),
+            ],
+        ),
+        (
+            "0-0041",
+            &[
+                ("VDD_IN", 19000, 200, 3800),
+                ("VDD_SYS_CPU", 19000, 30, 570),
+                ("VDD_SYS_DDR", 19000, 20, 380),
+            ],
+        ),
+    ];
+
     #[test]
     fn tx2_total_is_vdd_in_and_agx_orin_sums_module_rails() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::tx2(
-            root.path(),
-            &[
-                (
-                    "0-0040",
-                    &[
-                        ("VDD_SYS_GPU", 19000, 50, 950),
-                        ("VDD_SYS_SOC", 19000, 40, 760),
-                        ("VDD_4V0_WIFI", 4000, 10, 40),
-                    ],
-                ),
-                (
-                    "0-0041",
-                    &[
-                        ("VDD_IN", 19000, 200, 3800),
-                        ("VDD_SYS_CPU", 19000, 30, 570),
-                        ("VDD_SYS_DDR", 19000, 20, 380),
-                    ],
-                ),
-            ],
-        );
+        fixtures::tx2(root.path(), &TX2_MODULE);
         let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
         assert_eq!(r.board, "tx2");
         assert!((r.total_w.unwrap() - 3.8).abs() < 1e-9, "{:?}", r.total_w);
@@ -944,22 +944,8 @@ mod tests {
         fixtures::tx2(
             root,
             &[
-                (
-                    "0-0040",
-                    &[
-                        ("VDD_SYS_GPU", 19000, 50, 950),
-                        ("VDD_SYS_SOC", 19000, 40, 760),
-                        ("VDD_4V0_WIFI", 4000, 10, 40),
-                    ],
-                ),
-                (
-                    "0-0041",
-                    &[
-                        ("VDD_IN", 19000, 200, 3800),
-                        ("VDD_SYS_CPU", 19000, 30, 570),
-                        ("VDD_SYS_DDR", 19000, 20, 380),
-                    ],
-                ),
+                TX2_MODULE[0],
+                TX2_MODULE[1],
                 (
                     "0-0042",
                     &[
