@@ -261,3 +261,21 @@ fn a_sweep_waits_while_another_process_holds_the_database() {
     assert!(!db.exists());
     drop(held);
 }
+
+/// `[train] threads` reaches the trials of a daemon's sweep as it does those of `run`.
+#[test]
+fn the_daemon_applies_the_configured_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_notify, socket) = Notify::bind(dir.path());
+    let db = dir.path().join("t.db");
+    let config = dir.path().join("config.toml");
+    write_config(&config, &db, "1", "once");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text = text.replace("images = 6", "images = 1");
+    text.push_str("[train]\nthreads = 3\n");
+    std::fs::write(&config, text).unwrap();
+    let mut child = daemon(dir.path(), &config, &socket);
+    assert_eq!(wait_exit(&mut child, Duration::from_secs(120)), 0);
+    assert_eq!(count(&db, "SELECT cpu_threads FROM runs"), 3);
+    assert_eq!(results(dir.path(), &db)[0]["status"], "ok");
+}

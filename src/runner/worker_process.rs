@@ -86,3 +86,28 @@ pub(super) fn worker_command(threads: usize) -> anyhow::Result<Command> {
         .stderr(Stdio::inherit());
     Ok(cmd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(cmd: &Command, name: &str) -> Option<String> {
+        cmd.get_envs()
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v.map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    #[test]
+    fn configured_threads_reach_the_worker_and_zero_leaves_the_default() {
+        let cmd = worker_command(3).unwrap();
+        assert_eq!(env_of(&cmd, "RAYON_NUM_THREADS").as_deref(), Some("3"));
+        assert_eq!(
+            env_of(&cmd, crate::worker::PARENT_PID_ENV),
+            Some(std::process::id().to_string())
+        );
+        assert_eq!(
+            env_of(&worker_command(0).unwrap(), "RAYON_NUM_THREADS"),
+            None
+        );
+    }
+}
