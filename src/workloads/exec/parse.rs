@@ -545,8 +545,8 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
     #[test]
     fn tensorflow_estimator_time_covers_the_steps_since_its_previous_line() {
         let mut p = Parser::from_name("tensorflow").unwrap();
-        let s = step(&mut p, "INFO:tensorflow:loss = 2.3025851, step = 1");
-        assert_eq!((s.step, s.loss, s.time_s), (1, Some(2.3025851), None));
+        let s = step(&mut p, "INFO:tensorflow:loss = 6.9077554, step = 1");
+        assert_eq!((s.step, s.loss, s.time_s), (1, Some(6.9077554), None));
         let s = step(
             &mut p,
             "INFO:tensorflow:loss = 0.40212, step = 101 (10.857 sec)",
@@ -561,11 +561,11 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
         none(&mut p, "Epoch 1/2");
         let s = step(
             &mut p,
-            " 1/32 [..............................] - ETA: 1:32 - loss: 2.3026 - accuracy: 0.0625",
+            " 1/32 [..............................] - ETA: 1:32 - loss: 2.3125 - accuracy: 0.0625",
         );
         assert_eq!(
             (s.step, s.epoch, s.loss, s.time_s),
-            (1, Some(0), Some(2.3026), None)
+            (1, Some(0), Some(2.3125), None)
         );
         let s = step(
             &mut p,
