@@ -350,6 +350,10 @@ fn signal_name(sig: i32) -> String {
     format!("{name} (signal {sig})")
 }
 
+/// Longest line handed to the parser; the rest of a longer one is dropped (the console and the
+/// tail still get it all).
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
@@ -387,13 +391,16 @@ pub fn pump(
             let _ = sink.write_all(chunk).and_then(|_| sink.flush());
             tail.lock().unwrap_or_else(|e| e.into_inner()).push(chunk);
             for piece in chunk.split_inclusive(|&b| b == b'\n' || b == b'\r') {
-                match piece.last() {
-                    Some(b'\n' | b'\r') => {
-                        partial.extend_from_slice(&piece[..piece.len() - 1]);
-                        send(&partial);
-                        partial.clear();
-                    }
-                    _ => partial.extend_from_slice(piece),
+                let (body, ended) = match piece.split_last() {
+                    Some((b'\n' | b'\r', body)) => (body, true),
+                    _ => (piece, false),
+                };
+                // A line without end (binary output) is cut rather than held without bound.
+                let room = MAX_LINE_BYTES.saturating_sub(partial.len());
+                partial.extend_from_slice(&body[..body.len().min(room)]);
+                if ended {
+                    send(&partial);
+                    partial.clear();
                 }
             }
         }
@@ -630,6 +637,54 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(toml_err.contains("parsr"), "{toml_err}");
+    }
+
+    #[test]
+    fn exec_tables_read_from_a_config() {
+        #[derive(Deserialize)]
+        struct Doc {
+            exec: Vec<ExecEntry>,
+        }
+        let doc: Doc = toml::from_str(
+            r#"
+            [[exec]]
+            name = "pytorch"
+            command = ["python3", "bench/torch_train.py", "{net}", "{batch}", "20"]
+            parser = "edgebench"
+
+            [[exec]]
+            name = "plain"
+            command = ["./train.sh"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(doc.exec.len(), 2);
+        assert_eq!(doc.exec[0].parser.as_deref(), Some("edgebench"));
+        assert_eq!(doc.exec[1].parser, None);
+        for e in &doc.exec {
+            e.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn an_endless_line_is_cut_for_the_parser_but_kept_whole_in_the_tail() {
+        let (tx, rx) = mpsc::channel();
+        let tail = Arc::new(Mutex::new(TailBuffer::new(4 * MAX_LINE_BYTES)));
+        let mut input = vec![b'x'; 3 * MAX_LINE_BYTES];
+        input.extend_from_slice(b"\nEDGEBENCH step=1 loss=1\rlast");
+        let pump = pump(
+            Stream::Stdout,
+            std::io::Cursor::new(input.clone()),
+            std::io::sink(),
+            tail.clone(),
+            tx,
+        );
+        pump.join().unwrap();
+        let lines: Vec<String> = rx.iter().map(|(_, line, _)| line).collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], "x".repeat(MAX_LINE_BYTES));
+        assert_eq!(lines[1..], ["EDGEBENCH step=1 loss=1", "last"]);
+        assert_eq!(tail.lock().unwrap().total_bytes(), input.len() as u64);
     }
 
     #[test]
