@@ -417,6 +417,28 @@ pub struct CommandSpec {
     pub grace: Duration,
     /// Gives the epoch of step lines that carry none.
     pub steps_per_epoch: Option<usize>,
+    pub echo: Echo,
+}
+
+/// Where the command's output is passed through to as it arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Echo {
+    /// stdout to stdout, stderr to stderr.
+    Console,
+    /// Both to stderr: for a process whose stdout carries its own messages (the worker's).
+    Stderr,
+    /// Nowhere (the tails still keep the end).
+    Off,
+}
+
+impl Echo {
+    fn sink(self, stream: Stream) -> Box<dyn Write + Send> {
+        match (self, stream) {
+            (Echo::Console, Stream::Stdout) => Box::new(std::io::stdout()),
+            (Echo::Console | Echo::Stderr, _) => Box::new(std::io::stderr()),
+            (Echo::Off, _) => Box::new(std::io::sink()),
+        }
+    }
 }
 
 /// What a finished command left.
@@ -442,8 +464,8 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// Malformed lines kept for the report; more are only counted.
 const MAX_PARSE_ERRORS: usize = 10;
 
-/// Runs a command to its end: in its own process group, output passed through to this
-/// process's stdout/stderr and parsed line by line (stdout and stderr both; frameworks log to
+/// Runs a command to its end: in its own process group, output passed through as `spec.echo`
+/// says and parsed line by line (stdout and stderr both; frameworks log to
 /// either) into records handed to `emit`. Ends the group on `timeout`, when `stop` is set, or
 /// when `emit` returns [`Control::Stop`]; once the leader exits, whatever it left in its group
 /// is killed.
@@ -464,14 +486,14 @@ pub fn run_command(
         pump(
             Stream::Stdout,
             child.stdout.take().expect("stdout is piped"),
-            std::io::stdout(),
+            spec.echo.sink(Stream::Stdout),
             stdout_tail.clone(),
             tx.clone(),
         ),
         pump(
             Stream::Stderr,
             child.stderr.take().expect("stderr is piped"),
-            std::io::stderr(),
+            spec.echo.sink(Stream::Stderr),
             stderr_tail.clone(),
             tx,
         ),
@@ -758,6 +780,7 @@ mod tests {
             timeout: timeout_ms.map(Duration::from_millis),
             grace: Duration::from_millis(300),
             steps_per_epoch: None,
+            echo: Echo::Off,
         }
     }
 

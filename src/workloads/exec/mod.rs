@@ -121,6 +121,9 @@ pub fn run(
         timeout,
         grace: GRACE,
         steps_per_epoch: job.steps_per_epoch,
+        // The worker's stdout carries its messages to the runner; the console gets both
+        // streams through its stderr.
+        echo: command::Echo::Stderr,
     };
     command::run_command(&spec, parser, stop, &mut |step| emit(&step.record))
 }
