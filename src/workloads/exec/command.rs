@@ -16,7 +16,8 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::parse::{Parser, StepTracker, TrackedStep};
-use crate::train::{monotonic_ns, Control};
+use crate::clock::monotonic_ns;
+use crate::record::Control;
 
 /// The placeholders a command may use, for help and error messages.
 pub const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}";
@@ -122,8 +123,7 @@ pub fn expand_arg(template: &str, values: &SweepValues) -> Result<String> {
 }
 
 /// The workload parameters of an exec trial, which with the common columns make its resume
-/// key: the same engine running the same expanded command is the same trial. Field order is
-/// the JSON's.
+/// key: the same engine running the same expanded command is the same trial.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecParams {
@@ -133,9 +133,9 @@ pub struct ExecParams {
 }
 
 impl ExecParams {
-    /// The canonical JSON object text stored as the trial's `params`.
+    /// The canonical JSON object text stored as the trial's `params` (keys sorted).
     pub fn canonical_json(&self) -> String {
-        serde_json::to_string(self).expect("strings serialize")
+        crate::workloads::params_text(self)
     }
 }
 
@@ -710,14 +710,14 @@ mod tests {
     }
 
     #[test]
-    fn exec_params_json_is_the_engine_then_the_argv() {
+    fn exec_params_json_has_the_engine_and_the_argv() {
         let p = ExecParams {
             engine: "caffe".into(),
             command: vec!["caffe".into(), "train".into(), "-solver=s \"q\"".into()],
         };
         assert_eq!(
             p.canonical_json(),
-            r#"{"engine":"caffe","command":["caffe","train","-solver=s \"q\""]}"#
+            r#"{"command":["caffe","train","-solver=s \"q\""],"engine":"caffe"}"#
         );
     }
 

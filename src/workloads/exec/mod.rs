@@ -16,8 +16,7 @@ use serde::{Deserialize, Serialize};
 use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
 use parse::Parser;
 
-use crate::store::IterationRecord;
-use crate::train::Control;
+use crate::record::{Control, IterationRecord};
 
 /// Between SIGTERM and SIGKILL when a command is ended.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -201,7 +200,7 @@ mod tests {
         assert_eq!(jobs[2].1.timeout_s, Some(60.0));
         assert_eq!(
             jobs[0].1.params().canonical_json(),
-            r#"{"engine":"caffe","command":["./run_caffe.sh","alexnet","cpu","1"]}"#
+            r#"{"command":["./run_caffe.sh","alexnet","cpu","1"],"engine":"caffe"}"#
         );
     }
 

@@ -21,7 +21,7 @@ use std::sync::LazyLock;
 use anyhow::{anyhow, bail, Context, Result};
 use regex::Regex;
 
-use crate::store::IterationRecord;
+use crate::record::IterationRecord;
 
 /// A float as C++ streams, Python and printf write it, `nan`/`inf` included.
 const NUM: &str = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?))";
