@@ -7,7 +7,8 @@ per image, so edgebench can be compared with the framework the source studies us
 machine, in the same run.
 
 usage: tf_train.py NET BATCH [STEPS]      NET: alexnet | googlenet
-prints one line per step and a last line:  RESULT net=.. batch=.. median_s_per_image=..
+prints two lines per step (the second, `EDGEBENCH step=N loss=L time=T images=B`, for
+`edgebench exec --parser edgebench`) and a last line:  RESULT net=.. batch=.. median_s_per_image=..
 Needs: pip install tensorflow-cpu (2.21 was used to set the goals).
 """
 import os, sys, time, statistics, resource
@@ -89,7 +90,9 @@ def main():
         if i > 0:  # first step traces the graph
             times.append(dt)
             cpu.append(dc)
-        print(f"step {i} s={dt:.4f} s_per_image={dt / batch:.5f} loss={loss:.4f}", flush=True)
+        print(f"step {i} s={dt:.4f} s_per_image={dt / batch:.5f} loss={loss:.4f}")
+        # `edgebench exec --parser edgebench` reads this line (one per step).
+        print(f"EDGEBENCH step={i} loss={loss:.6g} time={dt:.6f} images={batch}", flush=True)
     print(f"RESULT net={net} batch={batch} params={model.count_params()} "
           f"median_s_per_image={statistics.median(times) / batch:.6f} "
           f"cpu_s_per_image={statistics.median(cpu) / batch:.6f} "

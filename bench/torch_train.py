@@ -8,7 +8,8 @@ Peer baseline: train BVLC AlexNet or GoogLeNet with PyTorch (CPU, or CUDA when -
 is present) and print the time per image, for side-by-side comparison with edgebench.
 
 usage: torch_train.py NET BATCH [STEPS] [--cuda] [--tf32]      NET: alexnet | googlenet
-prints one line per step and a last line:  RESULT net=.. batch=.. median_s_per_image=..
+prints two lines per step (the second, `EDGEBENCH step=N loss=L time=T images=B`, for
+`edgebench exec --parser edgebench`) and a last line:  RESULT net=.. batch=.. median_s_per_image=..
 """
 import sys, time, statistics
 import torch
@@ -101,7 +102,9 @@ def main():
         dt = time.perf_counter() - t0
         if i > 0:
             times.append(dt)
-        print(f"step {i} s={dt:.4f} s_per_image={dt / batch:.5f} loss={lv:.4f}", flush=True)
+        print(f"step {i} s={dt:.4f} s_per_image={dt / batch:.5f} loss={lv:.4f}")
+        # `edgebench exec --parser edgebench` reads this line (one per step).
+        print(f"EDGEBENCH step={i} loss={lv:.6g} time={dt:.6f} images={batch}", flush=True)
     print(f"RESULT net={net} batch={batch} device={dev.type} params={params} "
           f"threads={torch.get_num_threads()} tf32={int(tf32)} "
           f"median_s_per_image={statistics.median(times) / batch:.6f} peak_gpu_mib="

@@ -12,6 +12,7 @@
 //! The CNN training ([`cnn`]) is one workload.
 
 pub mod cnn;
+pub mod exec;
 
 use crate::config::{Config, WorkloadKind};
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd};

@@ -1,0 +1,346 @@
+//! Importing old training logs: a folder laid out as the Caffe and TensorFlow study scripts
+//! leave it, one log per run named `train_{net}_{CPU|GPU}_{batch}.log` (the batch zero-padded
+//! to three digits, e.g. `train_alexnet_GPU_016.log`), read into trials with their iterations.
+//!
+//! Times: Caffe's glog lines (`I1222 14:03:21.372112 ...`) carry a timestamp, which places each
+//! iteration; other lines are placed one after the other by the log's own step times. Instants
+//! are nanoseconds from the log's first timestamp (or 0), not CLOCK_MONOTONIC: an imported
+//! trial has no power record to line up with.
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+
+use super::parse::{LogEvent, Parser, StepTracker, TrackedStep};
+
+/// The file naming of the study scripts, for messages.
+pub const LOG_NAME_PATTERN: &str = "train_{net}_{CPU|GPU}_{batch}.log";
+
+static LOG_NAME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^train_(?P<net>.+)_(?P<device>[A-Za-z]+)_(?P<batch>\d+)\.log$")
+        .expect("log name pattern compiles")
+});
+
+/// glog's line prefix: `Lmmdd hh:mm:ss.uuuuuu`.
+static GLOG_TIME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^[IWEF](?P<mo>\d{2})(?P<d>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})\.(?P<us>\d{6})",
+    )
+    .expect("glog pattern compiles")
+});
+
+/// One imported log: a trial's identity and its iterations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedLog {
+    pub path: PathBuf,
+    pub net: String,
+    /// As edgebench names devices: `cpu` or `cuda` (the scripts' `GPU`).
+    pub device: String,
+    pub batch: usize,
+    pub iterations: Vec<TrackedStep>,
+    /// Step lines that had neither a timestamp nor a time of their own, so no step time: left
+    /// out of `iterations`.
+    pub untimed_lines: usize,
+}
+
+/// (net, device, batch) from a log's file name; None when the name is not a study log's.
+pub fn parse_log_name(file_name: &str) -> Option<Result<(String, String, usize)>> {
+    let c = LOG_NAME.captures(file_name)?;
+    let device = match &c["device"] {
+        "CPU" | "cpu" => "cpu",
+        "GPU" | "gpu" | "CUDA" | "cuda" => "cuda",
+        other => {
+            return Some(Err(anyhow::anyhow!(
+                "{file_name}: device '{other}' is neither CPU nor GPU (expected {LOG_NAME_PATTERN})"
+            )))
+        }
+    };
+    let batch = match c["batch"].parse::<usize>() {
+        Ok(b) if b > 0 => b,
+        _ => {
+            return Some(Err(anyhow::anyhow!(
+                "{file_name}: batch '{}' is not a batch size >= 1 (expected {LOG_NAME_PATTERN})",
+                &c["batch"]
+            )))
+        }
+    };
+    Some(Ok((c["net"].to_string(), device.to_string(), batch)))
+}
+
+/// Reads every study log of `dir` with the parser named `parser_name`. Refuses the whole
+/// folder, naming every problem, when a `.log` file is not named as the scripts name them, a
+/// log has no step line of the format, or there is no log at all; other files and folders
+/// (TensorFlow's train dirs sit beside its logs) are passed over.
+pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
+    Parser::from_name(parser_name)?;
+    let entries = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read the log folder {}", dir.display()))?;
+    let mut logs = Vec::new();
+    let mut problems = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.with_context(|| format!("cannot read the log folder {}", dir.display()))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !path.is_file() || !name.ends_with(".log") {
+            continue;
+        }
+        let (net, device, batch) = match parse_log_name(&name) {
+            None => {
+                problems.push(format!("{name}: not named {LOG_NAME_PATTERN}"));
+                continue;
+            }
+            Some(Err(e)) => {
+                problems.push(format!("{e:#}"));
+                continue;
+            }
+            Some(Ok(identity)) => identity,
+        };
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => {
+                problems.push(format!("{name}: cannot read: {e}"));
+                continue;
+            }
+        };
+        let parser = Parser::from_name(parser_name)?;
+        match read_log(&text, parser) {
+            Ok((iterations, _)) if iterations.is_empty() => problems.push(format!(
+                "{name}: no {parser_name} step line with a time (is --parser right?)"
+            )),
+            Ok((iterations, untimed_lines)) => logs.push(ImportedLog {
+                path,
+                net,
+                device,
+                batch,
+                iterations,
+                untimed_lines,
+            }),
+            Err(e) => problems.push(format!("{name}: {e:#}")),
+        }
+    }
+    if !problems.is_empty() {
+        problems.sort();
+        bail!(
+            "cannot import the logs in {}; nothing was imported:\n  {}",
+            dir.display(),
+            problems.join("\n  ")
+        );
+    }
+    if logs.is_empty() {
+        bail!(
+            "no log named {LOG_NAME_PATTERN} in {}: give the folder the run scripts wrote their \
+             logs to",
+            dir.display()
+        );
+    }
+    logs.sort_by(|a, b| (&a.net, &a.device, a.batch).cmp(&(&b.net, &b.device, b.batch)));
+    Ok(logs)
+}
+
+/// Nanoseconds of a glog timestamp from the start of the year (glog writes no year; a leap
+/// day is counted every year, which only shifts instants, not intervals within a run).
+fn glog_ns(line: &str) -> Option<i64> {
+    const DAYS_BEFORE: [i64; 12] = [0, 31, 60, 91, 121, 152, 182, 213, 244, 274, 305, 335];
+    let c = GLOG_TIME.captures(line)?;
+    let field = |name: &str| c[name].parse::<i64>().ok();
+    let month = field("mo")?;
+    let day = *DAYS_BEFORE.get(usize::try_from(month).ok()?.checked_sub(1)?)? + field("d")? - 1;
+    let seconds = ((day * 24 + field("h")?) * 60 + field("mi")?) * 60 + field("s")?;
+    Some(seconds * 1_000_000_000 + field("us")? * 1000)
+}
+
+/// A log's iterations, and how many step lines had no time to give.
+pub fn read_log(text: &str, mut parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
+    const YEAR_NS: i64 = 366 * 86_400 * 1_000_000_000;
+    let mut origin = None;
+    let mut year_offset = 0;
+    let mut last_stamp = None;
+    // Instants count from the first timestamp, or from 0 for a log without any.
+    let mut tracker = StepTracker::new(0, None);
+    // Where the next line without a timestamp ends: after the previous one, by its own time.
+    let mut cursor_ns = 0i64;
+    let mut last_step = None;
+    let mut iterations = Vec::new();
+    let mut untimed = 0;
+    for (number, line) in text.split(['\n', '\r']).enumerate() {
+        let stamp = glog_ns(line).map(|ns| {
+            // A run across New Year goes on counting.
+            if last_stamp.is_some_and(|last| ns + year_offset < last) {
+                year_offset += YEAR_NS;
+            }
+            let ns = ns + year_offset;
+            last_stamp = Some(ns);
+            ns - *origin.get_or_insert(ns)
+        });
+        let event = parser
+            .parse(line)
+            .with_context(|| format!("line {}", number + 1))?;
+        let Some(event) = event else { continue };
+        let read_ns = match (&event, stamp) {
+            (_, Some(ns)) => ns,
+            (LogEvent::Step(s), None) => {
+                let steps = match last_step {
+                    Some(prev) if s.step > prev => s.step - prev,
+                    Some(_) => continue,
+                    None => 1,
+                };
+                match s.time_s {
+                    Some(t) if t.is_finite() && t >= 0.0 => {
+                        cursor_ns + (t * steps as f64 * 1e9).round() as i64
+                    }
+                    _ => {
+                        untimed += 1;
+                        continue;
+                    }
+                }
+            }
+            (LogEvent::LearningRate { .. }, None) => cursor_ns,
+        };
+        if let Some(step) = tracker.feed(event, read_ns) {
+            cursor_ns = step.record.t_end_ns;
+            last_step = Some(step.record.step);
+            iterations.push(step);
+        }
+    }
+    Ok((iterations, untimed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caffe_log(batch: usize, lapse_s: f64) -> String {
+        // Display every 2 iterations, as the solver writes it into logs/caffe.INFO.
+        let per_s = 2.0 / lapse_s;
+        format!(
+            "Log file created at: 2017/12/22 14:03:20
+I1222 14:03:20.000000  2471 caffe.cpp:217] Using GPUs 0
+I1222 14:03:20.500000  2471 solver.cpp:289] Solving AlexNet (batch {batch})
+I1222 14:03:21.000000  2471 solver.cpp:218] Iteration 0 (0 iter/s, 0.5s/2 iters), loss = 6.9
+I1222 14:03:21.000100  2471 sgd_solver.cpp:105] Iteration 0, lr = 0.01
+I1222 14:03:23.000000  2471 solver.cpp:218] Iteration 2 ({per_s} iter/s, {lapse_s}s/2 iters), loss = 6.8
+I1222 14:03:23.000100  2471 sgd_solver.cpp:105] Iteration 2, lr = 0.01
+I1222 14:03:25.000000  2471 solver.cpp:218] Iteration 4 ({per_s} iter/s, {lapse_s}s/2 iters), loss = 6.7
+I1222 14:03:25.500000  2471 solver.cpp:310] Iteration 6, loss = 6.6
+I1222 14:03:25.600000  2471 solver.cpp:315] Optimization Done.
+"
+        )
+    }
+
+    fn folder(files: &[(&str, String)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn caffe_folder_in_the_scripts_layout() {
+        let dir = folder(&[
+            ("train_alexnet_GPU_016.log", caffe_log(16, 2.0)),
+            ("train_alexnet_CPU_001.log", caffe_log(1, 2.0)),
+            ("train_inception_v1_CPU_512.log", caffe_log(512, 2.0)),
+            ("notes.txt", "not a log".into()),
+        ]);
+        // TensorFlow's train dirs sit next to its logs.
+        std::fs::create_dir(dir.path().join("train_alexnet_CPU_001")).unwrap();
+        let logs = import_dir(dir.path(), "caffe").unwrap();
+        let ids: Vec<(&str, &str, usize)> = logs
+            .iter()
+            .map(|l| (l.net.as_str(), l.device.as_str(), l.batch))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("alexnet", "cpu", 1),
+                ("alexnet", "cuda", 16),
+                ("inception_v1", "cpu", 512)
+            ]
+        );
+        let its = &logs[1].iterations;
+        assert_eq!(
+            its.iter().map(|i| i.record.step).collect::<Vec<_>>(),
+            [0, 2, 4, 6]
+        );
+        assert_eq!(
+            its.iter().map(|i| i.steps).collect::<Vec<_>>(),
+            [1, 2, 2, 2]
+        );
+        assert_eq!(its[1].record.loss, 6.8);
+        assert_eq!(its[1].record.lr, 0.01);
+        // Placed by glog's timestamps, from the log's first line.
+        assert_eq!(its[1].record.t_end_ns, 3_000_000_000);
+        assert_eq!(its[1].record.t_start_ns, 1_000_000_000);
+        assert!((its[1].record.step_s - 1.0).abs() < 1e-9);
+        // The final line has no time of its own: its interval gives it.
+        assert_eq!(its[3].record.t_end_ns, 5_500_000_000);
+        assert!((its[3].record.step_s - 0.25).abs() < 1e-9);
+        assert_eq!(logs[1].untimed_lines, 0);
+    }
+
+    #[test]
+    fn tensorflow_log_without_timestamps_is_laid_out_by_its_step_times() {
+        let log = "\
+INFO:tensorflow:Starting Session.
+INFO:tensorflow:global step 1: loss = 6.9100 (2.500 sec/step)
+INFO:tensorflow:global step 2: loss = 6.9000 (0.500 sec/step)
+INFO:tensorflow:global step 4: loss = 6.8000 (0.250 sec/step)
+INFO:tensorflow:Stopping Training.
+";
+        let dir = folder(&[("train_googlenet_CPU_008.log", log.into())]);
+        let logs = import_dir(dir.path(), "tensorflow").unwrap();
+        let its = &logs[0].iterations;
+        let spans: Vec<(i64, i64)> = its
+            .iter()
+            .map(|i| {
+                (
+                    i.record.t_start_ns / 1_000_000,
+                    i.record.t_end_ns / 1_000_000,
+                )
+            })
+            .collect();
+        assert_eq!(spans, [(0, 2500), (2500, 3000), (3000, 3500)]);
+        assert_eq!(its[2].record.step_s, 0.25);
+        assert_eq!((logs[0].net.as_str(), logs[0].batch), ("googlenet", 8));
+    }
+
+    #[test]
+    fn bad_folders_are_refused_naming_every_problem() {
+        let dir = folder(&[
+            ("train_alexnet_CPU_001.log", caffe_log(1, 1.0)),
+            ("train_alexnet_TPU_001.log", caffe_log(1, 1.0)),
+            ("train_alexnet_CPU_000.log", caffe_log(1, 1.0)),
+            ("alexnet.log", caffe_log(1, 1.0)),
+            (
+                "train_googlenet_GPU_004.log",
+                "INFO:tensorflow:global step 1: loss = 1 (1 sec/step)\n".into(),
+            ),
+        ]);
+        let err = format!("{:#}", import_dir(dir.path(), "caffe").unwrap_err());
+        for says in [
+            "nothing was imported",
+            "alexnet.log: not named train_{net}_{CPU|GPU}_{batch}.log",
+            "device 'TPU' is neither CPU nor GPU",
+            "batch '000' is not a batch size",
+            "train_googlenet_GPU_004.log: no caffe step line",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(!err.contains("train_alexnet_CPU_001"), "{err}");
+
+        let empty = tempfile::tempdir().unwrap();
+        let err = format!("{:#}", import_dir(empty.path(), "caffe").unwrap_err());
+        assert!(err.contains("no log named"), "{err}");
+        let err = format!(
+            "{:#}",
+            import_dir(&empty.path().join("absent"), "caffe").unwrap_err()
+        );
+        assert!(err.contains("cannot read the log folder"), "{err}");
+        let err = format!("{:#}", import_dir(empty.path(), "mxnet").unwrap_err());
+        assert!(err.contains("unknown log parser 'mxnet'"), "{err}");
+    }
+}

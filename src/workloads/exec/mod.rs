@@ -1,0 +1,276 @@
+//! The external-command workload: any framework's training run measured with edgebench's
+//! instruments. The command's log lines become iteration records ([`parse`]), old logs in the
+//! layout of the Caffe/TensorFlow study scripts are imported ([`import`]), and config entries
+//! expand into commands run in their own process group ([`command`]).
+
+pub mod command;
+pub mod import;
+pub mod parse;
+
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
+use parse::Parser;
+
+use crate::record::{Control, IterationRecord};
+
+/// Between SIGTERM and SIGKILL when a command is ended.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// One exec trial as the worker receives it: the engine, the expanded command and how to
+/// read its log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecJob {
+    pub engine: String,
+    pub command: Vec<String>,
+    pub parser: Option<String>,
+    pub timeout_s: Option<f64>,
+    /// Gives the epoch of step lines that carry none (images / batch of the sweep point).
+    pub steps_per_epoch: Option<usize>,
+}
+
+impl ExecJob {
+    /// The trial's workload parameters (its resume key with the common columns).
+    pub fn params(&self) -> ExecParams {
+        ExecParams {
+            engine: self.engine.clone(),
+            command: self.command.clone(),
+        }
+    }
+}
+
+/// The jobs of `entries` over the sweep's points, entry by entry. Everything is checked before
+/// anything runs: each entry (name, command, placeholders, parser), engine names unique, and no
+/// two points of one entry giving the same command (a device axis the command ignores would
+/// measure the same run twice under two labels).
+pub fn expand_sweep(
+    entries: &[ExecEntry],
+    points: &[SweepValues],
+    timeout: Option<Duration>,
+) -> Result<Vec<(SweepValues, ExecJob)>> {
+    let mut jobs = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        entry.validate()?;
+        if entries[..i].iter().any(|e| e.name == entry.name) {
+            bail!(
+                "two [[exec]] entries are named '{}': give each engine its own name",
+                entry.name
+            );
+        }
+        let mut seen: Vec<(&SweepValues, Vec<String>)> = Vec::new();
+        for point in points {
+            let command = entry.expand(point)?;
+            if let Some((other, _)) = seen.iter().find(|(_, c)| *c == command) {
+                bail!(
+                    "[[exec]] entry '{}' gives the same command for {} and {}: use the \
+                     placeholders ({}) for the axes the sweep varies, or sweep fewer values",
+                    entry.name,
+                    describe(other),
+                    describe(point),
+                    command::PLACEHOLDERS
+                );
+            }
+            let steps_per_epoch = (point.batch > 0 && point.images >= point.batch)
+                .then(|| point.images / point.batch);
+            jobs.push((
+                point.clone(),
+                ExecJob {
+                    engine: entry.name.clone(),
+                    command: command.clone(),
+                    parser: entry.parser.clone(),
+                    timeout_s: timeout.map(|t| t.as_secs_f64()),
+                    steps_per_epoch,
+                },
+            ));
+            seen.push((point, command));
+        }
+    }
+    Ok(jobs)
+}
+
+fn describe(p: &SweepValues) -> String {
+    format!(
+        "net={} batch={} device={} images={} epochs={}",
+        p.net, p.batch, p.device, p.images, p.epochs
+    )
+}
+
+/// Runs the job's command (inside the trial's worker, so its cgroup holds the command and
+/// every child), handing each iteration record to `emit` as its line is read. The outcome
+/// carries how the command ended and the tails of its output.
+pub fn run(
+    job: &ExecJob,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&IterationRecord) -> Result<Control>,
+) -> Result<CommandOutcome> {
+    let parser = job.parser.as_deref().map(Parser::from_name).transpose()?;
+    let timeout = match job.timeout_s {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            bail!("timeout {t} s: give a duration above 0")
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    let spec = CommandSpec {
+        argv: job.command.clone(),
+        timeout,
+        grace: GRACE,
+        steps_per_epoch: job.steps_per_epoch,
+        // The worker's stdout carries its messages to the runner; the console gets both
+        // streams through its stderr.
+        echo: command::Echo::Stderr,
+    };
+    command::run_command(&spec, parser, stop, &mut |step| emit(&step.record))
+}
+
+/// Iterations each record stands for: the step numbers' differences (a log may show only every
+/// K-th step), 1 for the first.
+pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
+    let mut previous = None;
+    records
+        .iter()
+        .map(|r| {
+            let n = previous.map_or(1, |p: usize| r.step.saturating_sub(p).max(1));
+            previous = Some(r.step);
+            n
+        })
+        .collect()
+}
+
+/// Seconds of training in `records`: each record's time per iteration times the iterations it
+/// stands for.
+pub fn total_time_s(records: &[IterationRecord]) -> f64 {
+    records
+        .iter()
+        .zip(steps_covered(records))
+        .map(|(r, n)| r.step_s * n as f64)
+        .sum()
+}
+
+/// The workload-specific figures of an exec trial for its results row (`exit_code`: null when
+/// the command did not exit by itself).
+pub fn extra_metrics(outcome: &CommandOutcome) -> serde_json::Map<String, serde_json::Value> {
+    let mut extra = serde_json::Map::new();
+    extra.insert("exit_code".into(), outcome.end.exit_code().into());
+    extra
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(device: &str, batch: usize) -> SweepValues {
+        SweepValues {
+            net: "alexnet".into(),
+            batch,
+            device: device.into(),
+            images: 1024,
+            epochs: 10,
+        }
+    }
+
+    fn entry(name: &str, command: &[&str]) -> ExecEntry {
+        ExecEntry {
+            name: name.into(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            parser: Some("caffe".into()),
+        }
+    }
+
+    /// The Caffe study's sweep (annex A) as one entry: a wrapper script per run.
+    #[test]
+    fn a_batch_and_device_sweep_expands_per_point() {
+        let points = [point("cpu", 1), point("cpu", 16), point("cuda", 16)];
+        let caffe = entry("caffe", &["./run_caffe.sh", "{net}", "{device}", "{batch}"]);
+        let jobs = expand_sweep(&[caffe], &points, Some(Duration::from_secs(60))).unwrap();
+        let commands: Vec<String> = jobs.iter().map(|(_, j)| j.command.join(" ")).collect();
+        assert_eq!(
+            commands,
+            [
+                "./run_caffe.sh alexnet cpu 1",
+                "./run_caffe.sh alexnet cpu 16",
+                "./run_caffe.sh alexnet cuda 16"
+            ]
+        );
+        assert_eq!(jobs[1].1.steps_per_epoch, Some(64));
+        assert_eq!(jobs[2].1.timeout_s, Some(60.0));
+        assert_eq!(
+            jobs[0].1.params().canonical_json(),
+            r#"{"command":["./run_caffe.sh","alexnet","cpu","1"],"engine":"caffe"}"#
+        );
+    }
+
+    #[test]
+    fn a_sweep_that_would_run_one_command_twice_is_refused() {
+        let points = [point("cpu", 16), point("cuda", 16)];
+        let err = expand_sweep(&[entry("torch", &["train", "{batch}"])], &points, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("'torch' gives the same command")
+                && err.contains("device=cpu")
+                && err.contains("device=cuda"),
+            "{err}"
+        );
+        let twice = [entry("a", &["x", "{batch}"]), entry("a", &["y", "{batch}"])];
+        let err = expand_sweep(&twice, &points[..1], None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("two [[exec]] entries are named 'a'"), "{err}");
+    }
+
+    #[test]
+    fn records_that_stand_for_several_steps_count_them() {
+        let rec = |step, step_s| IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: 0,
+        };
+        let records = [rec(0, 0.5), rec(20, 0.1), rec(40, 0.2)];
+        assert_eq!(steps_covered(&records), [1, 20, 20]);
+        assert!((total_time_s(&records) - (0.5 + 2.0 + 4.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn run_hands_records_over_and_keeps_the_exit_code() {
+        let job = ExecJob {
+            engine: "script".into(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo 'EDGEBENCH step=0 loss=2 time=0.01'; echo 'EDGEBENCH step=1 loss=1 time=0.02'; exit 4"
+                    .into(),
+            ],
+            parser: Some("edgebench".into()),
+            timeout_s: Some(30.0),
+            steps_per_epoch: None,
+        };
+        let mut losses = Vec::new();
+        let outcome = run(&job, &AtomicBool::new(false), &mut |r| {
+            losses.push(r.loss);
+            Ok(Control::Continue)
+        })
+        .unwrap();
+        assert_eq!(losses, [2.0, 1.0]);
+        assert_eq!(extra_metrics(&outcome)["exit_code"], serde_json::json!(4));
+        let bad = ExecJob {
+            timeout_s: Some(0.0),
+            ..job
+        };
+        let err = run(&bad, &AtomicBool::new(false), &mut |_| {
+            Ok(Control::Continue)
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("timeout 0 s"), "{err}");
+    }
+}
