@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// One training step. A NaN `loss` is stored as NULL (SQLite has no NaN) and reads back as NaN.
+/// One training step. A NaN `loss` or `lr` (a log that gives none) is stored as NULL (SQLite has
+/// no NaN) and reads back as NaN.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct IterationRecord {
     pub step: usize,

@@ -854,7 +854,7 @@ impl Store {
                     step: uint(r, 0)?,
                     epoch: uint(r, 1)?,
                     loss: r.get::<_, Option<f64>>(2)?.unwrap_or(f64::NAN),
-                    lr: r.get(3)?,
+                    lr: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
                     data_s: r.get(4)?,
                     step_s: r.get(5)?,
                     t_start_ns: r.get(6)?,
