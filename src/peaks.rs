@@ -386,3 +386,191 @@ impl PeaksReport {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_tree(cpuinfo: &str, max_khz: &[(usize, &str)]) -> (tempfile::TempDir, HostPaths) {
+        let root = tempfile::tempdir().unwrap();
+        let host = HostPaths {
+            sysfs: root.path().join("sys"),
+            procfs: root.path().join("proc"),
+            rootfs: root.path().to_path_buf(),
+        };
+        std::fs::create_dir_all(&host.procfs).unwrap();
+        std::fs::write(host.proc("cpuinfo"), cpuinfo).unwrap();
+        for (cpu, khz) in max_khz {
+            let dir = host.sys(&format!("devices/system/cpu/cpu{cpu}/cpufreq"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cpuinfo_max_freq"), format!("{khz}\n")).unwrap();
+        }
+        (root, host)
+    }
+
+    fn x86_cpu(index: usize, flags: &str, mhz: &str) -> String {
+        format!(
+            "processor\t: {index}\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n\
+             cpu MHz\t\t: {mhz}\nflags\t\t: fpu sse sse2 {flags}\n\n"
+        )
+    }
+
+    #[test]
+    fn host_cpu_peak_from_cpuinfo_flags_and_cpufreq() {
+        // AVX2 + FMA: 8 lanes x 2 x 2 pipes = 32 FLOP/cycle; cpufreq says 3.0 GHz.
+        let info = x86_cpu(0, "avx avx2 fma", "2445.1") + &x86_cpu(1, "avx avx2 fma", "2445.1");
+        let (_t, host) = host_tree(&info, &[(0, "3000000"), (1, "3000000")]);
+        let peak = host_cpu_peak(&host).unwrap();
+        assert!((peak.gflops - 192.0).abs() < 1e-9, "{peak:?}");
+        assert!(
+            peak.how.contains("2 cores x 3.00 GHz x 32 FLOP/cycle"),
+            "{}",
+            peak.how
+        );
+
+        // No cpufreq: cpuinfo's clock. AVX-512F: 16 lanes.
+        let (_t, host) = host_tree(&x86_cpu(0, "avx avx2 fma avx512f", "2000.0"), &[]);
+        assert!((host_cpu_peak(&host).unwrap().gflops - 128.0).abs() < 1e-9);
+        // SSE only, no FMA: 4 lanes x 2 pipes.
+        let (_t, host) = host_tree(&x86_cpu(0, "", "1000.0"), &[]);
+        assert!((host_cpu_peak(&host).unwrap().gflops - 8.0).abs() < 1e-9);
+
+        // An ARM cpuinfo names no vector pipes: unknown.
+        let arm = "processor\t: 0\nBogoMIPS\t: 38.40\nFeatures\t: fp asimd evtstrm\n\
+                   CPU part\t: 0xd07\n\nHardware\t: jetson\n";
+        let (_t, host) = host_tree(arm, &[(0, "1479000")]);
+        assert_eq!(host_cpu_peak(&host), None);
+    }
+
+    #[test]
+    fn last_level_cache_is_the_largest_data_cache() {
+        let (_t, host) = host_tree("", &[]);
+        let base = host.sys("devices/system/cpu/cpu0/cache");
+        for (index, kind, size) in [
+            (0, "Data", "32K"),
+            (1, "Instruction", "64M"),
+            (2, "Unified", "512K"),
+            (3, "Unified", "32768K"),
+        ] {
+            let dir = base.join(format!("index{index}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("type"), kind).unwrap();
+            std::fs::write(dir.join("size"), size).unwrap();
+        }
+        assert_eq!(last_level_cache_bytes(&host), Some(32 << 20));
+        assert_eq!(parse_cache_size("2M"), Some(2 << 20));
+        assert_eq!(parse_cache_size("lots"), None);
+        // 4 x 32 MiB arrays stream from memory.
+        assert_eq!(PeakSizes::for_host(&host).stream_array_bytes, 128 << 20);
+    }
+
+    #[test]
+    fn jetson_profiles_carry_all_three_peaks_and_cpu_peaks_match_their_formula() {
+        for p in crate::board::profiles()
+            .iter()
+            .filter(|p| p.name != "generic")
+        {
+            let (cpu, gpu, bw) = (p.cpu_peak_gflops, p.gpu_peak_gflops, p.mem_bandwidth_gbs);
+            assert!(
+                cpu.is_some() && gpu.is_some() && bw.is_some(),
+                "{}: {cpu:?} {gpu:?} {bw:?}",
+                p.name
+            );
+        }
+        let orin = crate::board::by_name("agx-orin").unwrap();
+        assert!((orin.cpu_peak_gflops.unwrap() - 12.0 * 2.2 * 16.0).abs() < 1e-9);
+        assert_eq!(crate::board::generic().cpu_peak_gflops, None);
+    }
+
+    fn measured() -> MeasuredPeaks {
+        MeasuredPeaks {
+            sgemm_gflops: 300.0,
+            triad_gbs: 100.0,
+            copy_gbs: 120.0,
+            sgemm_size: 2048,
+            stream_array_bytes: 256 << 20,
+            threads: 12,
+        }
+    }
+
+    #[test]
+    fn theoretical_peaks_come_from_the_profile_or_the_host() {
+        let (_t, host) = host_tree(&x86_cpu(0, "avx avx2 fma", "2500.0"), &[]);
+        let orin = crate::board::by_name("agx-orin").unwrap();
+        let cpu = theoretical(orin, DeviceKind::Cpu, &host);
+        assert_eq!((cpu.gflops, cpu.bandwidth_gbs), (Some(422.4), Some(204.8)));
+        let gpu = theoretical(orin, DeviceKind::Cuda, &host);
+        assert_eq!((gpu.gflops, gpu.bandwidth_gbs), (Some(5320.0), Some(204.8)));
+        let generic = theoretical(crate::board::generic(), DeviceKind::Cpu, &host);
+        assert_eq!((generic.gflops, generic.bandwidth_gbs), (Some(80.0), None));
+        assert!(
+            generic.source.starts_with("host: 1 cores"),
+            "{}",
+            generic.source
+        );
+
+        let d = DevicePeaks {
+            device: DeviceKind::Cpu,
+            theoretical: cpu,
+            measured: measured(),
+        };
+        let f32_roofs = d.roofs(Dtype::F32);
+        assert_eq!(f32_roofs.peak_gflops, Some(422.4));
+        assert_eq!(f32_roofs.measured_gflops, Some(300.0));
+        assert_eq!(f32_roofs.measured_gbs_for(ops::Op::Add), Some(100.0));
+        assert_eq!(f32_roofs.measured_gbs_for(ops::Op::Tanh), Some(120.0));
+        let f64_roofs = d.roofs(Dtype::F64);
+        assert_eq!(f64_roofs.peak_gflops, Some(211.2));
+        assert_eq!(f64_roofs.measured_gflops, None);
+        assert_eq!(f64_roofs.peak_gbs, Some(204.8));
+    }
+
+    #[test]
+    fn report_renders_both_roofs_and_round_trips_as_json() {
+        let report = PeaksReport {
+            host: "orin".into(),
+            board: "agx-orin".into(),
+            devices: vec![DevicePeaks {
+                device: DeviceKind::Cpu,
+                theoretical: TheoreticalPeaks {
+                    gflops: Some(422.4),
+                    bandwidth_gbs: None,
+                    source: "board profile agx-orin".into(),
+                },
+                measured: measured(),
+            }],
+        };
+        let text = report.render_text();
+        for want in [
+            "422.4 GFLOP/s",
+            "bandwidth     unknown",
+            "sgemm     300.0 GFLOP/s (2048^3)",
+            "copy 120.0 GB/s",
+            "triad 100.0 GB/s",
+            "compute 71 %",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from:\n{text}");
+        }
+        let json = serde_json::to_string(&report).unwrap();
+        assert_eq!(serde_json::from_str::<PeaksReport>(&json).unwrap(), report);
+    }
+
+    #[test]
+    fn measured_peaks_are_plausible_on_this_host() {
+        let sizes = PeakSizes {
+            sgemm_size: 256,
+            stream_array_bytes: 4 << 20,
+            repetitions: 2,
+        };
+        let m = measure_peaks(DeviceKind::Cpu, sizes).unwrap();
+        for (what, v) in [
+            ("sgemm", m.sgemm_gflops),
+            ("copy", m.copy_gbs),
+            ("triad", m.triad_gbs),
+        ] {
+            // Above 0.1 (a broken timer or an empty loop reads 0 or inf), below 100 000.
+            assert!(v.is_finite() && v > 0.1 && v < 1e5, "{what}: {v}");
+        }
+        assert_eq!((m.sgemm_size, m.stream_array_bytes), (256, 4 << 20));
+    }
+}

@@ -64,9 +64,12 @@ impl Op {
 
     pub fn parse(s: &str) -> Result<Op> {
         let t = s.trim().to_ascii_lowercase();
-        Op::ALL.into_iter().find(|o| o.as_str() == t).with_context(|| {
-            format!("unknown op {s:?}: use one of add, mul, dot, scalar, sigmoid, tanh")
-        })
+        Op::ALL
+            .into_iter()
+            .find(|o| o.as_str() == t)
+            .with_context(|| {
+                format!("unknown op {s:?}: use one of add, mul, dot, scalar, sigmoid, tanh")
+            })
     }
 
     /// Arrays of the op's size it reads or writes once each (A, B, C or A, C). Dot's three
@@ -227,7 +230,9 @@ pub fn parse_size(op: Op, dtype: Dtype, text: &str) -> Result<(Shape, Option<f64
     }
     let number = t.strip_suffix("mb").unwrap_or(&t).trim();
     let mb: f64 = number.parse().with_context(|| {
-        format!("op size {text:?}: give megabytes (e.g. 32) or a shape (MxNxK for dot, RxC otherwise)")
+        format!(
+            "op size {text:?}: give megabytes (e.g. 32) or a shape (MxNxK for dot, RxC otherwise)"
+        )
     })?;
     Ok((shape_for_mb(op, dtype, mb)?, Some(mb)))
 }
@@ -263,7 +268,15 @@ pub fn counts(op: Op, dtype: Dtype, shape: Shape) -> Counts {
         (Op::Dot, Shape::Elements(len)) => {
             // A dot over a plain element count is the square product of that many elements.
             let side = (len as f64).sqrt().round() as usize;
-            counts(op, dtype, Shape::Matrix { m: side, n: side, k: side })
+            counts(
+                op,
+                dtype,
+                Shape::Matrix {
+                    m: side,
+                    n: side,
+                    k: side,
+                },
+            )
         }
         (_, shape) => {
             let len = match shape {
@@ -376,7 +389,12 @@ impl OpsJob {
             (Some(mb), _) => format!("{mb} MB"),
             (None, shape) => shape.to_string(),
         };
-        format!("{} {} {size} ({})", self.op, self.dtype, self.engine.as_str())
+        format!(
+            "{} {} {size} ({})",
+            self.op,
+            self.dtype,
+            self.engine.as_str()
+        )
     }
 }
 
@@ -436,7 +454,10 @@ pub fn metrics(job: &OpsJob, measured: &[IterationRecord]) -> Option<Metrics> {
     let (median, iqr) = crate::stats::median_iqr(&times)?;
     let c = job.counts();
     let (gflops, gbs) = if median > 0.0 {
-        (c.flops as f64 / median * 1e-9, c.bytes as f64 / median * 1e-9)
+        (
+            c.flops as f64 / median * 1e-9,
+            c.bytes as f64 / median * 1e-9,
+        )
     } else {
         (f64::INFINITY, f64::INFINITY)
     };
@@ -724,7 +745,14 @@ mod tests {
         );
         // Three 1024² f32 matrices are 12 MiB.
         let dot = shape_for_mb(Op::Dot, Dtype::F32, 12.0).unwrap();
-        assert_eq!(dot, Shape::Matrix { m: 1024, n: 1024, k: 1024 });
+        assert_eq!(
+            dot,
+            Shape::Matrix {
+                m: 1024,
+                n: 1024,
+                k: 1024
+            }
+        );
         assert_eq!(counts(Op::Dot, Dtype::F32, dot).bytes, 12 << 20);
         assert_eq!(
             parse_size(Op::Dot, Dtype::F32, "12MB").unwrap(),
@@ -732,7 +760,14 @@ mod tests {
         );
         assert_eq!(
             parse_size(Op::Dot, Dtype::F32, "64x32x16").unwrap(),
-            (Shape::Matrix { m: 64, n: 32, k: 16 }, None)
+            (
+                Shape::Matrix {
+                    m: 64,
+                    n: 32,
+                    k: 16
+                },
+                None
+            )
         );
         assert_eq!(
             parse_size(Op::Add, Dtype::F64, "300x200").unwrap(),
@@ -757,7 +792,10 @@ mod tests {
         }
         let e = Op::parse("relu").unwrap_err().to_string();
         assert!(e.contains("relu") && e.contains("sigmoid"), "{e}");
-        assert!(Dtype::parse("f16").unwrap_err().to_string().contains("f32 or f64"));
+        assert!(Dtype::parse("f16")
+            .unwrap_err()
+            .to_string()
+            .contains("f32 or f64"));
         assert_eq!(Op::parse(" Tanh ").unwrap(), Op::Tanh);
     }
 
@@ -789,7 +827,11 @@ mod tests {
     fn test_shape(op: Op) -> Shape {
         match op {
             // Odd sizes: gemm's edge tiles; elementwise: several uneven chunks per thread.
-            Op::Dot => Shape::Matrix { m: 67, n: 45, k: 131 },
+            Op::Dot => Shape::Matrix {
+                m: 67,
+                n: 45,
+                k: 131,
+            },
             _ => Shape::Elements(100_003),
         }
     }
@@ -885,7 +927,10 @@ mod tests {
         let m = metrics(&job, &measured).unwrap();
         let close = |v: &serde_json::Value, want: f64| {
             let v = v.as_f64().unwrap();
-            assert!((v - want).abs() < 1e-9 * want.abs().max(1.0), "{v} != {want}");
+            assert!(
+                (v - want).abs() < 1e-9 * want.abs().max(1.0),
+                "{v} != {want}"
+            );
         };
         assert!((m.time_per_iteration_s - 0.1).abs() < 1e-12);
         assert!((m.time_per_iteration_spread_s - 0.01).abs() < 1e-12);

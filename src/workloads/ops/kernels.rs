@@ -87,8 +87,7 @@ pub fn exp_f32(x: f32) -> f32 {
     let n = t - ROUNDER;
     let n_bits = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
     let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2)
-        * r
+    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
         + 1.666_666_5e-1)
         * r
         + 5.000_000_1e-1;
@@ -106,7 +105,10 @@ fn chunk_len(len: usize) -> usize {
 
 /// `c[i] = f(a[i], b[i])` on all threads.
 pub fn binary<T: Elem>(a: &[T], b: &[T], c: &mut [T], f: impl Fn(T, T) -> T + Sync) {
-    assert!(a.len() == c.len() && b.len() == c.len(), "operand lengths differ");
+    assert!(
+        a.len() == c.len() && b.len() == c.len(),
+        "operand lengths differ"
+    );
     let chunk = chunk_len(c.len());
     c.par_chunks_mut(chunk)
         .zip(a.par_chunks(chunk).zip(b.par_chunks(chunk)))
@@ -133,7 +135,10 @@ pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
 /// C (m x n) = A (m x k) · B (k x n), all row-major, through the `gemm` crate (the GEMM
 /// candle's CPU matmul uses) on all rayon threads.
 pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
-    assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n, "matmul shapes");
+    assert!(
+        a.len() == m * k && b.len() == k * n && c.len() == m * n,
+        "matmul shapes"
+    );
     let threads = rayon::current_num_threads();
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
@@ -217,7 +222,10 @@ mod tests {
         while x <= 30.0 {
             let s = Elem::sigmoid(x) as f64;
             let s_ref = 1.0 / (1.0 + (-(x as f64)).exp());
-            assert!((s - s_ref).abs() <= 2e-7 * s_ref.max(1e-30) + 1e-12, "sigmoid({x})");
+            assert!(
+                (s - s_ref).abs() <= 2e-7 * s_ref.max(1e-30) + 1e-12,
+                "sigmoid({x})"
+            );
             let t = Elem::tanh(x) as f64;
             assert!((t - (x as f64).tanh()).abs() <= 3e-7, "tanh({x}) = {t}");
             x += 0.00731;
