@@ -7,8 +7,8 @@
 
 use edgebench::config::DeviceKind;
 use edgebench::host::HostPaths;
-use edgebench::peaks::{self, DevicePeaks, PeakSizes};
-use edgebench::train::Control;
+use edgebench::record::Control;
+use edgebench::workloads::ops::peaks::{self, DevicePeaks, PeakSizes};
 use edgebench::workloads::ops::{self, Dtype, Engine, Op, OpsJob};
 use std::sync::atomic::AtomicBool;
 
@@ -60,7 +60,7 @@ fn main() -> anyhow::Result<()> {
                 records.push(r.clone());
                 Ok(Control::Continue)
             })?;
-            let m = ops::metrics(&job, &records[job.warmup..]).expect("measured executions");
+            let m = ops::metrics(&job, &records[job.warmup..]);
             let c = job.counts();
             let get = |k: &str| m.extra[k].as_f64().unwrap_or(f64::NAN);
             println!(
@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
                 engine.as_str(),
                 dtype.as_str(),
                 c.elements,
-                m.time_per_iteration_s,
+                m.time_per_iteration_s.unwrap_or(f64::NAN),
                 m.gflop_per_s.unwrap_or(f64::NAN),
                 get("gbyte_per_s"),
                 get("pct_measured_peak_flops"),

@@ -38,7 +38,7 @@ pub enum Command {
     },
     /// One record per trial in the database.
     Results {
-        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
         db: PathBuf,
         #[arg(long)]
         json: bool,
@@ -72,7 +72,7 @@ pub enum Command {
     Snapshot {
         /// The copy to write; must not exist.
         out: PathBuf,
-        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
         db: PathBuf,
     },
     /// Merge databases from many boards into one (set union by UUID; idempotent).
@@ -103,8 +103,8 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
         /// Plot files: svg, or png (960x620 bitmaps, text in the bundled DejaVu Sans).
-        #[arg(long, value_enum, default_value_t = crate::report::plots::Format::Svg)]
-        format: crate::report::plots::Format,
+        #[arg(long, value_enum, default_value_t = edgebench::report::plots::Format::Svg)]
+        format: edgebench::report::plots::Format,
         /// Also draw every host on shared plots (DIR/compare/).
         #[arg(long)]
         compare: bool,
@@ -125,7 +125,7 @@ pub enum Command {
     Profile {
         #[arg(long, default_value = "alexnet")]
         net: String,
-        #[arg(long, default_value_t = 32, value_parser = bounded(1, crate::config::MAX_BATCH))]
+        #[arg(long, default_value_t = 32, value_parser = bounded(1, edgebench::config::MAX_BATCH))]
         batch: usize,
         /// Timed steps (after one warm-up step).
         #[arg(long, default_value_t = 3, value_parser = bounded(1, 100_000))]
@@ -140,7 +140,7 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
         /// CPU threads (0 = all cores).
-        #[arg(long, default_value_t = 0, value_parser = bounded(0, crate::config::MAX_THREADS))]
+        #[arg(long, default_value_t = 0, value_parser = bounded(0, edgebench::config::MAX_THREADS))]
         threads: usize,
     },
     /// Measure this machine's single-precision GEMM peak (GFLOP/s), for `bench/compare.sh`.
@@ -160,7 +160,7 @@ fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize>
 pub enum ExportCommand {
     /// The source studies' CSV files: loss_<machine>_edgebench.csv and times_<machine>_edgebench.csv.
     Csv {
-        #[arg(long, env = "EDGEBENCH_DB", default_value = crate::config::DEFAULT_DB)]
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
         db: PathBuf,
         #[arg(long)]
         out: PathBuf,
@@ -175,12 +175,15 @@ pub struct RunArgs {
     /// Config file (default: config/edgebench.toml if present, else built-in defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// What the trials run: cnn (train AlexNet/GoogLeNet).
+    #[arg(long, value_parser = edgebench::config::WorkloadKind::parse)]
+    pub workload: Option<edgebench::config::WorkloadKind>,
     /// Networks, comma separated: alexnet,googlenet.
     #[arg(long, value_delimiter = ',')]
     pub net: Option<Vec<String>>,
     /// Devices, comma separated: cpu,cuda.
-    #[arg(long, value_delimiter = ',', value_parser = crate::config::DeviceKind::parse)]
-    pub device: Option<Vec<crate::config::DeviceKind>>,
+    #[arg(long, value_delimiter = ',', value_parser = edgebench::config::DeviceKind::parse)]
+    pub device: Option<Vec<edgebench::config::DeviceKind>>,
     /// Batch sizes, comma separated.
     #[arg(long, value_delimiter = ',')]
     pub batch: Option<Vec<usize>>,
@@ -211,11 +214,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub wait: bool,
     /// Run each trial in a memory cgroup of this size (e.g. 4G) to emulate a board.
-    #[arg(long)]
-    pub mem_limit: Option<String>,
+    #[arg(long, value_name = "SIZE")]
+    pub mem_limit: Option<edgebench::config::ByteSize>,
     /// Swap a capped trial may use on top of --mem-limit (0 = none; default: as the host).
-    #[arg(long)]
-    pub mem_swap_limit: Option<String>,
+    #[arg(long, value_name = "SIZE")]
+    pub mem_swap_limit: Option<edgebench::config::ByteSize>,
     /// Run trials predicted not to fit RAM + swap instead of skipping them.
     #[arg(long)]
     pub try_anyway: bool,
@@ -227,13 +230,14 @@ pub struct RunArgs {
     pub board: Option<String>,
     /// What the power total covers: module (the module's input) or board (module and carrier
     /// board; refused, exit 2, on a board without a carrier-board monitor). Default: module.
-    #[arg(long, value_parser = crate::config::PowerScope::parse)]
-    pub power_scope: Option<crate::config::PowerScope>,
+    #[arg(long, value_parser = edgebench::config::PowerScope::parse)]
+    pub power_scope: Option<edgebench::config::PowerScope>,
 }
 
 impl RunArgs {
-    pub fn overrides(&self) -> crate::config::Overrides {
-        crate::config::Overrides {
+    pub fn overrides(&self) -> edgebench::config::Overrides {
+        edgebench::config::Overrides {
+            workload: self.workload,
             nets: self.net.clone(),
             devices: self.device.clone(),
             batches: self.batch.clone(),
@@ -243,8 +247,8 @@ impl RunArgs {
             dataset: self.dataset.clone(),
             db: self.db.clone(),
             threads: self.threads,
-            mem_limit: self.mem_limit.clone(),
-            mem_swap_limit: self.mem_swap_limit.clone(),
+            mem_limit: self.mem_limit,
+            mem_swap_limit: self.mem_swap_limit,
             try_anyway: self.try_anyway,
             power: self.power.then_some(true),
             board: self.board.clone(),

@@ -57,14 +57,47 @@ pub struct Config {
     pub store: StoreConfig,
     pub train: Train,
     pub memory: MemoryConfig,
-    pub daemon: crate::daemon::DaemonConfig,
+    pub daemon: DaemonConfig,
     pub power: PowerConfig,
 }
 
-/// What to train: every (net, device, batch) combination, in that nesting order.
+/// What a sweep's trials run (see `src/workloads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkloadKind {
+    /// Train AlexNet/GoogLeNet over (net, device, batch).
+    #[default]
+    Cnn,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 1] = [WorkloadKind::Cnn];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Cnn => "cnn",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<WorkloadKind, String> {
+        WorkloadKind::ALL
+            .into_iter()
+            .find(|w| w.as_str() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "unknown workload '{s}' (known: {})",
+                    WorkloadKind::ALL.map(WorkloadKind::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// What to run: the workload, and for `cnn` every (net, device, batch) combination, in that
+/// nesting order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sweep {
+    pub workload: WorkloadKind,
     pub nets: Vec<String>,
     pub devices: Vec<DeviceKind>,
     pub batches: Vec<usize>,
@@ -104,14 +137,147 @@ pub struct Train {
     pub seed: u64,
 }
 
+/// A memory size written like `4G`, `512M`, `1.5GiB` or `1000000` (bytes; binary units),
+/// parsed once when the config or the flag is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ByteSize(pub u64);
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_size(s).map(ByteSize)
+    }
+}
+
+/// Parses sizes like `4G`, `512M`, `1.5GiB`, `1000000` (bytes). Binary units.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size '{text}' (e.g. 4G, 512M)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => {
+            return Err(format!(
+                "invalid size unit '{other}' in '{text}' (use K, M, G)"
+            ))
+        }
+    };
+    let bytes = value * mult as f64;
+    // Sizes are stored as SQLite INTEGERs (i64); `as` would saturate a larger one silently.
+    if !(bytes.is_finite() && bytes <= i64::MAX as f64) {
+        return Err(format!(
+            "size '{text}' is too large for a memory size (e.g. 4G, 512M)"
+        ));
+    }
+    Ok(bytes as u64)
+}
+
+impl TryFrom<String> for ByteSize {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<ByteSize> for String {
+    fn from(b: ByteSize) -> String {
+        b.0.to_string()
+    }
+}
+
+/// When the daemon runs the configured sweep. Every schedule also runs it at start, so an
+/// interrupted sweep resumes as soon as the service is back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Schedule {
+    /// At start, then exit.
+    Once,
+    /// At start, then every day at HH:MM local time.
+    Daily { hour: u32, minute: u32 },
+    /// Once the board is up for `daemon.min_uptime_s` and its load is below `daemon.idle_load`,
+    /// then exit.
+    BootIdle,
+}
+
+impl TryFrom<String> for Schedule {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Schedule> for String {
+    fn from(s: Schedule) -> String {
+        match s {
+            Schedule::Once => "once".into(),
+            Schedule::BootIdle => "boot-idle".into(),
+            Schedule::Daily { hour, minute } => format!("daily {hour:02}:{minute:02}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Schedule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bad = || {
+            format!("daemon.schedule: '{s}' is not one of \"once\", \"daily HH:MM\", \"boot-idle\"")
+        };
+        match s {
+            "once" => Ok(Schedule::Once),
+            "boot-idle" => Ok(Schedule::BootIdle),
+            _ => {
+                let time = s.strip_prefix("daily ").ok_or_else(bad)?;
+                let (h, m) = time.trim().split_once(':').ok_or_else(bad)?;
+                let (hour, minute) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+                if hour > 23 || minute > 59 {
+                    return Err(bad());
+                }
+                Ok(Schedule::Daily { hour, minute })
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonConfig {
+    /// "once", "daily HH:MM" (local time) or "boot-idle".
+    pub schedule: Schedule,
+    /// boot-idle: 1-minute load average below which the board counts as idle.
+    pub idle_load: f64,
+    /// boot-idle: seconds since boot before the board may count as idle.
+    pub min_uptime_s: f64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            schedule: Schedule::Once,
+            idle_load: 1.0,
+            min_uptime_s: 120.0,
+        }
+    }
+}
+
 /// Memory: per-trial cap, swap verdict thresholds, the pre-trial fit check.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MemoryConfig {
     /// Run each trial in a memory cgroup of this size, e.g. "4G" (absent = no cap).
-    pub limit: Option<String>,
+    pub limit: Option<ByteSize>,
     /// Swap the capped trial may use on top, e.g. "6G"; "0" = none; absent = as the host has.
-    pub swap_limit: Option<String>,
+    pub swap_limit: Option<ByteSize>,
     /// How often the memory sampler reads procfs.
     pub sample_interval_ms: u64,
     /// Swap verdict: the worker's own major faults per measured iteration that, with matching
@@ -225,20 +391,12 @@ impl Default for PowerConfig {
 }
 
 impl MemoryConfig {
-    pub fn limit_bytes(&self) -> Result<Option<u64>, String> {
-        self.limit
-            .as_deref()
-            .map(|s| crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.limit: {e}")))
-            .transpose()
+    pub fn limit_bytes(&self) -> Option<u64> {
+        self.limit.map(|b| b.0)
     }
 
-    pub fn swap_limit_bytes(&self) -> Result<Option<u64>, String> {
-        self.swap_limit
-            .as_deref()
-            .map(|s| {
-                crate::memory::cgroup::parse_size(s).map_err(|e| format!("memory.swap_limit: {e}"))
-            })
-            .transpose()
+    pub fn swap_limit_bytes(&self) -> Option<u64> {
+        self.swap_limit.map(|b| b.0)
     }
 }
 
@@ -261,6 +419,7 @@ impl Default for Ina226Config {
 impl Default for Sweep {
     fn default() -> Self {
         Sweep {
+            workload: WorkloadKind::Cnn,
             nets: vec!["alexnet".into(), "googlenet".into()],
             devices: vec![DeviceKind::Cpu],
             batches: vec![1, 2, 4, 8],
@@ -307,6 +466,7 @@ pub enum ConfigError {
 /// Command-line overrides; `None` keeps the file's value.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
+    pub workload: Option<WorkloadKind>,
     pub nets: Option<Vec<String>>,
     pub devices: Option<Vec<DeviceKind>>,
     pub batches: Option<Vec<usize>>,
@@ -316,8 +476,8 @@ pub struct Overrides {
     pub dataset: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub threads: Option<usize>,
-    pub mem_limit: Option<String>,
-    pub mem_swap_limit: Option<String>,
+    pub mem_limit: Option<ByteSize>,
+    pub mem_swap_limit: Option<ByteSize>,
     pub try_anyway: bool,
     pub power: Option<bool>,
     pub board: Option<String>,
@@ -364,6 +524,7 @@ impl Config {
                 }
             };
         }
+        set!(s.workload, o.workload);
         set!(s.nets, o.nets);
         set!(s.devices, o.devices);
         set!(s.batches, o.batches);
@@ -372,10 +533,10 @@ impl Config {
         set!(s.warmup_iterations, o.warmup_iterations);
         set!(self.train.threads, o.threads);
         if o.mem_limit.is_some() {
-            self.memory.limit = o.mem_limit.clone();
+            self.memory.limit = o.mem_limit;
         }
         if o.mem_swap_limit.is_some() {
-            self.memory.swap_limit = o.mem_swap_limit.clone();
+            self.memory.swap_limit = o.mem_swap_limit;
         }
         self.memory.try_anyway |= o.try_anyway;
         set!(self.power.enabled, o.power);
@@ -463,7 +624,7 @@ impl Config {
                 self.train.threads
             )));
         }
-        if let Some(limit) = self.memory.limit_bytes().map_err(invalid)? {
+        if let Some(limit) = self.memory.limit_bytes() {
             if limit < MIN_MEMORY_LIMIT {
                 return Err(invalid(format!(
                     "memory.limit (--mem-limit) = {limit} bytes is below 1M; give a unit, e.g. \
@@ -471,7 +632,6 @@ impl Config {
                 )));
             }
         }
-        self.memory.swap_limit_bytes().map_err(invalid)?;
         if !(1..=60_000).contains(&self.memory.sample_interval_ms) {
             return Err(invalid(
                 "memory.sample_interval_ms must be between 1 and 60000".into(),
@@ -484,10 +644,6 @@ impl Config {
                 "memory.major_faults_per_iteration must be a finite number >= 0".into(),
             ));
         }
-        self.daemon
-            .schedule
-            .parse::<crate::daemon::Schedule>()
-            .map_err(invalid)?;
         // Labels are image index mod classes, so more classes than a net's outputs would
         // index past its last logit.
         let outputs = s
@@ -544,6 +700,33 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
+        assert!(parse_size(&"9".repeat(400)).is_err());
+    }
+
+    #[test]
+    fn schedules_parse() {
+        assert_eq!("once".parse(), Ok(Schedule::Once));
+        assert_eq!("boot-idle".parse(), Ok(Schedule::BootIdle));
+        assert_eq!(
+            "daily 03:30".parse(),
+            Ok(Schedule::Daily {
+                hour: 3,
+                minute: 30
+            })
+        );
+        assert!("daily 25:00".parse::<Schedule>().is_err());
+        assert!("hourly".parse::<Schedule>().unwrap_err().contains("hourly"));
+    }
 
     #[test]
     fn shipped_default_config_equals_builtin_defaults() {

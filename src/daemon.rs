@@ -2,73 +2,14 @@
 //! timers and sd_notify; sweeps run through the same runner as `edgebench run`, on a blocking
 //! thread, with each trial in its worker process.
 
-use crate::config::Config;
+use crate::config::{Config, Schedule};
 use crate::host::HostPaths;
-use crate::runner::{self, RunRequest};
-use crate::store::{Store, SweepLock};
-use serde::{Deserialize, Serialize};
+use crate::runner;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
-
-/// When the daemon runs the configured sweep. Every schedule also runs it at start, so an
-/// interrupted sweep resumes as soon as the service is back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schedule {
-    /// At start, then exit.
-    Once,
-    /// At start, then every day at HH:MM local time.
-    Daily { hour: u32, minute: u32 },
-    /// Once the board is up for `daemon.min_uptime_s` and its load is below `daemon.idle_load`,
-    /// then exit.
-    BootIdle,
-}
-
-impl std::str::FromStr for Schedule {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let bad = || {
-            format!("daemon.schedule: '{s}' is not one of \"once\", \"daily HH:MM\", \"boot-idle\"")
-        };
-        match s {
-            "once" => Ok(Schedule::Once),
-            "boot-idle" => Ok(Schedule::BootIdle),
-            _ => {
-                let time = s.strip_prefix("daily ").ok_or_else(bad)?;
-                let (h, m) = time.trim().split_once(':').ok_or_else(bad)?;
-                let (hour, minute) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
-                if hour > 23 || minute > 59 {
-                    return Err(bad());
-                }
-                Ok(Schedule::Daily { hour, minute })
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DaemonConfig {
-    /// "once", "daily HH:MM" (local time) or "boot-idle".
-    pub schedule: String,
-    /// boot-idle: 1-minute load average below which the board counts as idle.
-    pub idle_load: f64,
-    /// boot-idle: seconds since boot before the board may count as idle.
-    pub min_uptime_s: f64,
-}
-
-impl Default for DaemonConfig {
-    fn default() -> Self {
-        DaemonConfig {
-            schedule: "once".into(),
-            idle_load: 1.0,
-            min_uptime_s: 120.0,
-        }
-    }
-}
 
 /// Seconds from `now_s` (seconds since local midnight) to the next HH:MM (never 0: a sweep that
 /// just ran at HH:MM waits a day).
@@ -143,11 +84,7 @@ fn watchdog_interval() -> Option<Duration> {
 fn load(path: &Path) -> anyhow::Result<(Config, Schedule)> {
     let config = Config::load(path)?;
     config.validate(&path.display().to_string())?;
-    let schedule = config
-        .daemon
-        .schedule
-        .parse::<Schedule>()
-        .map_err(anyhow::Error::msg)?;
+    let schedule = config.daemon.schedule;
     Ok((config, schedule))
 }
 
@@ -162,11 +99,6 @@ async fn sweep(
     let stop = Arc::new(AtomicBool::new(false));
     let (config, host, flag) = (config.clone(), host.clone(), Arc::clone(&stop));
     let mut task = tokio::task::spawn_blocking(move || -> anyhow::Result<runner::RunOutcome> {
-        let monitor = match config.power.enabled {
-            true => Some(crate::power::PowerMonitor::for_run(&host, &config.power)?),
-            false => None,
-        };
-        let db = config.db_path();
         // A sweep started by hand holds the database: wait for it (a skipped sweep would be
         // lost until the next schedule), then resume; what it finished is not run again.
         let mut waiting = |held: &crate::store::LockError| {
@@ -180,27 +112,17 @@ async fn sweep(
                 ));
             }
         };
-        let Some(lock) = SweepLock::acquire_waiting(&db, &flag, &mut waiting)? else {
-            return Ok(runner::RunOutcome {
-                interrupted: true,
-                ..Default::default()
-            });
-        };
-        let mut store = Store::open(&db)?;
         let status = |line: &str| notify(&format!("STATUS={line}"));
-        runner::run(
-            RunRequest {
-                config: &config,
-                force: false,
-                retry_failed: false,
-                host: &host,
-                stop: &flag,
-                on_trial: Some(&status),
-                power: monitor.as_ref(),
-                lock: &lock,
-            },
-            &mut store,
-        )
+        runner::sweep(runner::SweepRequest {
+            config: &config,
+            force: false,
+            retry_failed: false,
+            host: &host,
+            stop: &flag,
+            on_trial: Some(&status),
+            wait_for_lock: Some(&mut waiting),
+        })
+        .map_err(|e| e.error)
     });
     let mut watchdog = signals.watchdog();
     let mut stopping = false;
@@ -368,21 +290,6 @@ pub fn main(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn schedules_parse() {
-        assert_eq!("once".parse(), Ok(Schedule::Once));
-        assert_eq!("boot-idle".parse(), Ok(Schedule::BootIdle));
-        assert_eq!(
-            "daily 03:30".parse(),
-            Ok(Schedule::Daily {
-                hour: 3,
-                minute: 30
-            })
-        );
-        assert!("daily 25:00".parse::<Schedule>().is_err());
-        assert!("hourly".parse::<Schedule>().unwrap_err().contains("hourly"));
-    }
 
     #[test]
     fn next_daily_run() {

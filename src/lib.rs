@@ -1,20 +1,35 @@
-//! edgebench: trains the classic CNNs with candle, sweeping batch sizes, and logs every
-//! iteration to SQLite. Data flows one way: config -> plan -> runner/train -> store -> report.
+//! edgebench: a benchmark agent for Jetson-class boards. It runs workloads (today the CNN
+//! training of AlexNet and GoogLeNet on candle) while it samples power, memory and clocks,
+//! and logs every iteration to SQLite.
+//!
+//! Layers, each importing only from those below it:
+//!
+//! - `daemon` (and the binary's `main`/`cli`): the control plane; both start sweeps through
+//!   [`runner::sweep`].
+//! - `runner` (parent: lock, preflight, one worker process per trial, classification,
+//!   summary) over `plan` (config -> trials and resume keys) and `worker` (the child process
+//!   that runs one trial of one workload).
+//! - `workloads` (`cnn`: plan, estimate, run, summarise) over `train` and `models` (BVLC specs
+//!   -> candle graphs, on the `edgebench-kernels` crate).
+//! - `store` (SQLite, one writer) and, reading it only, `report` and `sync`.
+//! - measurement beside the runner: `power`, `memory`, `provenance`.
+//! - the bottom: `config`, `record` (iteration records, metrics), `stats`, `board`, `host`,
+//!   `clock`.
 
 pub mod board;
-pub mod cli;
+mod clock;
 pub mod config;
 pub mod daemon;
 pub mod host;
 pub mod memory;
 pub mod models;
-pub mod peaks;
-pub mod plan;
+mod plan;
 pub mod power;
 pub mod provenance;
+pub mod record;
 pub mod report;
 pub mod runner;
-pub mod stats;
+mod stats;
 pub mod store;
 pub mod sync;
 pub mod train;

@@ -3,10 +3,12 @@
 //! training; 3 the sweep finished but some trials failed; 130 interrupted.
 
 use clap::Parser;
-use edgebench::cli::{Cli, Command, ExportCommand, RunArgs};
+mod cli;
+
+use cli::{Cli, Command, ExportCommand, RunArgs};
 use edgebench::config::{Config, ConfigError};
 use edgebench::host::HostPaths;
-use edgebench::store::{self, ResultRow, Store};
+use edgebench::store::{self, Store};
 use edgebench::{models, report, runner, sync};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -248,19 +250,8 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
 
 /// Store errors that mean "wrong file given" exit 2, like other bad input.
 fn input(e: store::StoreError) -> Failure {
-    use store::StoreError::*;
-    let code = match e {
-        NotSqlite { .. }
-        | Foreign { .. }
-        | TooNew { .. }
-        | Missing { .. }
-        | Exists { .. }
-        | Corrupt { .. }
-        | WalUnreadable { .. } => 2,
-        _ => 1,
-    };
     Failure {
-        code,
+        code: if e.is_bad_input() { 2 } else { 1 },
         error: e.into(),
     }
 }
@@ -286,10 +277,6 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
     let (mut config, origin) = Config::resolve(args.config.as_deref())?;
     config.apply(&args.overrides());
     config.validate(&origin)?;
-    if config.train.threads > 0 {
-        // Read by candle, gemm and rayon when their pools start, which has not happened yet.
-        std::env::set_var("RAYON_NUM_THREADS", config.train.threads.to_string());
-    }
     // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
     // lock, the idle baseline, a trial) and the command exits 130.
     let stop = Arc::new(AtomicBool::new(false));
@@ -298,63 +285,38 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
         signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&stop))?;
         signal_hook::flag::register(signal, Arc::clone(&stop))?;
     }
-    // Refuse what can be refused (no cuda build, unreadable data set) before touching the DB.
-    runner::preflight(&config, host).map_err(usage)?;
-    // --power without a usable sensor is refused here, before any training or DB write.
-    let power = if config.power.enabled {
-        Some(edgebench::power::PowerMonitor::for_run(host, &config.power).map_err(usage)?)
-    } else {
-        None
-    };
-
-    let db = config.db_path();
-    // One sweep per database at a time; the lock is held until this function returns.
-    let lock = if args.wait {
-        let waiting = |held: &store::LockError| {
-            if let store::LockError::Held { holder, lock, .. } = held {
-                tracing::info!(
-                    "another sweep ({holder}) holds {}; waiting for it to end",
-                    lock.display()
-                );
-            }
-        };
-        match store::SweepLock::acquire_waiting(&db, &stop, &mut { waiting }) {
-            Ok(Some(lock)) => lock,
-            Ok(None) => {
-                eprintln!("interrupted while waiting for the sweep lock; nothing was run");
-                return Ok(130);
-            }
-            Err(e) => return Err(e.into()),
+    tracing::info!("config: {origin}");
+    let mut waiting = |held: &store::LockError| {
+        if let store::LockError::Held { holder, lock, .. } = held {
+            tracing::info!(
+                "another sweep ({holder}) holds {}; waiting for it to end",
+                lock.display()
+            );
         }
-    } else {
-        store::SweepLock::try_acquire(&db).map_err(|e| match e {
-            store::LockError::Held { .. } => usage(e.into()),
-            e => e.into(),
-        })?
     };
-    // A damaged or foreign file is refused untouched, before a run row is written.
-    let mut store = Store::open(&db).map_err(input)?;
-    tracing::info!("config: {origin}; results: {}", db.display());
-    let outcome = runner::run(
-        runner::RunRequest {
-            config: &config,
-            force: args.force,
-            retry_failed: args.retry_failed,
-            host,
-            on_trial: None,
-            stop: &stop,
-            power: power.as_ref(),
-            lock: &lock,
+    let outcome = runner::sweep(runner::SweepRequest {
+        config: &config,
+        force: args.force,
+        retry_failed: args.retry_failed,
+        host,
+        stop: &stop,
+        on_trial: None,
+        wait_for_lock: match args.wait {
+            true => Some(&mut waiting),
+            false => None,
         },
-        &mut store,
-    )?;
-    let rows = latest_for_sweep(
-        store.results()?,
-        &config,
-        &runner::open_dataset(&config)?.identity(),
-    );
-    if !rows.is_empty() {
-        print!("{}", report::summary::table(&rows));
+    })
+    .map_err(|e| Failure {
+        code: if e.refused { 2 } else { 1 },
+        error: e.error,
+    })?;
+    let db = config.db_path();
+    if args.wait && outcome.run_id.is_none() && outcome.interrupted && outcome.results.is_empty() {
+        eprintln!("interrupted while waiting for the sweep lock; nothing was run");
+        return Ok(130);
+    }
+    if !outcome.results.is_empty() {
+        print!("{}", report::summary::table(&outcome.results));
     }
     println!(
         "{} trial(s) run, {} already done, {} failed{} -> {}",
@@ -375,28 +337,4 @@ fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
     } else {
         0
     })
-}
-
-/// The newest trial of every (net, device, batch) this sweep covers.
-fn latest_for_sweep(rows: Vec<ResultRow>, config: &Config, dataset: &str) -> Vec<ResultRow> {
-    let s = &config.sweep;
-    let mut latest: Vec<ResultRow> = Vec::new();
-    for row in rows.into_iter().filter(|r| {
-        s.nets.iter().any(|n| n.eq_ignore_ascii_case(&r.net))
-            && s.devices.iter().any(|d| d.as_str() == r.device)
-            && s.batches.contains(&r.batch)
-            && r.epochs == s.epochs
-            && r.images == s.images
-            && r.dataset == dataset
-    }) {
-        // results() is ordered oldest first, so a later row replaces an earlier one.
-        match latest.iter_mut().find(|l| {
-            (l.net.as_str(), l.device.as_str(), l.batch)
-                == (row.net.as_str(), row.device.as_str(), row.batch)
-        }) {
-            Some(slot) => *slot = row,
-            None => latest.push(row),
-        }
-    }
-    latest
 }

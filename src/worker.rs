@@ -3,48 +3,12 @@
 //! and a last one saying how it ended. An OOM kill, an abort or a panic costs this process and
 //! this trial only; the parent already holds every iteration reported.
 
-use crate::config::DeviceKind;
-use crate::models;
-use crate::store::IterationRecord;
-use crate::train::data::Dataset;
-use crate::train::{self, Control, TrialEnd, TrialSpec};
+use crate::record::{IterationRecord, TrialEnd};
+use crate::workloads::Job;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DataSpec {
-    Synthetic { seed: u64, classes: usize },
-    Folder { dir: PathBuf },
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkerJob {
-    pub net: String,
-    pub device: DeviceKind,
-    pub batch: usize,
-    pub epochs: usize,
-    pub images: usize,
-    pub seed: u64,
-    pub data: DataSpec,
-}
-
-impl WorkerJob {
-    pub fn new(spec: &TrialSpec, data: DataSpec) -> WorkerJob {
-        WorkerJob {
-            net: spec.net.name.to_string(),
-            device: spec.device,
-            batch: spec.batch,
-            epochs: spec.epochs,
-            images: spec.images,
-            seed: spec.seed,
-            data,
-        }
-    }
-}
 
 /// What the worker says on stdout, one JSON object per line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,28 +25,10 @@ pub enum WorkerMessage {
     },
 }
 
-fn train(job: &WorkerJob, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<TrialEnd> {
-    let net =
-        models::by_name(&job.net).ok_or_else(|| anyhow::anyhow!("unknown network {}", job.net))?;
-    let data = match &job.data {
-        DataSpec::Synthetic { seed, classes } => Dataset::synthetic(*seed, *classes, job.images),
-        DataSpec::Folder { dir } => Dataset::folder(dir, job.images)?,
-    };
-    let spec = TrialSpec {
-        net,
-        device: job.device,
-        batch: job.batch,
-        epochs: job.epochs,
-        images: job.images,
-        seed: job.seed,
-    };
-    train::run_trial(&spec, &data, &mut |rec| {
+fn run(job: &Job, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<TrialEnd> {
+    job.run(stop, &mut |rec| {
         send(out, &WorkerMessage::Iteration(*rec))?;
-        Ok(if stop.load(Ordering::SeqCst) {
-            Control::Stop
-        } else {
-            Control::Continue
-        })
+        Ok(crate::record::Control::Continue)
     })
 }
 
@@ -133,7 +79,7 @@ pub fn main() -> i32 {
     let mut line = String::new();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let job: WorkerJob = match std::io::stdin()
+    let job: Job = match std::io::stdin()
         .lock()
         .read_line(&mut line)
         .map_err(anyhow::Error::from)
@@ -151,9 +97,8 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        train(&job, &stop, &mut out)
-    }));
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&job, &stop, &mut out)));
     let msg = match result {
         Ok(Ok(end)) => WorkerMessage::Done {
             stopped: end == TrialEnd::Stopped,
@@ -204,18 +149,18 @@ mod tests {
             assert!(!line.contains('\n'));
             assert_eq!(serde_json::from_str::<WorkerMessage>(&line).unwrap(), msg);
         }
-        let job = WorkerJob {
+        let job = Job::Cnn(crate::workloads::cnn::CnnJob {
             net: "alexnet".into(),
-            device: DeviceKind::Cpu,
+            device: crate::config::DeviceKind::Cpu,
             batch: 2,
             epochs: 1,
             images: 4,
             seed: 1,
-            data: DataSpec::Folder {
+            data: crate::workloads::cnn::DataSpec::Folder {
                 dir: "/data".into(),
             },
-        };
+        });
         let text = serde_json::to_string(&job).unwrap();
-        assert_eq!(serde_json::from_str::<WorkerJob>(&text).unwrap(), job);
+        assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
     }
 }

@@ -5,9 +5,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use edgebench::store::{
-    merge, IterationRecord, MemoryColumns, RunInfo, Store, TrialKey, TrialSummary,
-};
+use edgebench::record::{IterationRecord, Metrics};
+use edgebench::store::{merge, MemoryColumns, RunInfo, Store, TrialKey, TrialStatus, TrialSummary};
 use plotters::style::{Color, Palette, Palette99};
 use rusqlite::Connection;
 
@@ -30,6 +29,8 @@ fn run_info(host: &str, started_at: &str) -> RunInfo {
 
 fn key(net: &str, device: &str, batch: usize) -> TrialKey {
     TrialKey {
+        workload: "cnn".into(),
+        params: "{}".into(),
         net: net.into(),
         device: device.into(),
         batch,
@@ -54,7 +55,7 @@ fn iter(step: usize, loss: f64, step_s: f64) -> IterationRecord {
 
 fn done(status: &str, tpi: Option<f64>) -> TrialSummary {
     TrialSummary {
-        status: status.into(),
+        status: TrialStatus::parse(status).unwrap(),
         error: (status == "failed").then(|| "out of memory".into()),
         ended_at: "2025-02-01T00:10:00Z".into(),
         time_per_image_s: tpi,
@@ -63,6 +64,7 @@ fn done(status: &str, tpi: Option<f64>) -> TrialSummary {
         loss_first: Some(6.9),
         loss_last: Some(1.5),
         loss_anomaly: false,
+        metrics: Metrics::default(),
     }
 }
 
@@ -692,7 +694,7 @@ fn report_files_match_the_database() {
                 .rev()
                 .find(|r| r.host == host && r.net == net && r.device == device && r.batch == batch)
                 .unwrap();
-            assert_eq!(cells[1], r.status, "{line}");
+            assert_eq!(cells[1], r.status.as_str(), "{line}");
             match r.time_per_image_s.filter(|_| r.status == "ok") {
                 Some(t) => {
                     let ms: f64 = cells[2].parse().unwrap();

@@ -4,9 +4,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Instant, SystemTime};
 
+use edgebench::record::{IterationRecord, Metrics};
 use edgebench::report::export_csv;
 use edgebench::store::{
-    IterationRecord, RunInfo, Store, StoreError, SweepLock, TrialKey, TrialSummary, SCHEMA_VERSION,
+    RunInfo, Store, StoreError, SweepLock, TrialKey, TrialStatus, TrialSummary, SCHEMA_VERSION,
 };
 use rusqlite::Connection;
 
@@ -27,6 +28,8 @@ fn run_info(uuid: &str, started_at: &str) -> RunInfo {
 
 fn key(net: &str, device: &str, batch: usize) -> TrialKey {
     TrialKey {
+        workload: "cnn".into(),
+        params: "{}".into(),
         net: net.into(),
         device: device.into(),
         batch,
@@ -51,7 +54,7 @@ fn iter(step: usize, loss: f64, step_s: f64) -> IterationRecord {
 
 fn summary(status: &str) -> TrialSummary {
     TrialSummary {
-        status: status.into(),
+        status: TrialStatus::parse(status).unwrap(),
         error: (status == "failed").then(|| "out of memory".to_string()),
         ended_at: "2025-01-31T12:05:00Z".into(),
         time_per_image_s: Some(0.0125),
@@ -60,6 +63,7 @@ fn summary(status: &str) -> TrialSummary {
         loss_first: Some(6.9),
         loss_last: Some(6.5),
         loss_anomaly: false,
+        metrics: Metrics::default(),
     }
 }
 
@@ -481,9 +485,16 @@ fn results_json_has_every_key() {
         "power_scope",
         "power_low_samples",
         "power_note",
+        // schema v6: workloads
+        "workload",
+        "time_per_iteration_s",
+        "time_per_iteration_spread_s",
+        "total_time_s",
+        "gflop_per_s",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
+    assert_eq!(obj["workload"], "cnn");
     for k in [
         "energy_j",
         "avg_power_w",
@@ -686,12 +697,24 @@ fn v1_file_is_migrated_to_the_current_schema_keeping_its_rows() {
             "INSERT INTO meta VALUES ('schema_version', '1'); PRAGMA user_version = 1;
              INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
                git_commit, candle_version, cpu_threads, os)
-             VALUES ('r1', 'tx1', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');",
+             VALUES ('r1', 'tx1', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
+             INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
+               iterations_planned, iterations_done, warmup_iterations, status, started_at)
+             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 256, 'synthetic:224x224:seed=1', 32, 0, 1,
+               'ok', '2025-01-01T00:00:01Z');",
         )
         .unwrap();
     }
     let s = Store::open(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    // Trials from before workloads are CNN trials, and resume still finds them.
+    let rows = s.results().unwrap();
+    assert_eq!(rows[0].workload, "cnn");
+    assert!(rows[0].params.is_empty());
+    assert!(s
+        .keys_with_status(&[TrialStatus::Ok])
+        .unwrap()
+        .contains(&key("alexnet", "cpu", 8)));
     drop(s);
     let c = Connection::open(&path).unwrap();
     let (host, base): (String, Option<f64>) = c
@@ -710,7 +733,7 @@ fn v1_file_is_migrated_to_the_current_schema_keeping_its_rows() {
 
 #[test]
 fn power_figures_samples_and_rail_energies_round_trip() {
-    use edgebench::store::{PowerSeries, TrialPower};
+    use edgebench::power::{PowerSeries, TrialPower};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.db");
     let mut s = Store::open(&path).unwrap();
@@ -927,9 +950,48 @@ fn rows_left_running_by_a_dead_process_become_interrupted_keeping_their_iteratio
     // Nothing left to mark the second time.
     assert_eq!(s.interrupt_unfinished(&lock, "again").unwrap(), (0, 0));
     // Interrupted does not count as done for resume; ok does.
-    let done = s.statuses_by_key(&["ok", "crashed"]).unwrap();
+    let done = s
+        .statuses_by_key(&[TrialStatus::Ok, TrialStatus::Crashed])
+        .unwrap();
     assert_eq!(done.len(), 1);
     assert_eq!(done[&key("alexnet", "cpu", 8)], "ok");
+}
+
+/// A workload's own parameters and figures become keys of its row, null ones included, and
+/// its parameters are part of the resume key.
+#[test]
+fn workload_params_and_metrics_are_row_keys_and_part_of_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("w.db")).unwrap();
+    let run = s.begin_run(&run_info("r", "2025-01-31T11:00:00Z")).unwrap();
+    let mut k = key("mlp", "cpu", 64);
+    k.workload = "mlp".into();
+    k.params = r#"{"size":"small","style":"tensors"}"#.into();
+    let t = s.begin_trial(run, &k, 4, 1, "t").unwrap();
+    let mut sum = summary("ok");
+    sum.metrics = Metrics {
+        time_per_iteration_s: Some(0.5),
+        time_per_iteration_spread_s: Some(0.01),
+        total_time_s: Some(2.0),
+        gflop_per_s: Some(12.5),
+        extra: serde_json::from_str(r#"{"pct_peak_flops":null,"flops":1e9}"#).unwrap(),
+    };
+    s.finish_trial(t, &sum).unwrap();
+    let rows = s.results().unwrap();
+    assert_eq!(rows[0].key(), k);
+    let json = serde_json::to_value(&rows).unwrap();
+    let row = json[0].as_object().unwrap();
+    assert_eq!(row["workload"], "mlp");
+    assert_eq!(row["style"], "tensors");
+    assert_eq!(row["size"], "small");
+    assert_eq!(row["gflop_per_s"], 12.5);
+    assert_eq!(row["total_time_s"], 2.0);
+    assert_eq!(row["flops"], 1e9);
+    assert!(row.contains_key("pct_peak_flops") && row["pct_peak_flops"].is_null());
+    let mut other = k.clone();
+    other.params = r#"{"size":"small","style":"autograd"}"#.into();
+    let done = s.keys_with_status(&[TrialStatus::Ok]).unwrap();
+    assert!(done.contains(&k) && !done.contains(&other));
 }
 
 #[test]
@@ -949,8 +1011,9 @@ fn statuses_by_key_prefers_ok_then_the_latest() {
             .unwrap();
         s.finish_trial(t, &summary(status)).unwrap();
     }
-    let all = ["ok", "oom", "crashed", "skipped_memory", "failed"];
-    let by_key = s.statuses_by_key(&all).unwrap();
+    let by_key = s
+        .statuses_by_key(TrialStatus::done_for_resume(false))
+        .unwrap();
     assert_eq!(by_key.len(), 2);
     assert_eq!(by_key[&key("alexnet", "cpu", 1)], "ok");
     assert_eq!(by_key[&key("alexnet", "cpu", 2)], "oom");

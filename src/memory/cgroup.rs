@@ -183,53 +183,9 @@ pub fn check(paths: &HostPaths, limit: u64) -> Result<CgroupParent, CgroupError>
     Ok(parent)
 }
 
-/// Parses sizes like `4G`, `512M`, `1.5GiB`, `1000000` (bytes). Binary units.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size '{text}' (e.g. 4G, 512M)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        other => {
-            return Err(format!(
-                "invalid size unit '{other}' in '{text}' (use K, M, G)"
-            ))
-        }
-    };
-    let bytes = value * mult as f64;
-    // Sizes are stored as SQLite INTEGERs (i64); `as` would saturate a larger one silently.
-    if !(bytes.is_finite() && bytes <= i64::MAX as f64) {
-        return Err(format!(
-            "size '{text}' is too large for a memory size (e.g. 4G, 512M)"
-        ));
-    }
-    Ok(bytes as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
-        assert_eq!(parse_size("1000"), Ok(1000));
-        assert!(parse_size("4X").is_err());
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("99999999999999999999T").is_err());
-        assert!(parse_size(&"9".repeat(400)).is_err());
-    }
 
     #[test]
     fn own_cgroup_from_proc_self_cgroup() {

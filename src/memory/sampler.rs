@@ -2,8 +2,8 @@
 //! worker trains, so it keeps running even if the worker is killed.
 
 use super::procfs::{MemInfo, ProcMemory, ProcReader, Psi, VmStat};
+use crate::clock::monotonic_ns;
 use crate::host::HostPaths;
-use crate::train::monotonic_ns;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -8,7 +8,7 @@
 //! filled in.
 
 use super::sampler::{RailSeries, Samples};
-use crate::store::IterationRecord;
+use crate::record::IterationRecord;
 
 const NS: f64 = 1e-9;
 

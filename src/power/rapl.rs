@@ -5,7 +5,7 @@
 
 use super::hwmon::{glob, read_num, read_text};
 use super::{PowerSource, Reading};
-use crate::train::monotonic_ns;
+use crate::clock::monotonic_ns;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! clock the training loop stamps iterations with.
 
 use super::{PowerSource, Reading};
-use crate::train::monotonic_ns;
+use crate::clock::monotonic_ns;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

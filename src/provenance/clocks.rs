@@ -2,8 +2,8 @@
 //! thermal zones and cooling devices. One [`ClockState`] is a snapshot; a trial's series of
 //! them decides whether it ran throttled ([`assess`]).
 
+use crate::clock::monotonic_ns;
 use crate::host::{read_trimmed as read, HostPaths};
-use crate::train::monotonic_ns;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -12,6 +12,7 @@
 //! same choice as the CSV export, except that trials without iterations count too, so an OOM
 //! or a skipped batch shows up as such).
 
+use crate::store::TrialStatus;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ pub fn pick(rows: &[ResultRow]) -> Picked {
         let k = (r.net.clone(), r.device.clone(), r.batch);
         let replace = match out.get(&k) {
             None => true,
-            Some(prev) => r.status == "ok" || prev.status != "ok",
+            Some(prev) => r.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
         };
         if replace {
             out.insert(k, r.clone());
@@ -62,7 +63,7 @@ pub fn safe_name(host: &str) -> String {
 }
 
 fn ok_value(r: &ResultRow, v: Option<f64>) -> Option<f64> {
-    (r.status == "ok").then_some(v).flatten()
+    (r.status == TrialStatus::Ok).then_some(v).flatten()
 }
 
 /// One series per (prefix, net, device): `value` of each picked trial against batch.
@@ -218,7 +219,7 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
                         .copied();
                     vec![
                         r.batch.to_string(),
-                        r.status.clone(),
+                        r.status.to_string(),
                         fmt(ok_value(r, r.time_per_image_s), 1e3, 3),
                         fmt(ok_value(r, r.time_per_image_spread_s), 1e3, 3),
                         fmt(ok_value(r, r.images_per_s), 1.0, 2),
@@ -399,10 +400,9 @@ pub fn host_plots(
         ));
         // The lowest EDP of each net x device, among trials whose time is a real speed.
         let mut best: BTreeMap<(&str, &str), &ResultRow> = BTreeMap::new();
-        for r in picked
-            .values()
-            .filter(|r| r.status == "ok" && r.swap_pressure != Some(true) && r.edp_js.is_some())
-        {
+        for r in picked.values().filter(|r| {
+            r.status == TrialStatus::Ok && r.swap_pressure != Some(true) && r.edp_js.is_some()
+        }) {
             let slot = best.entry((r.net.as_str(), r.device.as_str())).or_insert(r);
             if r.edp_js < slot.edp_js {
                 *slot = r;

@@ -9,6 +9,7 @@
 //!
 //! `mode` is `CPU` for device `cpu` and `GPU` for `cuda`; `batch` is zero-padded to 3 digits.
 
+use crate::store::TrialStatus;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -80,7 +81,7 @@ fn choose_trials(rows: Vec<ResultRow>) -> BTreeMap<(String, String, usize), Resu
         let replace = match chosen.get(&key) {
             None => true,
             // A later trial wins unless it would replace an ok one with a non-ok one.
-            Some(prev) => row.status == "ok" || prev.status != "ok",
+            Some(prev) => row.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
         };
         if replace {
             chosen.insert(key, row);
@@ -112,55 +113,23 @@ pub(crate) fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::TrialStatus;
 
     fn row(id: i64, status: &str, iterations: usize) -> ResultRow {
         ResultRow {
-            run_id: "r".into(),
             trial_id: format!("t{id}"),
-            host: "h".into(),
+            workload: "cnn".into(),
             net: "alexnet".into(),
             device: "cpu".into(),
             batch: 8,
             epochs: 1,
             images: 64,
-            dataset: "d".into(),
             iterations,
             iterations_planned: 8,
             warmup_iterations: 1,
-            status: status.into(),
-            error: None,
-            started_at: "2025-01-01T00:00:00Z".into(),
-            ended_at: None,
-            time_per_image_s: None,
-            time_per_image_spread_s: None,
-            images_per_s: None,
-            loss_first: None,
-            loss_last: None,
-            loss_anomaly: false,
-            energy_j: None,
-            avg_power_w: None,
-            energy_per_image_j: None,
-            edp_js: None,
-            swap_pressure: None,
-            peak_rss_bytes: None,
-            dynamic_energy_j: None,
-            rail_energy_j: None,
-            power_samples: None,
-            power_rate_hz: None,
-            power_jitter_s: None,
-            power_incomplete: None,
-            power_gap_s: None,
-            power_low_samples: None,
-            power_note: None,
-            board: None,
-            power_total: None,
-            power_scope: None,
-            baseline_power_w: None,
-            baseline_s: None,
-            throttled: None,
-            throttle_note: None,
+            status: TrialStatus::parse(status).unwrap(),
             trial_rowid: id,
-            memory: Default::default(),
+            ..Default::default()
         }
     }
 

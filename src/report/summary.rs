@@ -1,6 +1,7 @@
 //! The text summary table printed after a sweep and by `edgebench results`.
 
 use crate::store::ResultRow;
+use crate::store::TrialStatus;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -8,7 +9,7 @@ use std::fmt::Write;
 /// divided by CUDA time per image, where both trials have a time.
 pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
     let time = |device: &str, r: &ResultRow| {
-        (r.device == device && r.status == "ok")
+        (r.device == device && r.status == TrialStatus::Ok)
             .then_some(r.time_per_image_s)
             .flatten()
     };
@@ -106,7 +107,7 @@ pub fn table(rows: &[ResultRow]) -> String {
             r.device.clone(),
             r.batch.to_string(),
             format!("{}/{}", r.iterations, r.iterations_planned),
-            r.status.clone(),
+            r.status.to_string(),
             // A swap-spoiled or throttled time is not the board's speed: mark it where it is read.
             match (spoiled, r.throttled == Some(true)) {
                 (true, _) => format!("{} [swap]", ms(r.time_per_image_s)),

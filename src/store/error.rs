@@ -108,6 +108,24 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// The wrong file was given (not ours, too new, damaged, missing...): bad input, refused
+    /// untouched, rather than a failure while working.
+    pub fn is_bad_input(&self) -> bool {
+        use StoreError::*;
+        matches!(
+            self,
+            NotSqlite { .. }
+                | Foreign { .. }
+                | TooNew { .. }
+                | Missing { .. }
+                | Exists { .. }
+                | Corrupt { .. }
+                | WalUnreadable { .. }
+        )
+    }
+}
+
 /// Advice for a SQLite failure; generic advice would mislead (a full disk is not a lock).
 pub(crate) fn hint(e: &rusqlite::Error) -> &'static str {
     use rusqlite::ErrorCode::*;

@@ -87,7 +87,7 @@ impl SweepLock {
         let holder = format!(
             "pid {}\nstarted_at {}\n",
             std::process::id(),
-            crate::runner::rfc3339(
+            crate::clock::rfc3339(
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_secs_f64())

@@ -14,6 +14,7 @@ mod merge;
 mod provenance;
 pub mod schema;
 mod snapshot;
+mod status;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -28,6 +29,10 @@ pub use memory::MemoryColumns;
 pub use merge::{merge, ChildTable, Match, MergeReport, Parent, TableCount, CHILD_TABLES};
 pub use schema::SCHEMA_VERSION;
 pub use snapshot::snapshot;
+pub use status::TrialStatus;
+
+use crate::power::{PowerSeries, TrialPower, TrialPowerRecord};
+use crate::record::{IterationRecord, Metrics};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -53,31 +58,22 @@ pub struct RunInfo {
 /// What makes two trials "the same measurement" (used to skip completed work on resume).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TrialKey {
+    /// `cnn`, `mlp`, `ops`, `exec` (schema v6).
+    pub workload: String,
     pub net: String,
     pub device: String,
     pub batch: usize,
     pub epochs: usize,
     pub images: usize,
     pub dataset: String,
-}
-
-/// One training step. A NaN `loss` is stored as NULL (SQLite has no NaN) and reads back as NaN.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct IterationRecord {
-    pub step: usize,
-    pub epoch: usize,
-    pub loss: f64,
-    pub lr: f64,
-    pub data_s: f64,
-    pub step_s: f64,
-    pub t_start_ns: i64,
-    pub t_end_ns: i64,
+    /// The workload's own parameters: a JSON object with sorted keys, `{}` for `cnn`.
+    pub params: String,
 }
 
 /// Outcome of a trial, written once when it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialSummary {
-    pub status: String,
+    pub status: TrialStatus,
     pub error: Option<String>,
     pub ended_at: String,
     pub time_per_image_s: Option<f64>,
@@ -86,40 +82,7 @@ pub struct TrialSummary {
     pub loss_first: Option<f64>,
     pub loss_last: Option<f64>,
     pub loss_anomaly: bool,
-}
-
-/// One rail's samples, borrowed from the sampler's buffers.
-#[derive(Debug, Clone, Copy)]
-pub struct PowerSeries<'a> {
-    pub source: &'a str,
-    pub rail: &'a str,
-    pub t_ns: &'a [i64],
-    pub volts: &'a [Option<f64>],
-    pub amps: &'a [Option<f64>],
-    pub watts: &'a [f64],
-}
-
-/// A trial's energy figures (see schema v2).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrialPower {
-    pub energy_j: f64,
-    pub avg_power_w: f64,
-    pub energy_per_image_j: f64,
-    pub edp_js: f64,
-    pub dynamic_energy_j: Option<f64>,
-    pub samples: usize,
-    pub rate_hz: Option<f64>,
-    pub jitter_s: Option<f64>,
-    pub incomplete: bool,
-    pub gap_s: f64,
-    /// Sensor updates inside the measured interval when too few (< 10); None when enough.
-    pub low_samples: Option<usize>,
-    /// Why the record is incomplete (the failing sensor and its error), if it is.
-    pub note: Option<String>,
-    /// (rail, joules, part of the total)
-    pub rails: Vec<(String, f64, bool)>,
-    /// (step, joules)
-    pub iterations: Vec<(usize, f64)>,
+    pub metrics: Metrics,
 }
 
 /// Rows per transaction when writing power samples: big enough to amortise the commit, small
@@ -128,13 +91,15 @@ const SAMPLE_BATCH: usize = 4096;
 
 /// One trial joined with its run: exactly the object `edgebench results --json` prints.
 /// `Option` fields serialise as `null`, never omitted, so consumers can rely on every key.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ResultRow {
     /// The run's UUID.
     pub run_id: String,
     /// The trial's UUID.
     pub trial_id: String,
     pub host: String,
+    /// `cnn`, `mlp`, `ops` or `exec`; `cnn` for trials recorded before workloads existed.
+    pub workload: String,
     pub net: String,
     pub device: String,
     pub batch: usize,
@@ -145,7 +110,7 @@ pub struct ResultRow {
     pub iterations: usize,
     pub iterations_planned: usize,
     pub warmup_iterations: usize,
-    pub status: String,
+    pub status: TrialStatus,
     pub error: Option<String>,
     pub started_at: String,
     pub ended_at: Option<String>,
@@ -186,6 +151,21 @@ pub struct ResultRow {
     /// host exposed no clocks or the trial predates v4.
     pub throttled: Option<bool>,
     pub throttle_note: Option<String>,
+    /// Median step time of the measured iterations (schema v6).
+    pub time_per_iteration_s: Option<f64>,
+    pub time_per_iteration_spread_s: Option<f64>,
+    /// Sum of the measured iterations' step times (schema v6).
+    pub total_time_s: Option<f64>,
+    pub gflop_per_s: Option<f64>,
+    /// The workload's parameters (`trials.params`), each a key of the row.
+    #[serde(flatten)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+    /// The workload's other figures (`trials.metrics`), each a key of the row.
+    #[serde(flatten)]
+    pub metrics: serde_json::Map<String, serde_json::Value>,
+    /// `trials.params` as stored, for the resume key; not part of the JSON.
+    #[serde(skip)]
+    pub params_text: String,
     /// Local `trials.id`, for [`Store::iterations`]; not part of the JSON.
     #[serde(skip)]
     pub trial_rowid: i64,
@@ -194,12 +174,14 @@ pub struct ResultRow {
 impl ResultRow {
     pub fn key(&self) -> TrialKey {
         TrialKey {
+            workload: self.workload.clone(),
             net: self.net.clone(),
             device: self.device.clone(),
             batch: self.batch,
             epochs: self.epochs,
             images: self.images,
             dataset: self.dataset.clone(),
+            params: self.params_text.clone(),
         }
     }
 }
@@ -357,8 +339,9 @@ impl Store {
         self.conn
             .prepare_cached(
                 "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
-                 iterations_planned, iterations_done, warmup_iterations, status, started_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11)",
+                 iterations_planned, iterations_done, warmup_iterations, status, started_at, \
+                 workload, params) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11, ?12, ?13)",
             )
             .and_then(|mut st| {
                 st.execute(params![
@@ -373,6 +356,8 @@ impl Store {
                     int(iterations_planned),
                     int(warmup_iterations),
                     started_at,
+                    key.workload,
+                    key.params,
                 ])
             })
             .map_err(sql_err(&self.path))?;
@@ -428,7 +413,9 @@ impl Store {
             .prepare_cached(
                 "UPDATE trials SET status = ?2, error = ?3, ended_at = ?4, time_per_image_s = ?5, \
                  time_per_image_spread_s = ?6, images_per_s = ?7, loss_first = ?8, \
-                 loss_last = ?9, loss_anomaly = ?10 WHERE id = ?1",
+                 loss_last = ?9, loss_anomaly = ?10, time_per_iteration_s = ?11, \
+                 time_per_iteration_spread_s = ?12, total_time_s = ?13, gflop_per_s = ?14, \
+                 metrics = ?15 WHERE id = ?1",
             )
             .and_then(|mut st| {
                 st.execute(params![
@@ -442,6 +429,12 @@ impl Store {
                     s.loss_first,
                     s.loss_last,
                     s.loss_anomaly,
+                    s.metrics.time_per_iteration_s,
+                    s.metrics.time_per_iteration_spread_s,
+                    s.metrics.total_time_s,
+                    s.metrics.gflop_per_s,
+                    (!s.metrics.extra.is_empty())
+                        .then(|| serde_json::Value::Object(s.metrics.extra.clone()).to_string()),
                 ])
             })
             .map_err(sql_err(&self.path))?;
@@ -556,6 +549,17 @@ impl Store {
     }
 
     /// A trial's energy figures, per-rail and per-iteration energies, in one transaction.
+    /// Writes what [`crate::power::PowerMonitor::assess_trial`] made of a trial's samples.
+    pub fn record_power(&mut self, trial_id: i64, record: &TrialPowerRecord) -> Result<()> {
+        match record {
+            TrialPowerRecord::Measured(p) => self.record_trial_power(trial_id, p),
+            TrialPowerRecord::Unmeasured { gap_s, note } => {
+                self.record_power_unmeasured(trial_id, *gap_s, note.as_deref())
+            }
+            TrialPowerRecord::Nothing => Ok(()),
+        }
+    }
+
     pub fn record_trial_power(&mut self, trial_id: i64, p: &TrialPower) -> Result<()> {
         let path = &self.path;
         let tx = self
@@ -639,48 +643,53 @@ impl Store {
 
     /// Keys of trials that finished with status `ok` (in any run), for resuming a sweep.
     pub fn completed_keys(&self) -> Result<HashSet<TrialKey>> {
-        self.keys_with_status(&["ok"])
+        self.keys_with_status(&[TrialStatus::Ok])
     }
 
     /// Keys of trials whose status is one of `statuses` (resume: what counts as done).
-    pub fn keys_with_status(&self, statuses: &[&str]) -> Result<HashSet<TrialKey>> {
+    pub fn keys_with_status(&self, statuses: &[TrialStatus]) -> Result<HashSet<TrialKey>> {
         Ok(self.statuses_by_key(statuses)?.into_keys().collect())
     }
 
     /// For every key with a trial whose status is one of `statuses`: the status that makes
     /// it count, `ok` if any of its trials is `ok`, else the latest one (resume says why it
     /// skips a trial).
-    pub fn statuses_by_key(&self, statuses: &[&str]) -> Result<HashMap<TrialKey, String>> {
+    pub fn statuses_by_key(
+        &self,
+        statuses: &[TrialStatus],
+    ) -> Result<HashMap<TrialKey, TrialStatus>> {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT net, device, batch, epochs, images, dataset, status FROM trials \
-                 ORDER BY id",
+                "SELECT net, device, batch, epochs, images, dataset, status, workload, params \
+                 FROM trials ORDER BY id",
             )
             .map_err(sql_err(&self.path))?;
         let rows = st
             .query_map([], |r| {
                 Ok((
                     TrialKey {
+                        workload: r.get(7)?,
                         net: r.get(0)?,
                         device: r.get(1)?,
                         batch: uint(r, 2)?,
                         epochs: uint(r, 3)?,
                         images: uint(r, 4)?,
                         dataset: r.get(5)?,
+                        params: r.get(8)?,
                     },
-                    r.get::<_, String>(6)?,
+                    r.get::<_, TrialStatus>(6)?,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(sql_err(&self.path))?;
-        let mut by_key: HashMap<TrialKey, String> = HashMap::new();
+        let mut by_key: HashMap<TrialKey, TrialStatus> = HashMap::new();
         for (key, status) in rows {
-            if !statuses.contains(&status.as_str()) {
+            if !statuses.contains(&status) {
                 continue;
             }
-            let slot = by_key.entry(key).or_default();
-            if slot != "ok" {
+            let slot = by_key.entry(key).or_insert(status);
+            if *slot != TrialStatus::Ok {
                 *slot = status;
             }
         }
@@ -736,7 +745,9 @@ impl Store {
                  t.swap_pressure, t.peak_rss_bytes, t.id, t.dynamic_energy_j, \
                  t.power_samples, t.power_rate_hz, t.power_jitter_s, t.power_incomplete, \
                  t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
-                 t.throttled, t.throttle_note, t.power_low_samples, r.power_scope, t.power_note \
+                 t.throttled, t.throttle_note, t.power_low_samples, r.power_scope, t.power_note, \
+                 t.workload, t.params, t.time_per_iteration_s, t.time_per_iteration_spread_s, \
+                 t.total_time_s, t.gflop_per_s, t.metrics \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -790,6 +801,14 @@ impl Store {
                     power_low_samples: r.get(41)?,
                     power_scope: r.get(42)?,
                     power_note: r.get(43)?,
+                    workload: r.get(44)?,
+                    params_text: r.get(45)?,
+                    params: json_object(r, 45)?,
+                    time_per_iteration_s: r.get(46)?,
+                    time_per_iteration_spread_s: r.get(47)?,
+                    total_time_s: r.get(48)?,
+                    gflop_per_s: r.get(49)?,
+                    metrics: json_object(r, 50)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
@@ -876,6 +895,30 @@ fn int(v: usize) -> i64 {
 fn uint(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<usize> {
     let v: i64 = row.get(idx)?;
     usize::try_from(v).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(idx, v))
+}
+
+/// A TEXT column holding a JSON object (NULL = empty); anything else is a conversion error
+/// naming the column.
+fn json_object(
+    row: &rusqlite::Row<'_>,
+    idx: usize,
+) -> rusqlite::Result<serde_json::Map<String, serde_json::Value>> {
+    match row.get::<_, Option<String>>(idx)? {
+        None => Ok(serde_json::Map::new()),
+        Some(text) => match serde_json::from_str(&text) {
+            Ok(serde_json::Value::Object(map)) => Ok(map),
+            Ok(_) => Err(rusqlite::Error::FromSqlConversionFailure(
+                idx,
+                rusqlite::types::Type::Text,
+                format!("not a JSON object: {text}").into(),
+            )),
+            Err(e) => Err(rusqlite::Error::FromSqlConversionFailure(
+                idx,
+                rusqlite::types::Type::Text,
+                Box::new(e),
+            )),
+        },
+    }
 }
 
 fn user_version(conn: &Connection) -> rusqlite::Result<u32> {

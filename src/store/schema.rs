@@ -185,6 +185,25 @@
 //! fell inside the measured interval: that count; the energy rests on too few readings. NULL
 //! when enough, or without `--power`); `power_note` (TEXT, why the power record is incomplete:
 //! the failing sensor and its error; NULL when complete).
+//!
+//! # Version 6: workloads
+//!
+//! A trial is (workload, device, parameters): the CNN training, the MLP study, operator
+//! micro-benchmarks or an external command. Added to `trials`:
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `workload` | TEXT NOT NULL DEFAULT `cnn` | `cnn`, `mlp`, `ops`, `exec`; trials recorded before v6 are `cnn` |
+//! | `params` | TEXT NOT NULL DEFAULT `{}` | the workload's own parameters as a JSON object (keys sorted), part of the resume key; `results --json` shows each as a key of its own (e.g. `style`, `size`); `{}` for `cnn`, whose parameters are the common columns |
+//! | `time_per_iteration_s` | REAL | median step time over the measured iterations |
+//! | `time_per_iteration_spread_s` | REAL | interquartile range of the above |
+//! | `total_time_s` | REAL | sum of the measured iterations' step times |
+//! | `gflop_per_s` | REAL | floating-point work per second, where the workload counts its FLOPs |
+//! | `metrics` | TEXT | the workload's other figures as a JSON object, shown as keys of their own by `results --json`; NULL if none |
+//!
+//! The common columns keep their meaning for every workload: `net` names the model (`mlp` for
+//! the MLP study), `batch` the items per iteration, `epochs`, `images` and `dataset` what was
+//! planned and drawn from.
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -216,6 +235,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 5,
         sql: V5_POWER_SCOPE,
+    },
+    Migration {
+        version: 6,
+        sql: V6_WORKLOADS,
     },
 ];
 
@@ -373,6 +396,17 @@ const V5_POWER_SCOPE: &str = "
 ALTER TABLE runs ADD COLUMN power_scope TEXT;
 ALTER TABLE trials ADD COLUMN power_low_samples INTEGER;
 ALTER TABLE trials ADD COLUMN power_note TEXT;
+";
+
+/// v6: a trial is (workload, device, parameters); workload-neutral timing and metrics.
+const V6_WORKLOADS: &str = "
+ALTER TABLE trials ADD COLUMN workload TEXT NOT NULL DEFAULT 'cnn';
+ALTER TABLE trials ADD COLUMN params TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE trials ADD COLUMN time_per_iteration_s REAL;
+ALTER TABLE trials ADD COLUMN time_per_iteration_spread_s REAL;
+ALTER TABLE trials ADD COLUMN total_time_s REAL;
+ALTER TABLE trials ADD COLUMN gflop_per_s REAL;
+ALTER TABLE trials ADD COLUMN metrics TEXT;
 ";
 
 #[cfg(test)]

@@ -5,9 +5,10 @@ pub mod data;
 pub mod profile;
 pub mod sgd;
 
+use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
 use crate::models::{NetSpec, Network};
-use crate::store::IterationRecord;
+use crate::record::{Control, IterationRecord, TrialEnd};
 use candle_core::{Device, Tensor};
 use data::Dataset;
 use rand::rngs::StdRng;
@@ -30,32 +31,6 @@ impl TrialSpec {
     pub fn iterations(&self) -> usize {
         (self.images / self.batch) * self.epochs
     }
-}
-
-/// What the callback tells the loop after each iteration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
-    Continue,
-    Stop,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TrialEnd {
-    Completed,
-    /// The callback asked to stop (an interrupt) at an iteration boundary.
-    Stopped,
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: shared by every process on the host, so power and memory
-/// samplers in another process line up with iteration boundaries.
-pub fn monotonic_ns() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept

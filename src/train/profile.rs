@@ -4,8 +4,9 @@
 //! with the input a variable as it is inside the network, except for the first layer, whose
 //! input is the image).
 
+use crate::clock::monotonic_ns;
 use crate::models::{ConvImpl, NetSpec, Network};
-use crate::train::{data::Dataset, monotonic_ns, sgd::Sgd};
+use crate::train::{data::Dataset, sgd::Sgd};
 use candle_core::{Device, Tensor, Var};
 use rand::rngs::StdRng;
 use rand::SeedableRng;

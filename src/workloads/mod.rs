@@ -1,1 +1,148 @@
+//! Workloads: what a trial runs. A trial is (workload, device, parameters); each workload is a
+//! small contract the sweep, the worker, the samplers, the store and the reports rely on:
+//!
+//! - **plan**: expand the sweep's config into trials, each with its resume key ([`TrialKey`]:
+//!   the common columns plus the workload's own parameters as a JSON object);
+//! - **estimate**: the memory a trial needs, for the preflight and the swap verdict;
+//! - **run**: inside the worker process, one [`IterationRecord`] per step through `emit`,
+//!   stopping at a step boundary when `stop` is set;
+//! - **summarise**: [`Metrics`] from the measured iterations (median and IQR step time, total
+//!   time, GFLOP/s where counted, and figures of its own).
+//!
+//! The CNN training ([`cnn`]) is one workload.
+
+pub mod cnn;
 pub mod ops;
+
+use crate::config::{Config, WorkloadKind};
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
+use crate::stats;
+use crate::store::TrialKey;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicBool;
+
+/// One trial's job: what the worker process runs, sent to it as one JSON line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "workload", rename_all = "snake_case")]
+pub enum Job {
+    Cnn(cnn::CnnJob),
+    Ops(ops::OpsJob),
+}
+
+/// A trial as planned: its identity, its job, and what the runner needs before it starts.
+#[derive(Debug, Clone)]
+pub struct PlannedTrial {
+    pub key: TrialKey,
+    pub job: Job,
+    /// How logs and progress name the trial, e.g. "alexnet cpu batch 32".
+    pub label: String,
+    /// Steps the trial plans to record.
+    pub iterations: usize,
+    /// Items (images, samples) per step, for time and energy per image; None where an item
+    /// means nothing.
+    pub items_per_iteration: Option<usize>,
+    /// Predicted peak memory of the worker.
+    pub memory_estimate_bytes: u64,
+}
+
+/// What planning needs beside the config: the identity of the data set the sweep opened.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    pub config: &'a Config,
+    pub dataset: &'a str,
+}
+
+/// Every trial of the sweep's workload, in the order it runs them.
+pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+    match input.config.sweep.workload {
+        WorkloadKind::Cnn => cnn::plan(input),
+    }
+}
+
+impl Job {
+    /// Runs the trial in this (worker) process.
+    pub fn run(
+        &self,
+        stop: &AtomicBool,
+        emit: &mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>,
+    ) -> anyhow::Result<TrialEnd> {
+        match self {
+            Job::Cnn(job) => cnn::run(job, stop, emit),
+            Job::Ops(job) => ops::run(job, stop, emit),
+        }
+    }
+
+    /// The workload's metrics from the measured iterations (warm-up excluded).
+    pub fn metrics(&self, measured: &[IterationRecord]) -> Metrics {
+        match self {
+            Job::Cnn(_) => step_metrics(measured),
+            Job::Ops(job) => ops::metrics(job, measured),
+        }
+    }
+}
+
+/// The timing every workload shares: median and IQR step time, and their total.
+pub fn step_metrics(measured: &[IterationRecord]) -> Metrics {
+    let step_s: Vec<f64> = measured.iter().map(|r| r.step_s).collect();
+    let (median, iqr) = stats::median_iqr(&step_s).unzip();
+    Metrics {
+        time_per_iteration_s: median,
+        time_per_iteration_spread_s: iqr,
+        total_time_s: (!step_s.is_empty()).then(|| step_s.iter().sum()),
+        gflop_per_s: None,
+        extra: serde_json::Map::new(),
+    }
+}
+
+/// A workload's parameters as the canonical JSON object text of the resume key: keys sorted,
+/// so the same parameters always make the same key.
+pub fn params_text<T: Serialize>(params: &T) -> String {
+    match serde_json::to_value(params) {
+        Ok(serde_json::Value::Object(map)) => {
+            let sorted: std::collections::BTreeMap<_, _> = map.into_iter().collect();
+            serde_json::to_string(&sorted).expect("a JSON object serialises")
+        }
+        _ => "{}".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_text_is_sorted_whatever_the_field_order() {
+        #[derive(Serialize)]
+        struct P {
+            size: &'static str,
+            style: &'static str,
+            d_in: usize,
+        }
+        let text = params_text(&P {
+            size: "small",
+            style: "tensors",
+            d_in: 3,
+        });
+        assert_eq!(text, r#"{"d_in":3,"size":"small","style":"tensors"}"#);
+        assert_eq!(params_text(&()), "{}");
+    }
+
+    #[test]
+    fn step_metrics_are_median_iqr_and_total() {
+        let rec = |step: usize, step_s: f64| IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.1,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: 0,
+        };
+        let m = step_metrics(&[rec(0, 1.0), rec(1, 3.0), rec(2, 2.0), rec(3, 10.0)]);
+        assert_eq!(m.time_per_iteration_s, Some(2.5));
+        assert_eq!(m.total_time_s, Some(16.0));
+        assert!(m.time_per_iteration_spread_s.unwrap() > 0.0);
+        assert_eq!(step_metrics(&[]), Metrics::default());
+    }
+}

@@ -2,7 +2,7 @@
 //! (C = A + B), mul (C = A ⊙ B), dot (C = A·B), scalar (C = s·A), sigmoid and tanh — with their
 //! FLOP rate and bandwidth judged against both roofs of a roofline: the compute peak and the
 //! memory-bandwidth peak, each as the board's theoretical figure and as measured on the host
-//! ([`crate::peaks`]).
+//! ([`peaks`]).
 //!
 //! Counting conventions (per trial, [`counts`]); `e` = bytes per element (4 for f32, 8 f64):
 //!
@@ -24,10 +24,12 @@
 //! minimum time are reached; every execution is one iteration record.
 
 pub mod kernels;
+pub mod peaks;
 
+use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
-use crate::store::IterationRecord;
-use crate::train::{monotonic_ns, Control, TrialEnd};
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
+use crate::store::TrialKey;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -414,6 +416,34 @@ pub struct OpsParams {
     pub flops: u64,
 }
 
+/// The trial's resume key: the common columns as far as they mean anything here (`net` names
+/// the op; one "batch" of one "epoch"; no images, no data set), the rest in `params`.
+pub fn key(job: &OpsJob) -> TrialKey {
+    TrialKey {
+        workload: "ops".into(),
+        net: job.op.as_str().into(),
+        device: job.device.as_str().into(),
+        batch: 1,
+        epochs: 1,
+        images: 0,
+        dataset: String::new(),
+        params: super::params_text(&job.params()),
+    }
+}
+
+/// The job as a planned trial: it records at least its warm-ups and minimum executions (more
+/// when the minimum time needs them); an item means nothing here.
+pub fn planned(job: OpsJob) -> super::PlannedTrial {
+    super::PlannedTrial {
+        key: key(&job),
+        label: job.label(),
+        iterations: job.warmup + job.min_executions,
+        items_per_iteration: None,
+        memory_estimate_bytes: memory_estimate(&job),
+        job: super::Job::Ops(job),
+    }
+}
+
 /// Bytes a trial holds: its operands (each once; the counted bytes are exactly that), plus on
 /// candle's engine the output each execution allocates while the previous one is alive.
 pub fn memory_estimate(job: &OpsJob) -> u64 {
@@ -426,32 +456,22 @@ pub fn memory_estimate(job: &OpsJob) -> u64 {
     }
 }
 
-/// Per-trial results, the workload's part of a results row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Metrics {
-    /// Median seconds per execution.
-    pub time_per_iteration_s: f64,
-    /// Interquartile range of the seconds per execution.
-    pub time_per_iteration_spread_s: f64,
-    /// Sum of the measured executions' seconds.
-    pub total_time_s: f64,
-    pub gflop_per_s: Option<f64>,
-    /// `gbyte_per_s`, `intensity_flop_per_byte`, `executions` and the four efficiencies
-    /// (`pct_peak_flops`, `pct_peak_bandwidth`, `pct_measured_peak_flops`,
-    /// `pct_measured_peak_bandwidth`; null where the peak is unknown).
-    pub extra: serde_json::Map<String, serde_json::Value>,
-}
-
 /// A percentage of a peak; None when the peak is unknown or not positive.
 fn pct(achieved: f64, peak: Option<f64>) -> Option<f64> {
     peak.filter(|p| *p > 0.0 && p.is_finite())
         .map(|p| 100.0 * achieved / p)
 }
 
-/// The trial's metrics from its measured (post-warm-up) executions; None without any.
-pub fn metrics(job: &OpsJob, measured: &[IterationRecord]) -> Option<Metrics> {
-    let times: Vec<f64> = measured.iter().map(|r| r.step_s).collect();
-    let (median, iqr) = crate::stats::median_iqr(&times)?;
+/// The trial's metrics from its measured (post-warm-up) executions: the shared step timing,
+/// GFLOP/s, and in `extra` `gbyte_per_s`, `intensity_flop_per_byte`, `executions` and the four
+/// efficiencies (`pct_peak_flops`, `pct_peak_bandwidth`, `pct_measured_peak_flops`,
+/// `pct_measured_peak_bandwidth`; null where the peak is unknown). Without any execution
+/// only the timing's empty values.
+pub fn metrics(job: &OpsJob, measured: &[IterationRecord]) -> Metrics {
+    let mut m = super::step_metrics(measured);
+    let Some(median) = m.time_per_iteration_s else {
+        return m;
+    };
     let c = job.counts();
     let (gflops, gbs) = if median > 0.0 {
         (
@@ -476,13 +496,9 @@ pub fn metrics(job: &OpsJob, measured: &[IterationRecord]) -> Option<Metrics> {
         pct(gbs, r.measured_gbs_for(job.op)),
     );
     extra.insert("executions".into(), serde_json::json!(measured.len()));
-    Some(Metrics {
-        time_per_iteration_s: median,
-        time_per_iteration_spread_s: iqr,
-        total_time_s: times.iter().sum(),
-        gflop_per_s: Some(gflops),
-        extra,
-    })
+    m.gflop_per_s = Some(gflops);
+    m.extra = extra;
+    m
 }
 
 /// Runs the trial: allocates and fills the operands, then executes the op, one iteration
@@ -924,7 +940,7 @@ mod tests {
             .enumerate()
             .map(|(i, &s)| record(i, s))
             .collect();
-        let m = metrics(&job, &measured).unwrap();
+        let m = metrics(&job, &measured);
         let close = |v: &serde_json::Value, want: f64| {
             let v = v.as_f64().unwrap();
             assert!(
@@ -932,9 +948,9 @@ mod tests {
                 "{v} != {want}"
             );
         };
-        assert!((m.time_per_iteration_s - 0.1).abs() < 1e-12);
-        assert!((m.time_per_iteration_spread_s - 0.01).abs() < 1e-12);
-        assert!((m.total_time_s - 0.52).abs() < 1e-12);
+        assert!((m.time_per_iteration_s.unwrap() - 0.1).abs() < 1e-12);
+        assert!((m.time_per_iteration_spread_s.unwrap() - 0.01).abs() < 1e-12);
+        assert!((m.total_time_s.unwrap() - 0.52).abs() < 1e-12);
         assert!((m.gflop_per_s.unwrap() - 2.5).abs() < 1e-9);
         close(&m.extra["gbyte_per_s"], 30.0);
         close(&m.extra["intensity_flop_per_byte"], 1.0 / 12.0);
@@ -947,13 +963,13 @@ mod tests {
 
         // scalar reads one and writes one: judged against the copy; 2e9 bytes in 0.1 s.
         job.op = Op::Scalar;
-        let m = metrics(&job, &measured).unwrap();
+        let m = metrics(&job, &measured);
         close(&m.extra["gbyte_per_s"], 20.0);
         close(&m.extra["pct_measured_peak_bandwidth"], 100.0);
 
         // Unknown peaks stay null, with their keys present.
         job.roofs = Roofs::default();
-        let m = metrics(&job, &measured).unwrap();
+        let m = metrics(&job, &measured);
         for key in [
             "pct_peak_flops",
             "pct_peak_bandwidth",
@@ -962,7 +978,7 @@ mod tests {
         ] {
             assert_eq!(m.extra[key], serde_json::Value::Null, "{key}");
         }
-        assert!(metrics(&job, &[]).is_none());
+        assert_eq!(metrics(&job, &[]), Metrics::default());
     }
 
     #[test]
@@ -1046,6 +1062,35 @@ mod tests {
         assert_eq!(p["m"], serde_json::Value::Null);
         assert_eq!(p["bytes"], 240);
         assert_eq!(add.label(), "add f64 10 elements (candle)");
+    }
+
+    #[test]
+    fn planned_trial_keys_differ_by_every_parameter() {
+        let job = OpsJob::new(
+            Op::Add,
+            Dtype::F32,
+            Shape::Elements(64),
+            Some(1.0),
+            DeviceKind::Cpu,
+        );
+        let trial = planned(job.clone());
+        assert_eq!(trial.key.workload, "ops");
+        assert_eq!(trial.key.net, "add");
+        assert_eq!(trial.iterations, DEFAULT_WARMUP + DEFAULT_MIN_EXECUTIONS);
+        assert_eq!(trial.items_per_iteration, None);
+        let params: serde_json::Value = serde_json::from_str(&trial.key.params).unwrap();
+        assert_eq!(params["bytes"], 768);
+        let f64_job = OpsJob {
+            dtype: Dtype::F64,
+            ..job.clone()
+        };
+        let candle_job = OpsJob {
+            engine: Engine::Candle,
+            ..job.clone()
+        };
+        assert_ne!(key(&f64_job), trial.key);
+        assert_ne!(key(&candle_job), trial.key);
+        assert_eq!(key(&job), trial.key);
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //! /proc/cpuinfo and cpufreq) and the peaks measured on the host itself: a large SGEMM through
 //! the `gemm` crate (what candle's CPU matmul runs) and STREAM's copy and triad on all threads.
 
+use super::{self as ops, Dtype, Roofs};
 use crate::board::BoardProfile;
+use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
 use crate::host::HostPaths;
-use crate::train::monotonic_ns;
-use crate::workloads::ops::{self, Dtype, Roofs};
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,48 @@
+//! What a running trial reports: one record per iteration, and the loop's control words. Every
+//! workload emits these; the runner, the power accounting and the store read them.
+
+use serde::{Deserialize, Serialize};
+
+/// One training step. A NaN `loss` is stored as NULL (SQLite has no NaN) and reads back as NaN.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IterationRecord {
+    pub step: usize,
+    pub epoch: usize,
+    pub loss: f64,
+    pub lr: f64,
+    pub data_s: f64,
+    pub step_s: f64,
+    pub t_start_ns: i64,
+    pub t_end_ns: i64,
+}
+
+/// What the callback tells the loop after each iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialEnd {
+    Completed,
+    /// The callback asked to stop (an interrupt) at an iteration boundary.
+    Stopped,
+}
+
+/// What a workload makes of its measured iterations (warm-up excluded), beside the time per
+/// image and losses every trial gets. Stored in typed columns of `trials`, `extra` as JSON.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Median step time.
+    pub time_per_iteration_s: Option<f64>,
+    /// Interquartile range of the step times.
+    pub time_per_iteration_spread_s: Option<f64>,
+    /// Sum of the measured step times.
+    pub total_time_s: Option<f64>,
+    /// Floating-point operations per second, where the workload counts them.
+    pub gflop_per_s: Option<f64>,
+    /// The workload's own figures (e.g. `gbyte_per_s`), each a key of its own in `results
+    /// --json`; a null value keeps its key.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}

@@ -1,0 +1,371 @@
+//! One trial, parent side: the memory check, the worker process in its cgroup, the samplers
+//! around it, every iteration into the store as it arrives, then classification, summary,
+//! memory verdict, clocks and power.
+
+use super::memory_plan::MemoryPlan;
+use super::worker_process::{classify, worker_command, WorkerEnd};
+use super::{now, CLOCK_INTERVAL};
+use crate::config::Config;
+use crate::host::HostPaths;
+use crate::memory::procfs::ProcReader;
+use crate::memory::{assess, cgroup, estimate, MemorySampler};
+use crate::power::{Baseline, PowerMonitor};
+use crate::provenance::{self, ClockWatcher};
+use crate::record::IterationRecord;
+use crate::stats;
+use crate::store::{MemoryColumns, Store, TrialStatus, TrialSummary};
+use crate::worker::WorkerMessage;
+use crate::workloads::PlannedTrial;
+use anyhow::Context;
+use indicatif::ProgressBar;
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs one trial in a worker process and writes everything about it; returns its status.
+pub(super) fn run_one(
+    ctx: &TrialContext<'_>,
+    store: &mut Store,
+    run_id: i64,
+    trial: &PlannedTrial,
+    bar: Option<&ProgressBar>,
+) -> anyhow::Result<TrialStatus> {
+    let planned = trial.iterations;
+    let warmup = stats::effective_warmup(ctx.config.sweep.warmup_iterations, planned);
+    let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
+    let estimate_bytes = trial.memory_estimate_bytes;
+    let mut memory = MemoryColumns {
+        mem_estimate_bytes: Some(estimate_bytes as i64),
+        mem_limit_bytes: ctx.memory.limit.map(|l| l as i64),
+        ..Default::default()
+    };
+    let say = |line: String, warn: bool| match (bar, warn) {
+        // On a terminal the bar owns the screen; log lines go above it.
+        (Some(bar), _) => bar.println(line),
+        (None, true) => tracing::warn!("{line}"),
+        (None, false) => tracing::info!("{line}"),
+    };
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(cap) = ctx.memory.capacity(ctx.host) {
+        match estimate::fit(estimate_bytes, cap) {
+            estimate::Fit::DoesNotFit if !ctx.memory.try_anyway => {
+                let why = format!(
+                    "predicted to need {:.2} GiB, more than RAM {:.2} GiB + swap {:.2} GiB; skipped (--try-anyway runs it)",
+                    gib(estimate_bytes),
+                    gib(cap.ram_bytes),
+                    gib(cap.swap_bytes)
+                );
+                say(format!("{}: {why}", trial.label), true);
+                memory.memory_note = Some(why.clone());
+                store.record_memory(trial_id, None, None, &memory)?;
+                store.finish_trial(
+                    trial_id,
+                    &empty_summary(TrialStatus::SkippedMemory, Some(why)),
+                )?;
+                return Ok(TrialStatus::SkippedMemory);
+            }
+            estimate::Fit::NeedsSwap | estimate::Fit::DoesNotFit => say(
+                format!(
+                    "{}: predicted to need {:.2} GiB, more than the {:.2} GiB available: it will swap",
+                    trial.label,
+                    gib(estimate_bytes),
+                    gib(cap.available_bytes)
+                ),
+                true,
+            ),
+            estimate::Fit::Fits => {}
+        }
+    }
+
+    let cgroup_name = format!("edgebench-{}-{trial_id}", std::process::id());
+    let cgroup = match (&ctx.memory.parent, ctx.memory.limit) {
+        (Some(parent), Some(limit)) => Some(cgroup::TrialCgroup::create(
+            parent,
+            &cgroup_name,
+            Some(limit),
+            ctx.memory.swap_limit,
+        )?),
+        (Some(parent), None) => cgroup::TrialCgroup::create(parent, &cgroup_name, None, None)
+            .map_err(|e| tracing::debug!("no accounting cgroup: {e}"))
+            .ok(),
+        (None, _) => None,
+    };
+    let vm_before = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
+    // Power is sampled in the parent, so it keeps running whatever happens to the worker.
+    let recording = ctx.power.as_ref().map(|(m, _, _)| m.start());
+    if let (Some((m, _, _)), 0) = (&ctx.power, warmup) {
+        m.mark(true);
+    }
+    let mut child = worker_command(ctx.config.train.threads)?
+        .spawn()
+        .context("cannot start the worker process")?;
+    let pid = child.id();
+    // Into the cgroup before it has the job, so nothing it allocates escapes the cap.
+    let cgroup = match cgroup.map(|cg| cg.add(pid).map(|_| cg)) {
+        Some(Err(e)) if ctx.memory.limit.is_some() => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.into());
+        }
+        Some(Err(_)) | None => None,
+        Some(Ok(cg)) => Some(cg),
+    };
+    let sampler = MemorySampler::start(ctx.host, pid, ctx.memory.interval)?;
+    let clocks = ClockWatcher::start(ctx.host, CLOCK_INTERVAL)?;
+    {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let mut line = serde_json::to_string(&trial.job)?;
+        line.push('\n');
+        // A worker that died at once shows up below as its exit status.
+        let _ = stdin.write_all(line.as_bytes());
+    }
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel::<WorkerMessage>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<WorkerMessage>(&line) {
+                Ok(msg) => {
+                    if tx.send(msg).is_err() {
+                        break;
+                    }
+                }
+                // Something else printed on stdout: not ours to interpret, but not lost.
+                Err(_) => eprintln!("{line}"),
+            }
+        }
+    });
+
+    let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
+    let mut last = None;
+    let mut stop_sent: Option<std::time::Instant> = None;
+    let mut abandoned = false;
+    let mut store_error = None;
+    loop {
+        if ctx.stop.load(Ordering::SeqCst) {
+            match stop_sent {
+                None => {
+                    // The worker finishes its iteration and reports `stopped`.
+                    // SAFETY: kill(2) on our own child's pid, which we have not reaped yet.
+                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                    stop_sent = Some(std::time::Instant::now());
+                }
+                // A big batch on a slow board can take longer than a service manager waits:
+                // abandon the iteration in progress rather than be killed mid-write.
+                Some(at) if !abandoned && at.elapsed() >= ctx.stop_grace => {
+                    let _ = child.kill();
+                    abandoned = true;
+                }
+                Some(_) => {}
+            }
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(WorkerMessage::Iteration(rec)) => {
+                if store_error.is_none() {
+                    if let Err(e) = store.record_iteration(trial_id, &rec) {
+                        // The DB failed: stop the worker; nothing more can be recorded.
+                        store_error = Some(e.to_string());
+                        let _ = child.kill();
+                    }
+                }
+                if let Some(bar) = bar {
+                    bar.set_position(rec.step as u64 + 1);
+                    bar.set_message(format!("loss {:.4}", rec.loss));
+                } else if rec.step % 50 == 0 || rec.step + 1 == planned {
+                    tracing::info!(
+                        step = rec.step,
+                        loss = rec.loss,
+                        step_s = rec.step_s,
+                        "iteration"
+                    );
+                }
+                if rec.step + 1 == warmup {
+                    // The next iteration is the first measured one.
+                    if let Some((m, _, _)) = &ctx.power {
+                        m.mark(true);
+                    }
+                }
+                iterations.push(rec);
+            }
+            Ok(msg) => last = Some(msg),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = reader.join();
+    let status = child.wait().ok();
+    let samples = sampler.stop();
+    let clocks = provenance::assess(&clocks.stop());
+    // The trial's own cgroup counts only its OOM kills; the system-wide counter (the fallback
+    // without cgroups) could also count another process killed meanwhile.
+    let oom_kills = match cgroup.as_ref().and_then(|cg| cg.oom_kills()) {
+        Some(n) => n,
+        None => {
+            let after = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
+            after.zip(vm_before).map_or(0, |(a, b)| a.saturating_sub(b))
+        }
+    };
+    drop(cgroup);
+    if let Some(e) = store_error {
+        anyhow::bail!(
+            "the results database failed while recording {}: {e}",
+            trial.label
+        );
+    }
+    let (status, error) = if abandoned && last.is_none() {
+        (
+            TrialStatus::Interrupted,
+            Some(format!(
+                "stopped: the iteration in progress did not end within {:.1} s of the stop \
+                 request and was abandoned",
+                ctx.stop_grace.as_secs_f64()
+            )),
+        )
+    } else {
+        match classify(&WorkerEnd {
+            last,
+            status,
+            oom_kills,
+        }) {
+            // A worker that ended without a word while a stop was under way was ended by it
+            // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
+            // group): interrupted, so a resumed sweep runs it again, never a counted crash.
+            (TrialStatus::Crashed, Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
+                TrialStatus::Interrupted,
+                Some(format!(
+                    "stopped by an interrupt before the worker reported an end ({why})"
+                )),
+            ),
+            other => other,
+        }
+    };
+
+    let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
+    let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
+    let times = trial
+        .items_per_iteration
+        .and_then(|items| stats::time_summary(&step_s, warmup, items));
+    let measured = iterations
+        .get(warmup.min(iterations.len())..)
+        .unwrap_or_default();
+    let (from_ns, to_ns) = match (measured.first(), measured.last()) {
+        (Some(a), Some(b)) => (a.t_start_ns, b.t_end_ns),
+        _ => (
+            samples.first().map_or(0, |s| s.t_ns),
+            samples.last().map_or(0, |s| s.t_ns),
+        ),
+    };
+    let report = assess(
+        &samples,
+        from_ns,
+        to_ns,
+        measured.len(),
+        &ctx.memory.thresholds,
+    );
+    memory.swap_in_pages = Some(report.swap_in_pages as i64);
+    memory.swap_out_pages = Some(report.swap_out_pages as i64);
+    memory.major_faults = Some(report.major_faults as i64);
+    memory.swapped_bytes_max = report.swapped_bytes_max.map(|b| b as i64);
+    memory.mem_available_min_bytes = report.mem_available_min_bytes.map(|b| b as i64);
+    memory.psi_memory_some_us = report.psi_some_us.map(|v| v as i64);
+    memory.psi_memory_full_us = report.psi_full_us.map(|v| v as i64);
+    memory.memory_note = Some(format!("{}; {}", report.note, ctx.memory.swap_devices));
+    let verdict = (!samples.is_empty() && !measured.is_empty()).then_some(report.swap_pressure);
+    store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
+    store.record_clocks(trial_id, &clocks)?;
+
+    let loss_anomaly = stats::loss_anomaly(&losses);
+    if let Some(why) = &loss_anomaly {
+        tracing::warn!("{} loss anomaly: {why}", trial.label);
+    }
+    let summary = TrialSummary {
+        status,
+        error: error.clone(),
+        ended_at: now(),
+        time_per_image_s: times.as_ref().map(|t| t.time_per_image_s),
+        time_per_image_spread_s: times.as_ref().map(|t| t.time_per_image_spread_s),
+        images_per_s: times.as_ref().map(|t| t.images_per_s),
+        loss_first: losses.first().copied(),
+        loss_last: losses.last().copied(),
+        loss_anomaly: loss_anomaly.is_some(),
+        metrics: trial.job.metrics(measured),
+    };
+    if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
+        m.mark(false);
+        let samples = handle.stop();
+        if *store_samples {
+            store.record_power_samples(trial_id, &samples.series())?;
+        }
+        let record = m.assess_trial(
+            &samples,
+            &iterations,
+            warmup,
+            trial.items_per_iteration.unwrap_or(1),
+            baseline.as_ref(),
+        );
+        store.record_power(trial_id, &record)?;
+    }
+    store.finish_trial(trial_id, &summary)?;
+    let line = match &error {
+        Some(e) => format!(
+            "{} {status} after {} iterations: {e}",
+            trial.label,
+            step_s.len()
+        ),
+        None => format!(
+            "{} {status}: {} iterations, {}{}",
+            trial.label,
+            step_s.len(),
+            match (&times, summary.metrics.time_per_iteration_s) {
+                (Some(t), _) => format!("{:.2} ms/img", t.time_per_image_s * 1e3),
+                (None, Some(s)) => format!("{:.2} ms/iteration", s * 1e3),
+                (None, None) => "no measured iterations".into(),
+            },
+            if report.swap_pressure {
+                " (SWAP-SPOILED)"
+            } else {
+                ""
+            }
+        ),
+    };
+    let throttled = clocks.throttled == Some(true);
+    say(line, error.is_some() || report.swap_pressure);
+    if throttled {
+        say(
+            format!(
+                "{} THROTTLED: {}",
+                trial.label,
+                clocks.note.as_deref().unwrap_or("")
+            ),
+            true,
+        );
+    }
+    Ok(status)
+}
+
+fn empty_summary(status: TrialStatus, error: Option<String>) -> TrialSummary {
+    TrialSummary {
+        status,
+        error,
+        ended_at: now(),
+        time_per_image_s: None,
+        time_per_image_spread_s: None,
+        images_per_s: None,
+        loss_first: None,
+        loss_last: None,
+        loss_anomaly: false,
+        metrics: Default::default(),
+    }
+}
+
+pub(super) struct TrialContext<'a> {
+    pub config: &'a Config,
+    pub host: &'a HostPaths,
+    pub stop: &'a AtomicBool,
+    /// How long a stop waits for the iteration in progress before killing the worker.
+    pub stop_grace: Duration,
+    /// `--power`: the monitor, the run's idle baseline, and whether to keep every sample.
+    pub power: Option<(&'a PowerMonitor, Option<Baseline>, bool)>,
+    pub memory: MemoryPlan,
+}

@@ -1,0 +1,173 @@
+//! The CNN training workload: BVLC AlexNet or GoogLeNet trained with SGD on the synthetic set or
+//! an image folder, swept over (net, device, batch) in the studies' order. Its parameters are
+//! the common trial columns, so its `params` object is empty.
+
+use super::{PlanInput, PlannedTrial};
+use crate::config::{Config, DeviceKind};
+use crate::memory::estimate;
+use crate::models;
+use crate::record::{Control, IterationRecord, TrialEnd};
+use crate::store::TrialKey;
+use crate::train::{self, data::Dataset, TrialSpec};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Where the worker takes its images from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSpec {
+    Synthetic { seed: u64, classes: usize },
+    Folder { dir: PathBuf },
+}
+
+impl DataSpec {
+    pub fn of(config: &Config) -> DataSpec {
+        match &config.data.dataset {
+            Some(dir) => DataSpec::Folder { dir: dir.clone() },
+            None => DataSpec::Synthetic {
+                seed: config.data.synthetic_seed,
+                classes: config.data.synthetic_classes,
+            },
+        }
+    }
+
+    pub fn open(&self, images: usize) -> anyhow::Result<Dataset> {
+        Ok(match self {
+            DataSpec::Synthetic { seed, classes } => Dataset::synthetic(*seed, *classes, images),
+            DataSpec::Folder { dir } => Dataset::folder(dir, images)?,
+        })
+    }
+}
+
+/// One (net, device, batch) training trial.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CnnJob {
+    pub net: String,
+    pub device: DeviceKind,
+    pub batch: usize,
+    pub epochs: usize,
+    pub images: usize,
+    pub seed: u64,
+    pub data: DataSpec,
+}
+
+impl CnnJob {
+    fn spec(&self) -> anyhow::Result<TrialSpec> {
+        Ok(TrialSpec {
+            net: models::by_name(&self.net)
+                .ok_or_else(|| anyhow::anyhow!("unknown network {}", self.net))?,
+            device: self.device,
+            batch: self.batch,
+            epochs: self.epochs,
+            images: self.images,
+            seed: self.seed,
+        })
+    }
+}
+
+pub fn key(job: &CnnJob, dataset: &str) -> TrialKey {
+    TrialKey {
+        workload: "cnn".into(),
+        net: job.net.clone(),
+        device: job.device.as_str().to_string(),
+        batch: job.batch,
+        epochs: job.epochs,
+        images: job.images,
+        dataset: dataset.to_string(),
+        params: "{}".into(),
+    }
+}
+
+/// Every (net, device, batch) of a validated config, nets outermost as the studies ran them.
+pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+    let (config, s) = (input.config, &input.config.sweep);
+    let mut trials = Vec::new();
+    for net_name in &s.nets {
+        let net = models::by_name(net_name).expect("validated");
+        for &device in &s.devices {
+            for &batch in &s.batches {
+                let job = CnnJob {
+                    net: net.name.to_string(),
+                    device,
+                    batch,
+                    epochs: s.epochs,
+                    images: s.images,
+                    seed: config.train.seed,
+                    data: DataSpec::of(config),
+                };
+                trials.push(PlannedTrial {
+                    key: key(&job, input.dataset),
+                    label: format!("{} {} batch {batch}", net.name, device.as_str()),
+                    iterations: (s.images / batch) * s.epochs,
+                    items_per_iteration: Some(batch),
+                    memory_estimate_bytes: estimate::estimate(net, batch).total_bytes,
+                    job: super::Job::Cnn(job),
+                });
+            }
+        }
+    }
+    trials
+}
+
+/// Trains the trial in this process.
+pub fn run(
+    job: &CnnJob,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>,
+) -> anyhow::Result<TrialEnd> {
+    let spec = job.spec()?;
+    let data = job.data.open(job.images)?;
+    train::run_trial(&spec, &data, &mut |rec| {
+        let control = emit(rec)?;
+        Ok(if stop.load(Ordering::SeqCst) {
+            Control::Stop
+        } else {
+            control
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::Job;
+
+    #[test]
+    fn expands_in_study_order_with_iterations_and_keys() {
+        let mut c = Config::default();
+        c.sweep.nets = vec!["googlenet".into(), "alexnet".into()];
+        c.sweep.batches = vec![4, 1];
+        c.sweep.images = 8;
+        c.sweep.epochs = 3;
+        let trials = plan(&PlanInput {
+            config: &c,
+            dataset: "synthetic",
+        });
+        let order: Vec<(&str, usize)> = trials
+            .iter()
+            .map(|t| (t.key.net.as_str(), t.key.batch))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                ("googlenet", 4),
+                ("googlenet", 1),
+                ("alexnet", 4),
+                ("alexnet", 1)
+            ]
+        );
+        assert_eq!(trials[0].iterations, 6);
+        assert_eq!(trials[1].iterations, 24);
+        assert_eq!(trials[1].key.workload, "cnn");
+        assert_eq!(trials[1].key.params, "{}");
+        assert_eq!(trials[1].label, "googlenet cpu batch 1");
+        let Job::Cnn(job) = &trials[2].job else {
+            panic!("a cnn trial planned another workload")
+        };
+        assert_eq!((job.net.as_str(), job.batch, job.epochs), ("alexnet", 4, 3));
+        let line = serde_json::to_string(&trials[2].job).unwrap();
+        assert!(line.contains(r#""workload":"cnn""#), "{line}");
+        assert_eq!(serde_json::from_str::<Job>(&line).unwrap(), trials[2].job);
+    }
+}
