@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
             job.roofs = device_peaks.roofs(dtype);
             let mut records = Vec::new();
             ops::run(&job, &stop, &mut |r| {
-                records.push(r.clone());
+                records.push(*r);
                 Ok(Control::Continue)
             })?;
             let m = ops::metrics(&job, &records[job.warmup..]);

@@ -996,7 +996,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut records = Vec::new();
         let end = run(&job, &stop, &mut |r| {
-            records.push(r.clone());
+            records.push(*r);
             Ok(Control::Continue)
         })
         .unwrap();
@@ -1016,7 +1016,7 @@ mod tests {
         job.min_executions = 40;
         records.clear();
         run(&job, &stop, &mut |r| {
-            records.push(r.clone());
+            records.push(*r);
             Ok(Control::Continue)
         })
         .unwrap();
@@ -1026,7 +1026,7 @@ mod tests {
         job.min_time_s = 60.0;
         records.clear();
         let end = run(&job, &stop, &mut |r| {
-            records.push(r.clone());
+            records.push(*r);
             Ok(if r.step == 6 {
                 Control::Stop
             } else {
