@@ -38,8 +38,17 @@ pub struct BoardProfile {
     pub gpu_sm: Option<u32>,
     #[serde(default)]
     pub memory_gb: Option<f64>,
+    /// Theoretical fp32 peak of all CPU cores, GFLOP/s: cores x max clock x FLOPs per cycle
+    /// (each file names its figures' source). None = unknown: computed from the host where it
+    /// reports enough (`peaks::host_cpu_peak`).
     #[serde(default)]
-    pub peak_gflops_fp32: Option<f64>,
+    pub cpu_peak_gflops: Option<f64>,
+    /// Theoretical fp32 peak of the GPU, GFLOP/s: CUDA cores x 2 (FMA) x max clock.
+    #[serde(default)]
+    pub gpu_peak_gflops: Option<f64>,
+    /// DRAM bandwidth, GB/s (10^9 bytes), shared by CPU and GPU.
+    #[serde(default)]
+    pub mem_bandwidth_gbs: Option<f64>,
     /// Module scope: rails whose sum is the module's total input power (the input rail alone
     /// where the module has one, never an input rail together with its own sub-rails). Empty
     /// where no monitor sees the module alone.

@@ -162,7 +162,9 @@ mod tests {
         assert_eq!(trials[1].key.workload, "cnn");
         assert_eq!(trials[1].key.params, "{}");
         assert_eq!(trials[1].label, "googlenet cpu batch 1");
-        let Job::Cnn(job) = &trials[2].job;
+        let Job::Cnn(job) = &trials[2].job else {
+            panic!("a cnn trial planned another workload")
+        };
         assert_eq!((job.net.as_str(), job.batch, job.epochs), ("alexnet", 4, 3));
         let line = serde_json::to_string(&trials[2].job).unwrap();
         assert!(line.contains(r#""workload":"cnn""#), "{line}");

@@ -13,6 +13,7 @@
 
 pub mod cnn;
 pub mod exec;
+pub mod ops;
 
 use crate::config::{Config, WorkloadKind};
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
@@ -26,6 +27,7 @@ use std::sync::atomic::AtomicBool;
 #[serde(tag = "workload", rename_all = "snake_case")]
 pub enum Job {
     Cnn(cnn::CnnJob),
+    Ops(ops::OpsJob),
 }
 
 /// A trial as planned: its identity, its job, and what the runner needs before it starts.
@@ -67,6 +69,7 @@ impl Job {
     ) -> anyhow::Result<TrialEnd> {
         match self {
             Job::Cnn(job) => cnn::run(job, stop, emit),
+            Job::Ops(job) => ops::run(job, stop, emit),
         }
     }
 
@@ -74,6 +77,7 @@ impl Job {
     pub fn metrics(&self, measured: &[IterationRecord]) -> Metrics {
         match self {
             Job::Cnn(_) => step_metrics(measured),
+            Job::Ops(job) => ops::metrics(job, measured),
         }
     }
 }
