@@ -40,13 +40,15 @@ pub(crate) const TILES: usize = 196;
 /// with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the im2col path, for comparison).
 pub(crate) fn applies(g: &Geom) -> bool {
     crate::tuning().winograd
-        && g.kh == 3
-        && g.kw == 3
-        && g.stride == 1
-        && g.pad == 1
-        && g.groups == 1
+        && fits(g)
         && g.h.min(g.w) >= MIN_SIDE
         && g.n >= rayon::current_num_threads()
+}
+
+/// Whether the Winograd kernels compute a convolution of this shape at all: 3x3, stride 1,
+/// pad 1, one group.
+pub(crate) fn fits(g: &Geom) -> bool {
+    g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.groups == 1
 }
 
 /// Smaller maps stay on im2col: a 7x7 map is 4x4 tiles covering 8x8 (31 % of the work wasted)
@@ -646,7 +648,7 @@ impl<T: Float> Transforms<T> {
 }
 
 /// `fwd` with output tiles of `m` x `m` (2 or 4).
-fn fwd_with<T: Float>(
+pub(crate) fn fwd_with<T: Float>(
     (x, x_img): (&[T], usize),
     w: &[T],
     bias: &[T],
@@ -716,7 +718,7 @@ pub(crate) fn bwd_both<T: Float>(x: (&[T], usize), dy: &[T], w: &[T], g: &Geom) 
 }
 
 /// `bwd_both` with output tiles of `m` x `m` (2 or 4).
-fn bwd_both_with<T: Float>(
+pub(crate) fn bwd_both_with<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     w: &[T],
@@ -1326,60 +1328,6 @@ mod tests {
                     "F({m}x{m}) {e}: winograd f32 off by {ew}, im2col by {ei}"
                 );
             }
-        }
-    }
-
-    /// Winograd vs im2col on GoogLeNet's 3x3 layers, batch 32, f32, alternating, median of 5:
-    /// `cargo test --release -p edgebench-kernels --lib winograd::tests::bench -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench() {
-        use std::time::Instant;
-        let layers = [
-            ("conv2/3x3", 64, 56, 192),
-            ("3a/3x3", 96, 28, 128),
-            ("3b/3x3", 128, 28, 192),
-            ("4a/3x3", 96, 14, 208),
-            ("4e/3x3", 160, 14, 320),
-            ("5b/3x3", 192, 7, 384),
-        ];
-        let n = 32;
-        for (name, c, h, o) in layers {
-            let p = Conv2d {
-                stride: 1,
-                pad: 1,
-                groups: 1,
-                relu: true,
-            };
-            let g = Geom::new(&[n, c, h, h], &[o, c, 3, 3], &[o], p).unwrap();
-            let mut r = Rng::new(1);
-            let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect::<Vec<_>>();
-            let (x, wt, b) = (f(r.vec(n * c * h * h)), f(r.vec(o * c * 9)), f(r.vec(o)));
-            let dy = f(r.vec(n * o * h * h));
-            let xi = (&x[..], c * h * h);
-            // Winograd forward, merged backward; im2col forward, input and weight gradients.
-            let mut times: [Vec<f64>; 7] = Default::default();
-            let time = |f: &mut dyn FnMut()| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1e3
-            };
-            for _ in 0..5 {
-                times[0].push(time(&mut || drop(fwd_with(xi, &wt, &b, &g, true, 2))));
-                times[1].push(time(&mut || drop(bwd_both_with(xi, &dy, &wt, &g, 2))));
-                times[5].push(time(&mut || drop(fwd_with(xi, &wt, &b, &g, true, 4))));
-                times[6].push(time(&mut || drop(bwd_both_with(xi, &dy, &wt, &g, 4))));
-                times[2].push(time(&mut || drop(fwd_im2col(xi, &wt, &b, &g, true))));
-                times[3].push(time(&mut || drop(bwd_data_im2col(&dy, &wt, &g))));
-                times[4].push(time(&mut || drop(bwd_filter_im2col(xi, &dy, &g))));
-            }
-            let [w0, w1, i0, i1, i2, f0, f1] = times.map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            });
-            println!(
-                "{name:10} F(2x2) fwd {w0:6.1} data+filter {w1:6.1} | F(4x4) fwd {f0:6.1} data+filter {f1:6.1} | im2col fwd {i0:6.1} data {i1:6.1} filter {i2:6.1} ms"
-            );
         }
     }
 }
