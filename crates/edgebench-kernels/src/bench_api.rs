@@ -92,7 +92,8 @@ impl ConvLayer {
     }
 
     /// Both gradients of the convolution (without the ReLU mask) through `path`: im2col's input
-    /// gradient and weight gradient, or Winograd's single pass that yields both.
+    /// gradient and [dW | db], or Winograd's single pass that yields both ([dx | dW | db], and
+    /// an empty second vector).
     pub fn bwd(&self, path: ConvPath, x: &[f32], dy: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
         assert!(self.supports(path), "{path:?} does not fit {:?}", self.g);
         let x = (x, self.g.c * self.g.h * self.g.w);
