@@ -13,7 +13,6 @@
 //! output rows with per-thread partial sums.
 
 use super::{images_in_place, images_slice, nchw_slice, winograd, Float};
-use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -117,7 +116,7 @@ impl Geom {
         self.kh == 1 && self.kw == 1 && self.stride == 1 && self.pad == 0
     }
     /// Scratch for the columns of `images` images side by side (one block of rows each).
-    fn col_len(&self, images: usize) -> usize {
+    pub(crate) fn col_len(&self, images: usize) -> usize {
         if self.direct() && images == 1 {
             0
         } else {
@@ -129,7 +128,7 @@ impl Geom {
     /// blocks of rows whose columns fit in `COL_BLOCK_BYTES`, so they are still in the cache when
     /// the GEMM packs them (GoogLeNet conv2/3x3 has 7 MB of columns per image). Sub-batches
     /// (small maps) and 1x1 convolutions, which read the input in place, take all rows at once.
-    fn block_rows(&self, images: usize) -> usize {
+    pub(crate) fn block_rows(&self, images: usize) -> usize {
         if images > 1 || self.direct() {
             return self.ho;
         }
@@ -138,7 +137,7 @@ impl Geom {
     }
 
     /// The output rows in blocks (see `block_rows`).
-    fn row_blocks(&self, images: usize) -> impl Iterator<Item = Range<usize>> {
+    pub(crate) fn row_blocks(&self, images: usize) -> impl Iterator<Item = Range<usize>> {
         let (step, ho) = (self.block_rows(images), self.ho);
         (0..ho)
             .step_by(step.max(1))
@@ -1030,28 +1029,13 @@ impl CustomOp3 for Conv2d {
     ) -> Result<(CpuStorage, Shape)> {
         let g = geom_of(self, l1, l2, l3.dims())?;
         let n = "conv2d";
-        let y = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => CpuStorage::F32(fwd(
-                images_slice(x, l1, n)?,
-                nchw_slice(w, l2, n)?,
-                nchw_slice(b, l3, n)?,
-                &g,
-                self.relu,
-            )),
-            (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => CpuStorage::F64(fwd(
-                images_slice(x, l1, n)?,
-                nchw_slice(w, l2, n)?,
-                nchw_slice(b, l3, n)?,
-                &g,
-                self.relu,
-            )),
-            _ => bail!(
-                "conv2d: need matching f32/f64 inputs, got {:?}, {:?}, {:?}",
-                s1.dtype(),
-                s2.dtype(),
-                s3.dtype()
-            ),
-        };
+        let y = float_kernel!(n, |x in s1, w in s2, b in s3| fwd(
+            images_slice(x, l1, n)?,
+            nchw_slice(w, l2, n)?,
+            nchw_slice(b, l3, n)?,
+            &g,
+            self.relu,
+        ));
         Ok((y, Shape::from((g.n, g.o, g.ho, g.wo))))
     }
 
@@ -1133,15 +1117,10 @@ impl CustomOp2 for ReluMask {
             bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
         }
         let n = "relu-mask";
-        let out = match (s1, s2) {
-            (CpuStorage::F32(d), CpuStorage::F32(y)) => {
-                CpuStorage::F32(mask(nchw_slice(d, l1, n)?, nchw_slice(y, l2, n)?))
-            }
-            (CpuStorage::F64(d), CpuStorage::F64(y)) => {
-                CpuStorage::F64(mask(nchw_slice(d, l1, n)?, nchw_slice(y, l2, n)?))
-            }
-            _ => bail!("relu-mask: need matching f32/f64 inputs"),
-        };
+        let out = float_kernel!(n, |d in s1, y in s2| mask(
+            nchw_slice(d, l1, n)?,
+            nchw_slice(y, l2, n)?
+        ));
         Ok((out, l1.shape().clone()))
     }
 }
@@ -1167,19 +1146,11 @@ impl CustomOp2 for ConvBwdData {
         if l1.dims() != [g.n, g.o, g.ho, g.wo] {
             bail!("{n}: dy {:?} does not fit {g:?}", l1.dims());
         }
-        let out = match (s1, s2) {
-            (CpuStorage::F32(dy), CpuStorage::F32(w)) => CpuStorage::F32(bwd_data_im2col(
-                nchw_slice(dy, l1, n)?,
-                nchw_slice(w, l2, n)?,
-                &g,
-            )),
-            (CpuStorage::F64(dy), CpuStorage::F64(w)) => CpuStorage::F64(bwd_data_im2col(
-                nchw_slice(dy, l1, n)?,
-                nchw_slice(w, l2, n)?,
-                &g,
-            )),
-            _ => bail!("{n}: need matching f32/f64 inputs"),
-        };
+        let out = float_kernel!(n, |dy in s1, w in s2| bwd_data_im2col(
+            nchw_slice(dy, l1, n)?,
+            nchw_slice(w, l2, n)?,
+            &g,
+        ));
         Ok((out, Shape::from(self.1.as_slice())))
     }
 }
@@ -1207,19 +1178,11 @@ impl CustomOp2 for ConvBwdFilter {
             );
         }
         let n = "conv2d-gemm-bwd-filter";
-        let out = match (s1, s2) {
-            (CpuStorage::F32(x), CpuStorage::F32(dy)) => CpuStorage::F32(bwd_filter_im2col(
-                images_slice(x, l1, n)?,
-                nchw_slice(dy, l2, n)?,
-                &g,
-            )),
-            (CpuStorage::F64(x), CpuStorage::F64(dy)) => CpuStorage::F64(bwd_filter_im2col(
-                images_slice(x, l1, n)?,
-                nchw_slice(dy, l2, n)?,
-                &g,
-            )),
-            _ => bail!("{n}: need matching f32/f64 inputs"),
-        };
+        let out = float_kernel!(n, |x in s1, dy in s2| bwd_filter_im2col(
+            images_slice(x, l1, n)?,
+            nchw_slice(dy, l2, n)?,
+            &g,
+        ));
         Ok((out, Shape::from(g.o * g.kk() + g.o)))
     }
 }
@@ -1247,25 +1210,12 @@ impl CustomOp3 for ConvBwdWinograd {
         if l2.dims() != [g.n, g.o, g.ho, g.wo] || !winograd::applies(&g) {
             bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
         }
-        let out = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(dy), CpuStorage::F32(w)) => {
-                CpuStorage::F32(winograd::bwd_both(
-                    images_slice(x, l1, n)?,
-                    nchw_slice(dy, l2, n)?,
-                    nchw_slice(w, l3, n)?,
-                    &g,
-                ))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(dy), CpuStorage::F64(w)) => {
-                CpuStorage::F64(winograd::bwd_both(
-                    images_slice(x, l1, n)?,
-                    nchw_slice(dy, l2, n)?,
-                    nchw_slice(w, l3, n)?,
-                    &g,
-                ))
-            }
-            _ => bail!("{n}: need matching f32/f64 inputs"),
-        };
+        let out = float_kernel!(n, |x in s1, dy in s2, w in s3| winograd::bwd_both(
+            images_slice(x, l1, n)?,
+            nchw_slice(dy, l2, n)?,
+            nchw_slice(w, l3, n)?,
+            &g,
+        ));
         Ok((out, Shape::from(g.n * g.c * g.hw() + g.o * g.kk() + g.o)))
     }
 }
@@ -1621,135 +1571,5 @@ mod tests {
         assert!(conv2d(&x, &w, &b, p(1, 0, 3, false)).is_err());
         let w = Tensor::zeros((6, 4, 7, 7), DType::F32, &Device::Cpu).unwrap();
         assert!(conv2d(&x, &w, &b, p(1, 0, 1, false)).is_err());
-    }
-
-    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench -- --ignored --nocapture`
-    /// `cargo test --release -p edgebench-kernels --lib conv::tests::bench_im2col -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn bench_im2col() {
-        use std::time::Instant;
-        for (name, x, w, p) in [
-            (
-                "goog conv1 7x7/2",
-                [32, 3, 224, 224],
-                [64, 3, 7, 7],
-                p(2, 3, 1, true),
-            ),
-            (
-                "alex conv1 11x11/4",
-                [32, 3, 227, 227],
-                [96, 3, 11, 11],
-                p(4, 0, 1, true),
-            ),
-            (
-                "goog conv2 3x3",
-                [32, 64, 56, 56],
-                [192, 64, 3, 3],
-                p(1, 1, 1, true),
-            ),
-        ] {
-            let g = Geom::new(&x, &w, &w[..1], p).unwrap();
-            let xs: Vec<f32> = (0..g.n * g.c * g.hw()).map(|i| i as f32).collect();
-            let mut col = vec![0f32; g.col_len(1)];
-            let (chw, rows) = (g.c * g.hw(), g.block_rows(1));
-            let t = Instant::now();
-            for image in xs.chunks_exact(chw) {
-                for r in g.row_blocks(1) {
-                    let ld = r.len() * g.wo;
-                    g.im2col(image, &mut col, ld, 0, r);
-                }
-            }
-            let im = t.elapsed().as_secs_f64();
-            let mut dx = vec![0f32; chw];
-            let t = Instant::now();
-            for _ in 0..g.n {
-                for r in g.row_blocks(1) {
-                    let ld = r.len() * g.wo;
-                    g.col2im(&col, &mut dx, ld, 0, r);
-                }
-            }
-            let c2 = t.elapsed().as_secs_f64();
-            println!(
-                "{name:20} {rows} rows/block: im2col {:6.1} ms, col2im {:6.1} ms per batch (1 thread)",
-                im * 1e3,
-                c2 * 1e3
-            );
-        }
-    }
-
-    #[test]
-    #[ignore]
-    fn bench() {
-        use std::time::Instant;
-        // AlexNet conv2 and conv3, GoogLeNet 3a 3x3 and a 1x1 in 4b, batch 32.
-        let layers: [(&str, Case); 7] = [
-            (
-                "goog conv1",
-                ([32, 3, 224, 224], [64, 3, 7, 7], p(2, 3, 1, true)),
-            ),
-            (
-                "goog 5a/3x3",
-                ([32, 160, 7, 7], [320, 160, 3, 3], p(1, 1, 1, true)),
-            ),
-            (
-                "alex conv2",
-                ([32, 96, 27, 27], [256, 48, 5, 5], p(1, 2, 2, true)),
-            ),
-            (
-                "alex conv3",
-                ([32, 256, 13, 13], [384, 256, 3, 3], p(1, 1, 1, true)),
-            ),
-            (
-                "goog 3a/3x3",
-                ([32, 96, 28, 28], [128, 96, 3, 3], p(1, 1, 1, true)),
-            ),
-            (
-                "goog 4b/1x1",
-                ([32, 512, 14, 14], [160, 512, 1, 1], p(1, 0, 1, true)),
-            ),
-            (
-                "goog conv2/3x3",
-                ([32, 64, 56, 56], [192, 64, 3, 3], p(1, 1, 1, true)),
-            ),
-        ];
-        // BENCH_ONLY=<part of a name> runs only the matching layers (e.g. under perf).
-        let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-        for (name, c) in layers
-            .into_iter()
-            .filter(|(n, _)| n.contains(only.as_str()))
-        {
-            let v = vars(&c, 1, DType::F32);
-            let (o, kk) = (c.1[0], c.1[1] * c.1[2] * c.1[3]);
-            let candle = std::env::var("BENCH_CANDLE").is_ok();
-            for (label, f) in [
-                ("gemm", conv2d as fn(&_, &_, &_, _) -> _),
-                ("candle", conv2d_candle),
-            ] {
-                if label == "candle" && !candle {
-                    continue;
-                }
-                let run = || {
-                    let _ = f(v.0.as_tensor(), v.1.as_tensor(), v.2.as_tensor(), c.2).unwrap();
-                    let t = Instant::now();
-                    let y = f(v.0.as_tensor(), v.1.as_tensor(), v.2.as_tensor(), c.2).unwrap();
-                    let tf = t.elapsed().as_secs_f64();
-                    let t = Instant::now();
-                    y.sum_all().unwrap().backward().unwrap();
-                    (y, tf, t.elapsed().as_secs_f64())
-                };
-                run();
-                let (y, tf, tb) = run();
-                let flop = 2.0 * (y.elem_count() * kk) as f64;
-                let _ = o;
-                println!(
-                    "{name:12} {label:6} fwd {:7.1} ms ({:5.1} GFLOP/s)  bwd {:7.1} ms ({:5.1} GFLOP/s)",
-                    tf * 1e3,
-                    flop / tf * 1e-9,
-                    tb * 1e3,
-                    2.0 * flop / tb * 1e-9
-                );
-            }
-        }
     }
 }

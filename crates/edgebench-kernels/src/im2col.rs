@@ -11,6 +11,7 @@
 
 use super::conv::{Conv2d, Geom};
 use super::{nchw_slice, Float};
+#[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 
@@ -128,15 +129,7 @@ impl CustomOp1 for Cols {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let output = self.checked_layout(l)?;
-        let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(self.cpu(nchw_slice(v, l, self.name())?)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.cpu(nchw_slice(v, l, self.name())?)),
-            _ => bail!(
-                "{}: only f32/f64 are supported, got {:?}",
-                self.name(),
-                s.dtype()
-            ),
-        };
+        let out = float_kernel!(self.name(), |v in s| self.cpu(nchw_slice(v, l, self.name())?));
         Ok((out, output))
     }
 

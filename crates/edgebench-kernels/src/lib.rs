@@ -7,7 +7,33 @@
 //!
 //! How each kernel works, why it is shaped as it is and what it measured: docs/kernels.md in the
 //! repository.
+//!
+//! Benchmarks (criterion, `benches/kernels.rs`): `cargo bench -p edgebench-kernels --bench
+//! kernels` times each kernel on AlexNet's and GoogLeNet's layer shapes at batch 32: convolution
+//! forward and backward by path (im2col, Winograd F(2x2) and F(4x4); GFLOP/s as criterion's
+//! element throughput), im2col/col2im, pooling, LRN and fc6 (against a parallel copy, the
+//! memory floor). Append a filter to pick benchmarks (`-- conv/fwd`, `-- 'goog 3a'`) and
+//! `--quick` for a short run.
 
+/// The f32/f64 dispatch of a custom op's `cpu_fwd`: binds each `$v` to the elements of storage
+/// `$s` (all f32 or all f64) and wraps the `Vec` that `$kernel` returns in a storage of that type;
+/// other or mixed dtypes return `unsupported_dtypes`. The kernel expression is written once and
+/// compiled for both types.
+macro_rules! float_kernel {
+    ($op:expr, |$($v:ident in $s:ident),+| $kernel:expr) => {
+        match ($($s,)+) {
+            ($(candle_core::CpuStorage::F32($v),)+) => candle_core::CpuStorage::F32($kernel),
+            ($(candle_core::CpuStorage::F64($v),)+) => candle_core::CpuStorage::F64($kernel),
+            _ => {
+                let dtypes = [$(candle_core::backend::BackendStorage::dtype($s)),+];
+                return Err($crate::unsupported_dtypes($op, &dtypes));
+            }
+        }
+    };
+}
+
+#[doc(hidden)]
+pub mod bench_api;
 pub mod conv;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -25,7 +51,7 @@ pub use lrn::{lrn, Lrn};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 pub use tuning::{tuning, Tuning};
 
-use candle_core::{bail, Layout, Result, Tensor};
+use candle_core::{bail, DType, Layout, Result, Tensor};
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
 /// The float types the kernels are generic over (f32 for training, f64 for gradient tests).
@@ -70,6 +96,15 @@ macro_rules! impl_float {
 }
 impl_float!(f32);
 impl_float!(f64);
+
+/// The error of an op given storages that are not all f32 or all f64 (`float_kernel!`).
+pub(crate) fn unsupported_dtypes(op: &str, dtypes: &[DType]) -> candle_core::Error {
+    let msg = match dtypes {
+        [one] => format!("{op}: only f32/f64 are supported, got {one:?}"),
+        _ => format!("{op}: need matching f32/f64 inputs, got {dtypes:?}"),
+    };
+    candle_core::Error::Msg(msg).bt()
+}
 
 /// The sum of `v` in 16 interleaved partial sums, so it vectorises: one running sum is a chain
 /// of dependent adds, ~4 cycles per element (the bias gradients sum every output gradient).
@@ -242,27 +277,6 @@ pub(crate) mod test_util {
         }
     }
 
-    /// For the op benches: ms per call of `f` over `reps` calls, after one untimed call.
-    pub fn time_ms<R>(reps: u32, mut f: impl FnMut() -> R) -> f64 {
-        f();
-        let t = std::time::Instant::now();
-        for _ in 0..reps {
-            std::hint::black_box(f());
-        }
-        t.elapsed().as_secs_f64() * 1e3 / reps as f64
-    }
-
-    /// For the op benches: ms for a parallel copy of `x`, the memory floor of a pass over it.
-    pub fn parallel_copy_ms(x: &[f32]) -> f64 {
-        use rayon::prelude::*;
-        let mut dst = vec![0f32; x.len()];
-        time_ms(10, || {
-            dst.par_chunks_mut(1 << 16)
-                .zip(x.par_chunks(1 << 16))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-        })
-    }
-
     /// Deterministic xorshift so the tests need no extra crates.
     pub struct Rng(u64);
 
@@ -357,87 +371,6 @@ pub(crate) mod test_util {
     }
 }
 
-#[cfg(test)]
-mod bench {
-    use super::*;
-    use candle_core::{CustomOp1, Device, Tensor};
-    use std::time::Instant;
-
-    fn time<R>(label: &str, reps: u32, mut f: impl FnMut() -> R) {
-        f(); // warm-up: page faults and rayon start-up
-        let t = Instant::now();
-        for _ in 0..reps {
-            std::hint::black_box(f());
-        }
-        let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
-        println!("{label}: {ms:.1} ms");
-    }
-
-    /// `cargo test --release -p edgebench-kernels --lib bench -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn bench_32x96x55x55() {
-        let x = Tensor::randn(0f32, 1., (32, 96, 55, 55), &Device::Cpu).unwrap();
-        let pool = Pool2d {
-            kind: PoolKind::Max,
-            kernel: 3,
-            stride: 2,
-            pad: 0,
-        };
-        let norm = Lrn {
-            size: 5,
-            alpha: 1e-4,
-            beta: 0.75,
-            k: 1.0,
-        };
-        keep_freed_memory();
-        println!("threads: {}", rayon::current_num_threads());
-
-        // GoogLeNet's inception branches pool 3x3 with stride 1 and pad 1.
-        let same = Pool2d {
-            stride: 1,
-            pad: 1,
-            ..pool
-        };
-        for (name, p) in [("3x3/s2", pool), ("3x3/s1/p1", same)] {
-            let y = pool2d(&x, p).unwrap();
-            let dy = y.ones_like().unwrap();
-            time(&format!("max pool {name} fwd"), 10, || {
-                pool2d(&x, p).unwrap()
-            });
-            time(&format!("max pool {name} bwd (argmax again)"), 10, || {
-                p.bwd(&x, &y, &dy).unwrap()
-            });
-            let stored = pool::max_bwd_from_argmax(p, &x);
-            time(&format!("max pool {name} bwd (stored argmax)"), 10, stored);
-        }
-
-        let y = lrn(&x, norm).unwrap();
-        let dy = y.ones_like().unwrap();
-        time("lrn 5 fwd", 10, || lrn(&x, norm).unwrap());
-        time("lrn 5 bwd", 10, || norm.bwd(&x, &y, &dy).unwrap());
-
-        // End to end through candle's autograd, for comparison.
-        let v = candle_core::Var::from_tensor(&x).unwrap();
-        time("max pool fwd+autograd bwd", 5, || {
-            pool2d(&v, pool)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap()
-        });
-        time("lrn fwd+autograd bwd", 5, || {
-            lrn(&v, norm)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap()
-        });
-    }
-}
-
 /// Runs an op with CPU and CUDA kernels on a tensor of any device. On another device (Metal) the
 /// tensor goes through host memory and back (`to_device` is differentiable, so gradients follow).
 fn native_or_host(
@@ -448,5 +381,60 @@ fn native_or_host(
         op(x)
     } else {
         op(&x.to_device(&candle_core::Device::Cpu)?)?.to_device(x.device())
+    }
+}
+
+#[cfg(test)]
+mod dtype_tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// Every op's CPU dispatch (`float_kernel!`) names the op and the dtypes it was given.
+    #[test]
+    fn other_or_mixed_dtypes_are_refused_by_name() {
+        let cpu = &Device::Cpu;
+        let x = Tensor::zeros((1, 2, 5, 5), DType::F32, cpu).unwrap();
+        let w = Tensor::zeros((3, 2, 3, 3), DType::F64, cpu).unwrap();
+        let b = Tensor::zeros(3, DType::F32, cpu).unwrap();
+        let p = Conv2d {
+            stride: 1,
+            pad: 1,
+            groups: 1,
+            relu: false,
+        };
+        let err = conv2d(&x, &w, &b, p).unwrap_err().to_string();
+        assert!(
+            err.contains("conv2d: need matching f32/f64 inputs, got [F32, F64, F32]"),
+            "{err}"
+        );
+        let bytes = x.to_dtype(DType::U8).unwrap();
+        let norm = Lrn {
+            size: 5,
+            alpha: 1e-4,
+            beta: 0.75,
+            k: 1.0,
+        };
+        let err = lrn(&bytes, norm).unwrap_err().to_string();
+        assert!(
+            err.contains("lrn: only f32/f64 are supported, got U8"),
+            "{err}"
+        );
+        let pool = Pool2d {
+            kind: PoolKind::Avg,
+            kernel: 3,
+            stride: 2,
+            pad: 0,
+        };
+        let err = pool2d(&bytes, pool).unwrap_err().to_string();
+        assert!(
+            err.contains("pool2d: only f32/f64 are supported, got U8"),
+            "{err}"
+        );
+        let w_fc = Tensor::zeros((3, 50), DType::F64, cpu).unwrap();
+        let err = linear(&x, &w_fc, &b, false).unwrap_err().to_string();
+        assert!(
+            err.contains("linear: need matching f32/f64 inputs, got [F32, F64, F32]"),
+            "{err}"
+        );
     }
 }

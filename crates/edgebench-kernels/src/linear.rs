@@ -4,7 +4,6 @@
 
 use super::conv::{gemm_strided, gemm_uninit, relu_f};
 use super::{nchw_slice, Float};
-use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -51,7 +50,7 @@ struct Linear {
 /// Batches of at most this many rows take the streaming loops below for the forward and the
 /// weight gradient instead of gemm: with so few rows they are bound by reading or writing W
 /// once, and gemm took fc6 (151 MB) 15.5 ms forward and 55 ms for dW at batch 1 against
-/// 9.5 and 34 ms here (`linear::bench`).
+/// 9.5 and 34 ms here (`linear/` in benches/kernels.rs).
 const STREAM_MAX_ROWS: usize = 4;
 
 /// W's rows per parallel task of the streaming loops (fc6: 36 KB each).
@@ -186,28 +185,13 @@ impl CustomOp3 for Linear {
         let (n, i) = l1.shape().dims2()?;
         let (o, _) = l2.shape().dims2()?;
         let k = "linear";
-        let y = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(w), CpuStorage::F32(b)) => CpuStorage::F32(fwd(
-                nchw_slice(x, l1, k)?,
-                nchw_slice(w, l2, k)?,
-                nchw_slice(b, l3, k)?,
-                (n, i, o),
-                self.relu,
-            )),
-            (CpuStorage::F64(x), CpuStorage::F64(w), CpuStorage::F64(b)) => CpuStorage::F64(fwd(
-                nchw_slice(x, l1, k)?,
-                nchw_slice(w, l2, k)?,
-                nchw_slice(b, l3, k)?,
-                (n, i, o),
-                self.relu,
-            )),
-            _ => bail!(
-                "linear: need matching f32/f64 inputs, got {:?}, {:?}, {:?}",
-                s1.dtype(),
-                s2.dtype(),
-                s3.dtype()
-            ),
-        };
+        let y = float_kernel!(k, |x in s1, w in s2, b in s3| fwd(
+            nchw_slice(x, l1, k)?,
+            nchw_slice(w, l2, k)?,
+            nchw_slice(b, l3, k)?,
+            (n, i, o),
+            self.relu,
+        ));
         Ok((y, Shape::from((n, o))))
     }
 
@@ -237,7 +221,7 @@ impl CustomOp3 for Linear {
 }
 
 /// (dy, w) -> dx = dy · W, or (dy, x) -> dW = dyᵀ · x.
-enum LinearBwd {
+pub(crate) enum LinearBwd {
     Data,
     Weight,
 }
@@ -289,15 +273,12 @@ impl CustomOp2 for LinearBwd {
             ),
         };
         let k = "linear-bwd";
-        let out = match (s1, s2) {
-            (CpuStorage::F32(d), CpuStorage::F32(v)) => {
-                CpuStorage::F32(self.run(nchw_slice(d, l1, k)?, nchw_slice(v, l2, k)?, (n, o), i))
-            }
-            (CpuStorage::F64(d), CpuStorage::F64(v)) => {
-                CpuStorage::F64(self.run(nchw_slice(d, l1, k)?, nchw_slice(v, l2, k)?, (n, o), i))
-            }
-            _ => bail!("{k}: need matching f32/f64 inputs"),
-        };
+        let out = float_kernel!(k, |d in s1, v in s2| self.run(
+            nchw_slice(d, l1, k)?,
+            nchw_slice(v, l2, k)?,
+            (n, o),
+            i
+        ));
         Ok((out, shape))
     }
 }
@@ -381,42 +362,5 @@ mod tests {
             }
             let _ = DType::F32;
         });
-    }
-}
-
-#[cfg(test)]
-mod bench {
-    use super::*;
-    use candle_core::{Device, Tensor};
-    use std::time::Instant;
-
-    /// `cargo test --release -p edgebench-kernels --lib linear::bench -- --ignored --nocapture`
-    #[test]
-    #[ignore]
-    fn fc6() {
-        let (i, o) = (9216, 4096);
-        let w = Tensor::randn(0f32, 1., (o, i), &Device::Cpu).unwrap();
-        let b = Tensor::randn(0f32, 1., o, &Device::Cpu).unwrap();
-        for n in [1, 2, 4, 5, 8, 32] {
-            let x = Tensor::randn(0f32, 1., (n, i), &Device::Cpu).unwrap();
-            let dy = Tensor::randn(0f32, 1., (n, o), &Device::Cpu).unwrap();
-            for _ in 0..3 {
-                let t = Instant::now();
-                let _y = linear(&x, &w, &b, true).unwrap();
-                let f = t.elapsed().as_secs_f64() * 1e3;
-                let t = Instant::now();
-                let _dx = dy.apply_op2_no_bwd(&w, &LinearBwd::Data).unwrap();
-                let d = t.elapsed().as_secs_f64() * 1e3;
-                let t = Instant::now();
-                let _dw = dy.apply_op2_no_bwd(&x, &LinearBwd::Weight).unwrap();
-                let wt = t.elapsed().as_secs_f64() * 1e3;
-                let t = Instant::now();
-                let _dw2 = dy.t().unwrap().matmul(&x).unwrap();
-                let c = t.elapsed().as_secs_f64() * 1e3;
-                println!(
-                    "batch {n}: fwd {f:.1} ms, dx {d:.1} ms, dW {wt:.1} ms, candle dyT.x {c:.1} ms"
-                );
-            }
-        }
     }
 }

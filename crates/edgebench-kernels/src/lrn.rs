@@ -2,6 +2,7 @@
 //! has no LRN). AlexNet and GoogLeNet use size 5, alpha 1e-4, beta 0.75, k 1.
 
 use super::{nchw_slice, Float};
+#[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 use std::mem::MaybeUninit;
@@ -136,7 +137,7 @@ impl Lrn {
     }
 
     /// `fwd` into `y` (N·C·H·W elements), initialising it.
-    fn fwd_into<T: Float>(
+    pub(crate) fn fwd_into<T: Float>(
         &self,
         x: &[T],
         (_, c, h, w): (usize, usize, usize, usize),
@@ -189,7 +190,7 @@ impl Lrn {
     }
 
     /// `bwd_cpu` into `dx` (N·C·H·W elements), initialising it.
-    fn bwd_into<T: Float>(
+    pub(crate) fn bwd_into<T: Float>(
         &self,
         x: &[T],
         y: &[T],
@@ -307,11 +308,7 @@ impl CustomOp1 for Lrn {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         self.check()?;
         let dims = l.shape().dims4()?;
-        let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(self.fwd(nchw_slice(v, l, "lrn")?, dims)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.fwd(nchw_slice(v, l, "lrn")?, dims)),
-            _ => bail!("lrn: only f32/f64 are supported, got {:?}", s.dtype()),
-        };
+        let out = float_kernel!("lrn", |v in s| self.fwd(nchw_slice(v, l, "lrn")?, dims));
         Ok((out, l.shape().clone()))
     }
 
@@ -358,30 +355,13 @@ impl CustomOp3 for LrnBwd {
     ) -> Result<(CpuStorage, Shape)> {
         let dims = Lrn::check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let p = &self.0;
-        let dx = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(y), CpuStorage::F32(g)) => {
-                CpuStorage::F32(p.bwd_cpu(
-                    nchw_slice(x, l1, "lrn-bwd")?,
-                    nchw_slice(y, l2, "lrn-bwd")?,
-                    nchw_slice(g, l3, "lrn-bwd")?,
-                    dims,
-                ))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(y), CpuStorage::F64(g)) => {
-                CpuStorage::F64(p.bwd_cpu(
-                    nchw_slice(x, l1, "lrn-bwd")?,
-                    nchw_slice(y, l2, "lrn-bwd")?,
-                    nchw_slice(g, l3, "lrn-bwd")?,
-                    dims,
-                ))
-            }
-            _ => bail!(
-                "lrn-bwd: need matching f32/f64 inputs, got {:?}, {:?}, {:?}",
-                s1.dtype(),
-                s2.dtype(),
-                s3.dtype()
-            ),
-        };
+        let n = "lrn-bwd";
+        let dx = float_kernel!(n, |x in s1, y in s2, g in s3| p.bwd_cpu(
+            nchw_slice(x, l1, n)?,
+            nchw_slice(y, l2, n)?,
+            nchw_slice(g, l3, n)?,
+            dims,
+        ));
         Ok((dx, l1.shape().clone()))
     }
 
@@ -575,43 +555,5 @@ mod tests {
         assert!(lrn(&x, Lrn { size: 0, ..NET }).is_err());
         assert!(lrn(&x.flatten_all().unwrap(), NET).is_err());
         assert!(lrn(&x.to_dtype(DType::U8).unwrap(), NET).is_err());
-    }
-}
-
-/// `cargo test --release --lib googlenet_lrns -- --ignored --nocapture`: GoogLeNet's two LRNs at
-/// batch 32, forward and input gradient into preallocated outputs, next to a parallel copy of
-/// the input.
-#[cfg(test)]
-mod net_bench {
-    use super::*;
-    use crate::test_util::{parallel_copy_ms, time_ms as time};
-    #[test]
-    #[ignore]
-    fn googlenet_lrns() {
-        let p = Lrn {
-            size: 5,
-            alpha: 1e-4,
-            beta: 0.75,
-            k: 1.0,
-        };
-        for (name, d) in [("norm1", (32, 64, 56, 56)), ("norm2", (32, 192, 56, 56))] {
-            let len = d.0 * d.1 * d.2 * d.3;
-            let x: Vec<f32> = (0..len)
-                .map(|i| ((i * 7919) % 1000) as f32 * 0.01)
-                .collect();
-            let y = p.fwd(&x, d);
-            let dy: Vec<f32> = (0..len)
-                .map(|i| ((i * 104729) % 997) as f32 * 1e-3)
-                .collect();
-            let mut out = Vec::with_capacity(len);
-            let f = time(10, || {
-                p.fwd_into(&x, d, &mut out.spare_capacity_mut()[..len])
-            });
-            let b = time(10, || {
-                p.bwd_into(&x, &y, &dy, d, &mut out.spare_capacity_mut()[..len])
-            });
-            let c = parallel_copy_ms(&x);
-            println!("{name}: fwd {f:.1} ms  bwd {b:.1} ms  (parallel copy of input {c:.1} ms)");
-        }
     }
 }

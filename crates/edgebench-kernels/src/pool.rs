@@ -3,6 +3,7 @@
 //! padded and ceil-mode windows.
 
 use super::{nchw_slice, Float};
+#[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
 use std::mem::MaybeUninit;
@@ -215,7 +216,7 @@ const NO_ARG: u32 = u32::MAX;
 
 /// A max-pool's geometry on one plane.
 #[derive(Debug, Clone, Copy)]
-struct MaxGeom {
+pub(crate) struct MaxGeom {
     h: usize,
     w: usize,
     k: usize,
@@ -226,7 +227,7 @@ struct MaxGeom {
 }
 
 impl MaxGeom {
-    fn new(p: &Pool2d, h: usize, w: usize) -> MaxGeom {
+    pub(crate) fn new(p: &Pool2d, h: usize, w: usize) -> MaxGeom {
         let (k, s, pad) = (p.kernel, p.stride, p.pad);
         MaxGeom {
             h,
@@ -272,7 +273,7 @@ impl Pool2d {
     /// columns (taps left to right, strict `>`: the leftmost wins), then each window's max over
     /// its rows (top to bottom, strict `>`: the first row holding the max and the leftmost column
     /// in it, which is the row-major first). Padding takes part in neither: it never wins.
-    fn max_fwd<T: Float>(
+    pub(crate) fn max_fwd<T: Float>(
         &self,
         x: &[T],
         (n, c, h, w): (usize, usize, usize, usize),
@@ -294,7 +295,7 @@ impl Pool2d {
     }
 
     /// `max_fwd` into the first N·C·OH·OW elements of `y` and `arg`, initialising them.
-    fn max_fwd_into<T: Float>(
+    pub(crate) fn max_fwd_into<T: Float>(
         &self,
         x: &[T],
         g: MaxGeom,
@@ -541,7 +542,12 @@ fn max_scatter<T: Float>(plane: usize, arg: &[u32], dy: &[T], planes: usize) -> 
 }
 
 /// `max_scatter` into `dx` (one input plane per `arg` plane), initialising it.
-fn max_scatter_into<T: Float>(plane: usize, arg: &[u32], dy: &[T], dx: &mut [MaybeUninit<T>]) {
+pub(crate) fn max_scatter_into<T: Float>(
+    plane: usize,
+    arg: &[u32],
+    dy: &[T],
+    dx: &mut [MaybeUninit<T>],
+) {
     use rayon::prelude::*;
     let planes = dx.len() / plane.max(1);
     let plane_out = arg.len() / planes.max(1);
@@ -575,17 +581,12 @@ impl CustomOp1 for MaxPoolCpu {
         let p = &self.pool;
         let dims = l.shape().dims4()?;
         p.check(dims.2, dims.3)?;
-        let (y, arg) = match s {
-            CpuStorage::F32(v) => {
-                let (y, a) = p.max_fwd(nchw_slice(v, l, "max-pool2d")?, dims);
-                (CpuStorage::F32(y), a)
-            }
-            CpuStorage::F64(v) => {
-                let (y, a) = p.max_fwd(nchw_slice(v, l, "max-pool2d")?, dims);
-                (CpuStorage::F64(y), a)
-            }
-            _ => bail!("pool2d: only f32/f64 are supported, got {:?}", s.dtype()),
-        };
+        let arg;
+        let y = float_kernel!("pool2d", |v in s| {
+            let (y, a) = p.max_fwd(nchw_slice(v, l, "max-pool2d")?, dims);
+            arg = a;
+            y
+        });
         *self.arg.lock().unwrap_or_else(|e| e.into_inner()) = arg;
         Ok((y, p.out_shape(dims)))
     }
@@ -617,15 +618,12 @@ impl CustomOp1 for MaxScatter<'_> {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, c, h, w) = self.dims;
         let (plane, arg, name) = (h * w, self.arg, "max-pool2d-bwd");
-        let dx = match s {
-            CpuStorage::F32(v) => {
-                CpuStorage::F32(max_scatter(plane, arg, nchw_slice(v, l, name)?, n * c))
-            }
-            CpuStorage::F64(v) => {
-                CpuStorage::F64(max_scatter(plane, arg, nchw_slice(v, l, name)?, n * c))
-            }
-            _ => bail!("{name}: only f32/f64 are supported, got {:?}", s.dtype()),
-        };
+        let dx = float_kernel!(name, |v in s| max_scatter(
+            plane,
+            arg,
+            nchw_slice(v, l, name)?,
+            n * c
+        ));
         Ok((dx, Shape::from(self.dims)))
     }
 }
@@ -638,11 +636,7 @@ impl CustomOp1 for Pool2d {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let dims = l.shape().dims4()?;
         self.check(dims.2, dims.3)?;
-        let out = match s {
-            CpuStorage::F32(v) => CpuStorage::F32(self.fwd(nchw_slice(v, l, "pool2d")?, dims)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.fwd(nchw_slice(v, l, "pool2d")?, dims)),
-            _ => bail!("pool2d: only f32/f64 are supported, got {:?}", s.dtype()),
-        };
+        let out = float_kernel!("pool2d", |v in s| self.fwd(nchw_slice(v, l, "pool2d")?, dims));
         Ok((out, self.out_shape(dims)))
     }
 
@@ -691,20 +685,12 @@ impl CustomOp3 for PoolBwd {
         let p = &self.0;
         let dims = p.check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let n = "pool2d-bwd";
-        let dx = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(_), CpuStorage::F32(g)) => {
-                CpuStorage::F32(p.bwd_cpu(nchw_slice(x, l1, n)?, nchw_slice(g, l3, n)?, dims))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(_), CpuStorage::F64(g)) => {
-                CpuStorage::F64(p.bwd_cpu(nchw_slice(x, l1, n)?, nchw_slice(g, l3, n)?, dims))
-            }
-            _ => bail!(
-                "pool2d-bwd: need matching f32/f64 inputs, got {:?}, {:?} and {:?}",
-                s1.dtype(),
-                s2.dtype(),
-                s3.dtype()
-            ),
-        };
+        // y (s2) only fixes the dtype: the backward searches each window of x again.
+        let dx = float_kernel!(n, |x in s1, _y in s2, g in s3| p.bwd_cpu(
+            nchw_slice(x, l1, n)?,
+            nchw_slice(g, l3, n)?,
+            dims
+        ));
         Ok((dx, l1.shape().clone()))
     }
 
@@ -731,19 +717,6 @@ impl CustomOp3 for PoolBwd {
         let dx = cuda::pool_bwd(dev, &x, &y, &dy, p.geom(dims))?;
         Ok((cuda::storage(dx, dev), l1.shape().clone()))
     }
-}
-
-/// The max-pool backward from a stored argmax, for `bench`.
-#[cfg(test)]
-pub(crate) fn max_bwd_from_argmax(p: Pool2d, x: &Tensor) -> impl FnMut() -> Vec<f32> {
-    let dims = x.dims4().expect("NCHW");
-    let xs = x
-        .flatten_all()
-        .and_then(|x| x.to_vec1::<f32>())
-        .expect("f32");
-    let arg = p.max_fwd(&xs, dims).1;
-    let dy = vec![1f32; arg.len()];
-    move || max_scatter(dims.2 * dims.3, &arg, &dy, dims.0 * dims.1)
 }
 
 #[cfg(test)]
@@ -1118,52 +1091,5 @@ mod tests {
         assert!(pool2d(&x, max(2, 2, 2)).is_err()); // pad >= kernel
         assert!(pool2d(&x, max(7, 1, 1)).is_err()); // window larger than padded input
         assert!(pool2d(&x.to_dtype(DType::U32).unwrap(), max(2, 2, 0)).is_err());
-    }
-}
-
-/// `cargo test --release --lib googlenet_pools -- --ignored --nocapture`: GoogLeNet's max pools
-/// at batch 32 into preallocated outputs (fresh ones would time the page faults), next to a
-/// parallel copy of the input as the memory floor.
-#[cfg(test)]
-mod net_bench {
-    use super::*;
-    use crate::test_util::{parallel_copy_ms, time_ms as time};
-    #[test]
-    #[ignore]
-    fn googlenet_pools() {
-        let cases = [
-            ("pool1", (32, 64, 112, 112), 3, 2, 0),
-            ("pool2", (32, 192, 56, 56), 3, 2, 0),
-            ("3b-pool", (32, 256, 28, 28), 3, 1, 1),
-            ("4d-pool", (32, 512, 14, 14), 3, 1, 1),
-            ("pool4", (32, 832, 14, 14), 3, 2, 0),
-        ];
-        let mut tot = (0.0, 0.0);
-        for (name, d, k, s, pad) in cases {
-            let p = Pool2d {
-                kind: PoolKind::Max,
-                kernel: k,
-                stride: s,
-                pad,
-            };
-            let len = d.0 * d.1 * d.2 * d.3;
-            let x: Vec<f32> = (0..len).map(|i| ((i * 7919) % 1000) as f32).collect();
-            let (y, arg) = p.max_fwd(&x, d);
-            let dy = vec![1f32; y.len()];
-            let g = MaxGeom::new(&p, d.2, d.3);
-            let (mut yb, mut ab) = (Vec::with_capacity(y.len()), Vec::with_capacity(y.len()));
-            let f = time(10, || {
-                p.max_fwd_into(&x, g, yb.spare_capacity_mut(), ab.spare_capacity_mut())
-            });
-            let mut dx = Vec::with_capacity(len);
-            let b = time(10, || {
-                max_scatter_into(d.2 * d.3, &arg, &dy, &mut dx.spare_capacity_mut()[..len])
-            });
-            let c = parallel_copy_ms(&x);
-            tot.0 += f;
-            tot.1 += b;
-            println!("{name}: fwd {f:.1} ms  bwd {b:.1} ms  (parallel copy of input {c:.1} ms)");
-        }
-        println!("total fwd {:.1} bwd {:.1}", tot.0, tot.1);
     }
 }

@@ -23,9 +23,6 @@ use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-/// Tile positions of F(2x2): its GEMMs per block.
-const XI: usize = 16;
-
 /// Target tile columns per GEMM (`Tuning::winograd_tiles`, EDGEBENCH_WINOGRAD_TILES, overrides it). 196 keeps one image
 /// per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four 14x14
 /// images instead of six: with 256 a block's transformed tiles were larger and conv2/3x3, 3a,
@@ -40,13 +37,15 @@ pub(crate) const TILES: usize = 196;
 /// with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the im2col path, for comparison).
 pub(crate) fn applies(g: &Geom) -> bool {
     crate::tuning().winograd
-        && g.kh == 3
-        && g.kw == 3
-        && g.stride == 1
-        && g.pad == 1
-        && g.groups == 1
+        && fits(g)
         && g.h.min(g.w) >= MIN_SIDE
         && g.n >= rayon::current_num_threads()
+}
+
+/// Whether the Winograd kernels compute a convolution of this shape at all: 3x3, stride 1,
+/// pad 1, one group.
+pub(crate) fn fits(g: &Geom) -> bool {
+    g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.groups == 1
 }
 
 /// Smaller maps stay on im2col: a 7x7 map is 4x4 tiles covering 8x8 (31 % of the work wasted)
@@ -126,50 +125,108 @@ impl Tiles {
     }
 }
 
-/// Four disjoint `len`-long windows of `s` at increasing offsets.
-fn four_mut<T>(s: &mut [T], at: [usize; 4], len: usize) -> [&mut [T]; 4] {
-    let (a, r) = s[at[0]..].split_at_mut(at[1] - at[0]);
-    let (b, r) = r.split_at_mut(at[2] - at[1]);
-    let (c, d) = r.split_at_mut(at[3] - at[2]);
-    [&mut a[..len], &mut b[..len], &mut c[..len], &mut d[..len]]
+/// The 1-D transforms of Winograd F(M x M, 3x3), whose input tiles are `A` = M + 2 wide: Bᵀ
+/// (A x A), G (A x 3), Aᵀ (M x A) and their adjoints, each applied element by element to whole
+/// vectors (one element per tile of a band). The transforms below apply them along the rows and
+/// then down the columns of every tile, so a tile size states only its matrices, written out to
+/// use their structure (zeros, ±1, shared sums).
+trait Tile<const M: usize, const A: usize> {
+    /// `out[k] = Σ_l Bᵀ[k][l] d[l]`.
+    fn bt<T: Float>(d: [&[T]; A], out: [&mut [T]; A]);
+    /// `out[r] = Σ_k Bᵀ[k][r] d[k]` (the adjoint of `bt`).
+    fn b<T: Float>(d: [&[T]; A], out: [&mut [T]; A]);
+    /// `out[a] = Σ_i Aᵀ[a][i] m[i]`.
+    fn at<T: Float>(m: [&[T]; A], out: [&mut [T]; M]);
+    /// `out[i] = Σ_a A[i][a] p[a]` (the adjoint of `at`).
+    fn a<T: Float>(p: [&[T]; M], out: [&mut [T]; A]);
+    /// Row `j` of `a`: `out = Σ_b A[j][b] p[b]`.
+    fn a_row<T: Float>(p: [&[T]; M], j: usize, out: &mut [T]);
+    /// `G v` of one row or column of a 3x3 filter.
+    fn g<T: Float>(v: [T; 3]) -> [T; A];
+    /// `Gᵀ v` (the adjoint of `g`).
+    fn gt<T: Float>(v: [T; A]) -> [T; 3];
 }
 
-/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3).
-fn filter_transform<T: Float>(w: &[T], oc: usize) -> Vec<T> {
-    let half = T::from_f64(0.5);
-    let per_filter = w.par_chunks_exact(9).map(|g| {
-        // G g (4x3) from the filter's rows, then each of its rows times Gᵀ.
-        let row = |k: usize| [g[3 * k], g[3 * k + 1], g[3 * k + 2]];
-        let (a, b, c) = (row(0), row(1), row(2));
-        let t: [[T; 3]; 4] = [
-            a,
-            [0, 1, 2].map(|j| (a[j] + b[j] + c[j]) * half),
-            [0, 1, 2].map(|j| (a[j] - b[j] + c[j]) * half),
-            c,
-        ];
-        let mut u = [T::ZERO; XI];
-        for (i, t) in t.iter().enumerate() {
-            u[i * 4..i * 4 + 4].copy_from_slice(&[
-                t[0],
-                (t[0] + t[1] + t[2]) * half,
-                (t[0] - t[1] + t[2]) * half,
-                t[2],
-            ]);
+/// `K` disjoint `len`-long windows of `s` at increasing offsets `at`.
+fn windows_at<T, const K: usize>(s: &mut [T], at: [usize; K], len: usize) -> [&mut [T]; K] {
+    let mut rest = &mut s[at[0]..];
+    let mut from = at[0];
+    std::array::from_fn(|i| {
+        let next = if i + 1 < K { at[i + 1] } else { from + len };
+        let (w, r) = std::mem::take(&mut rest).split_at_mut(next - from);
+        rest = r;
+        from = next;
+        &mut w[..len]
+    })
+}
+
+/// `K` consecutive `len`-long windows of `s` from its start.
+fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
+    let mut rest = s;
+    std::array::from_fn(|_| {
+        let (w, r) = std::mem::take(&mut rest).split_at_mut(len);
+        rest = r;
+        w
+    })
+}
+
+/// Splits `src` into its `M` phases, `runs[q][j] = src[M·j + q]`, as far as both reach.
+#[inline(always)]
+fn deinterleave<T: Float, const M: usize>(src: &[T], runs: [&mut [T]; M]) {
+    let len = runs.iter().map(|r| r.len()).fold(src.len() / M, usize::min);
+    let runs = runs.map(|r| &mut r[..len]);
+    for (j, group) in src[..M * len].chunks_exact(M).enumerate() {
+        for q in 0..M {
+            runs[q][j] = group[q];
         }
-        u
-    });
-    xi_major(per_filter.collect(), oc)
+    }
 }
 
-/// The transformed filters (one array of tile positions per filter) laid out ξ-major, as the
-/// GEMMs take them: u[ξ·oc + filter]. (Done on all threads: on one, with the other waiting, it
-/// cost ~1 % of a GoogLeNet step.)
-fn xi_major<T: Float, const X: usize>(per_filter: Vec<[T; X]>, oc: usize) -> Vec<T> {
-    let mut u = vec![T::ZERO; X * oc];
+/// `out[M·j + q] = runs[q][j]`, the inverse of `deinterleave`: one output row from its phases;
+/// a last, partial tile takes its columns from the runs' elements after the full tiles.
+#[inline(always)]
+fn interleave<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<T>]) {
+    let full = out.len() / M;
+    let (body, tail) = out.split_at_mut(M * full);
+    let heads = runs.map(|r| &r[..full]);
+    for (j, group) in body.chunks_exact_mut(M).enumerate() {
+        for q in 0..M {
+            group[q].write(heads[q][j]);
+        }
+    }
+    for (q, e) in tail.iter_mut().enumerate() {
+        e.write(runs[q][full]);
+    }
+}
+
+/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3), ξ = A·row + column.
+fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+    w: &[T],
+    oc: usize,
+) -> Vec<T> {
+    let mut per_filter = vec![T::ZERO; A * A * oc];
+    per_filter
+        .par_chunks_exact_mut(A * A)
+        .zip(w.par_chunks_exact(9))
+        .for_each(|(u, g)| {
+            // G g (A x 3) column by column, then each of its rows times Gᵀ.
+            let cols: [[T; A]; 3] = std::array::from_fn(|j| W::g([g[j], g[3 + j], g[6 + j]]));
+            for (i, u) in u.chunks_exact_mut(A).enumerate() {
+                u.copy_from_slice(&W::g([cols[0][i], cols[1][i], cols[2][i]]));
+            }
+        });
+    xi_major(&per_filter, A * A, oc)
+}
+
+/// The transformed filters (`xis` tile positions per filter) laid out ξ-major, as the GEMMs take
+/// them: u[ξ·oc + filter]. (Done on all threads: on one, with the other waiting, it cost ~1 % of
+/// a GoogLeNet step.)
+fn xi_major<T: Float>(per_filter: &[T], xis: usize, oc: usize) -> Vec<T> {
+    let mut u = vec![T::ZERO; xis * oc];
     u.par_chunks_mut(oc.max(1))
         .enumerate()
         .for_each(|(xi, row)| {
-            for (d, f) in row.iter_mut().zip(&per_filter) {
+            for (d, f) in row.iter_mut().zip(per_filter.chunks_exact(xis)) {
                 *d = f[xi];
             }
         });
@@ -177,23 +234,20 @@ fn xi_major<T: Float, const X: usize>(per_filter: Vec<[T; X]>, oc: usize) -> Vec
 }
 
 /// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`).
-fn filter_adjoint<T: Float>(du: &[T], oc: usize) -> Vec<T> {
-    let half = T::from_f64(0.5);
+fn filter_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+    du: &[T],
+    oc: usize,
+) -> Vec<T> {
     let mut dw = vec![T::ZERO; 9 * oc];
     dw.par_chunks_exact_mut(9)
         .enumerate()
         .for_each(|(kc, out)| {
-            let d = |i: usize, j: usize| du[(i * 4 + j) * oc + kc];
-            // Gᵀ dU: 3x4.
-            let s: [[T; 4]; 3] = [
-                [0, 1, 2, 3].map(|j| d(0, j) + (d(1, j) + d(2, j)) * half),
-                [0, 1, 2, 3].map(|j| (d(1, j) - d(2, j)) * half),
-                [0, 1, 2, 3].map(|j| (d(1, j) + d(2, j)) * half + d(3, j)),
-            ];
-            for (r, s) in s.iter().enumerate() {
-                out[3 * r] = s[0] + (s[1] + s[2]) * half;
-                out[3 * r + 1] = (s[1] - s[2]) * half;
-                out[3 * r + 2] = (s[1] + s[2]) * half + s[3];
+            let d = |i: usize, l: usize| du[(i * A + l) * oc + kc];
+            // Gᵀ dU (3 x A) column by column, then each of its rows times G.
+            let cols: [[T; 3]; A] =
+                std::array::from_fn(|l| W::gt(std::array::from_fn(|i| d(i, l))));
+            for (k, out) in out.chunks_exact_mut(3).enumerate() {
+                out.copy_from_slice(&W::gt(std::array::from_fn(|l| cols[l][k])));
             }
         });
     dw
@@ -204,53 +258,31 @@ fn filter_adjoint<T: Float>(du: &[T], oc: usize) -> Vec<T> {
 /// and 7x7 maps have only 7 and 4 tiles per row, too few for one AVX-512 vector. Only the
 /// (de)interleaving of image rows goes row by row.
 struct Rows<T> {
-    /// Zero-bordered copy of one input row, then its even and odd elements.
+    /// Zero-bordered copy of one input row.
     line: Vec<T>,
-    even: Vec<T>,
-    odd: Vec<T>,
-    /// F(4x4): a row's four phases (or four runs being interleaved), `tw + 1` each.
+    /// A row's M phases (or M runs being interleaved), `tw + 1` each.
     ph: Vec<T>,
-    /// Band-long vectors: Bᵀ-transformed padded rows ([parity][j][row pair][tw], 8 of
-    /// (rows + 1)·tw), or 16 + 4 of n for the adjoints.
+    /// Band-long vectors: the row pass of the input transform (M·A runs of (rows + 1)·tw), or
+    /// up to A·(A + 1) of n for the other transforms.
     v: Vec<T>,
 }
 
 impl<T: Float> Rows<T> {
     fn new(t: &Tiles) -> Rows<T> {
         let n = (t.rb + 1) * t.tw;
-        // F(4x4): 24 runs of the input transform, 42 of the input adjoint (F(2x2): 20).
-        let runs = if t.m == 4 { 42 } else { 20 };
+        // The input adjoint's A·A + A runs are the most (F(2x2): 20, F(4x4): 42).
+        let a = t.m + 2;
         Rows {
             line: vec![T::ZERO; t.m * (t.tw + 1)],
-            even: vec![T::ZERO; t.tw + 1],
-            odd: vec![T::ZERO; t.tw + 1],
-            ph: vec![T::ZERO; 4 * (t.tw + 1)],
-            v: vec![T::ZERO; runs * n],
+            ph: vec![T::ZERO; t.m * (t.tw + 1)],
+            v: vec![T::ZERO; a * (a + 1) * n],
         }
     }
 }
 
-/// Splits `src` into its even and odd elements.
-fn deinterleave<T: Float>(src: &[T], even: &mut [T], odd: &mut [T]) {
-    for ((e, o), p) in even.iter_mut().zip(odd.iter_mut()).zip(src.chunks_exact(2)) {
-        *e = p[0];
-        *o = p[1];
-    }
-}
-
-/// `k` consecutive `len`-long windows of `s` from its start.
-fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
-    let mut rest = s;
-    std::array::from_fn(|_| {
-        let (w, r) = std::mem::take(&mut rest).split_at_mut(len);
-        rest = r;
-        w
-    })
-}
-
 /// V[ξ][c][at + (th - rows.start)·tw + tw'] = (Bᵀ d B)[ξ] of one image's channels `x` (C, h, w),
 /// for tile rows `rows`; V's rows (per ξ and channel) are `ld` long.
-fn input_transform<T: Float>(
+fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     x: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -258,53 +290,40 @@ fn input_transform<T: Float>(
     (ld, at): (usize, usize),
     s: &mut Rows<T>,
 ) {
+    debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     let channels = x.len() / (h * w);
     let xi_stride = channels * ld;
     let n = rows.len() * tw;
-    // Padded rows 2·start .. 2·end + 2 in two halves by parity: tile row i takes rows 2i, 2i+1
-    // (the first pair) and 2i+2, 2i+3 (the next), so each half is read at offsets 0 and tw.
-    let pairs = rows.len() + 1;
-    let half = 4 * pairs * tw;
+    // Padded rows M·start .. M·end + 2 by phase (p mod M): tile row i takes the M rows of group
+    // i and the first A - M of group i + 1, so each phase is read at offsets 0 and tw.
+    let groups = rows.len() + 1;
+    let run = groups * tw;
+    let slot = |q: usize, k: usize| (q * A + k) * run;
     for (c, plane) in x.chunks_exact(h * w).enumerate() {
-        // Bᵀ along each padded row p (input row p - 1): [d0-d2, d1+d2, d2-d1, d1-d3] per tile.
-        for pr in 0..2 * pairs {
-            let p = 2 * rows.start + pr;
-            let base = (pr % 2) * half + (pr / 2) * tw;
-            let [r0, r1, r2, r3] = [0, 1, 2, 3].map(|j| base + j * pairs * tw);
+        // Bᵀ along each padded row p (input row p - 1), A values per tile.
+        for pr in 0..M * groups {
+            let p = M * rows.start + pr;
+            let base = (pr / M) * tw;
+            let at_k = |k: usize| slot(pr % M, k) + base;
             if p == 0 || p > h {
-                for r in [r0, r1, r2, r3] {
-                    s.v[r..r + tw].fill(T::ZERO);
+                for k in 0..A {
+                    s.v[at_k(k)..at_k(k) + tw].fill(T::ZERO);
                 }
                 continue;
             }
             // line[0] and line[w + 1..] are the zero border, never written.
             s.line[1..=w].copy_from_slice(&plane[(p - 1) * w..p * w]);
-            deinterleave(&s.line, &mut s.even, &mut s.odd);
-            let (e0, e1) = (&s.even[..tw], &s.even[1..=tw]);
-            let (o0, o1) = (&s.odd[..tw], &s.odd[1..=tw]);
-            let [r0, r1, r2, r3] = four_mut(&mut s.v, [r0, r1, r2, r3], tw);
-            for k in 0..tw {
-                r0[k] = e0[k] - e1[k];
-                r1[k] = o0[k] + e1[k];
-                r2[k] = e1[k] - o0[k];
-                r3[k] = o0[k] - o1[k];
-            }
+            deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + 1));
+            let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + 1) + l / M..][..tw]);
+            W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
         }
         // Bᵀ down the columns, for every tile of the band at once.
         let off = c * ld + at;
-        for j in 0..4 {
-            let ev = &s.v[j * pairs * tw..][..pairs * tw];
-            let od = &s.v[half + j * pairs * tw..][..pairs * tw];
-            let (d0, d1, d2, d3) = (&ev[..n], &od[..n], &ev[tw..tw + n], &od[tw..tw + n]);
-            let at4 = [0, 1, 2, 3].map(|i| (i * 4 + j) * xi_stride + off);
-            let [v0, v1, v2, v3] = four_mut(v, at4, n);
-            for k in 0..n {
-                v0[k] = d0[k] - d2[k];
-                v1[k] = d1[k] + d2[k];
-                v2[k] = d2[k] - d1[k];
-                v3[k] = d1[k] - d3[k];
-            }
+        for k in 0..A {
+            let d = std::array::from_fn(|l| &s.v[slot(l % M, k) + (l / M) * tw..][..n]);
+            let at_i = std::array::from_fn(|i| (i * A + k) * xi_stride + off);
+            W::bt(d, windows_at(v, at_i, n));
         }
     }
 }
@@ -312,7 +331,7 @@ fn input_transform<T: Float>(
 /// One image's output (O, h, w) from M[ξ][o][at + ...] (tile rows `rows`): Aᵀ M A, plus the
 /// bias, ReLU'd when `relu`.
 #[allow(clippy::too_many_arguments)]
-fn output_transform<T: Float>(
+fn output_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     m: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -322,54 +341,36 @@ fn output_transform<T: Float>(
     relu: bool,
     s: &mut Rows<T>,
 ) {
+    debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     let n = rows.len() * tw;
     let xi_stride = bias.len() * ld;
     let act = |v: T| if relu { super::conv::relu_f(v) } else { v };
     for (o, (plane, &b)) in y.chunks_exact_mut(h * w).zip(bias).enumerate() {
         let mv = |xi: usize| &m[xi * xi_stride + o * ld + at..][..n];
-        // Aᵀ M: rows a = 0, 1 at tile column j (each M vector read once), then times A.
-        let [s00, s01, s02, s03, s10, s11, s12, s13] = windows_mut::<T, 8>(&mut s.v, n);
-        let pairs = [
-            (&mut *s00, &mut *s10),
-            (&mut *s01, &mut *s11),
-            (&mut *s02, &mut *s12),
-            (&mut *s03, &mut *s13),
-        ];
-        for (j, (s0, s1)) in pairs.into_iter().enumerate() {
-            let (m0, m1, m2, m3) = (mv(j), mv(4 + j), mv(8 + j), mv(12 + j));
-            for k in 0..n {
-                s0[k] = m0[k] + m1[k] + m2[k];
-                s1[k] = m1[k] - m2[k] - m3[k];
-            }
+        // sa[a][j] = (Aᵀ M)[a][j] (M·A vectors, a-major; each M vector read once), then each
+        // row a of Y = sa A.
+        let (sa, ys) = s.v[..(M * A + M) * n].split_at_mut(M * A * n);
+        for j in 0..A {
+            let mj = std::array::from_fn(|i| mv(i * A + j));
+            let at_a = std::array::from_fn(|a| (a * A + j) * n);
+            W::at(mj, windows_at(sa, at_a, n));
         }
-        // In place: s?0 <- Y(?, 0), s?1 <- Y(?, 1).
-        for [s0, s1, s2, s3] in [
-            [&mut *s00, &mut *s01, &mut *s02, &mut *s03],
-            [&mut *s10, &mut *s11, &mut *s12, &mut *s13],
-        ] {
-            for k in 0..n {
-                let (a, b1, c, d) = (s0[k], s1[k], s2[k], s3[k]);
-                s0[k] = act(a + b1 + c + b);
-                s1[k] = act(b1 - c - d + b);
+        for a in 0..M {
+            let row = &sa[a * A * n..(a + 1) * A * n];
+            let sj = std::array::from_fn(|j| &row[j * n..(j + 1) * n]);
+            let mut yb = windows_mut::<T, M>(ys, n);
+            W::at(sj, yb.each_mut().map(|v| &mut **v));
+            for v in yb.iter_mut().flat_map(|v| v.iter_mut()) {
+                *v = act(*v + b);
             }
-        }
-        let ys = [[&*s00, &*s01], [&*s10, &*s11]];
-        for (i, th) in rows.clone().enumerate() {
-            for (a, [y0, y1]) in ys.iter().enumerate() {
-                let r = 2 * th + a;
+            for (i, th) in rows.clone().enumerate() {
+                let r = M * th + a;
                 if r >= h {
                     continue;
                 }
-                let (y0, y1) = (&y0[i * tw..(i + 1) * tw], &y1[i * tw..(i + 1) * tw]);
-                let out = &mut plane[r * w..(r + 1) * w];
-                for (pair, (&a0, &a1)) in out.chunks_exact_mut(2).zip(y0.iter().zip(y1)) {
-                    pair[0].write(a0);
-                    pair[1].write(a1);
-                }
-                if w % 2 == 1 {
-                    out[w - 1].write(y0[tw - 1]);
-                }
+                let tiles = std::array::from_fn(|q| &yb[q][i * tw..(i + 1) * tw]);
+                interleave::<T, M>(tiles, &mut plane[r * w..(r + 1) * w]);
             }
         }
     }
@@ -377,7 +378,7 @@ fn output_transform<T: Float>(
 
 /// dM[ξ][o][at + ...] = (A dy Aᵀ)[ξ] per tile of one image's output gradient `dy` (O, h, w),
 /// tile rows `rows` (outputs past the edge count as zero).
-fn output_adjoint<T: Float>(
+fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     dy: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -385,59 +386,52 @@ fn output_adjoint<T: Float>(
     (ld, at): (usize, usize),
     s: &mut Rows<T>,
 ) {
+    debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     let n = rows.len() * tw;
     let outs = dy.len() / (h * w);
     let xi_stride = outs * ld;
+    let full = w / M;
     for (o, plane) in dy.chunks_exact(h * w).enumerate() {
-        // p_a, q_a: even and odd elements of output row 2th + a, tile row by tile row.
-        let [p0, q0, p1, q1, r0, r1] = windows_mut::<T, 6>(&mut s.v, n);
+        // p[a][b]: element b of each tile's row a (M·M vectors, a-major), then r[a] per column j.
+        let (p, r) = s.v[..(M * M + M) * n].split_at_mut(M * M * n);
         for (i, th) in rows.clone().enumerate() {
-            for (a, (p, q)) in [(&mut *p0, &mut *q0), (&mut *p1, &mut *q1)]
-                .into_iter()
-                .enumerate()
-            {
-                let (p, q) = (&mut p[i * tw..(i + 1) * tw], &mut q[i * tw..(i + 1) * tw]);
-                let r = 2 * th + a;
-                if r >= h {
-                    p.fill(T::ZERO);
-                    q.fill(T::ZERO);
+            for a in 0..M {
+                let row = M * th + a;
+                let at_b = std::array::from_fn(|b| (a * M + b) * n + i * tw);
+                let mut q = windows_at::<T, M>(p, at_b, tw);
+                if row >= h {
+                    for q in q {
+                        q.fill(T::ZERO);
+                    }
                     continue;
                 }
-                let src = &plane[r * w..(r + 1) * w];
-                deinterleave(src, p, q);
-                if w % 2 == 1 {
-                    p[tw - 1] = src[w - 1];
-                    q[tw - 1] = T::ZERO;
+                let src = &plane[row * w..(row + 1) * w];
+                deinterleave(src, q.each_mut().map(|q| &mut **q));
+                if full < tw {
+                    for (b, q) in q.iter_mut().enumerate() {
+                        q[full] = src.get(M * full + b).copied().unwrap_or(T::ZERO);
+                    }
                 }
             }
         }
         let off = o * ld + at;
-        for j in 0..4 {
-            // Row a of dy Aᵀ at tile column j, for a = 0, 1.
-            for (r, p, q) in [(&mut *r0, &*p0, &*q0), (&mut *r1, &*p1, &*q1)] {
-                match j {
-                    0 => r.copy_from_slice(p),
-                    1 => (0..n).for_each(|k| r[k] = p[k] + q[k]),
-                    2 => (0..n).for_each(|k| r[k] = p[k] - q[k]),
-                    _ => (0..n).for_each(|k| r[k] = T::ZERO - q[k]),
-                }
+        for j in 0..A {
+            // r[a] = (dy Aᵀ)[a][j] for the M rows a.
+            for a in 0..M {
+                let pa = std::array::from_fn(|b| &p[(a * M + b) * n..][..n]);
+                W::a_row(pa, j, &mut r[a * n..(a + 1) * n]);
             }
-            let at4 = [0, 1, 2, 3].map(|k| (k * 4 + j) * xi_stride + off);
-            let [d0, d1, d2, d3] = four_mut(dm, at4, n);
-            for k in 0..n {
-                d0[k] = r0[k];
-                d1[k] = r0[k] + r1[k];
-                d2[k] = r0[k] - r1[k];
-                d3[k] = T::ZERO - r1[k];
-            }
+            let ra = std::array::from_fn(|a| &r[a * n..(a + 1) * n]);
+            let at_i = std::array::from_fn(|i| (i * A + j) * xi_stride + off);
+            W::a(ra, windows_at(dm, at_i, n));
         }
     }
 }
 
 /// acc (C padded planes of one image's input gradient) += Σ_tiles B dV Bᵀ, from
 /// dV[ξ][c][at + ...] for tile rows `rows`.
-fn input_adjoint<T: Float>(
+fn input_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     dv: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -445,6 +439,7 @@ fn input_adjoint<T: Float>(
     acc: &mut [T],
     s: &mut Rows<T>,
 ) {
+    debug_assert_eq!(t.m, M);
     let tw = t.tw;
     let n = rows.len() * tw;
     let (hp, wp) = t.padded();
@@ -452,54 +447,41 @@ fn input_adjoint<T: Float>(
     let xi_stride = channels * ld;
     for (c, plane) in acc.chunks_exact_mut(hp * wp).enumerate() {
         let dv = |xi: usize| &dv[xi * xi_stride + c * ld + at..][..n];
-        // u[r][l] = (B dV)[r][l] over the band, then c[r][j] = (u Bᵀ)[r][j].
-        let (u, cs) = s.v.split_at_mut(16 * n);
-        for l in 0..4 {
-            let (d0, d1, d2, d3) = (dv(l), dv(4 + l), dv(8 + l), dv(12 + l));
-            let at4 = [0, 1, 2, 3].map(|r| (r * 4 + l) * n);
-            let [u0, u1, u2, u3] = four_mut(u, at4, n);
-            for k in 0..n {
-                u0[k] = d0[k];
-                u1[k] = d1[k] - d2[k] + d3[k];
-                u2[k] = d1[k] + d2[k] - d0[k];
-                u3[k] = T::ZERO - d3[k];
-            }
+        // u[r][l] = (B dV)[r][l] over the band (r-major), then c[r][j] = (u Bᵀ)[r][j].
+        let (u, cs) = s.v[..(A * A + A) * n].split_at_mut(A * A * n);
+        for l in 0..A {
+            let d = std::array::from_fn(|k| dv(k * A + l));
+            let at_r = std::array::from_fn(|r| (r * A + l) * n);
+            W::b(d, windows_at(u, at_r, n));
         }
-        for r in 0..4 {
-            let uv = |l: usize| &u[(r * 4 + l) * n..][..n];
-            let (u0, u1, u2, u3) = (uv(0), uv(1), uv(2), uv(3));
-            let [c0, c1, c2, c3] = windows_mut::<T, 4>(cs, n);
-            for k in 0..n {
-                c0[k] = u0[k];
-                c1[k] = u1[k] - u2[k] + u3[k];
-                c2[k] = u1[k] + u2[k] - u0[k];
-                c3[k] = T::ZERO - u3[k];
-            }
-            // Tile tw' covers padded columns 2tw'..2tw'+4: even columns get c0 and the left
-            // neighbour's c2, odd ones c1 and its c3.
+        for r in 0..A {
+            let ur = std::array::from_fn(|l| &u[(r * A + l) * n..][..n]);
+            W::b(ur, windows_mut::<T, A>(cs, n));
+            let cr: [&[T]; A] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
+            // Tile tw' covers padded columns M·tw' .. M·tw' + A: phase q gets c_q, and the
+            // first A - M phases also the left neighbour's c_(M + q).
             for (i, th) in rows.clone().enumerate() {
-                let tile = i * tw..(i + 1) * tw;
-                let (c0, c1, c2, c3) = (
-                    &c0[tile.clone()],
-                    &c1[tile.clone()],
-                    &c2[tile.clone()],
-                    &c3[tile],
-                );
-                let (e, o) = (&mut s.even, &mut s.odd);
-                e[..tw].copy_from_slice(c0);
-                o[..tw].copy_from_slice(c1);
-                e[tw] = T::ZERO;
-                o[tw] = T::ZERO;
-                for (e, &c) in e[1..].iter_mut().zip(c2) {
-                    *e += c;
+                let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
+                let mut ph = windows_mut::<T, M>(&mut s.ph, tw + 1);
+                for (q, run) in ph.iter_mut().enumerate() {
+                    run[..tw].copy_from_slice(tile(q));
+                    run[tw] = T::ZERO;
                 }
-                for (o, &c) in o[1..].iter_mut().zip(c3) {
-                    *o += c;
+                for (q, run) in ph.iter_mut().take(A - M).enumerate() {
+                    for (e, &v) in run[1..].iter_mut().zip(tile(M + q)) {
+                        *e += v;
+                    }
                 }
-                let row = &mut plane[(2 * th + r) * wp..(2 * th + r + 1) * wp];
-                for (pair, (&ev, &ov)) in row.chunks_exact_mut(2).zip(e.iter().zip(o.iter())) {
-                    pair[0] += ev;
-                    pair[1] += ov;
+                let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
+                let (body, tail) = row.split_at_mut(M * tw);
+                let heads = ph.each_ref().map(|run| &run[..tw]);
+                for (j, group) in body.chunks_exact_mut(M).enumerate() {
+                    for q in 0..M {
+                        group[q] += heads[q][j];
+                    }
+                }
+                for (e, run) in tail.iter_mut().zip(&ph) {
+                    *e += run[tw];
                 }
             }
         }
@@ -624,29 +606,26 @@ struct Transforms<T> {
 impl<T: Float> Transforms<T> {
     fn of(m: usize) -> Transforms<T> {
         if m == 4 {
-            Transforms {
-                filter: filter_transform4,
-                filter_adjoint: filter_adjoint4,
-                input: input_transform4,
-                output: output_transform4,
-                output_adjoint: output_adjoint4,
-                input_adjoint: input_adjoint4,
-            }
+            Transforms::tile::<4, 6, F4>()
         } else {
-            Transforms {
-                filter: filter_transform,
-                filter_adjoint,
-                input: input_transform,
-                output: output_transform,
-                output_adjoint,
-                input_adjoint,
-            }
+            Transforms::tile::<2, 4, F2>()
+        }
+    }
+
+    fn tile<const M: usize, const A: usize, W: Tile<M, A>>() -> Transforms<T> {
+        Transforms {
+            filter: filter_transform::<T, M, A, W>,
+            filter_adjoint: filter_adjoint::<T, M, A, W>,
+            input: input_transform::<T, M, A, W>,
+            output: output_transform::<T, M, A, W>,
+            output_adjoint: output_adjoint::<T, M, A, W>,
+            input_adjoint: input_adjoint::<T, M, A, W>,
         }
     }
 }
 
 /// `fwd` with output tiles of `m` x `m` (2 or 4).
-fn fwd_with<T: Float>(
+pub(crate) fn fwd_with<T: Float>(
     (x, x_img): (&[T], usize),
     w: &[T],
     bias: &[T],
@@ -716,7 +695,7 @@ pub(crate) fn bwd_both<T: Float>(x: (&[T], usize), dy: &[T], w: &[T], g: &Geom) 
 }
 
 /// `bwd_both` with output tiles of `m` x `m` (2 or 4).
-fn bwd_both_with<T: Float>(
+pub(crate) fn bwd_both_with<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     w: &[T],
@@ -802,10 +781,94 @@ fn bwd_both_with<T: Float>(
     out
 }
 
+/// F(2x2, 3x3): 4x4 input tiles at stride 2, 16 tile positions.
+struct F2;
+
+impl Tile<2, 4> for F2 {
+    #[inline(always)]
+    fn bt<T: Float>(d: [&[T]; 4], out: [&mut [T]; 4]) {
+        let n = out[0].len();
+        let [d0, d1, d2, d3] = d.map(|d| &d[..n]);
+        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            o0[k] = d0[k] - d2[k];
+            o1[k] = d1[k] + d2[k];
+            o2[k] = d2[k] - d1[k];
+            o3[k] = d1[k] - d3[k];
+        }
+    }
+
+    #[inline(always)]
+    fn b<T: Float>(d: [&[T]; 4], out: [&mut [T]; 4]) {
+        let n = out[0].len();
+        let [d0, d1, d2, d3] = d.map(|d| &d[..n]);
+        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            o0[k] = d0[k];
+            o1[k] = d1[k] - d2[k] + d3[k];
+            o2[k] = d1[k] + d2[k] - d0[k];
+            o3[k] = T::ZERO - d3[k];
+        }
+    }
+
+    #[inline(always)]
+    fn at<T: Float>(m: [&[T]; 4], out: [&mut [T]; 2]) {
+        let n = out[0].len();
+        let [m0, m1, m2, m3] = m.map(|m| &m[..n]);
+        let [o0, o1] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            o0[k] = m0[k] + m1[k] + m2[k];
+            o1[k] = m1[k] - m2[k] - m3[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a<T: Float>(p: [&[T]; 2], out: [&mut [T]; 4]) {
+        let n = out[0].len();
+        let [p0, p1] = p.map(|p| &p[..n]);
+        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            o0[k] = p0[k];
+            o1[k] = p0[k] + p1[k];
+            o2[k] = p0[k] - p1[k];
+            o3[k] = T::ZERO - p1[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a_row<T: Float>(p: [&[T]; 2], j: usize, out: &mut [T]) {
+        let n = out.len();
+        let [p0, p1] = p.map(|p| &p[..n]);
+        match j {
+            0 => out.copy_from_slice(p0),
+            1 => (0..n).for_each(|k| out[k] = p0[k] + p1[k]),
+            2 => (0..n).for_each(|k| out[k] = p0[k] - p1[k]),
+            _ => (0..n).for_each(|k| out[k] = T::ZERO - p1[k]),
+        }
+    }
+
+    fn g<T: Float>([a, b, c]: [T; 3]) -> [T; 4] {
+        let half = T::from_f64(0.5);
+        [a, (a + b + c) * half, (a - b + c) * half, c]
+    }
+
+    fn gt<T: Float>([d0, d1, d2, d3]: [T; 4]) -> [T; 3] {
+        let half = T::from_f64(0.5);
+        [
+            d0 + (d1 + d2) * half,
+            (d1 - d2) * half,
+            (d1 + d2) * half + d3,
+        ]
+    }
+}
+
 // ---- F(4x4, 3x3): 6x6 input tiles at stride 4, 36 tile positions ----
 //
 // Bᵀ (6x6), G (6x3) and Aᵀ (4x6) of Lavin & Gray for the points 0, ±1, ±2, ∞: the same three
 // linear maps and adjoints as F(2x2), with coefficients up to 8 instead of 1.
+
+/// F(4x4, 3x3).
+struct F4;
 
 /// G of F(4x4, 3x3).
 const G4: [[f64; 3]; 6] = [
@@ -817,393 +880,102 @@ const G4: [[f64; 3]; 6] = [
     [0.0, 0.0, 1.0],
 ];
 
-/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3), ξ = 6·row + column.
-fn filter_transform4<T: Float>(w: &[T], oc: usize) -> Vec<T> {
-    let g4 = G4.map(|r| r.map(T::from_f64));
-    let per_filter = w.par_chunks_exact(9).map(|g| {
-        // t = G g (6x3), then U = t Gᵀ (6x6).
-        let t: [[T; 3]; 6] = std::array::from_fn(|i| {
-            std::array::from_fn(|j| (0..3).fold(T::ZERO, |s, k| s + g4[i][k] * g[3 * k + j]))
-        });
-        let u: [T; 36] = std::array::from_fn(|il| {
-            let (t, gl) = (&t[il / 6], &g4[il % 6]);
-            (0..3).fold(T::ZERO, |s, j| s + t[j] * gl[j])
-        });
-        u
-    });
-    xi_major(per_filter.collect(), oc)
-}
+impl Tile<4, 6> for F4 {
+    #[inline(always)]
+    fn bt<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
+        let n = out[0].len();
+        let (four, five, two) = (T::from_f64(4.0), T::from_f64(5.0), T::from_f64(2.0));
+        let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
+        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
+            o0[k] = four * a0 - five * a2 + a4;
+            o1[k] = a3 + a4 - four * (a1 + a2);
+            o2[k] = four * (a1 - a2) - a3 + a4;
+            o3[k] = two * (a3 - a1) - a2 + a4;
+            o4[k] = two * (a1 - a3) - a2 + a4;
+            o5[k] = four * a1 - five * a3 + a5;
+        }
+    }
 
-/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform4`).
-fn filter_adjoint4<T: Float>(du: &[T], oc: usize) -> Vec<T> {
-    let g4 = G4.map(|r| r.map(T::from_f64));
-    let mut dw = vec![T::ZERO; 9 * oc];
-    dw.par_chunks_exact_mut(9)
-        .enumerate()
-        .for_each(|(kc, out)| {
-            let d = |i: usize, l: usize| du[(i * 6 + l) * oc + kc];
-            // s = Gᵀ dU (3x6), then dW = s G (3x3).
-            let s: [[T; 6]; 3] = std::array::from_fn(|k| {
-                std::array::from_fn(|l| (0..6).fold(T::ZERO, |s, i| s + g4[i][k] * d(i, l)))
-            });
-            for (k, s) in s.iter().enumerate() {
-                for j in 0..3 {
-                    out[3 * k + j] = (0..6).fold(T::ZERO, |acc, l| acc + s[l] * g4[l][j]);
-                }
+    #[inline(always)]
+    fn b<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
+        let n = out[0].len();
+        let (two, four, five) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(5.0));
+        let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
+        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
+            o0[k] = four * a0;
+            o1[k] = four * (a2 - a1 + a5) + two * (a4 - a3);
+            o2[k] = T::ZERO - five * a0 - four * (a1 + a2) - a3 - a4;
+            o3[k] = a1 - a2 + two * (a3 - a4) - five * a5;
+            o4[k] = a0 + a1 + a2 + a3 + a4;
+            o5[k] = a5;
+        }
+    }
+
+    #[inline(always)]
+    fn at<T: Float>(m: [&[T]; 6], out: [&mut [T]; 4]) {
+        let n = out[0].len();
+        let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
+        let [m0, m1, m2, m3, m4, m5] = m.map(|m| &m[..n]);
+        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            let (p12, n12) = (m1[k] + m2[k], m1[k] - m2[k]);
+            let (p34, n34) = (m3[k] + m4[k], m3[k] - m4[k]);
+            o0[k] = m0[k] + p12 + p34;
+            o1[k] = n12 + two * n34;
+            o2[k] = p12 + four * p34;
+            o3[k] = n12 + eight * n34 + m5[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a<T: Float>(p: [&[T]; 4], out: [&mut [T]; 6]) {
+        let n = out[0].len();
+        let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
+        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
+        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            let (e, od) = (p0[k] + p2[k], p1[k] + p3[k]);
+            let (e4, od4) = (p0[k] + four * p2[k], two * p1[k] + eight * p3[k]);
+            o0[k] = p0[k];
+            o1[k] = e + od;
+            o2[k] = e - od;
+            o3[k] = e4 + od4;
+            o4[k] = e4 - od4;
+            o5[k] = p3[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a_row<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
+        let n = out.len();
+        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
+        let (c1, c2, c3) = match j {
+            0 => (0.0, 0.0, 0.0),
+            1 => (1.0, 1.0, 1.0),
+            2 => (-1.0, 1.0, -1.0),
+            3 => (2.0, 4.0, 8.0),
+            4 => (-2.0, 4.0, -8.0),
+            _ => {
+                out.copy_from_slice(p3);
+                return;
             }
-        });
-    dw
-}
-
-/// Splits `src` into its four phases: `ph[q][j] = src[4j + q]` (`ph` four `len`-long runs).
-fn deinterleave4<T: Float>(src: &[T], ph: &mut [T], len: usize) {
-    let [p0, p1, p2, p3] = windows_mut::<T, 4>(ph, len);
-    let quads = src.chunks_exact(4);
-    for ((((a, b), c), d), q) in p0.iter_mut().zip(p1).zip(p2).zip(p3).zip(quads) {
-        (*a, *b, *c, *d) = (q[0], q[1], q[2], q[3]);
-    }
-}
-
-/// Bᵀ applied to six vectors: `out[k] = Σ_l Bᵀ[k][l] d[l]`, element by element.
-#[inline(always)]
-fn bt6<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
-    let n = out[0].len();
-    let (four, five, two) = (T::from_f64(4.0), T::from_f64(5.0), T::from_f64(2.0));
-    let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
-    let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-    for k in 0..n {
-        let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
-        o0[k] = four * a0 - five * a2 + a4;
-        o1[k] = a3 + a4 - four * (a1 + a2);
-        o2[k] = four * (a1 - a2) - a3 + a4;
-        o3[k] = two * (a3 - a1) - a2 + a4;
-        o4[k] = two * (a1 - a3) - a2 + a4;
-        o5[k] = four * a1 - five * a3 + a5;
-    }
-}
-
-/// F(4x4) `input_transform`: V[ξ][c][at + ...] = (Bᵀ d B)[ξ] of one image's channels, tile
-/// rows `rows`.
-fn input_transform4<T: Float>(
-    x: &[T],
-    t: &Tiles,
-    rows: &Range<usize>,
-    v: &mut [T],
-    (ld, at): (usize, usize),
-    s: &mut Rows<T>,
-) {
-    let (h, w, tw) = (t.h, t.w, t.tw);
-    let channels = x.len() / (h * w);
-    let xi_stride = channels * ld;
-    let n = rows.len() * tw;
-    // Padded rows 4·start .. 4·end + 4 by phase (p mod 4): tile row i takes rows 4i..4i+3 and
-    // 4i+4, 4i+5 (the next quad's first two), so each phase is read at offsets 0 and tw.
-    let quads = rows.len() + 1;
-    let run = quads * tw;
-    let slot = |q: usize, k: usize| (q * 6 + k) * run;
-    for (c, plane) in x.chunks_exact(h * w).enumerate() {
-        // Bᵀ along each padded row p (input row p - 1), six values per tile.
-        for pr in 0..4 * quads {
-            let p = 4 * rows.start + pr;
-            let base = (pr / 4) * tw;
-            let at6 = |k: usize| slot(pr % 4, k) + base;
-            if p == 0 || p > h {
-                for k in 0..6 {
-                    s.v[at6(k)..at6(k) + tw].fill(T::ZERO);
-                }
-                continue;
-            }
-            // line[0] and line[w + 1..] are the zero border, never written.
-            s.line[1..=w].copy_from_slice(&plane[(p - 1) * w..p * w]);
-            deinterleave4(&s.line, &mut s.ph, tw + 1);
-            let ph = |q: usize, off: usize| &s.ph[q * (tw + 1) + off..][..tw];
-            let d = [ph(0, 0), ph(1, 0), ph(2, 0), ph(3, 0), ph(0, 1), ph(1, 1)];
-            let out = six_mut(&mut s.v, std::array::from_fn(at6), tw);
-            bt6(d, out);
-        }
-        // Bᵀ down the columns, for every tile of the band at once.
-        let off = c * ld + at;
-        for k in 0..6 {
-            let d: [&[T]; 6] = std::array::from_fn(|l| &s.v[slot(l % 4, k) + (l / 4) * tw..][..n]);
-            let at6 = std::array::from_fn(|i| (i * 6 + k) * xi_stride + off);
-            bt6(d, six_mut(v, at6, n));
+        };
+        let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
+        for k in 0..n {
+            out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
         }
     }
-}
 
-/// Six disjoint `len`-long windows of `s` at increasing offsets.
-fn six_mut<T>(s: &mut [T], at: [usize; 6], len: usize) -> [&mut [T]; 6] {
-    let mut rest = &mut s[at[0]..];
-    let mut from = at[0];
-    std::array::from_fn(|i| {
-        let next = if i < 5 { at[i + 1] } else { from + len };
-        let (w, r) = std::mem::take(&mut rest).split_at_mut(next - from);
-        rest = r;
-        from = next;
-        &mut w[..len]
-    })
-}
-
-/// Aᵀ applied to six vectors: the four `out[a] = Σ_i Aᵀ[a][i] m[i]`.
-#[inline(always)]
-fn at6<T: Float>(m: [&[T]; 6], out: [&mut [T]; 4]) {
-    let n = out[0].len();
-    let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
-    let [m0, m1, m2, m3, m4, m5] = m.map(|m| &m[..n]);
-    let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
-    for k in 0..n {
-        let (p12, n12) = (m1[k] + m2[k], m1[k] - m2[k]);
-        let (p34, n34) = (m3[k] + m4[k], m3[k] - m4[k]);
-        o0[k] = m0[k] + p12 + p34;
-        o1[k] = n12 + two * n34;
-        o2[k] = p12 + four * p34;
-        o3[k] = n12 + eight * n34 + m5[k];
+    fn g<T: Float>(v: [T; 3]) -> [T; 6] {
+        std::array::from_fn(|i| (0..3).fold(T::ZERO, |s, k| s + T::from_f64(G4[i][k]) * v[k]))
     }
-}
 
-/// A applied to four vectors: the six `out[i] = Σ_a A[i][a] p[a]` (the adjoint of `at6`).
-#[inline(always)]
-fn a6<T: Float>(p: [&[T]; 4], out: [&mut [T]; 6]) {
-    let n = out[0].len();
-    let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
-    let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
-    let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-    for k in 0..n {
-        let (e, od) = (p0[k] + p2[k], p1[k] + p3[k]);
-        let (e4, od4) = (p0[k] + four * p2[k], two * p1[k] + eight * p3[k]);
-        o0[k] = p0[k];
-        o1[k] = e + od;
-        o2[k] = e - od;
-        o3[k] = e4 + od4;
-        o4[k] = e4 - od4;
-        o5[k] = p3[k];
-    }
-}
-
-/// B applied to six vectors: `out[r] = Σ_k Bᵀ[k][r] d[k]` (the adjoint of `bt6`).
-#[inline(always)]
-fn b6<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
-    let n = out[0].len();
-    let (two, four, five) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(5.0));
-    let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
-    let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-    for k in 0..n {
-        let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
-        o0[k] = four * a0;
-        o1[k] = four * (a2 - a1 + a5) + two * (a4 - a3);
-        o2[k] = T::ZERO - five * a0 - four * (a1 + a2) - a3 - a4;
-        o3[k] = a1 - a2 + two * (a3 - a4) - five * a5;
-        o4[k] = a0 + a1 + a2 + a3 + a4;
-        o5[k] = a5;
-    }
-}
-
-/// F(4x4) `output_transform`: one image's output (O, h, w) from M (tile rows `rows`), plus the
-/// bias, ReLU'd when `relu`.
-#[allow(clippy::too_many_arguments)]
-fn output_transform4<T: Float>(
-    m: &[T],
-    t: &Tiles,
-    rows: &Range<usize>,
-    (ld, at): (usize, usize),
-    y: &mut [MaybeUninit<T>],
-    bias: &[T],
-    relu: bool,
-    s: &mut Rows<T>,
-) {
-    let (h, w, tw) = (t.h, t.w, t.tw);
-    let n = rows.len() * tw;
-    let xi_stride = bias.len() * ld;
-    let act = |v: T| if relu { super::conv::relu_f(v) } else { v };
-    for (o, (plane, &b)) in y.chunks_exact_mut(h * w).zip(bias).enumerate() {
-        let mv = |xi: usize| &m[xi * xi_stride + o * ld + at..][..n];
-        // sa[a][j] = (Aᵀ M)[a][j] (24 vectors, a-major), then Y[a][b] = (sa A)[a][b] into the
-        // first four of each row a.
-        let sv = &mut s.v[..24 * n];
-        for j in 0..6 {
-            let mj = std::array::from_fn(|i| mv(i * 6 + j));
-            let at4 = [0, 1, 2, 3].map(|a| (a * 6 + j) * n);
-            at6(mj, four_mut(sv, at4, n));
-        }
-        let (ys, tmp) = s.v.split_at_mut(24 * n);
-        for a in 0..4 {
-            let row = &ys[a * 6 * n..(a + 1) * 6 * n];
-            let sj: [&[T]; 6] = std::array::from_fn(|j| &row[j * n..(j + 1) * n]);
-            let [t0, t1, t2, t3] = windows_mut::<T, 4>(tmp, n);
-            at6(sj, [&mut *t0, &mut *t1, &mut *t2, &mut *t3]);
-            for tb in [&mut *t0, &mut *t1, &mut *t2, &mut *t3] {
-                for v in tb.iter_mut() {
-                    *v = act(*v + b);
-                }
-            }
-            for (i, th) in rows.clone().enumerate() {
-                let r = 4 * th + a;
-                if r >= h {
-                    continue;
-                }
-                let tile = i * tw..(i + 1) * tw;
-                let (y0, y1, y2, y3) = (
-                    &t0[tile.clone()],
-                    &t1[tile.clone()],
-                    &t2[tile.clone()],
-                    &t3[tile],
-                );
-                let out = &mut plane[r * w..(r + 1) * w];
-                let cols = y0.iter().zip(y1).zip(y2.iter().zip(y3));
-                for (q, ((&v0, &v1), (&v2, &v3))) in out.chunks_exact_mut(4).zip(cols) {
-                    q[0].write(v0);
-                    q[1].write(v1);
-                    q[2].write(v2);
-                    q[3].write(v3);
-                }
-                let full = w / 4 * 4;
-                for (bcol, e) in out[full..].iter_mut().enumerate() {
-                    e.write([y0, y1, y2, y3][bcol][tw - 1]);
-                }
-            }
-        }
-    }
-}
-
-/// F(4x4) `output_adjoint`: dM[ξ][o][at + ...] = (A dy Aᵀ)[ξ] per tile of one image's output
-/// gradient, tile rows `rows` (outputs past the edge count as zero).
-fn output_adjoint4<T: Float>(
-    dy: &[T],
-    t: &Tiles,
-    rows: &Range<usize>,
-    dm: &mut [T],
-    (ld, at): (usize, usize),
-    s: &mut Rows<T>,
-) {
-    let (h, w, tw) = (t.h, t.w, t.tw);
-    let n = rows.len() * tw;
-    let outs = dy.len() / (h * w);
-    let xi_stride = outs * ld;
-    let full = w / 4;
-    for (o, plane) in dy.chunks_exact(h * w).enumerate() {
-        // p[a][b]: element b of each tile's row a (16 vectors, a-major), then r[a] per column j.
-        let (p, r) = s.v[..20 * n].split_at_mut(16 * n);
-        for (i, th) in rows.clone().enumerate() {
-            for a in 0..4 {
-                let row = 4 * th + a;
-                let at4 = [0, 1, 2, 3].map(|b| (a * 4 + b) * n + i * tw);
-                let [q0, q1, q2, q3] = four_mut(p, at4, tw);
-                if row >= h {
-                    for q in [q0, q1, q2, q3] {
-                        q.fill(T::ZERO);
-                    }
-                    continue;
-                }
-                let src = &plane[row * w..(row + 1) * w];
-                let cols = q0
-                    .iter_mut()
-                    .zip(q1.iter_mut())
-                    .zip(q2.iter_mut().zip(q3.iter_mut()));
-                for (((e0, e1), (e2, e3)), v) in cols.zip(src.chunks_exact(4)) {
-                    (*e0, *e1, *e2, *e3) = (v[0], v[1], v[2], v[3]);
-                }
-                if full < tw {
-                    let tail = |b: usize| src.get(4 * full + b).copied().unwrap_or(T::ZERO);
-                    (q0[full], q1[full], q2[full], q3[full]) = (tail(0), tail(1), tail(2), tail(3));
-                }
-            }
-        }
-        let off = o * ld + at;
-        for j in 0..6 {
-            // r[a] = (dy Aᵀ)[a][j] for the four rows a.
-            for a in 0..4 {
-                let pa: [&[T]; 4] = std::array::from_fn(|b| &p[(a * 4 + b) * n..][..n]);
-                let ra = &mut r[a * n..(a + 1) * n];
-                a6_one(pa, j, ra);
-            }
-            let ra: [&[T]; 4] = std::array::from_fn(|a| &r[a * n..(a + 1) * n]);
-            let at6 = std::array::from_fn(|i| (i * 6 + j) * xi_stride + off);
-            a6(ra, six_mut(dm, at6, n));
-        }
-    }
-}
-
-/// Row `j` of `a6`: `out = Σ_b A[j][b] p[b]`.
-#[inline(always)]
-fn a6_one<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
-    let n = out.len();
-    let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
-    let (c1, c2, c3) = match j {
-        0 => (0.0, 0.0, 0.0),
-        1 => (1.0, 1.0, 1.0),
-        2 => (-1.0, 1.0, -1.0),
-        3 => (2.0, 4.0, 8.0),
-        4 => (-2.0, 4.0, -8.0),
-        _ => {
-            out.copy_from_slice(p3);
-            return;
-        }
-    };
-    let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
-    for k in 0..n {
-        out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
-    }
-}
-
-/// F(4x4) `input_adjoint`: acc (C padded planes of one image's input gradient) += Σ_tiles
-/// B dV Bᵀ, from dV[ξ][c][at + ...] for tile rows `rows`.
-fn input_adjoint4<T: Float>(
-    dv: &[T],
-    t: &Tiles,
-    rows: &Range<usize>,
-    (ld, at): (usize, usize),
-    acc: &mut [T],
-    s: &mut Rows<T>,
-) {
-    let tw = t.tw;
-    let n = rows.len() * tw;
-    let (hp, wp) = t.padded();
-    let channels = acc.len() / (hp * wp);
-    let xi_stride = channels * ld;
-    for (c, plane) in acc.chunks_exact_mut(hp * wp).enumerate() {
-        let dv = |xi: usize| &dv[xi * xi_stride + c * ld + at..][..n];
-        // u[r][l] = (B dV)[r][l] over the band (r-major), then c[r][j] = (u Bᵀ)[r][j].
-        let (u, cs) = s.v[..42 * n].split_at_mut(36 * n);
-        for l in 0..6 {
-            let d = std::array::from_fn(|k| dv(k * 6 + l));
-            let at6 = std::array::from_fn(|r| (r * 6 + l) * n);
-            b6(d, six_mut(u, at6, n));
-        }
-        for r in 0..6 {
-            let ur: [&[T]; 6] = std::array::from_fn(|l| &u[(r * 6 + l) * n..][..n]);
-            let cr = windows_mut::<T, 6>(cs, n);
-            b6(ur, cr);
-            let cr: [&[T]; 6] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
-            // Tile tw' covers padded columns 4tw'..4tw'+6: phase 0 gets c0 and the left
-            // neighbour's c4, phase 1 c1 and its c5, phases 2 and 3 c2 and c3.
-            for (i, th) in rows.clone().enumerate() {
-                let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
-                let [q0, q1, q2, q3] = windows_mut::<T, 4>(&mut s.ph, tw + 1);
-                q0[..tw].copy_from_slice(tile(0));
-                q1[..tw].copy_from_slice(tile(1));
-                q2[..tw].copy_from_slice(tile(2));
-                q3[..tw].copy_from_slice(tile(3));
-                q0[tw] = T::ZERO;
-                q1[tw] = T::ZERO;
-                for (e, &v) in q0[1..].iter_mut().zip(tile(4)) {
-                    *e += v;
-                }
-                for (e, &v) in q1[1..].iter_mut().zip(tile(5)) {
-                    *e += v;
-                }
-                let row = &mut plane[(4 * th + r) * wp..(4 * th + r + 1) * wp];
-                let (body, tail) = row.split_at_mut(4 * tw);
-                let phases = q0.iter().zip(q1.iter()).zip(q2.iter().zip(q3.iter()));
-                for (quad, ((&v0, &v1), (&v2, &v3))) in body.chunks_exact_mut(4).zip(phases) {
-                    quad[0] += v0;
-                    quad[1] += v1;
-                    quad[2] += v2;
-                    quad[3] += v3;
-                }
-                tail[0] += q0[tw];
-                tail[1] += q1[tw];
-            }
-        }
+    fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
+        std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G4[i][k]) * v[i]))
     }
 }
 
@@ -1326,60 +1098,6 @@ mod tests {
                     "F({m}x{m}) {e}: winograd f32 off by {ew}, im2col by {ei}"
                 );
             }
-        }
-    }
-
-    /// Winograd vs im2col on GoogLeNet's 3x3 layers, batch 32, f32, alternating, median of 5:
-    /// `cargo test --release -p edgebench-kernels --lib winograd::tests::bench -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench() {
-        use std::time::Instant;
-        let layers = [
-            ("conv2/3x3", 64, 56, 192),
-            ("3a/3x3", 96, 28, 128),
-            ("3b/3x3", 128, 28, 192),
-            ("4a/3x3", 96, 14, 208),
-            ("4e/3x3", 160, 14, 320),
-            ("5b/3x3", 192, 7, 384),
-        ];
-        let n = 32;
-        for (name, c, h, o) in layers {
-            let p = Conv2d {
-                stride: 1,
-                pad: 1,
-                groups: 1,
-                relu: true,
-            };
-            let g = Geom::new(&[n, c, h, h], &[o, c, 3, 3], &[o], p).unwrap();
-            let mut r = Rng::new(1);
-            let f = |v: Vec<f64>| v.into_iter().map(|v| v as f32).collect::<Vec<_>>();
-            let (x, wt, b) = (f(r.vec(n * c * h * h)), f(r.vec(o * c * 9)), f(r.vec(o)));
-            let dy = f(r.vec(n * o * h * h));
-            let xi = (&x[..], c * h * h);
-            // Winograd forward, merged backward; im2col forward, input and weight gradients.
-            let mut times: [Vec<f64>; 7] = Default::default();
-            let time = |f: &mut dyn FnMut()| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1e3
-            };
-            for _ in 0..5 {
-                times[0].push(time(&mut || drop(fwd_with(xi, &wt, &b, &g, true, 2))));
-                times[1].push(time(&mut || drop(bwd_both_with(xi, &dy, &wt, &g, 2))));
-                times[5].push(time(&mut || drop(fwd_with(xi, &wt, &b, &g, true, 4))));
-                times[6].push(time(&mut || drop(bwd_both_with(xi, &dy, &wt, &g, 4))));
-                times[2].push(time(&mut || drop(fwd_im2col(xi, &wt, &b, &g, true))));
-                times[3].push(time(&mut || drop(bwd_data_im2col(&dy, &wt, &g))));
-                times[4].push(time(&mut || drop(bwd_filter_im2col(xi, &dy, &g))));
-            }
-            let [w0, w1, i0, i1, i2, f0, f1] = times.map(|mut v| {
-                v.sort_by(f64::total_cmp);
-                v[v.len() / 2]
-            });
-            println!(
-                "{name:10} F(2x2) fwd {w0:6.1} data+filter {w1:6.1} | F(4x4) fwd {f0:6.1} data+filter {f1:6.1} | im2col fwd {i0:6.1} data {i1:6.1} filter {i2:6.1} ms"
-            );
         }
     }
 }

@@ -1,0 +1,311 @@
+//! The kernels on AlexNet's and GoogLeNet's layer shapes at batch 32, f32, on all cores:
+//! `cargo bench -p edgebench-kernels --bench kernels` (a filter such as `-- conv/` or
+//! `-- 'conv/fwd/goog 3a'` picks groups or layers; `-- --quick` for a short run).
+//!
+//! Groups:
+//! - `conv/{fwd,bwd}/<layer>/<path>`: im2col + GEMM against Winograd F(2x2) and F(4x4) where the
+//!   layer is 3x3/stride 1/pad 1; throughput in elements = floating-point operations (so
+//!   "Gelem/s" reads GFLOP/s; the backward counts both gradients, twice the forward);
+//! - `im2col/{im2col,col2im}/<layer>`: one batch's column copies on one thread;
+//! - `pool/{fwd,bwd}/<layer>`: max pooling into preallocated outputs, the backward from the
+//!   stored argmax; `pool/op/...` through the tensor op (the backward searches each window again);
+//! - `lrn/{fwd,bwd}/<layer>`: cross-channel LRN into preallocated outputs;
+//! - `linear/{fwd,bwd-data,bwd-weight}/<batch>`: AlexNet's fc6 (9216 -> 4096); throughput in
+//!   floating-point operations;
+//! - `copy/<layer>`: a parallel copy of the pooling/LRN input, the memory floor of one pass
+//!   (those groups' throughput is the input's bytes, comparable with it).
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use edgebench_kernels::bench_api::{self, ConvLayer, ConvPath};
+use edgebench_kernels::{keep_freed_memory, linear, lrn, pool2d, Conv2d, Lrn, Pool2d, PoolKind};
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+const BATCH: usize = 32;
+
+/// Deterministic inputs in [-1, 1) (xorshift), so runs compare.
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn conv_layer(x: [usize; 4], w: [usize; 4], stride: usize, pad: usize, groups: usize) -> ConvLayer {
+    let p = Conv2d {
+        stride,
+        pad,
+        groups,
+        relu: true,
+    };
+    ConvLayer::new(x, w, p).expect("layer shapes fit")
+}
+
+/// (name, layer): GoogLeNet's conv1 and 3x3 layers from the 56x56 map down to 7x7, AlexNet's
+/// conv1 to conv3.
+fn conv_layers() -> Vec<(&'static str, ConvLayer)> {
+    let n = BATCH;
+    let three = |c: usize, h: usize, o: usize| conv_layer([n, c, h, h], [o, c, 3, 3], 1, 1, 1);
+    vec![
+        (
+            "goog conv1 7x7-s2",
+            conv_layer([n, 3, 224, 224], [64, 3, 7, 7], 2, 3, 1),
+        ),
+        ("goog conv2-3x3", three(64, 56, 192)),
+        ("goog 3a-3x3", three(96, 28, 128)),
+        ("goog 3b-3x3", three(128, 28, 192)),
+        ("goog 4a-3x3", three(96, 14, 208)),
+        ("goog 4e-3x3", three(160, 14, 320)),
+        ("goog 5b-3x3", three(192, 7, 384)),
+        (
+            "goog 4b-1x1",
+            conv_layer([n, 512, 14, 14], [160, 512, 1, 1], 1, 0, 1),
+        ),
+        (
+            "alex conv1 11x11-s4",
+            conv_layer([n, 3, 227, 227], [96, 3, 11, 11], 4, 0, 1),
+        ),
+        (
+            "alex conv2 5x5-g2",
+            conv_layer([n, 96, 27, 27], [256, 48, 5, 5], 1, 2, 2),
+        ),
+        ("alex conv3 3x3", three(256, 13, 384)),
+    ]
+}
+
+fn conv(c: &mut Criterion) {
+    keep_freed_memory();
+    let paths = [ConvPath::Im2col, ConvPath::Winograd2, ConvPath::Winograd4];
+    for (name, layer) in conv_layers() {
+        let [nx, nw, nb, ny] = layer.lens();
+        let (x, w, b, dy) = (values(nx, 1), values(nw, 2), values(nb, 3), values(ny, 4));
+        let flop = layer.forward_flop();
+        let mut fwd = c.benchmark_group("conv/fwd");
+        // One call per sample: a batch-32 layer takes up to seconds on a board.
+        fwd.sampling_mode(SamplingMode::Flat);
+        fwd.throughput(Throughput::Elements(flop));
+        for path in paths.into_iter().filter(|&p| layer.supports(p)) {
+            fwd.bench_with_input(
+                BenchmarkId::new(name, path.name()),
+                &path,
+                |bench, &path| bench.iter(|| layer.fwd(path, &x, &w, &b)),
+            );
+        }
+        fwd.finish();
+        let mut bwd = c.benchmark_group("conv/bwd");
+        bwd.sampling_mode(SamplingMode::Flat);
+        bwd.throughput(Throughput::Elements(2 * flop));
+        for path in paths.into_iter().filter(|&p| layer.supports(p)) {
+            bwd.bench_with_input(
+                BenchmarkId::new(name, path.name()),
+                &path,
+                |bench, &path| bench.iter(|| layer.bwd(path, &x, &dy, &w)),
+            );
+        }
+        bwd.finish();
+    }
+}
+
+fn im2col(c: &mut Criterion) {
+    let layers = conv_layers();
+    let picked = ["goog conv1 7x7-s2", "alex conv1 11x11-s4", "goog conv2-3x3"];
+    let mut group = c.benchmark_group("im2col");
+    for (name, layer) in layers.iter().filter(|(n, _)| picked.contains(n)) {
+        let x = values(layer.lens()[0], 1);
+        let mut col = Vec::new();
+        layer.im2col_all(&x, &mut col);
+        let id = format!("{name} ({} rows per block)", layer.block_rows());
+        group.bench_function(BenchmarkId::new("im2col", &id), |bench| {
+            bench.iter(|| layer.im2col_all(&x, &mut col))
+        });
+        let mut dx = Vec::new();
+        group.bench_function(BenchmarkId::new("col2im", &id), |bench| {
+            bench.iter(|| layer.col2im_all(&col, &mut dx))
+        });
+    }
+    group.finish();
+}
+
+type Dims = (usize, usize, usize, usize);
+
+fn elems(d: Dims) -> usize {
+    d.0 * d.1 * d.2 * d.3
+}
+
+fn input_bytes(d: Dims) -> Throughput {
+    Throughput::Bytes((elems(d) * std::mem::size_of::<f32>()) as u64)
+}
+
+fn max_pool(kernel: usize, stride: usize, pad: usize) -> Pool2d {
+    Pool2d {
+        kind: PoolKind::Max,
+        kernel,
+        stride,
+        pad,
+    }
+}
+
+fn pool(c: &mut Criterion) {
+    keep_freed_memory();
+    let cases: [(&str, Dims, Pool2d); 6] = [
+        ("goog pool1", (BATCH, 64, 112, 112), max_pool(3, 2, 0)),
+        ("goog pool2", (BATCH, 192, 56, 56), max_pool(3, 2, 0)),
+        ("goog 3b-pool", (BATCH, 256, 28, 28), max_pool(3, 1, 1)),
+        ("goog 4d-pool", (BATCH, 512, 14, 14), max_pool(3, 1, 1)),
+        ("goog pool4", (BATCH, 832, 14, 14), max_pool(3, 2, 0)),
+        ("alex pool1", (BATCH, 96, 55, 55), max_pool(3, 2, 0)),
+    ];
+    for (name, d, p) in cases {
+        let x = values(elems(d), 5);
+        let (y, arg) = bench_api::max_pool(p, &x, d);
+        let dy = values(y.len(), 6);
+        let mut group = c.benchmark_group("pool");
+        group.throughput(input_bytes(d));
+        let (mut yb, mut ab) = (Vec::with_capacity(y.len()), Vec::with_capacity(y.len()));
+        group.bench_function(BenchmarkId::new("fwd", name), |bench| {
+            bench.iter(|| {
+                bench_api::max_pool_into(p, &x, d, yb.spare_capacity_mut(), ab.spare_capacity_mut())
+            })
+        });
+        let mut dx = Vec::with_capacity(x.len());
+        group.bench_function(BenchmarkId::new("bwd", name), |bench| {
+            bench.iter(|| {
+                let dx = &mut dx.spare_capacity_mut()[..x.len()];
+                bench_api::max_pool_bwd_into(d.2 * d.3, &arg, &dy, dx)
+            })
+        });
+        if name == "alex pool1" {
+            tensor_ops(&mut group, name, &x, d, |t| pool2d(t, p), p);
+        }
+        group.finish();
+        copy(c, name, &x);
+    }
+}
+
+/// Forward and backward through the public tensor op (fresh outputs, the backward op's own
+/// argmax search for pooling), as training runs it.
+fn tensor_ops<Op: candle_core::CustomOp1>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    x: &[f32],
+    d: Dims,
+    fwd: impl Fn(&candle_core::Tensor) -> candle_core::Result<candle_core::Tensor>,
+    op: Op,
+) {
+    let x = candle_core::Tensor::from_slice(x, d, &candle_core::Device::Cpu).expect("input");
+    let y = fwd(&x).expect("forward");
+    let dy = y.ones_like().expect("ones");
+    group.bench_function(BenchmarkId::new("op-fwd", name), |bench| {
+        bench.iter(|| fwd(&x).expect("forward"))
+    });
+    group.bench_function(BenchmarkId::new("op-bwd", name), |bench| {
+        bench.iter(|| op.bwd(&x, &y, &dy).expect("backward"))
+    });
+}
+
+fn lrn_bench(c: &mut Criterion) {
+    keep_freed_memory();
+    let p = Lrn {
+        size: 5,
+        alpha: 1e-4,
+        beta: 0.75,
+        k: 1.0,
+    };
+    let cases: [(&str, Dims); 3] = [
+        ("goog norm1", (BATCH, 64, 56, 56)),
+        ("goog norm2", (BATCH, 192, 56, 56)),
+        ("alex norm1", (BATCH, 96, 55, 55)),
+    ];
+    for (name, d) in cases {
+        let len = elems(d);
+        let x = values(len, 7);
+        let dy = values(len, 8);
+        let mut y = Vec::with_capacity(len);
+        bench_api::lrn_into(p, &x, d, &mut y.spare_capacity_mut()[..len]);
+        // SAFETY: `lrn_into` initialised all `len` elements.
+        unsafe { y.set_len(len) };
+        let mut group = c.benchmark_group("lrn");
+        group.throughput(input_bytes(d));
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        group.bench_function(BenchmarkId::new("fwd", name), |bench| {
+            bench.iter(|| bench_api::lrn_into(p, &x, d, &mut out.spare_capacity_mut()[..len]))
+        });
+        group.bench_function(BenchmarkId::new("bwd", name), |bench| {
+            bench.iter(|| {
+                let dx: &mut [MaybeUninit<f32>] = &mut out.spare_capacity_mut()[..len];
+                bench_api::lrn_bwd_into(p, (&x, &y, &dy), d, dx)
+            })
+        });
+        if name == "alex norm1" {
+            tensor_ops(&mut group, name, &x, d, |t| lrn(t, p), p);
+        }
+        group.finish();
+        copy(c, name, &x);
+    }
+}
+
+/// A parallel copy of `x`: the memory floor of a kernel's pass over it.
+fn copy(c: &mut Criterion, name: &str, x: &[f32]) {
+    let mut group = c.benchmark_group("copy");
+    group.throughput(Throughput::Bytes(std::mem::size_of_val(x) as u64));
+    let mut dst = vec![0f32; x.len()];
+    group.bench_function(name, |bench| {
+        bench.iter(|| {
+            dst.par_chunks_mut(1 << 16)
+                .zip(x.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s))
+        })
+    });
+    group.finish();
+}
+
+fn linear_bench(c: &mut Criterion) {
+    use candle_core::{Device, Tensor};
+    keep_freed_memory();
+    // AlexNet's fc6.
+    let (i, o) = (9216, 4096);
+    let w = Tensor::from_vec(values(o * i, 9), (o, i), &Device::Cpu).expect("w");
+    let b = Tensor::from_vec(values(o, 10), o, &Device::Cpu).expect("b");
+    let mut group = c.benchmark_group("linear");
+    for n in [1, 2, 4, 5, 8, 32] {
+        let x = Tensor::from_vec(values(n * i, 11), (n, i), &Device::Cpu).expect("x");
+        let dy = Tensor::from_vec(values(n * o, 12), (n, o), &Device::Cpu).expect("dy");
+        group.throughput(Throughput::Elements(2 * (n * i * o) as u64));
+        let id = format!("fc6 batch {n}");
+        group.bench_function(BenchmarkId::new("fwd", &id), |bench| {
+            bench.iter(|| linear(&x, &w, &b, true).expect("forward"))
+        });
+        group.bench_function(BenchmarkId::new("bwd-data", &id), |bench| {
+            bench.iter(|| bench_api::linear_bwd_data(&dy, &w).expect("dx"))
+        });
+        group.bench_function(BenchmarkId::new("bwd-weight", &id), |bench| {
+            bench.iter(|| bench_api::linear_bwd_weight(&dy, &x).expect("dW"))
+        });
+        // candle's own dyᵀ·x, for comparison.
+        group.bench_function(BenchmarkId::new("bwd-weight-candle", &id), |bench| {
+            bench.iter(|| black_box(dy.t().and_then(|t| t.matmul(&x)).expect("dW")))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    // Short runs (each call takes milliseconds to seconds): the whole bench stays within
+    // minutes on a board. Command-line options (`--quick`, `--sample-size`, ...) override these.
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = conv, im2col, pool, lrn_bench, linear_bench
+}
+criterion_main!(benches);
