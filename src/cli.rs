@@ -53,6 +53,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The roofs operators are judged against: each device's theoretical compute and bandwidth
+    /// peaks (board profile, or the host's CPU) and the measured ones (SGEMM, STREAM copy/triad).
+    Peaks {
+        /// Devices, comma separated: cpu,cuda.
+        #[arg(long, value_delimiter = ',', default_value = "cpu", value_parser = edgebench::config::DeviceKind::parse)]
+        device: Vec<edgebench::config::DeviceKind>,
+        /// CPU threads for the measurements (0 = all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Power sources found: every rail with its voltage, current and power now, the total, the
     /// sampling rate, and every place probed.
     Sensors {
@@ -175,9 +187,15 @@ pub struct RunArgs {
     /// Config file (default: config/edgebench.toml if present, else built-in defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// What the trials run: cnn (train AlexNet/GoogLeNet).
+    /// What the trials run: cnn (train AlexNet/GoogLeNet) or ops (operator micro-benchmarks).
     #[arg(long, value_parser = edgebench::config::WorkloadKind::parse)]
     pub workload: Option<edgebench::config::WorkloadKind>,
+    /// ops: operators, comma separated: add,mul,dot,scalar,sigmoid,tanh.
+    #[arg(long, value_delimiter = ',')]
+    pub op: Option<Vec<String>>,
+    /// ops: megabytes each op touches, comma separated (e.g. 2,8,32).
+    #[arg(long, value_delimiter = ',')]
+    pub mb: Option<Vec<f64>>,
     /// Networks, comma separated: alexnet,googlenet.
     #[arg(long, value_delimiter = ',')]
     pub net: Option<Vec<String>>,
@@ -238,6 +256,8 @@ impl RunArgs {
     pub fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             workload: self.workload,
+            ops: self.op.clone(),
+            mb: self.mb.clone(),
             nets: self.net.clone(),
             devices: self.device.clone(),
             batches: self.batch.clone(),

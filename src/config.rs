@@ -59,6 +59,41 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub daemon: DaemonConfig,
     pub power: PowerConfig,
+    pub ops: OpsConfig,
+}
+
+/// `[ops]`: the operator micro-benchmarks (`--workload ops`), on `sweep.devices`. Names and
+/// sizes are checked by the workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpsConfig {
+    /// `add`, `mul`, `dot`, `scalar`, `sigmoid`, `tanh`.
+    pub ops: Vec<String>,
+    /// Megabytes (MiB) of data each op touches (dot: square matrices of that total).
+    pub mb: Vec<f64>,
+    /// `f32` or `f64`.
+    pub dtype: String,
+    /// `edgebench` (the project's kernels) or `candle` (candle's own ops; always on cuda).
+    pub engine: String,
+    /// Timed executions go on until both this many ...
+    pub min_executions: usize,
+    /// ... and this many seconds of them have run.
+    pub min_time_s: f64,
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        OpsConfig {
+            ops: ["add", "mul", "dot", "scalar", "sigmoid", "tanh"]
+                .map(String::from)
+                .to_vec(),
+            mb: vec![2.0, 8.0, 32.0],
+            dtype: "f32".into(),
+            engine: "edgebench".into(),
+            min_executions: 10,
+            min_time_s: 1.0,
+        }
+    }
 }
 
 /// What a sweep's trials run (see `src/workloads`).
@@ -68,14 +103,17 @@ pub enum WorkloadKind {
     /// Train AlexNet/GoogLeNet over (net, device, batch).
     #[default]
     Cnn,
+    /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
+    Ops,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 1] = [WorkloadKind::Cnn];
+    pub const ALL: [WorkloadKind; 2] = [WorkloadKind::Cnn, WorkloadKind::Ops];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Cnn => "cnn",
+            WorkloadKind::Ops => "ops",
         }
     }
 
@@ -467,6 +505,8 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub workload: Option<WorkloadKind>,
+    pub ops: Option<Vec<String>>,
+    pub mb: Option<Vec<f64>>,
     pub nets: Option<Vec<String>>,
     pub devices: Option<Vec<DeviceKind>>,
     pub batches: Option<Vec<usize>>,
@@ -525,6 +565,8 @@ impl Config {
             };
         }
         set!(s.workload, o.workload);
+        set!(self.ops.ops, o.ops);
+        set!(self.ops.mb, o.mb);
         set!(s.nets, o.nets);
         set!(s.devices, o.devices);
         set!(s.batches, o.batches);

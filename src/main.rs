@@ -173,6 +173,20 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             }
             Ok(0)
         }
+        Command::Peaks {
+            device,
+            threads,
+            json,
+        } => {
+            let report =
+                edgebench::workloads::ops::peaks::report(host, &device, threads).map_err(usage)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render_text());
+            }
+            Ok(0)
+        }
         Command::Sensors {
             config,
             board,

@@ -38,6 +38,7 @@ mod tests {
         let input = |dataset| PlanInput {
             config: &c,
             dataset,
+            peaks: None,
         };
         let p = plan(&input("synthetic"), &HashSet::new(), false);
         assert_eq!(p.to_run.len(), 4);

@@ -7,15 +7,14 @@ mod memory_plan;
 mod trial;
 mod worker_process;
 
-use crate::config::{Config, DeviceKind, WorkloadKind};
+use crate::config::{Config, DeviceKind};
 use crate::host::{self, HostPaths};
 use crate::memory::cgroup;
 use crate::plan;
 use crate::power::PowerMonitor;
 use crate::provenance;
 use crate::store::{LockError, ResultRow, RunInfo, Store, SweepLock, TrialKey, TrialStatus};
-use crate::workloads::cnn::DataSpec;
-use crate::workloads::PlanInput;
+use crate::workloads::{self, Prepared};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -179,11 +178,6 @@ fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
     }
 }
 
-/// What preflight found: the identity of the data set the trials draw from.
-pub struct Prepared {
-    pub dataset: String,
-}
-
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
@@ -193,13 +187,10 @@ pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> 
         }
         crate::train::device(*device)?;
     }
-    let dataset = match config.sweep.workload {
-        WorkloadKind::Cnn => DataSpec::of(config).open(config.sweep.images)?.identity(),
-    };
     if let Some(limit) = config.memory.limit_bytes() {
         cgroup::check(host, limit)?;
     }
-    Ok(Prepared { dataset })
+    workloads::prepare(config, host)
 }
 
 fn progress_bar(enabled: bool) -> Option<ProgressBar> {
@@ -228,14 +219,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     }
     let done_status = store.statuses_by_key(TrialStatus::done_for_resume(req.retry_failed))?;
     let done: std::collections::HashSet<_> = done_status.keys().cloned().collect();
-    let plan = plan::plan(
-        &PlanInput {
-            config,
-            dataset: &prepared.dataset,
-        },
-        &done,
-        req.force,
-    );
+    let plan = plan::plan(&prepared.plan_input(config), &done, req.force);
     let mut ctx = TrialContext {
         config,
         host: req.host,
@@ -288,7 +272,9 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     })?;
     outcome.run_id = Some(run_id);
     outcome.run_uuid = Some(uuid);
-    store.record_provenance(run_id, &provenance::capture(req.host))?;
+    let mut facts = provenance::capture(req.host);
+    facts.0.extend(prepared.provenance_items());
+    store.record_provenance(run_id, &facts)?;
     if let Some(m) = req.power {
         let baseline = m.baseline(Duration::from_secs_f64(config.power.baseline_s), req.stop);
         if let Some(b) = &baseline {

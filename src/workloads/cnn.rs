@@ -143,6 +143,7 @@ mod tests {
         let trials = plan(&PlanInput {
             config: &c,
             dataset: "synthetic",
+            peaks: None,
         });
         let order: Vec<(&str, usize)> = trials
             .iter()

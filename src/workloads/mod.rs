@@ -46,17 +46,71 @@ pub struct PlannedTrial {
     pub memory_estimate_bytes: u64,
 }
 
-/// What planning needs beside the config: the identity of the data set the sweep opened.
+/// What planning needs beside the config: what [`prepare`] found.
 #[derive(Debug, Clone)]
 pub struct PlanInput<'a> {
     pub config: &'a Config,
+    /// The identity of the data set the sweep draws from (CNN), else empty.
     pub dataset: &'a str,
+    /// The roofs operators are judged against (ops), measured once per sweep.
+    pub peaks: Option<&'a ops::peaks::PeaksReport>,
+}
+
+/// What a workload checks and measures before anything is written; an error here refuses
+/// the sweep (exit 2).
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    pub dataset: String,
+    pub peaks: Option<ops::peaks::PeaksReport>,
+}
+
+impl Prepared {
+    pub fn plan_input<'a>(&'a self, config: &'a Config) -> PlanInput<'a> {
+        PlanInput {
+            config,
+            dataset: &self.dataset,
+            peaks: self.peaks.as_ref(),
+        }
+    }
+
+    /// Facts the run records with its provenance (the measured roofs).
+    pub fn provenance_items(&self) -> Vec<(String, String)> {
+        self.peaks
+            .as_ref()
+            .map(|p| p.provenance_items())
+            .unwrap_or_default()
+    }
+}
+
+/// Opens the data set (CNN), or checks the operators and sizes and measures the peaks (ops).
+pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result<Prepared> {
+    Ok(match config.sweep.workload {
+        WorkloadKind::Cnn => Prepared {
+            dataset: cnn::DataSpec::of(config)
+                .open(config.sweep.images)?
+                .identity(),
+            peaks: None,
+        },
+        WorkloadKind::Ops => {
+            ops::jobs(config)?;
+            tracing::info!("measuring the peaks (SGEMM, STREAM) the operators are judged against");
+            Prepared {
+                dataset: String::new(),
+                peaks: Some(ops::peaks::report(
+                    host,
+                    &config.sweep.devices,
+                    config.train.threads,
+                )?),
+            }
+        }
+    })
 }
 
 /// Every trial of the sweep's workload, in the order it runs them.
 pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
     match input.config.sweep.workload {
         WorkloadKind::Cnn => cnn::plan(input),
+        WorkloadKind::Ops => ops::plan(input),
     }
 }
 

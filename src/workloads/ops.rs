@@ -444,6 +444,58 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial {
     }
 }
 
+/// The `[ops]` table's jobs, devices outermost, then ops, then sizes; bad names and sizes are
+/// refused naming the key and its flag. No roofs yet.
+pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
+    let o = &config.ops;
+    if o.ops.is_empty() || o.mb.is_empty() {
+        anyhow::bail!("ops.ops (--op) and ops.mb (--mb) must each name at least one value");
+    }
+    let dtype = Dtype::parse(&o.dtype).context("ops.dtype")?;
+    let engine = match o.engine.as_str() {
+        "edgebench" => Engine::Edgebench,
+        "candle" => Engine::Candle,
+        other => anyhow::bail!("ops.engine: '{other}' is not edgebench or candle"),
+    };
+    if o.min_executions == 0 || !(o.min_time_s >= 0.0 && o.min_time_s <= 3600.0) {
+        anyhow::bail!(
+            "ops.min_executions must be at least 1 and ops.min_time_s between 0 and 3600 s"
+        );
+    }
+    let mut jobs = Vec::new();
+    for &device in &config.sweep.devices {
+        for name in &o.ops {
+            let op = Op::parse(name).context("ops.ops (--op)")?;
+            for &mb in &o.mb {
+                let shape = shape_for_mb(op, dtype, mb).context("ops.mb (--mb)")?;
+                let mut job = OpsJob::new(op, dtype, shape, Some(mb), device);
+                if device == DeviceKind::Cpu {
+                    job.engine = engine;
+                }
+                job.min_executions = o.min_executions;
+                job.min_time_s = o.min_time_s;
+                job.seed = config.train.seed;
+                jobs.push(job);
+            }
+        }
+    }
+    Ok(jobs)
+}
+
+/// The sweep's trials, each judged against the roofs measured for its device.
+pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+    jobs(input.config)
+        .expect("checked by prepare")
+        .into_iter()
+        .map(|mut job| {
+            if let Some(d) = input.peaks.and_then(|p| p.device(job.device)) {
+                job.roofs = d.roofs(job.dtype);
+            }
+            planned(job)
+        })
+        .collect()
+}
+
 /// Bytes a trial holds: its operands (each once; the counted bytes are exactly that), plus on
 /// candle's engine the output each execution allocates while the previous one is alive.
 pub fn memory_estimate(job: &OpsJob) -> u64 {

@@ -330,6 +330,30 @@ impl DevicePeaks {
     }
 }
 
+/// Theoretical and measured peaks of each of `devices` on this host: the measurements run on
+/// `threads` threads (0 = all cores).
+pub fn report(host: &HostPaths, devices: &[DeviceKind], threads: usize) -> Result<PeaksReport> {
+    let profile = crate::board::detect(host).profile;
+    let sizes = PeakSizes::for_host(host);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("cannot start the threads that measure the peaks")?;
+    let mut out = Vec::new();
+    for &device in devices {
+        out.push(DevicePeaks {
+            device,
+            theoretical: theoretical(profile, device, host),
+            measured: pool.install(|| measure_peaks(device, sizes))?,
+        });
+    }
+    Ok(PeaksReport {
+        host: host.hostname(),
+        board: profile.name.to_string(),
+        devices: out,
+    })
+}
+
 /// `edgebench peaks`: the board and each device's roofs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeaksReport {
@@ -346,6 +370,31 @@ fn opt(v: Option<f64>, unit: &str) -> String {
 }
 
 impl PeaksReport {
+    /// The roofs of `device` (None if it was not measured).
+    pub fn device(&self, device: DeviceKind) -> Option<&DevicePeaks> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+
+    /// As run provenance items (`peaks.<device>.<figure>`), so each run keeps the roofs its
+    /// trials were judged against.
+    pub fn provenance_items(&self) -> Vec<(String, String)> {
+        let mut items = Vec::new();
+        for d in &self.devices {
+            let dev = d.device.as_str();
+            let mut put = |name: &str, v: Option<f64>| {
+                if let Some(v) = v {
+                    items.push((format!("peaks.{dev}.{name}"), format!("{v}")));
+                }
+            };
+            put("sgemm_gflops", Some(d.measured.sgemm_gflops));
+            put("triad_gbs", Some(d.measured.triad_gbs));
+            put("copy_gbs", Some(d.measured.copy_gbs));
+            put("theoretical_gflops", d.theoretical.gflops);
+            put("theoretical_gbs", d.theoretical.bandwidth_gbs);
+        }
+        items
+    }
+
     pub fn render_text(&self) -> String {
         let mut s = format!("peaks on {} (board {})\n", self.host, self.board);
         for d in &self.devices {
