@@ -47,7 +47,6 @@ pub(super) fn resolve_scope(
 }
 
 /// Which rails make the total, and how that was decided.
-
 pub(super) fn choose_total(
     cfg: &PowerConfig,
     profile: &board::BoardProfile,
