@@ -1,5 +1,5 @@
 //! TI INA226 over Linux I2C (i2cdev), generic over `I2CDevice` so the same driver runs against
-//! `/dev/i2c-N` and the register-level simulator in [`sim`].
+//! `/dev/i2c-N` and the register-level simulator in `sim` (built for unit tests only).
 //!
 //! Registers are 16 bit, MSB first on the wire; SMBus word transfers put the first wire byte in
 //! the low byte, so every word read and write is byte-swapped here.
