@@ -381,7 +381,17 @@ pub fn power_supplies(class: &Path) -> Vec<String> {
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! Prepared sysfs trees as the boards' kernels lay them out.
+    use crate::host::HostPaths;
     use std::path::Path;
+
+    /// Host paths with sysfs at `root` (procfs under it).
+    pub fn host(root: &Path) -> HostPaths {
+        HostPaths {
+            sysfs: root.to_path_buf(),
+            procfs: root.join("proc"),
+            rootfs: root.into(),
+        }
+    }
 
     pub fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);

@@ -1,10 +1,11 @@
 //! TI INA226 over Linux I2C (i2cdev), generic over `I2CDevice` so the same driver runs against
-//! `/dev/i2c-N` and the register-level simulator in [`sim`].
+//! `/dev/i2c-N` and the register-level simulator in `sim` (built for unit tests only).
 //!
 //! Registers are 16 bit, MSB first on the wire; SMBus word transfers put the first wire byte in
 //! the low byte, so every word read and write is byte-swapped here.
 
 use super::{PowerSource, Reading};
+use crate::config::Ina226Config;
 use anyhow::{bail, Context};
 use i2cdev::core::I2CDevice;
 use std::time::{Duration, Instant};
@@ -32,48 +33,219 @@ pub const SHUNT_LSB_V: f64 = 2.5e-6;
 pub const BUS_LSB_V: f64 = 1.25e-3;
 /// The datasheet's fixed scale of the calibration formula.
 pub const CAL_SCALE: f64 = 0.00512;
-pub const AVERAGING: [u16; 8] = [1, 4, 16, 64, 128, 256, 512, 1024];
-pub const CONVERSION_US: [u32; 8] = [140, 204, 332, 588, 1100, 2116, 4156, 8244];
-const MODE_SHUNT_BUS_CONTINUOUS: u16 = 0b111;
+/// Config bit 14 is reserved and reads 1 after reset (0x4127); the driver writes it as 1, as the
+/// kernel's ina2xx does, so the word read back is the word written whatever the chip does with it.
+const CONFIG_RESERVED_BIT: u16 = 1 << 14;
 
-/// How one chip is set up (from `[power.ina226]`).
+/// Samples averaged per update: the AVG field, config bits 11-9.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Averaging {
+    #[default]
+    Samples1,
+    Samples4,
+    Samples16,
+    Samples64,
+    Samples128,
+    Samples256,
+    Samples512,
+    Samples1024,
+}
+
+impl Averaging {
+    pub const ALL: [Averaging; 8] = [
+        Averaging::Samples1,
+        Averaging::Samples4,
+        Averaging::Samples16,
+        Averaging::Samples64,
+        Averaging::Samples128,
+        Averaging::Samples256,
+        Averaging::Samples512,
+        Averaging::Samples1024,
+    ];
+
+    /// The field's value, before shifting into place.
+    pub const fn bits(self) -> u16 {
+        match self {
+            Averaging::Samples1 => 0b000,
+            Averaging::Samples4 => 0b001,
+            Averaging::Samples16 => 0b010,
+            Averaging::Samples64 => 0b011,
+            Averaging::Samples128 => 0b100,
+            Averaging::Samples256 => 0b101,
+            Averaging::Samples512 => 0b110,
+            Averaging::Samples1024 => 0b111,
+        }
+    }
+
+    pub const fn samples(self) -> u16 {
+        match self {
+            Averaging::Samples1 => 1,
+            Averaging::Samples4 => 4,
+            Averaging::Samples16 => 16,
+            Averaging::Samples64 => 64,
+            Averaging::Samples128 => 128,
+            Averaging::Samples256 => 256,
+            Averaging::Samples512 => 512,
+            Averaging::Samples1024 => 1024,
+        }
+    }
+
+    pub fn from_samples(samples: u16) -> Option<Averaging> {
+        Self::ALL.into_iter().find(|a| a.samples() == samples)
+    }
+}
+
+/// One ADC conversion's time: the VBUSCT (bits 8-6) and VSHCT (bits 5-3) fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConversionTime {
+    Us140,
+    Us204,
+    Us332,
+    Us588,
+    #[default]
+    Us1100,
+    Us2116,
+    Us4156,
+    Us8244,
+}
+
+impl ConversionTime {
+    pub const ALL: [ConversionTime; 8] = [
+        ConversionTime::Us140,
+        ConversionTime::Us204,
+        ConversionTime::Us332,
+        ConversionTime::Us588,
+        ConversionTime::Us1100,
+        ConversionTime::Us2116,
+        ConversionTime::Us4156,
+        ConversionTime::Us8244,
+    ];
+
+    /// The field's value, before shifting into place.
+    pub const fn bits(self) -> u16 {
+        match self {
+            ConversionTime::Us140 => 0b000,
+            ConversionTime::Us204 => 0b001,
+            ConversionTime::Us332 => 0b010,
+            ConversionTime::Us588 => 0b011,
+            ConversionTime::Us1100 => 0b100,
+            ConversionTime::Us2116 => 0b101,
+            ConversionTime::Us4156 => 0b110,
+            ConversionTime::Us8244 => 0b111,
+        }
+    }
+
+    pub const fn micros(self) -> u32 {
+        match self {
+            ConversionTime::Us140 => 140,
+            ConversionTime::Us204 => 204,
+            ConversionTime::Us332 => 332,
+            ConversionTime::Us588 => 588,
+            ConversionTime::Us1100 => 1100,
+            ConversionTime::Us2116 => 2116,
+            ConversionTime::Us4156 => 4156,
+            ConversionTime::Us8244 => 8244,
+        }
+    }
+
+    pub fn from_micros(us: u32) -> Option<ConversionTime> {
+        Self::ALL.into_iter().find(|t| t.micros() == us)
+    }
+}
+
+/// What the chip converts, and when: the MODE field, config bits 2-0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OperatingMode {
+    PowerDown,
+    ShuntTriggered,
+    BusTriggered,
+    ShuntBusTriggered,
+    ShuntContinuous,
+    BusContinuous,
+    #[default]
+    ShuntBusContinuous,
+}
+
+impl OperatingMode {
+    /// The field's value. 0b100 is a second power-down code; 0b000 is the one written.
+    pub const fn bits(self) -> u16 {
+        match self {
+            OperatingMode::PowerDown => 0b000,
+            OperatingMode::ShuntTriggered => 0b001,
+            OperatingMode::BusTriggered => 0b010,
+            OperatingMode::ShuntBusTriggered => 0b011,
+            OperatingMode::ShuntContinuous => 0b101,
+            OperatingMode::BusContinuous => 0b110,
+            OperatingMode::ShuntBusContinuous => 0b111,
+        }
+    }
+}
+
+/// A `[power.ina226]` number the chip has no register setting for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "power.ina226.{key} = {value}: the INA226 has no such setting; use one of {allowed} \
+     (in the config file's [power.ina226])"
+)]
+pub struct UnsupportedSetting {
+    pub key: &'static str,
+    pub value: u32,
+    /// The values the chip supports, comma separated.
+    pub allowed: String,
+}
+
+fn allowed<T: std::fmt::Display>(values: impl IntoIterator<Item = T>) -> String {
+    values
+        .into_iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// How one chip is set up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub shunt_ohms: f64,
     pub max_current_a: f64,
-    pub averaging: u16,
-    pub bus_conversion_us: u32,
-    pub shunt_conversion_us: u32,
+    pub averaging: Averaging,
+    pub bus_conversion: ConversionTime,
+    pub shunt_conversion: ConversionTime,
+    pub mode: OperatingMode,
 }
 
 impl Settings {
-    /// The config register value: AVG bits 11-9, VBUSCT 8-6, VSHCT 5-3, MODE 2-0 = 7.
-    pub fn config_word(&self) -> anyhow::Result<u16> {
-        let idx = |what: &str, v: u32, table: &[u32]| {
-            table
-                .iter()
-                .position(|&x| x == v)
-                .map(|i| i as u16)
-                .with_context(|| {
-                    format!("INA226 {what} {v} is not one the chip supports ({table:?})")
-                })
+    /// The settings `[power.ina226]` asks for, in continuous shunt-and-bus mode (the sampler
+    /// polls conversion-ready, which only continuous conversion keeps raising).
+    pub fn from_config(c: &Ina226Config) -> Result<Settings, UnsupportedSetting> {
+        let conversion = |key: &'static str, us: u32| {
+            ConversionTime::from_micros(us).ok_or_else(|| UnsupportedSetting {
+                key,
+                value: us,
+                allowed: allowed(ConversionTime::ALL.map(ConversionTime::micros)),
+            })
         };
-        let avg = idx(
-            "averaging",
-            u32::from(self.averaging),
-            &AVERAGING.map(u32::from),
-        )?;
-        let vbus = idx(
-            "bus conversion time (us)",
-            self.bus_conversion_us,
-            &CONVERSION_US,
-        )?;
-        let vsh = idx(
-            "shunt conversion time (us)",
-            self.shunt_conversion_us,
-            &CONVERSION_US,
-        )?;
-        Ok(avg << 9 | vbus << 6 | vsh << 3 | MODE_SHUNT_BUS_CONTINUOUS)
+        Ok(Settings {
+            shunt_ohms: c.shunt_ohms,
+            max_current_a: c.max_current_a,
+            averaging: Averaging::from_samples(c.averaging).ok_or_else(|| UnsupportedSetting {
+                key: "averaging",
+                value: u32::from(c.averaging),
+                allowed: allowed(Averaging::ALL.map(Averaging::samples)),
+            })?,
+            bus_conversion: conversion("bus_conversion_us", c.bus_conversion_us)?,
+            shunt_conversion: conversion("shunt_conversion_us", c.shunt_conversion_us)?,
+            mode: OperatingMode::ShuntBusContinuous,
+        })
+    }
+
+    /// The config register value: reserved bit 14 set, AVG bits 11-9, VBUSCT 8-6, VSHCT 5-3,
+    /// MODE 2-0.
+    pub fn config_word(&self) -> u16 {
+        CONFIG_RESERVED_BIT
+            | self.averaging.bits() << 9
+            | self.bus_conversion.bits() << 6
+            | self.shunt_conversion.bits() << 3
+            | self.mode.bits()
     }
 
     /// Current_LSB = Imax / 2^15.
@@ -106,8 +278,8 @@ impl Settings {
     /// Time of one complete update: (VBUSCT + VSHCT) x AVG.
     pub fn update_period(&self) -> Duration {
         Duration::from_micros(
-            u64::from(self.bus_conversion_us + self.shunt_conversion_us)
-                * u64::from(self.averaging),
+            u64::from(self.bus_conversion.micros() + self.shunt_conversion.micros())
+                * u64::from(self.averaging.samples()),
         )
     }
 }
@@ -148,6 +320,14 @@ where
 
     /// Checks the ids, writes config and calibration and reads them back.
     pub fn new(mut dev: D, settings: Settings, name: &str) -> anyhow::Result<Self> {
+        if settings.mode != OperatingMode::ShuntBusContinuous {
+            bail!(
+                "{name}: operating mode {:?}: the sampler reads shunt, bus, current and power \
+                 as conversions complete, which needs {:?}",
+                settings.mode,
+                OperatingMode::ShuntBusContinuous
+            );
+        }
         let manufacturer = Self::read_word(&mut dev, reg::MANUFACTURER_ID)
             .with_context(|| format!("{name}: reading the manufacturer id"))?;
         let die = Self::read_word(&mut dev, reg::DIE_ID)?;
@@ -158,7 +338,7 @@ where
             );
         }
         let mut chip = Ina226 {
-            config: settings.config_word()?,
+            config: settings.config_word(),
             calibration: settings.calibration()?,
             dev,
             settings,
@@ -284,6 +464,7 @@ pub fn open_linux(
     Ina226::new(dev, settings, name)
 }
 
+#[cfg(test)]
 pub mod sim {
     //! A register-level INA226: what the chip does on the wire, for tests. i2cdev's
     //! `MockI2CDevice` cannot (a 255-byte map that panics on 0xFE, no byte order, no
@@ -523,35 +704,126 @@ pub mod sim {
 mod tests {
     use super::sim::Ina226Sim;
     use super::*;
+    use crate::power::RecordingHandle;
+    use std::sync::{Arc, Mutex};
 
     fn settings() -> Settings {
         Settings {
             shunt_ohms: 0.002,
             max_current_a: 10.0,
-            averaging: 4,
-            bus_conversion_us: 1100,
-            shunt_conversion_us: 588,
+            averaging: Averaging::Samples4,
+            bus_conversion: ConversionTime::Us1100,
+            shunt_conversion: ConversionTime::Us588,
+            mode: OperatingMode::ShuntBusContinuous,
         }
     }
 
     #[test]
-    fn config_and_calibration_follow_the_datasheet() {
+    fn register_fields_match_the_datasheet_tables() {
+        // (samples, AVG bits)
+        let avg = [
+            (1, 0b000),
+            (4, 0b001),
+            (16, 0b010),
+            (64, 0b011),
+            (128, 0b100),
+            (256, 0b101),
+            (512, 0b110),
+            (1024, 0b111),
+        ];
+        assert_eq!(Averaging::ALL.len(), avg.len());
+        for (a, (samples, bits)) in Averaging::ALL.into_iter().zip(avg) {
+            assert_eq!((a.samples(), a.bits()), (samples, bits), "{a:?}");
+            assert_eq!(Averaging::from_samples(samples), Some(a));
+        }
+        // (us, VBUSCT/VSHCT bits)
+        let ct = [
+            (140, 0b000),
+            (204, 0b001),
+            (332, 0b010),
+            (588, 0b011),
+            (1100, 0b100),
+            (2116, 0b101),
+            (4156, 0b110),
+            (8244, 0b111),
+        ];
+        assert_eq!(ConversionTime::ALL.len(), ct.len());
+        for (t, (us, bits)) in ConversionTime::ALL.into_iter().zip(ct) {
+            assert_eq!((t.micros(), t.bits()), (us, bits), "{t:?}");
+            assert_eq!(ConversionTime::from_micros(us), Some(t));
+        }
+        use OperatingMode::*;
+        for (mode, bits) in [
+            (PowerDown, 0b000),
+            (ShuntTriggered, 0b001),
+            (BusTriggered, 0b010),
+            (ShuntBusTriggered, 0b011),
+            (ShuntContinuous, 0b101),
+            (BusContinuous, 0b110),
+            (ShuntBusContinuous, 0b111),
+        ] {
+            assert_eq!(mode.bits(), bits, "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn config_words_are_the_fields_in_place() {
+        // The chip's own reset state (AVG 1, 1.1 ms / 1.1 ms, continuous) is its reset value.
+        let reset = Settings {
+            averaging: Averaging::Samples1,
+            bus_conversion: ConversionTime::Us1100,
+            shunt_conversion: ConversionTime::Us1100,
+            mode: OperatingMode::ShuntBusContinuous,
+            ..settings()
+        };
+        assert_eq!(reset.config_word(), CONFIG_RESET_VALUE);
+        // The config's defaults: reserved bit 14, AVG 1 -> 000, VBUSCT 332 us -> 010,
+        // VSHCT 588 us -> 011, MODE 111: 0100 0000 1001 1111.
+        let default = Settings::from_config(&Ina226Config::default()).unwrap();
+        assert_eq!(default.config_word(), 0x409F);
+        assert_eq!(default.update_period(), Duration::from_micros(332 + 588));
+        // AVG 4 -> 001, VBUSCT 1.1 ms -> 100, VSHCT 588 us -> 011.
+        assert_eq!(settings().config_word(), 0b0100_0011_0001_1111);
+    }
+
+    #[test]
+    fn config_numbers_the_chip_lacks_are_refused_with_the_allowed_values() {
+        let refused = |c: Ina226Config| Settings::from_config(&c).unwrap_err().to_string();
+        let err = refused(Ina226Config {
+            averaging: 3,
+            ..Default::default()
+        });
+        assert!(
+            err.contains("power.ina226.averaging = 3")
+                && err.contains("1, 4, 16, 64, 128, 256, 512, 1024"),
+            "{err}"
+        );
+        let times = "140, 204, 332, 588, 1100, 2116, 4156, 8244";
+        let err = refused(Ina226Config {
+            bus_conversion_us: 1000,
+            ..Default::default()
+        });
+        assert!(
+            err.contains("power.ina226.bus_conversion_us = 1000") && err.contains(times),
+            "{err}"
+        );
+        let err = refused(Ina226Config {
+            shunt_conversion_us: 8000,
+            ..Default::default()
+        });
+        assert!(
+            err.contains("power.ina226.shunt_conversion_us = 8000") && err.contains(times),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn calibration_follows_the_datasheet() {
         let s = settings();
-        // AVG=4 -> 001, VBUSCT 1.1 ms -> 100, VSHCT 588 us -> 011, MODE 111.
-        assert_eq!(s.config_word().unwrap(), 0b0000_0011_0001_1111);
         // Current_LSB = 10/32768 A; CAL = 0.00512 / (305.18e-6 * 0.002) = 8388.6 -> 8388.
         assert_eq!(s.calibration().unwrap(), 8388);
         assert!((s.power_lsb() - 25.0 * 10.0 / 32768.0).abs() < 1e-15);
         assert_eq!(s.update_period(), Duration::from_micros(4 * 1688));
-        let bad = Settings {
-            averaging: 3,
-            ..settings()
-        };
-        assert!(bad
-            .config_word()
-            .unwrap_err()
-            .to_string()
-            .contains("averaging 3"));
         let tiny = Settings {
             max_current_a: 0.0001,
             ..settings()
@@ -560,16 +832,29 @@ mod tests {
     }
 
     #[test]
+    fn a_mode_without_continuous_shunt_and_bus_conversion_is_refused_before_any_write() {
+        let sim = Ina226Sim::new();
+        for mode in [OperatingMode::PowerDown, OperatingMode::ShuntBusTriggered] {
+            let err = Ina226::new(sim.clone(), Settings { mode, ..settings() }, "c")
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains(&format!("{mode:?}")), "{err}");
+        }
+        assert!(sim.writes().is_empty());
+    }
+
+    #[test]
     fn programs_the_chip_and_reads_calibrated_values_with_swapped_bytes() {
         let sim = Ina226Sim::new();
         // 5 A through 2 mOhm = 10 mV across the shunt, on a 12 V bus.
         sim.set_inputs(0.010, 12.0);
         let mut chip = Ina226::new(sim.clone(), settings(), "1-0x40").unwrap();
-        assert_eq!(sim.register(reg::CONFIG), settings().config_word().unwrap());
+        assert_eq!(sim.register(reg::CONFIG), settings().config_word());
         assert_eq!(sim.register(reg::CALIBRATION), 8388);
         // The wire order was MSB first: a driver that forgot the swap would have written
-        // 0x1F03 to config.
-        assert!(sim.writes().contains(&(reg::CONFIG, 0x031F)));
+        // 0x1F43 to config.
+        assert!(sim.writes().contains(&(reg::CONFIG, 0x431F)));
         let m = chip.measure(Duration::from_millis(10)).unwrap();
         assert!((m.shunt_v - 0.010).abs() < 1e-9, "{m:?}");
         assert!((m.bus_v - 12.0).abs() < 1e-9);
@@ -657,5 +942,33 @@ mod tests {
         );
         let e = std::io::Error::from_raw_os_error(libc::ENOENT);
         assert!(!open_error(std::path::Path::new("/dev/i2c-9"), 9, 0x41, &e).contains("hwmon"));
+    }
+
+    #[test]
+    fn raw_ina226_through_the_simulator_as_a_power_source() {
+        let sim = Ina226Sim::new();
+        sim.set_inputs(0.010, 19.0); // 1 A through 10 mOhm at 19 V
+        let settings = Settings::from_config(&Ina226Config::default()).unwrap();
+        let chip = Ina226::new(sim.clone(), settings, "VDD_IN").unwrap();
+        assert_eq!(chip.default_period(), Duration::from_millis(1));
+        let src: Box<dyn PowerSource> = Box::new(chip);
+        let h = RecordingHandle::start(
+            &[(Arc::new(Mutex::new(src)), Duration::from_millis(1))],
+            vec![("ina226 VDD_IN".into(), "VDD_IN".into())],
+            None,
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        sim.power_on_reset(); // a brown-out mid-recording: one reading lost, then recovered
+        std::thread::sleep(Duration::from_millis(20));
+        let s = h.stop();
+        assert_eq!(s.total, [0]);
+        assert!(s.series[0].watts.len() > 10);
+        assert!(
+            s.series[0].watts.iter().all(|w| (w - 19.0).abs() < 0.05),
+            "{:?}",
+            s.series[0].watts
+        );
+        assert_eq!(s.errors.len(), 1);
+        assert_eq!(sim.register(reg::CALIBRATION), 2097);
     }
 }
