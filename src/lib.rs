@@ -18,3 +18,4 @@ pub mod store;
 pub mod sync;
 pub mod train;
 pub mod worker;
+pub mod workloads;
