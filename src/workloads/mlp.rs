@@ -242,6 +242,94 @@ impl MlpJob {
     }
 }
 
+/// The config's `[mlp]` table: which trials a sweep of this workload runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MlpConfig {
+    pub styles: Vec<Style>,
+    /// Size names (`small`, `medium`, `large`) or `NxD_inxHxD_out`.
+    pub sizes: Vec<String>,
+    pub iterations: usize,
+    pub learning_rate: f64,
+    pub devices: Vec<DeviceKind>,
+}
+
+impl Default for MlpConfig {
+    /// The study: every style and size, 500 iterations at lr 1e-6, on the CPU.
+    fn default() -> MlpConfig {
+        MlpConfig {
+            styles: Style::ALL.to_vec(),
+            sizes: PRESETS.iter().map(|(name, _)| name.to_string()).collect(),
+            iterations: ITERATIONS,
+            learning_rate: LEARNING_RATE,
+            devices: vec![DeviceKind::Cpu],
+        }
+    }
+}
+
+impl MlpConfig {
+    /// One job per (device, size, style), in that nesting order, each listed value once. Errors
+    /// name the `[mlp]` key at fault.
+    pub fn jobs(&self, seed: u64) -> std::result::Result<Vec<MlpJob>, String> {
+        if self.iterations == 0 {
+            return Err("mlp.iterations is 0; give at least 1 (the study ran 500)".into());
+        }
+        if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
+            return Err(format!(
+                "mlp.learning_rate {} must be a positive number (the study used 1e-6)",
+                self.learning_rate
+            ));
+        }
+        for (key, empty) in [
+            ("styles", self.styles.is_empty()),
+            ("sizes", self.sizes.is_empty()),
+            ("devices", self.devices.is_empty()),
+        ] {
+            if empty {
+                return Err(format!("mlp.{key} is empty; list at least one"));
+            }
+        }
+        let mut sizes: Vec<MlpSize> = Vec::new();
+        for text in &self.sizes {
+            let size = MlpSize::parse(text).map_err(|e| format!("mlp.sizes: {e}"))?;
+            if !sizes.contains(&size) {
+                sizes.push(size);
+            }
+        }
+        let mut jobs = Vec::new();
+        for device in unique(&self.devices) {
+            for size in &sizes {
+                for style in unique(&self.styles) {
+                    jobs.push(MlpJob {
+                        style,
+                        size: size.clone(),
+                        iterations: self.iterations,
+                        learning_rate: self.learning_rate,
+                        seed,
+                        device,
+                    });
+                }
+            }
+        }
+        Ok(jobs)
+    }
+}
+
+fn unique<T: Copy + PartialEq>(values: &[T]) -> Vec<T> {
+    let mut seen = Vec::new();
+    for &v in values {
+        if !seen.contains(&v) {
+            seen.push(v);
+        }
+    }
+    seen
+}
+
+/// A trial's name in progress lines and reports, e.g. `mlp autograd small cpu`.
+pub fn label(job: &MlpJob) -> String {
+    format!("mlp {} {} {}", job.style, job.size, job.device.as_str())
+}
+
 fn flops_checked(n: usize, d_in: usize, h: usize, d_out: usize) -> Option<u64> {
     let (n, d_in, h, d_out) = (n as u64, d_in as u64, h as u64, d_out as u64);
     let big = n.checked_mul(d_in)?.checked_mul(h)?.checked_mul(4)?;
@@ -882,6 +970,52 @@ mod tests {
                 "{size}: {tensors} vs {floor}"
             );
         }
+    }
+
+    #[test]
+    fn the_mlp_table_plans_every_device_size_and_style_once() {
+        let config: MlpConfig = toml::from_str(
+            r#"
+            styles = ["function", "tensors", "function"]
+            sizes = ["small", "2x3x4x5", "64x15000x100x150"]
+            iterations = 7
+            devices = ["cpu"]
+            "#,
+        )
+        .unwrap();
+        let jobs = config.jobs(9).unwrap();
+        let names: Vec<String> = jobs.iter().map(label).collect();
+        assert_eq!(
+            names,
+            [
+                "mlp function small cpu",
+                "mlp tensors small cpu",
+                "mlp function 2x3x4x5 cpu",
+                "mlp tensors 2x3x4x5 cpu"
+            ]
+        );
+        assert!(jobs.iter().all(|j| j.iterations == 7 && j.seed == 9));
+        assert!(jobs.iter().all(|j| j.learning_rate == LEARNING_RATE));
+
+        let study = MlpConfig::default().jobs(0).unwrap();
+        assert_eq!(study.len(), 9);
+        assert!(study.iter().all(|j| j.iterations == 500));
+    }
+
+    #[test]
+    fn a_bad_mlp_table_is_refused_naming_the_key() {
+        let refuse = |text: &str| -> String {
+            match toml::from_str::<MlpConfig>(text) {
+                Err(e) => e.to_string(),
+                Ok(config) => config.jobs(0).unwrap_err(),
+            }
+        };
+        assert!(refuse("sizes = [\"tiny\"]").contains("mlp.sizes: unknown MLP size 'tiny'"));
+        assert!(refuse("iterations = 0").contains("mlp.iterations is 0"));
+        assert!(refuse("styles = []").contains("mlp.styles is empty"));
+        assert!(refuse("learning_rate = -1.0").contains("mlp.learning_rate -1"));
+        assert!(refuse("styles = [\"graph\"]").contains("unknown variant `graph`"));
+        assert!(refuse("batch = 3").contains("unknown field `batch`"));
     }
 
     fn record(step: usize, step_s: f64) -> IterationRecord {
