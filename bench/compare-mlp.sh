@@ -11,20 +11,22 @@
 # Installs torch into bench/.venv-torch (or $EDGEBENCH_TORCH_VENV) if it is missing. edgebench's
 # column is criterion's median time per iteration; PyTorch's is the median over its iterations
 # after the first (20 for small, 10 for medium, 6 for large). Both use all cores. Timings on a
-# shared machine are noisy: run more rounds there.
+# shared machine are noisy: run more rounds there. PROFILE=dev measures the dev profile's build
+# (dependencies at opt-level 3, as tests run them) when a release build is not at hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${1:-small,medium,large}
 STYLES=${2:-tensors,autograd,function}
 ROUNDS=${3:-1}
 VENV=${EDGEBENCH_TORCH_VENV:-bench/.venv-torch}
+PROFILE=${PROFILE:-bench}
 
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
     echo "installing torch into $VENV ..." >&2
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q torch
 fi
-cargo bench -q --bench mlp --no-run
+cargo bench -q --profile "$PROFILE" --bench mlp --no-run
 TARGET=${CARGO_TARGET_DIR:-target}
 
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
@@ -36,7 +38,7 @@ for size in ${SIZES//,/ }; do
     for style in ${STYLES//,/ }; do
         eb=(); pt=()
         for _ in $(seq "$ROUNDS"); do
-            cargo bench -q --bench mlp -- --noplot "^mlp/$size/$style\$" >/dev/null
+            cargo bench -q --profile "$PROFILE" --bench mlp -- --noplot "^mlp/$size/$style\$" >/dev/null
             est="$TARGET/criterion/mlp_$size/$style/new/estimates.json"
             eb+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"] / 1e6)' "$est")")
             line=$("$VENV/bin/python" bench/torch_mlp.py "$style" "$size" "$iters" cpu | tail -1)

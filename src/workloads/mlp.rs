@@ -1064,7 +1064,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut records = Vec::new();
         let end = run(&job, &stop, &mut |r| {
-            records.push(r.clone());
+            records.push(*r);
             Ok(Control::Continue)
         })
         .unwrap();
