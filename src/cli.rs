@@ -187,9 +187,19 @@ pub struct RunArgs {
     /// Config file (default: config/edgebench.toml if present, else built-in defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// What the trials run: cnn (train AlexNet/GoogLeNet) or ops (operator micro-benchmarks).
+    /// What the trials run: cnn (train AlexNet/GoogLeNet), mlp (the MLP study) or ops
+    /// (operator micro-benchmarks).
     #[arg(long, value_parser = edgebench::config::WorkloadKind::parse)]
     pub workload: Option<edgebench::config::WorkloadKind>,
+    /// mlp: programming styles, comma separated: tensors,autograd,function.
+    #[arg(long, value_delimiter = ',')]
+    pub style: Option<Vec<String>>,
+    /// mlp: sizes, comma separated: small,medium,large or NxD_inxHxD_out.
+    #[arg(long, value_delimiter = ',')]
+    pub size: Option<Vec<String>>,
+    /// mlp: gradient-descent steps per trial (default 500).
+    #[arg(long)]
+    pub iterations: Option<usize>,
     /// ops: operators, comma separated: add,mul,dot,scalar,sigmoid,tanh.
     #[arg(long, value_delimiter = ',')]
     pub op: Option<Vec<String>>,
@@ -258,6 +268,9 @@ impl RunArgs {
             workload: self.workload,
             ops: self.op.clone(),
             mb: self.mb.clone(),
+            styles: self.style.clone(),
+            sizes: self.size.clone(),
+            iterations: self.iterations,
             nets: self.net.clone(),
             devices: self.device.clone(),
             batches: self.batch.clone(),

@@ -59,7 +59,36 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub daemon: DaemonConfig,
     pub power: PowerConfig,
+    pub mlp: MlpConfig,
     pub ops: OpsConfig,
+}
+
+/// `[mlp]`: the MLP study (`--workload mlp`), on `sweep.devices`. Names and sizes are checked
+/// by the workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MlpConfig {
+    /// `tensors` (hand-written backward), `autograd`, `function` (ReLU as a custom op).
+    pub styles: Vec<String>,
+    /// `small`, `medium`, `large`, or `NxD_inxHxD_out`.
+    pub sizes: Vec<String>,
+    /// Gradient-descent steps per trial (the study ran 500).
+    pub iterations: usize,
+    /// The study's 1e-6.
+    pub learning_rate: f64,
+}
+
+impl Default for MlpConfig {
+    fn default() -> Self {
+        MlpConfig {
+            styles: ["tensors", "autograd", "function"]
+                .map(String::from)
+                .to_vec(),
+            sizes: ["small", "medium", "large"].map(String::from).to_vec(),
+            iterations: 500,
+            learning_rate: 1e-6,
+        }
+    }
 }
 
 /// `[ops]`: the operator micro-benchmarks (`--workload ops`), on `sweep.devices`. Names and
@@ -103,16 +132,19 @@ pub enum WorkloadKind {
     /// Train AlexNet/GoogLeNet over (net, device, batch).
     #[default]
     Cnn,
+    /// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
+    Mlp,
     /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
     Ops,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 2] = [WorkloadKind::Cnn, WorkloadKind::Ops];
+    pub const ALL: [WorkloadKind; 3] = [WorkloadKind::Cnn, WorkloadKind::Mlp, WorkloadKind::Ops];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Cnn => "cnn",
+            WorkloadKind::Mlp => "mlp",
             WorkloadKind::Ops => "ops",
         }
     }
@@ -507,6 +539,9 @@ pub struct Overrides {
     pub workload: Option<WorkloadKind>,
     pub ops: Option<Vec<String>>,
     pub mb: Option<Vec<f64>>,
+    pub styles: Option<Vec<String>>,
+    pub sizes: Option<Vec<String>>,
+    pub iterations: Option<usize>,
     pub nets: Option<Vec<String>>,
     pub devices: Option<Vec<DeviceKind>>,
     pub batches: Option<Vec<usize>>,
@@ -567,6 +602,9 @@ impl Config {
         set!(s.workload, o.workload);
         set!(self.ops.ops, o.ops);
         set!(self.ops.mb, o.mb);
+        set!(self.mlp.styles, o.styles);
+        set!(self.mlp.sizes, o.sizes);
+        set!(self.mlp.iterations, o.iterations);
         set!(s.nets, o.nets);
         set!(s.devices, o.devices);
         set!(s.batches, o.batches);

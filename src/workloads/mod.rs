@@ -13,6 +13,7 @@
 
 pub mod cnn;
 pub mod exec;
+pub mod mlp;
 pub mod ops;
 
 use crate::config::{Config, WorkloadKind};
@@ -27,6 +28,7 @@ use std::sync::atomic::AtomicBool;
 #[serde(tag = "workload", rename_all = "snake_case")]
 pub enum Job {
     Cnn(cnn::CnnJob),
+    Mlp(mlp::MlpJob),
     Ops(ops::OpsJob),
 }
 
@@ -91,6 +93,10 @@ pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result
                 .identity(),
             peaks: None,
         },
+        WorkloadKind::Mlp => {
+            mlp::jobs(config).map_err(anyhow::Error::msg)?;
+            Prepared::default()
+        }
         WorkloadKind::Ops => {
             ops::jobs(config)?;
             tracing::info!("measuring the peaks (SGEMM, STREAM) the operators are judged against");
@@ -110,6 +116,7 @@ pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result
 pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
     match input.config.sweep.workload {
         WorkloadKind::Cnn => cnn::plan(input),
+        WorkloadKind::Mlp => mlp::plan(input),
         WorkloadKind::Ops => ops::plan(input),
     }
 }
@@ -123,6 +130,7 @@ impl Job {
     ) -> anyhow::Result<TrialEnd> {
         match self {
             Job::Cnn(job) => cnn::run(job, stop, emit),
+            Job::Mlp(job) => mlp::run(job, stop, emit),
             Job::Ops(job) => ops::run(job, stop, emit),
         }
     }
@@ -131,6 +139,7 @@ impl Job {
     pub fn metrics(&self, measured: &[IterationRecord]) -> Metrics {
         match self {
             Job::Cnn(_) => step_metrics(measured),
+            Job::Mlp(job) => mlp::metrics(job, measured),
             Job::Ops(job) => ops::metrics(job, measured),
         }
     }
