@@ -1,0 +1,173 @@
+//! The MLP and operator workloads end to end through the binary: sweeps into a real database,
+//! results keys, resume, power from a prepared sysfs tree, and `edgebench peaks`.
+
+mod common;
+
+use common::jetson::orin_nx_power;
+use common::{count, edgebench, ok, results};
+use rusqlite::Connection;
+
+/// A custom MLP size small enough for a test: N=8, D_in=32, H=16, D_out=4.
+const TINY: &str = "8x32x16x4";
+
+#[test]
+fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx_power(&sys);
+    let db = dir.path().join("mlp.db");
+    let sweep = |extra: &[&str]| {
+        let mut cmd = edgebench(dir.path());
+        cmd.args(["run", "--workload", "mlp", "--style", "tensors,autograd,function"])
+            .args(["--size", TINY, "--iterations", "40", "--power", "--sysfs"])
+            .arg(&sys)
+            .arg("--db")
+            .arg(&db)
+            .args(extra);
+        ok(cmd.output().unwrap())
+    };
+    sweep(&[]);
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 3);
+    for (r, style) in rows.iter().zip(["tensors", "autograd", "function"]) {
+        assert_eq!(r["workload"], "mlp", "{r}");
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["style"], style);
+        assert_eq!(r["size"], TINY);
+        assert_eq!(r["iterations"], 40);
+        assert_eq!(r["net"], "mlp");
+        assert_eq!(r["batch"], 8);
+        for key in ["time_per_iteration_s", "total_time_s", "gflop_per_s", "energy_j"] {
+            assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {r}");
+        }
+        // The fixture's VDD_IN is a steady 7.5 W.
+        assert!((r["avg_power_w"].as_f64().unwrap() - 7.5).abs() < 1e-6, "{r}");
+        let edp = r["energy_j"].as_f64().unwrap() * r["total_time_s"].as_f64().unwrap();
+        assert!(r["edp_js"].as_f64().unwrap() > 0.0 && edp > 0.0);
+    }
+    // The three styles compute the same model: the same loss curve to float tolerance.
+    let c = Connection::open(&db).unwrap();
+    let curve = |trial: i64| -> Vec<f64> {
+        c.prepare("SELECT loss FROM iterations WHERE trial_id = ?1 ORDER BY step")
+            .unwrap()
+            .query_map([trial], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let ids: Vec<i64> = c
+        .prepare("SELECT id FROM trials ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let reference = curve(ids[0]);
+    assert_eq!(reference.len(), 40);
+    assert!(reference[39] < reference[0], "the loss falls: {reference:?}");
+    for &id in &ids[1..] {
+        for (a, b) in reference.iter().zip(curve(id)) {
+            assert!((a - b).abs() <= 1e-3 * a.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+    // Resume: nothing is run again; another iteration count is another trial.
+    let out = sweep(&[]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 trial(s) run, 3 already done"));
+    sweep(&["--style", "tensors", "--iterations", "3"]);
+    assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 4);
+}
+
+#[test]
+fn bad_mlp_and_ops_parameters_are_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("bad.db");
+    for (args, says) in [
+        (&["--workload", "mlp", "--style", "keras"][..], "keras"),
+        (&["--workload", "mlp", "--size", "8x32x16"][..], "mlp.sizes"),
+        (&["--workload", "ops", "--op", "fft"][..], "fft"),
+        (&["--workload", "ops", "--mb", "0"][..], "ops.mb"),
+    ] {
+        let out = edgebench(dir.path())
+            .arg("run")
+            .args(args)
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!db.exists(), "{args:?} wrote the database");
+    }
+}
+
+#[test]
+fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.db");
+    let config = dir.path().join("ops.toml");
+    std::fs::write(&config, "[ops]\nmin_executions = 3\nmin_time_s = 0.05\n").unwrap();
+    ok(edgebench(dir.path())
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--workload", "ops", "--op", "add,dot,tanh", "--mb", "1", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap());
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 3);
+    for (r, op) in rows.iter().zip(["add", "dot", "tanh"]) {
+        assert_eq!(r["workload"], "ops", "{r}");
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["op"], op);
+        let (bytes, flops) = (r["bytes"].as_f64().unwrap(), r["flops"].as_f64().unwrap());
+        assert!((1u64 << 20) as f64 * 0.9 <= bytes && bytes <= (1u64 << 20) as f64 * 1.1);
+        let (gflops, gbs) = (
+            r["gflop_per_s"].as_f64().unwrap(),
+            r["gbyte_per_s"].as_f64().unwrap(),
+        );
+        let intensity = r["intensity_flop_per_byte"].as_f64().unwrap();
+        assert!((intensity - flops / bytes).abs() < 1e-9 * intensity.max(1.0));
+        assert!((gflops / gbs - intensity).abs() < 1e-6 * intensity.max(1.0), "{r}");
+        assert!(r["iterations"].as_u64().unwrap() >= 3 + 2);
+        // Measured roofs are always known; each efficiency is its rate over that roof.
+        for key in ["pct_measured_peak_flops", "pct_measured_peak_bandwidth"] {
+            assert!(r[key].as_f64().is_some_and(|p| p > 0.0), "{key}: {r}");
+        }
+        for key in ["pct_peak_flops", "pct_peak_bandwidth"] {
+            assert!(r.as_object().unwrap().contains_key(key), "{key}: {r}");
+        }
+    }
+    // The roofs the trials were judged against are kept with the run.
+    let sgemm: f64 = Connection::open(&db)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM run_provenance WHERE key = 'peaks.cpu.sgemm_gflops'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .unwrap()
+        .parse()
+        .unwrap();
+    let dot = &rows[1];
+    let pct = dot["pct_measured_peak_flops"].as_f64().unwrap();
+    assert!((pct - 100.0 * dot["gflop_per_s"].as_f64().unwrap() / sgemm).abs() < 1e-6 * pct);
+}
+
+#[test]
+fn peaks_prints_theoretical_and_measured_roofs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(edgebench(dir.path())
+        .args(["peaks", "--json"])
+        .output()
+        .unwrap());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpu = &report["devices"][0];
+    assert_eq!(cpu["device"], "cpu");
+    for key in ["sgemm_gflops", "triad_gbs", "copy_gbs"] {
+        assert!(cpu["measured"][key].as_f64().is_some_and(|v| v > 0.0), "{key}: {cpu}");
+    }
+    let text = ok(edgebench(dir.path()).arg("peaks").output().unwrap());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("theoretical") && text.contains("measured"), "{text}");
+}
