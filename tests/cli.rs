@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{count, edgebench, ok, results, wait_for};
+use common::fixtures::damage_table;
+use common::jetson::orin_nx_power;
+use common::{alive, children, count, edgebench, ok, results, signal, wait_for};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -299,8 +301,7 @@ fn sigint_stops_at_an_iteration_boundary_and_marks_the_trial_interrupted() {
         2,
         Duration::from_secs(120),
     );
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    signal(child.id(), libc::SIGINT);
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
     let rows = results(dir.path(), &db);
@@ -372,8 +373,7 @@ fn a_stop_abandons_a_long_iteration_after_the_grace_period() {
     );
     std::thread::sleep(Duration::from_millis(500)); // inside the first step
     let asked = std::time::Instant::now();
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    signal(child.id(), libc::SIGTERM);
     let status = child.wait().unwrap();
     assert!(
         asked.elapsed() < Duration::from_secs(5),
@@ -512,23 +512,8 @@ fn damaged_database_is_refused_untouched_with_how_to_recover() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("broken.db");
     one_trial_db(dir.path(), &db);
-    // Junk over the start of the trials table's root page (not page 1, the file header).
-    let (page_size, root): (usize, usize) = {
-        let c = Connection::open(&db).unwrap();
-        let size: i64 = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let root: i64 = c
-            .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE name = 'trials'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        (size as usize, root as usize)
-    };
-    assert!(root > 1);
-    let mut bytes = std::fs::read(&db).unwrap();
-    bytes[(root - 1) * page_size..][..64].fill(0xA5);
-    std::fs::write(&db, &bytes).unwrap();
+    damage_table(&db, "trials");
+    let bytes = std::fs::read(&db).unwrap();
 
     let out = edgebench(dir.path())
         .args([
@@ -606,32 +591,6 @@ fn edgebench_with_read_only(
         .args(args)
         .output()
         .unwrap()
-}
-
-/// Pids of the live children of `parent`, from /proc/<pid>/stat.
-fn children(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
-        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-        if fields[1].parse::<u32>().ok() == Some(parent) && fields[0] != "Z" {
-            found.push(pid);
-        }
-    }
-    found
-}
-
-/// Whether `pid` still runs (a zombie nobody reaped yet counts as gone).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
-        .unwrap_or(false)
 }
 
 /// A long one-trial sweep that keeps the database's sweep lock while the test looks.
@@ -779,8 +738,7 @@ fn a_second_run_on_the_same_db_is_refused_or_waits_for_the_first() {
     std::thread::sleep(Duration::from_secs(2));
     assert!(waiting.try_wait().unwrap().is_none());
     assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 1);
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(first.id() as i32, libc::SIGINT) };
+    signal(first.id(), libc::SIGINT);
     assert_eq!(first.wait().unwrap().code(), Some(130));
     let out = ok(waiting.wait_with_output().unwrap());
     assert!(
@@ -885,55 +843,26 @@ fn kill_9_of_a_run_ends_its_worker_and_the_next_run_marks_the_rows_interrupted()
     );
 }
 
-/// A Jetson Orin NX power tree (ina3221 at 1-0040, 7.5 W on VDD_IN) under `sys`.
-fn orin_power_tree(sys: &Path) {
-    let write = |rel: &str, text: &str| {
-        let p = sys.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
-    write(
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-    );
-    write(
-        "firmware/devicetree/base/model",
-        "NVIDIA Orin NX Developer Kit\0",
-    );
-    let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5";
-    write(&format!("{hw}/name"), "ina3221\n");
-    write(&format!("{hw}/update_interval"), "7\n");
-    for (k, (label, ma)) in [("VDD_IN", 1500), ("VDD_CPU_GPU_CV", 600), ("VDD_SOC", 400)]
-        .iter()
-        .enumerate()
-    {
-        write(&format!("{hw}/in{}_label", k + 1), &format!("{label}\n"));
-        write(&format!("{hw}/in{}_input", k + 1), "5000\n");
-        write(&format!("{hw}/curr{}_input", k + 1), &format!("{ma}\n"));
-    }
-}
-
 #[test]
 fn sigint_during_the_power_baseline_loses_no_trial() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_power_tree(&sys);
+    orin_nx_power(&sys);
     let db = dir.path().join("b.db");
     let cfg = dir.path().join("b.toml");
     // A long baseline: the interrupt must end it, not wait it out.
     std::fs::write(&cfg, "[power]\nbaseline_s = 600\n").unwrap();
     let run = || {
         let mut cmd = edgebench(dir.path());
-        cmd.env_remove("EDGEBENCH_SYSFS")
-            .args([
-                "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2", "--epochs",
-                "1", "--config",
-            ])
-            .arg(&cfg)
-            .arg("--sysfs")
-            .arg(&sys)
-            .arg("--db")
-            .arg(&db);
+        cmd.args([
+            "run", "--power", "--net", "alexnet", "--batch", "2", "--images", "2", "--epochs", "1",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db);
         cmd
     };
     let mut child = run()
@@ -946,8 +875,7 @@ fn sigint_during_the_power_baseline_loses_no_trial() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 0);
     let sent = std::time::Instant::now();
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    signal(child.id(), libc::SIGINT);
     assert_eq!(child.wait().unwrap().code(), Some(130));
     assert!(
         sent.elapsed() < Duration::from_secs(20),

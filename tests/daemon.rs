@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{count, results, wait_for};
+use common::{count, edgebench, results, signal, wait_for};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -57,10 +57,7 @@ fn daemon(dir: &Path, config: &Path, notify: &Path) -> Child {
         .append(true)
         .open(dir.join("daemon.log"))
         .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_edgebench"))
-        .current_dir(dir)
-        .env_remove("EDGEBENCH_DB")
-        .env("RAYON_NUM_THREADS", "2")
+    edgebench(dir)
         .env("NOTIFY_SOCKET", notify)
         .env("JOURNAL_STREAM", "8:4242")
         .args(["daemon", "--config"])
@@ -83,11 +80,6 @@ fn wait_exit(child: &mut Child, limit: Duration) -> i32 {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn sig(child: &Child, signal: i32) {
-    // SAFETY: kill(2) on a child this test started.
-    unsafe { libc::kill(child.id() as i32, signal) };
 }
 
 fn write_config(path: &Path, db: &Path, batches: &str, schedule: &str) {
@@ -123,7 +115,7 @@ fn sigterm_mid_sweep_then_restart_runs_every_trial_exactly_once() {
         Duration::from_secs(120),
     );
     let asked = Instant::now();
-    sig(&child, libc::SIGTERM);
+    signal(child.id(), libc::SIGTERM);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
     assert!(asked.elapsed() < Duration::from_secs(10));
     notify.expect("STOPPING=1", Duration::from_secs(1));
@@ -165,19 +157,19 @@ fn sighup_reloads_the_config_and_a_bad_one_is_kept_out() {
     notify.expect("STATUS=idle; last sweep: 1 run", Duration::from_secs(120));
 
     write_config(&config, &db, "3, 6", "daily 12:00");
-    sig(&child, libc::SIGHUP);
+    signal(child.id(), libc::SIGHUP);
     notify.expect("RELOADING=1", Duration::from_secs(5));
     notify.expect("STATUS=config reloaded", Duration::from_secs(5));
 
     std::fs::write(&config, "[sweep]\nbatchez = 1\n").unwrap();
-    sig(&child, libc::SIGHUP);
+    signal(child.id(), libc::SIGHUP);
     notify.expect("config reload failed", Duration::from_secs(5));
     assert!(
         child.try_wait().unwrap().is_none(),
         "a bad config must not stop the daemon"
     );
 
-    sig(&child, libc::SIGTERM);
+    signal(child.id(), libc::SIGTERM);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(10)), 0);
     // Every signal is in the log, in plain journal lines.
     let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
@@ -256,7 +248,7 @@ fn a_sweep_waits_while_another_process_holds_the_database() {
     let mut child = daemon(dir.path(), &config, &socket);
     notify.seen.clear();
     notify.expect("STATUS=waiting for another sweep", Duration::from_secs(30));
-    sig(&child, libc::SIGTERM);
+    signal(child.id(), libc::SIGTERM);
     assert_eq!(wait_exit(&mut child, Duration::from_secs(5)), 0);
     assert!(!db.exists());
     drop(held);

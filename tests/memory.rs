@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{describe, edgebench, results, wait_for};
+use common::{children, describe, edgebench, results, signal, wait_for};
 use edgebench::host::HostPaths;
 use edgebench::memory::{cgroup, procfs::ProcReader};
 use rusqlite::Connection;
@@ -23,17 +23,11 @@ fn cgroup_unusable() -> Option<String> {
         .map(|e| e.to_string())
 }
 
+/// The worker process `edgebench run` (pid `parent`) has started.
 fn worker_of(parent: u32) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid: u32 = stat[stat.rfind(')')? + 2..]
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
-        (ppid == parent && cmdline.contains("worker")).then_some(pid)
+    children(parent).into_iter().find(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|cmdline| cmdline.contains("worker"))
     })
 }
 
@@ -57,8 +51,7 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         Duration::from_secs(180),
     );
     let worker = worker_of(child.id()).expect("a worker process under edgebench run");
-    // SAFETY: kill(2) on a process this test started (indirectly).
-    unsafe { libc::kill(worker as i32, libc::SIGKILL) };
+    signal(worker, libc::SIGKILL);
     // The sweep goes on; stop it once the next trial has started, to keep the test short.
     wait_for(
         &db,
@@ -66,8 +59,7 @@ fn a_killed_worker_costs_one_trial_and_is_not_called_oom_without_the_counter() {
         2,
         Duration::from_secs(180),
     );
-    // SAFETY: kill(2) on our own child, not yet waited for, so its pid is still its own.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    signal(child.id(), libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
     let rows = results(dir.path(), &db);

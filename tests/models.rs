@@ -1,7 +1,10 @@
 //! The networks are the BVLC definitions: parameter counts, every stage's output shape (by
 //! inference and by running the candle graph), and gradients reaching every parameter.
 
+mod common;
+
 use candle_core::{Device, Tensor};
+use common::{edgebench, results};
 use edgebench::models::{self, ConvImpl, Network};
 use edgebench::train::{data::Dataset, sgd::Sgd};
 use rand::SeedableRng;
@@ -582,10 +585,7 @@ fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
     let whole = std::fs::read(data.join("1.jpg")).unwrap();
     std::fs::write(data.join("1.jpg"), &whole[..whole.len() / 3]).unwrap();
     let db = dir.path().join("j.db");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgebench"))
-        .current_dir(dir.path())
-        .env_remove("EDGEBENCH_DB")
-        .env("RAYON_NUM_THREADS", "2")
+    let out = edgebench(dir.path())
         .args(["run", "--net", "alexnet", "--batch", "1", "--images", "2"])
         .args(["--epochs", "1", "--warmup", "0", "--db"])
         .arg(&db)
@@ -595,13 +595,7 @@ fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edgebench"))
-        .current_dir(dir.path())
-        .args(["results", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap();
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = results(dir.path(), &db);
     let row = &rows[0];
     assert_eq!(row["status"], "failed", "{row}");
     let error = row["error"].as_str().unwrap();

@@ -1,75 +1,19 @@
 //! `run --power` and `sensors` end to end through the binary, with `--sysfs` pointing at a
 //! prepared Jetson tree (a JetPack 5 Orin NX: ina3221 hwmon at 1-0040).
 
+mod common;
+
+use common::jetson::{orin_nx_power, write, ORIN_NX_HWMON};
+use common::{edgebench, ok, results, wait_for};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn edgebench(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
-    cmd.current_dir(dir)
-        .env_remove("EDGEBENCH_DB")
-        .env_remove("EDGEBENCH_SYSFS")
-        .env("RAYON_NUM_THREADS", "2");
-    cmd
-}
-
-fn ok(out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
-
-/// Orin NX: VDD_IN 5.0 V x 1.5 A = 7.5 W; VDD_CPU_GPU_CV 5.0 V x 0.6 A; VDD_SOC 5.0 V x 0.4 A.
-fn orin_nx(sys: &Path) {
-    write(
-        sys,
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-    );
-    write(
-        sys,
-        "firmware/devicetree/base/model",
-        "NVIDIA Orin NX Developer Kit\0",
-    );
-    let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5";
-    write(sys, &format!("{hw}/name"), "ina3221\n");
-    write(sys, &format!("{hw}/update_interval"), "7\n");
-    for (k, (label, ma)) in [("VDD_IN", 1500), ("VDD_CPU_GPU_CV", 600), ("VDD_SOC", 400)]
-        .iter()
-        .enumerate()
-    {
-        write(
-            sys,
-            &format!("{hw}/in{}_label", k + 1),
-            &format!("{label}\n"),
-        );
-        write(sys, &format!("{hw}/in{}_input", k + 1), "5000\n");
-        write(
-            sys,
-            &format!("{hw}/curr{}_input", k + 1),
-            &format!("{ma}\n"),
-        );
-    }
-}
 
 #[test]
 fn run_with_power_records_energy_consistent_with_the_rails() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let db = dir.path().join("p.db");
     let cfg = dir.path().join("p.toml");
     std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\ngpio_marker = 17\n").unwrap();
@@ -95,12 +39,7 @@ fn run_with_power_records_energy_consistent_with_the_rails() {
         "{stdout}"
     );
 
-    let out = ok(edgebench(dir.path())
-        .args(["results", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap());
-    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = results(dir.path(), &db);
     let r = &rows[0];
     assert_eq!(r["status"], "ok", "{r}");
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
@@ -227,7 +166,7 @@ fn power_without_a_sensor_exits_2_and_writes_nothing() {
 fn sensors_lists_rails_total_and_probes() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let out = ok(edgebench(dir.path())
         .args(["sensors", "--json", "--sysfs"])
         .arg(&sys)
@@ -321,13 +260,7 @@ fn thor_run_is_board_scope_from_the_ina238_and_flags_trials_too_short_for_it() {
         "{stdout}"
     );
 
-    let out = ok(edgebench(dir.path())
-        .args(["results", "--json", "--db"])
-        .arg(&db)
-        .output()
-        .unwrap());
-    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
+    let rows = results(dir.path(), &db);
     assert_eq!(rows.len(), 2);
     for r in rows {
         assert_eq!(r["board"], "agx-thor", "{r}");
@@ -383,7 +316,7 @@ fn thor_run_is_board_scope_from_the_ina238_and_flags_trials_too_short_for_it() {
 fn board_scope_without_a_carrier_monitor_exits_2_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let db = dir.path().join("none.db");
     let out = edgebench(dir.path())
         .args([
@@ -426,26 +359,11 @@ type TrialPowerRow = (
     f64,
 );
 
-/// Waits until `sql` (a COUNT) reaches `n`.
-fn wait_count(db: &Path, sql: &str, n: i64, limit: std::time::Duration) {
-    let t0 = std::time::Instant::now();
-    loop {
-        let got = Connection::open(db)
-            .and_then(|c| c.query_row(sql, [], |r| r.get::<_, i64>(0)))
-            .unwrap_or(0);
-        if got >= n {
-            return;
-        }
-        assert!(t0.elapsed() < limit, "{sql}: {got} < {n} after {limit:?}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let db = dir.path().join("lost.db");
     let child = edgebench(dir.path())
         .args(["run", "--power", "--net", "alexnet", "--batch", "1,2"])
@@ -458,13 +376,13 @@ fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
         .spawn()
         .unwrap();
     // Two iterations of the first trial measured, then the monitor's files vanish for good.
-    wait_count(
+    wait_for(
         &db,
         "SELECT COUNT(*) FROM iterations",
         2,
         std::time::Duration::from_secs(300),
     );
-    let hwmon = sys.join("bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon5");
+    let hwmon = sys.join(ORIN_NX_HWMON);
     std::fs::rename(&hwmon, dir.path().join("gone")).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -545,7 +463,7 @@ fn a_sensor_lost_mid_trial_is_accounted_honestly_to_the_end_of_the_run() {
 fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let run = |envs: &[(&str, &str)]| {
         let db = dir.path().join(format!("log{}.db", envs.len()));
         let out = ok(edgebench(dir.path())
@@ -602,7 +520,7 @@ fn sampler_cpu_cost() {
     use edgebench::power::PowerMonitor;
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    orin_nx(&sys);
+    orin_nx_power(&sys);
     let host = HostPaths {
         sysfs: sys,
         procfs: "/proc".into(),

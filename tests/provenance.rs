@@ -4,17 +4,12 @@
 
 mod common;
 
+use common::jetson::write;
 use common::{count, edgebench, ok, results, wait_for};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
 
 struct Tree {
     _dir: tempfile::TempDir,

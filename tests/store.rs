@@ -1,71 +1,15 @@
-//! Store and CSV export, against real temporary database files.
+//! The store, against real temporary database files.
+
+mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Instant, SystemTime};
 
-use edgebench::record::{IterationRecord, Metrics};
-use edgebench::report::export_csv;
-use edgebench::store::{
-    RunInfo, Store, StoreError, SweepLock, TrialKey, TrialStatus, TrialSummary, SCHEMA_VERSION,
-};
+use common::fixtures::{damage_table, iter, key, run_info, sidecars_absent, summary};
+use edgebench::record::Metrics;
+use edgebench::store::{Store, StoreError, SweepLock, TrialStatus, SCHEMA_VERSION};
 use rusqlite::Connection;
-
-fn run_info(uuid: &str, started_at: &str) -> RunInfo {
-    RunInfo {
-        uuid: uuid.into(),
-        host: "jetson-nano".into(),
-        started_at: started_at.into(),
-        config_toml: "[sweep]\nbatch = [8, 16]\n".into(),
-        edgebench_version: "0.1.0".into(),
-        git_commit: "abc1234".into(),
-        candle_version: "0.11.0".into(),
-        cpu_threads: 4,
-        cpu_model: Some("ARMv8 Processor rev 1 (v8l)".into()),
-        os: "Linux 4.9.253-tegra aarch64".into(),
-    }
-}
-
-fn key(net: &str, device: &str, batch: usize) -> TrialKey {
-    TrialKey {
-        workload: "cnn".into(),
-        params: "{}".into(),
-        net: net.into(),
-        device: device.into(),
-        batch,
-        epochs: 1,
-        images: 256,
-        dataset: "synthetic:224x224:seed=1".into(),
-    }
-}
-
-fn iter(step: usize, loss: f64, step_s: f64) -> IterationRecord {
-    IterationRecord {
-        step,
-        epoch: step / 4,
-        loss,
-        lr: 0.01,
-        data_s: 0.002,
-        step_s,
-        t_start_ns: 1_000_000 * step as i64,
-        t_end_ns: 1_000_000 * step as i64 + 900_000,
-    }
-}
-
-fn summary(status: &str) -> TrialSummary {
-    TrialSummary {
-        status: TrialStatus::parse(status).unwrap(),
-        error: (status == "failed").then(|| "out of memory".to_string()),
-        ended_at: "2025-01-31T12:05:00Z".into(),
-        time_per_image_s: Some(0.0125),
-        time_per_image_spread_s: Some(0.001),
-        images_per_s: Some(80.0),
-        loss_first: Some(6.9),
-        loss_last: Some(6.5),
-        loss_anomaly: false,
-        metrics: Metrics::default(),
-    }
-}
 
 /// Bytes and mtime, to prove a refused file was not touched.
 fn snapshot(path: &Path) -> (Vec<u8>, SystemTime) {
@@ -73,11 +17,6 @@ fn snapshot(path: &Path) -> (Vec<u8>, SystemTime) {
         std::fs::read(path).unwrap(),
         std::fs::metadata(path).unwrap().modified().unwrap(),
     )
-}
-
-fn sidecars_absent(path: &Path) -> bool {
-    let p = path.display().to_string();
-    !Path::new(&format!("{p}-wal")).exists() && !Path::new(&format!("{p}-journal")).exists()
 }
 
 #[test]
@@ -88,7 +27,7 @@ fn creates_schema_and_reopens() {
         let mut s = Store::open(&path).unwrap();
         assert_eq!(s.path(), path);
         assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-        s.begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        s.begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
             .unwrap();
     }
     let raw = Connection::open(&path).unwrap();
@@ -269,7 +208,7 @@ fn readonly_store_reads_but_cannot_write() {
     {
         let mut s = Store::open(&path).unwrap();
         let run = s
-            .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+            .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
             .unwrap();
         s.begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "2025-01-31T12:00:01Z")
             .unwrap();
@@ -277,7 +216,7 @@ fn readonly_store_reads_but_cannot_write() {
     let mut ro = Store::open_readonly(&path).unwrap();
     assert_eq!(ro.results().unwrap().len(), 1);
     assert!(ro
-        .begin_run(&run_info("run-2", "2025-01-31T13:00:00Z"))
+        .begin_run(&run_info("run-2", "jetson-nano", "2025-01-31T13:00:00Z"))
         .is_err());
 }
 
@@ -288,6 +227,7 @@ fn round_trip_run_trial_iterations() {
     let mut s = Store::open(&path).unwrap();
     let info = run_info(
         "11111111-1111-4111-8111-111111111111",
+        "jetson-nano",
         "2025-01-31T12:00:00Z",
     );
     let run = s.begin_run(&info).unwrap();
@@ -370,7 +310,7 @@ fn nan_loss_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
     let run = s
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let trial = s
         .begin_trial(run, &key("googlenet", "cuda", 16), 2, 0, "t")
@@ -388,7 +328,7 @@ fn completed_keys_only_has_ok_trials() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
     let run = s
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let ok = key("alexnet", "cpu", 8);
     for (k, status) in [
@@ -416,7 +356,7 @@ fn results_json_has_every_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
     let run = s
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let t = s
         .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "t")
@@ -515,98 +455,6 @@ fn results_json_has_every_key() {
     assert_eq!(obj["status"], "ok");
 }
 
-#[test]
-fn csv_export_two_trials() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
-    let run = s
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
-        .unwrap();
-
-    let a = s
-        .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "t")
-        .unwrap();
-    let a_times = [0.5, 0.25, 0.125];
-    for (i, t) in a_times.iter().enumerate() {
-        s.record_iteration(a, &iter(i, 6.9 - i as f64 * 0.1, *t))
-            .unwrap();
-    }
-    s.finish_trial(a, &summary("ok")).unwrap();
-
-    let g = s
-        .begin_trial(run, &key("googlenet", "cuda", 16), 4, 1, "t")
-        .unwrap();
-    let g_times = [0.31, 0.17, 0.19, 0.23];
-    for (i, t) in g_times.iter().enumerate() {
-        s.record_iteration(g, &iter(i, 6.9, *t)).unwrap();
-    }
-    s.finish_trial(g, &summary("ok")).unwrap();
-
-    // An older, superseded alexnet/cpu/8 series must not appear.
-    let run0 = s
-        .begin_run(&run_info("run-0", "2025-01-30T12:00:00Z"))
-        .unwrap();
-    let old = s
-        .begin_trial(run0, &key("alexnet", "cpu", 8), 3, 1, "t")
-        .unwrap();
-    s.record_iteration(old, &iter(0, 1.0, 9.0)).unwrap();
-    s.finish_trial(old, &summary("ok")).unwrap();
-
-    let out = dir.path().join("csv/out");
-    let files = export_csv(&s, &out, "nano").unwrap();
-    assert_eq!(
-        files,
-        vec![
-            out.join("loss_nano_edgebench.csv"),
-            out.join("times_nano_edgebench.csv")
-        ]
-    );
-
-    let loss = std::fs::read_to_string(&files[0]).unwrap();
-    let lines: Vec<&str> = loss.lines().collect();
-    assert_eq!(lines[0], "#network,mode,batch,step,loss,time");
-    assert_eq!(lines.len() - 1, a_times.len() + g_times.len());
-    assert!(loss.ends_with('\n'));
-    let first: Vec<&str> = lines[1].split(',').collect();
-    assert_eq!(&first[..4], &["alexnet", "CPU", "008", "0"]);
-    assert_eq!(first[4].parse::<f64>().unwrap(), 6.9);
-    assert_eq!(first[5].parse::<f64>().unwrap(), 0.5);
-    let g_rows: Vec<&&str> = lines[1..]
-        .iter()
-        .filter(|l| l.starts_with("googlenet,GPU,016,"))
-        .collect();
-    assert_eq!(g_rows.len(), 4);
-    let steps: Vec<&str> = g_rows
-        .iter()
-        .map(|l| l.split(',').nth(3).unwrap())
-        .collect();
-    assert_eq!(steps, ["0", "1", "2", "3"]);
-    assert!(!loss.contains(",9\n"), "superseded trial exported:\n{loss}");
-
-    let times = std::fs::read_to_string(&files[1]).unwrap();
-    let lines: Vec<&str> = times.lines().collect();
-    assert_eq!(lines[0], "#network,mode,batch,avg_time");
-    assert_eq!(lines.len(), 3);
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    for (line, prefix, expected) in [
-        (lines[1], "alexnet,CPU,008,", mean(&a_times)),
-        (lines[2], "googlenet,GPU,016,", mean(&g_times)),
-    ] {
-        let avg = line
-            .strip_prefix(prefix)
-            .unwrap_or_else(|| panic!("{line}"));
-        assert_eq!(avg.parse::<f64>().unwrap(), expected, "{line}");
-    }
-}
-
-#[test]
-fn csv_export_rejects_path_like_machine_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(&dir.path().join("bench.db")).unwrap();
-    assert!(export_csv(&s, dir.path(), "../evil").is_err());
-    assert!(export_csv(&s, dir.path(), "").is_err());
-}
-
 /// Cost of one record_iteration (one transaction) on a temp file. The bound is loose on
 /// purpose: it catches a missing WAL/synchronous setting (an fsync per step), not jitter.
 #[test]
@@ -614,7 +462,7 @@ fn record_iteration_is_cheap() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
     let run = s
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let n = 5_000;
     let t = s
@@ -637,7 +485,7 @@ fn reader_sees_progress_while_writer_runs() {
     let path = dir.path().join("bench.db");
     let mut w = Store::open(&path).unwrap();
     let run = w
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let t = w
         .begin_trial(run, &key("alexnet", "cpu", 8), 10, 1, "t")
@@ -662,7 +510,7 @@ fn finished_trial_is_in_main_file_without_wal() {
     let path = dir.path().join("bench.db");
     let mut w = Store::open(&path).unwrap();
     let run = w
-        .begin_run(&run_info("run-1", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     let t = w
         .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "t")
@@ -738,7 +586,7 @@ fn power_figures_samples_and_rail_energies_round_trip() {
     let path = dir.path().join("p.db");
     let mut s = Store::open(&path).unwrap();
     let run = s
-        .begin_run(&run_info("r-power", "2025-01-31T12:00:00Z"))
+        .begin_run(&run_info("r-power", "jetson-nano", "2025-01-31T12:00:00Z"))
         .unwrap();
     s.set_run_power(run, "orin-nx", "VDD_IN", Some((4.5, 3.0)))
         .unwrap();
@@ -815,32 +663,6 @@ fn power_figures_samples_and_rail_energies_round_trip() {
     assert_eq!(count, n);
 }
 
-/// Overwrites the start of `table`'s root page (its b-tree page header and first cells) with
-/// junk, as a failing card or an interrupted copy would; the file header stays intact.
-fn damage_table(path: &Path, table: &str) {
-    let (page_size, root): (i64, i64) = {
-        let c = Connection::open(path).unwrap();
-        let page_size = c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
-        let root = c
-            .query_row(
-                "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [table],
-                |r| r.get(0),
-            )
-            .unwrap();
-        (page_size, root)
-    };
-    assert!(root > 1, "page 1 holds the file header");
-    assert!(
-        sidecars_absent(path),
-        "the damage must land in the main file"
-    );
-    let mut bytes = std::fs::read(path).unwrap();
-    let start = ((root - 1) * page_size) as usize;
-    bytes[start..start + 64].fill(0xA5);
-    std::fs::write(path, bytes).unwrap();
-}
-
 #[test]
 fn damaged_file_is_refused_untouched_by_writers_and_readers() {
     let dir = tempfile::tempdir().unwrap();
@@ -850,6 +672,7 @@ fn damaged_file_is_refused_untouched_by_writers_and_readers() {
         let run = s
             .begin_run(&run_info(
                 "44444444-4444-4444-8444-444444444444",
+                "jetson-nano",
                 "2025-01-31T12:00:00Z",
             ))
             .unwrap();
@@ -904,7 +727,7 @@ fn rows_left_running_by_a_dead_process_become_interrupted_keeping_their_iteratio
     {
         let mut s = Store::open(&db).unwrap();
         let done = s
-            .begin_run(&run_info("run-done", "2025-01-31T11:00:00Z"))
+            .begin_run(&run_info("run-done", "jetson-nano", "2025-01-31T11:00:00Z"))
             .unwrap();
         let t = s
             .begin_trial(done, &key("alexnet", "cpu", 8), 4, 1, "t")
@@ -914,7 +737,7 @@ fn rows_left_running_by_a_dead_process_become_interrupted_keeping_their_iteratio
             .unwrap();
         // A process that dies here (kill -9, a panic, a full disk) leaves both rows `running`.
         let run = s
-            .begin_run(&run_info("run-dead", "2025-01-31T12:00:00Z"))
+            .begin_run(&run_info("run-dead", "jetson-nano", "2025-01-31T12:00:00Z"))
             .unwrap();
         let t = s
             .begin_trial(run, &key("alexnet", "cpu", 16), 4, 1, "t")
@@ -963,7 +786,9 @@ fn rows_left_running_by_a_dead_process_become_interrupted_keeping_their_iteratio
 fn workload_params_and_metrics_are_row_keys_and_part_of_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("w.db")).unwrap();
-    let run = s.begin_run(&run_info("r", "2025-01-31T11:00:00Z")).unwrap();
+    let run = s
+        .begin_run(&run_info("r", "jetson-nano", "2025-01-31T11:00:00Z"))
+        .unwrap();
     let mut k = key("mlp", "cpu", 64);
     k.workload = "mlp".into();
     k.params = r#"{"size":"small","style":"tensors"}"#.into();
@@ -998,7 +823,9 @@ fn workload_params_and_metrics_are_row_keys_and_part_of_the_key() {
 fn statuses_by_key_prefers_ok_then_the_latest() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("k.db")).unwrap();
-    let run = s.begin_run(&run_info("r", "2025-01-31T11:00:00Z")).unwrap();
+    let run = s
+        .begin_run(&run_info("r", "jetson-nano", "2025-01-31T11:00:00Z"))
+        .unwrap();
     for (batch, status) in [
         (1, "ok"),
         (1, "crashed"),

@@ -1,5 +1,10 @@
-//! Helpers shared by the tests that drive the real binary.
+//! Helpers shared by the integration tests: the real binary with a clean environment, waiting
+//! on its database, signals and the process tree; the store fixtures (`fixtures`) and the
+//! prepared Jetson sysfs trees (`jetson`).
 #![allow(dead_code)] // each test crate uses its own subset
+
+pub mod fixtures;
+pub mod jetson;
 
 use rusqlite::Connection;
 use serde_json::Value;
@@ -7,14 +12,25 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// The binary, in `dir`, with a clean environment: no DB from the caller, no
+/// The binary, in `dir`, with a clean environment: no DB or sysfs root from the caller, no
 /// config/edgebench.toml in the cwd, two math threads.
 pub fn edgebench(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
     cmd.current_dir(dir)
         .env_remove("EDGEBENCH_DB")
+        .env_remove("EDGEBENCH_SYSFS")
         .env("RAYON_NUM_THREADS", "2");
     cmd
+}
+
+/// `edgebench args` in `dir`, run to the end.
+pub fn run_edgebench(dir: &Path, args: &[&str]) -> Output {
+    edgebench(dir).args(args).output().unwrap()
+}
+
+/// A path as a command-line argument (the tests' temporary paths are UTF-8).
+pub fn arg(path: &Path) -> &str {
+    path.to_str().unwrap()
 }
 
 pub fn describe(out: &Output) -> String {
@@ -53,14 +69,50 @@ pub fn count(db: &Path, sql: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// Polls until `sql` counts at least `n`, failing after `limit`.
+/// Polls until `sql` counts at least `n`, failing after `limit`. The poll is short enough for
+/// a test to act between two training steps of a small trial.
 pub fn wait_for(db: &Path, sql: &str, n: i64, limit: Duration) {
     let deadline = Instant::now() + limit;
-    while count(db, sql) < n {
+    loop {
+        let got = count(db, sql);
+        if got >= n {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for: {sql} >= {n}"
+            "timed out waiting for: {sql} >= {n} (at {got} after {limit:?})"
         );
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Sends `sig` to `pid`, a process the test started (directly or through the binary).
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2); the caller has not reaped `pid`, so it is still that process.
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// The state letter and parent pid of `pid`, from /proc/<pid>/stat.
+fn state_and_parent(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces, so split after its ')'.
+    let mut fields = stat[stat.rfind(')')? + 2..].split(' ');
+    let state = fields.next()?.chars().next()?;
+    let parent = fields.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// Pids of the live children of `parent`.
+pub fn children(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| state_and_parent(pid).is_some_and(|(s, p)| p == parent && s != 'Z'))
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie nobody reaped yet counts as gone).
+pub fn alive(pid: u32) -> bool {
+    state_and_parent(pid).is_some_and(|(state, _)| state != 'Z')
 }

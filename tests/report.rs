@@ -1,0 +1,488 @@
+//! Reports from real database files: the per-host summaries, plots (SVG and PNG) and CSV
+//! files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::fixtures::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
+use common::{arg, run_edgebench};
+use edgebench::report::export_csv;
+use edgebench::store::{merge, MemoryColumns, Store};
+use plotters::style::{Color, Palette, Palette99};
+use rusqlite::Connection;
+
+/// A board with every kind of point: swap-spoiled, throttled, OOM, skipped, failed, and energy.
+fn rich_board(path: &Path, host: &str) {
+    board_db(path, host);
+    let mut s = Store::open(path).unwrap();
+    let run = s
+        .begin_run(&board_run(host, "2025-02-03T00:00:00Z"))
+        .unwrap();
+    let t = trial(
+        &mut s,
+        run,
+        &board_key("alexnet", "cpu", 8),
+        2,
+        "ok",
+        Some(0.9),
+    );
+    s.record_memory(t, Some(true), Some(3 << 30), &MemoryColumns::default())
+        .unwrap();
+    trial(
+        &mut s,
+        run,
+        &board_key("alexnet", "cpu", 16),
+        0,
+        "oom",
+        None,
+    );
+    trial(
+        &mut s,
+        run,
+        &board_key("alexnet", "cpu", 32),
+        0,
+        "skipped_memory",
+        None,
+    );
+    trial(
+        &mut s,
+        run,
+        &board_key("googlenet", "cpu", 8),
+        1,
+        "failed",
+        None,
+    );
+    let hot = trial(
+        &mut s,
+        run,
+        &board_key("googlenet", "cpu", 4),
+        2,
+        "ok",
+        Some(1.5),
+    );
+    s.record_clocks(
+        hot,
+        &edgebench::provenance::ClockReport {
+            throttled: Some(true),
+            note: Some("CPU policy0 maximum clock changed 2035200 -> 1420800 kHz".into()),
+            series: Vec::new(),
+        },
+    )
+    .unwrap();
+    s.finish_run(run, "2025-02-03T00:10:00Z", "finished")
+        .unwrap();
+    drop(s);
+    // Energy as the power work will fill it: J/image = 2 / batch, EDP = energy x time.
+    Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "UPDATE trials SET energy_per_image_j = 2.0 / batch,
+                 energy_j = 2.0 * iterations_done,
+                 edp_js = 2.0 * iterations_done * time_per_image_s * batch * iterations_done
+             WHERE status = 'ok';",
+        )
+        .unwrap();
+}
+
+/// `results.db` in `dir`: a rich tx2 board merged with a plain nano.lan one.
+fn two_boards(dir: &Path) -> PathBuf {
+    let (a, b, db) = (dir.join("a.db"), dir.join("b.db"), dir.join("results.db"));
+    rich_board(&a, "tx2");
+    board_db(&b, "nano.lan");
+    merge(&[a, b], &db).unwrap();
+    db
+}
+
+/// Vertex counts of every `<polyline points="...">` in an SVG.
+fn polylines(svg: &str) -> Vec<usize> {
+    svg.split("<polyline")
+        .skip(1)
+        .filter_map(|p| {
+            let p = &p[p.find("points=\"")? + 8..];
+            Some(p[..p.find('"')?].split_whitespace().count())
+        })
+        .collect()
+}
+
+#[test]
+fn report_files_match_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = two_boards(dir.path());
+    let out = dir.path().join("report");
+    let o = run_edgebench(
+        dir.path(),
+        &["report", arg(&db), "--out", arg(&out), "--compare"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let store = Store::open_readonly(&db).unwrap();
+    let rows = store.results().unwrap();
+    for (host, dirname) in [("tx2", "tx2"), ("nano.lan", "nano_lan")] {
+        let d = out.join(dirname);
+        let mut files = vec![
+            format!("loss_{dirname}_edgebench.csv"),
+            format!("times_{dirname}_edgebench.csv"),
+            "summary.md".into(),
+            "summary.html".into(),
+            "time_per_image.svg".into(),
+            "speedup.svg".into(),
+            "loss_alexnet_cpu.svg".into(),
+            "loss_alexnet_cuda.svg".into(),
+            "loss_googlenet_cpu.svg".into(),
+        ];
+        if host == "tx2" {
+            files.extend(["energy_per_image.svg".into(), "edp.svg".into()]);
+        } else {
+            assert!(!d.join("edp.svg").exists(), "EDP plot without energy");
+        }
+        for f in &files {
+            let len = std::fs::metadata(d.join(f)).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 0, "{host}: {f} missing or empty");
+        }
+
+        // The Markdown table's numbers are the DB's.
+        let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
+        let mut table_rows = 0;
+        let mut section = String::new();
+        for line in md.lines() {
+            if let Some(t) = line.strip_prefix("## ") {
+                section = t.to_string();
+                continue;
+            }
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let Ok(batch) = cells[0].parse::<usize>() else {
+                continue;
+            };
+            table_rows += 1;
+            let (net, rest) = section.split_once(" on ").unwrap();
+            let device = rest.split(' ').next().unwrap();
+            let r = rows
+                .iter()
+                .rev()
+                .find(|r| r.host == host && r.net == net && r.device == device && r.batch == batch)
+                .unwrap();
+            assert_eq!(cells[1], r.status.as_str(), "{line}");
+            match r.time_per_image_s.filter(|_| r.status == "ok") {
+                Some(t) => {
+                    let ms: f64 = cells[2].parse().unwrap();
+                    assert!((ms - t * 1e3).abs() < 6e-4, "{line}: {t}");
+                }
+                None => assert_eq!(cells[2], "-", "{line}"),
+            }
+            assert_eq!(
+                cells[10].contains("SWAP"),
+                r.swap_pressure == Some(true),
+                "{line}"
+            );
+            assert_eq!(
+                cells[10].contains("THROTTLED"),
+                r.throttled == Some(true),
+                "{line}"
+            );
+        }
+        let picked = edgebench::report::build::pick(
+            &rows
+                .iter()
+                .filter(|r| r.host == host)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(
+            table_rows,
+            picked.len(),
+            "{host}: one table row per (net, device, batch)"
+        );
+
+        // The time plot: one line per net x device through its timed points.
+        let svg = std::fs::read_to_string(d.join("time_per_image.svg")).unwrap();
+        let series = edgebench::report::build::batch_series(&picked, "", |r| r.time_per_image_s);
+        let lines = polylines(&svg);
+        for s in &series {
+            let n = s.line().len();
+            assert!(
+                lines.contains(&n),
+                "{host}: no {n}-vertex line for {}: {lines:?}",
+                s.label
+            );
+            assert!(svg.contains(&s.label), "{host}: legend lacks {}", s.label);
+        }
+        let dots = series.iter().map(|s| s.points.len()).sum::<usize>();
+        assert!(svg.matches("<circle").count() >= dots.min(1));
+        if host == "tx2" {
+            for legend in [
+                "swap-spoiled",
+                "throttled",
+                "out of memory",
+                "skipped",
+                "failed",
+            ] {
+                assert!(svg.contains(legend), "time plot legend lacks {legend}");
+            }
+            let edp = std::fs::read_to_string(d.join("edp.svg")).unwrap();
+            assert!(edp.contains("lowest EDP"));
+        }
+        // Loss: one line per batch, one vertex per iteration.
+        let svg = std::fs::read_to_string(d.join("loss_alexnet_cpu.svg")).unwrap();
+        let lines = polylines(&svg);
+        for ((net, device, _), r) in &picked {
+            if net == "alexnet" && device == "cpu" && r.iterations > 0 {
+                assert!(
+                    lines.contains(&r.iterations),
+                    "{lines:?} lacks {}",
+                    r.iterations
+                );
+            }
+        }
+    }
+    let cmp = std::fs::read_to_string(out.join("compare").join("time_per_image.svg")).unwrap();
+    assert!(cmp.contains("tx2: alexnet cpu") && cmp.contains("nano.lan: alexnet cpu"));
+    assert!(out.join("compare").join("speedup.svg").exists());
+
+    // The CSV files hold the host's own trials only.
+    let times =
+        std::fs::read_to_string(out.join("nano_lan").join("times_nano_lan_edgebench.csv")).unwrap();
+    assert_eq!(times.lines().count(), 1 + 9);
+
+    // A foreign file is refused as bad input.
+    let foreign = dir.path().join("photos.db");
+    Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE photos (id INTEGER)")
+        .unwrap();
+    let o = run_edgebench(dir.path(), &["report", arg(&foreign), "--out", arg(&out)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(arg(&foreign)));
+}
+
+/// Every file under `dir` (relative paths), sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether any pixel of `img` in the rectangle is dark (text and axes are black).
+fn dark_in(img: &image::RgbImage, xs: std::ops::Range<u32>, ys: std::ops::Range<u32>) -> usize {
+    ys.flat_map(|y| xs.clone().map(move |x| (x, y)))
+        .filter(|&(x, y)| img.get_pixel(x, y).0.iter().all(|c| *c < 80))
+        .count()
+}
+
+#[test]
+fn report_draws_png_plots_with_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = two_boards(dir.path());
+    // A power trace for --trace: two rails over the trial's iterations.
+    let store = Store::open_readonly(&db).unwrap();
+    let rows = store.results().unwrap();
+    let traced = rows
+        .iter()
+        .find(|r| r.host == "tx2" && r.status == "ok" && r.iterations > 1)
+        .unwrap();
+    drop(store);
+    let c = Connection::open(&db).unwrap();
+    for (rail, watts) in [("VDD_IN", 7.0), ("VDD_SOC", 2.0)] {
+        for t in 0..40i64 {
+            c.execute(
+                "INSERT INTO power_samples (trial_id, source, rail, t_ns, watts) \
+                 VALUES (?1, 'test', ?2, ?3, ?4)",
+                rusqlite::params![traced.trial_rowid, rail, t * 50, watts + (t % 7) as f64],
+            )
+            .unwrap();
+        }
+    }
+    drop(c);
+    let prefix = &traced.trial_id[..8];
+    let (svg_out, png_out) = (dir.path().join("svg"), dir.path().join("png"));
+    for (out, format) in [(&svg_out, "svg"), (&png_out, "png")] {
+        let o = run_edgebench(
+            dir.path(),
+            &[
+                "report",
+                arg(&db),
+                "--out",
+                arg(out),
+                "--compare",
+                "--trace",
+                prefix,
+                "--format",
+                format,
+            ],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    // The same plots as the SVG report, each a .png instead of a .svg.
+    let svg_files = tree(&svg_out);
+    let png_files = tree(&png_out);
+    let plots: Vec<&PathBuf> = svg_files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "svg"))
+        .collect();
+    let expected: Vec<PathBuf> = svg_files
+        .iter()
+        .map(|p| match p.extension() {
+            Some(e) if e == "svg" => p.with_extension("png"),
+            _ => p.clone(),
+        })
+        .collect();
+    let mut expected_sorted = expected.clone();
+    expected_sorted.sort();
+    assert_eq!(png_files, expected_sorted);
+    for want in [
+        PathBuf::from("tx2/time_per_image.png"),
+        PathBuf::from("tx2/edp.png"),
+        PathBuf::from("tx2/loss_alexnet_cpu.png"),
+        PathBuf::from(format!("tx2/power_trace_{prefix}.png")),
+        PathBuf::from("nano_lan/speedup.png"),
+        PathBuf::from("compare/time_per_image.png"),
+        PathBuf::from("compare/speedup.png"),
+    ] {
+        assert!(png_files.contains(&want), "{want:?} not in {png_files:?}");
+    }
+    assert!(plots.len() >= 14, "{plots:?}");
+    // The HTML page shows the PNGs.
+    let html = std::fs::read_to_string(png_out.join("tx2").join("summary.html")).unwrap();
+    assert!(html.contains("<img src=\"time_per_image.png\""), "{html}");
+
+    let (w, h) = edgebench::report::plots::SIZE;
+    for svg in plots {
+        let path = png_out.join(svg.with_extension("png"));
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "{path:?}");
+        let img = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
+            .unwrap_or_else(|e| panic!("{path:?}: {e}"))
+            .to_rgb8();
+        assert_eq!(img.dimensions(), (w, h), "{path:?}");
+        let colours: std::collections::HashSet<[u8; 3]> = img.pixels().map(|p| p.0).collect();
+        assert!(colours.len() >= 10, "{path:?}: {} colours", colours.len());
+        // Text: the caption across the top and the rotated y label along the left edge, where
+        // nothing else is drawn.
+        assert!(
+            dark_in(&img, 200..760, 0..40) > 100,
+            "{path:?}: no caption text"
+        );
+        assert!(
+            dark_in(&img, 0..35, 150..470) > 50,
+            "{path:?}: no y-axis label text"
+        );
+        // Every series colour of the SVG (lines and markers) is drawn in the PNG too.
+        let svg_text = std::fs::read_to_string(svg_out.join(svg)).unwrap();
+        let mut drawn = 0;
+        for i in 0..20 {
+            let c = Palette99::pick(i).to_rgba();
+            if svg_text.contains(&format!("\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)) {
+                drawn += 1;
+                assert!(
+                    colours.contains(&[c.0, c.1, c.2]),
+                    "{path:?}: series {i}'s colour {c:?} not drawn"
+                );
+            }
+        }
+        assert!(drawn > 0, "{svg:?}: no series colour");
+    }
+}
+
+#[test]
+fn csv_export_two_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("run-1", "jetson-nano", "2025-01-31T12:00:00Z"))
+        .unwrap();
+
+    let a = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 3, 1, "t")
+        .unwrap();
+    let a_times = [0.5, 0.25, 0.125];
+    for (i, t) in a_times.iter().enumerate() {
+        s.record_iteration(a, &iter(i, 6.9 - i as f64 * 0.1, *t))
+            .unwrap();
+    }
+    s.finish_trial(a, &summary("ok")).unwrap();
+
+    let g = s
+        .begin_trial(run, &key("googlenet", "cuda", 16), 4, 1, "t")
+        .unwrap();
+    let g_times = [0.31, 0.17, 0.19, 0.23];
+    for (i, t) in g_times.iter().enumerate() {
+        s.record_iteration(g, &iter(i, 6.9, *t)).unwrap();
+    }
+    s.finish_trial(g, &summary("ok")).unwrap();
+
+    // An older, superseded alexnet/cpu/8 series must not appear.
+    let run0 = s
+        .begin_run(&run_info("run-0", "jetson-nano", "2025-01-30T12:00:00Z"))
+        .unwrap();
+    let old = s
+        .begin_trial(run0, &key("alexnet", "cpu", 8), 3, 1, "t")
+        .unwrap();
+    s.record_iteration(old, &iter(0, 1.0, 9.0)).unwrap();
+    s.finish_trial(old, &summary("ok")).unwrap();
+
+    let out = dir.path().join("csv/out");
+    let files = export_csv(&s, &out, "nano").unwrap();
+    assert_eq!(
+        files,
+        vec![
+            out.join("loss_nano_edgebench.csv"),
+            out.join("times_nano_edgebench.csv")
+        ]
+    );
+
+    let loss = std::fs::read_to_string(&files[0]).unwrap();
+    let lines: Vec<&str> = loss.lines().collect();
+    assert_eq!(lines[0], "#network,mode,batch,step,loss,time");
+    assert_eq!(lines.len() - 1, a_times.len() + g_times.len());
+    assert!(loss.ends_with('\n'));
+    let first: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(&first[..4], &["alexnet", "CPU", "008", "0"]);
+    assert_eq!(first[4].parse::<f64>().unwrap(), 6.9);
+    assert_eq!(first[5].parse::<f64>().unwrap(), 0.5);
+    let g_rows: Vec<&&str> = lines[1..]
+        .iter()
+        .filter(|l| l.starts_with("googlenet,GPU,016,"))
+        .collect();
+    assert_eq!(g_rows.len(), 4);
+    let steps: Vec<&str> = g_rows
+        .iter()
+        .map(|l| l.split(',').nth(3).unwrap())
+        .collect();
+    assert_eq!(steps, ["0", "1", "2", "3"]);
+    assert!(!loss.contains(",9\n"), "superseded trial exported:\n{loss}");
+
+    let times = std::fs::read_to_string(&files[1]).unwrap();
+    let lines: Vec<&str> = times.lines().collect();
+    assert_eq!(lines[0], "#network,mode,batch,avg_time");
+    assert_eq!(lines.len(), 3);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    for (line, prefix, expected) in [
+        (lines[1], "alexnet,CPU,008,", mean(&a_times)),
+        (lines[2], "googlenet,GPU,016,", mean(&g_times)),
+    ] {
+        let avg = line
+            .strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(avg.parse::<f64>().unwrap(), expected, "{line}");
+    }
+}
+
+#[test]
+fn csv_export_rejects_path_like_machine_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&dir.path().join("bench.db")).unwrap();
+    assert!(export_csv(&s, dir.path(), "../evil").is_err());
+    assert!(export_csv(&s, dir.path(), "").is_err());
+}
