@@ -16,17 +16,25 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
     let sys = dir.path().join("sys");
     orin_nx_power(&sys);
     let db = dir.path().join("mlp.db");
-    let sweep = |extra: &[&str]| {
+    let sweep = |styles: &str, iterations: &str| {
         let mut cmd = edgebench(dir.path());
-        cmd.args(["run", "--workload", "mlp", "--style", "tensors,autograd,function"])
-            .args(["--size", TINY, "--iterations", "40", "--power", "--sysfs"])
-            .arg(&sys)
-            .arg("--db")
-            .arg(&db)
-            .args(extra);
+        cmd.args([
+            "run",
+            "--workload",
+            "mlp",
+            "--style",
+            styles,
+            "--size",
+            TINY,
+        ])
+        .args(["--iterations", iterations, "--power", "--sysfs"])
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db);
         ok(cmd.output().unwrap())
     };
-    sweep(&[]);
+    let all = "tensors,autograd,function";
+    sweep(all, "40");
     let rows = results(dir.path(), &db);
     assert_eq!(rows.len(), 3);
     for (r, style) in rows.iter().zip(["tensors", "autograd", "function"]) {
@@ -37,11 +45,19 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
         assert_eq!(r["iterations"], 40);
         assert_eq!(r["net"], "mlp");
         assert_eq!(r["batch"], 8);
-        for key in ["time_per_iteration_s", "total_time_s", "gflop_per_s", "energy_j"] {
+        for key in [
+            "time_per_iteration_s",
+            "total_time_s",
+            "gflop_per_s",
+            "energy_j",
+        ] {
             assert!(r[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {r}");
         }
         // The fixture's VDD_IN is a steady 7.5 W.
-        assert!((r["avg_power_w"].as_f64().unwrap() - 7.5).abs() < 1e-6, "{r}");
+        assert!(
+            (r["avg_power_w"].as_f64().unwrap() - 7.5).abs() < 1e-6,
+            "{r}"
+        );
         let edp = r["energy_j"].as_f64().unwrap() * r["total_time_s"].as_f64().unwrap();
         assert!(r["edp_js"].as_f64().unwrap() > 0.0 && edp > 0.0);
     }
@@ -64,17 +80,62 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
         .collect();
     let reference = curve(ids[0]);
     assert_eq!(reference.len(), 40);
-    assert!(reference[39] < reference[0], "the loss falls: {reference:?}");
+    assert!(
+        reference[39] < reference[0],
+        "the loss falls: {reference:?}"
+    );
     for &id in &ids[1..] {
         for (a, b) in reference.iter().zip(curve(id)) {
             assert!((a - b).abs() <= 1e-3 * a.abs().max(1.0), "{a} vs {b}");
         }
     }
     // Resume: nothing is run again; another iteration count is another trial.
-    let out = sweep(&[]);
+    let out = sweep(all, "40");
     assert!(String::from_utf8_lossy(&out.stdout).contains("0 trial(s) run, 3 already done"));
-    sweep(&["--style", "tensors", "--iterations", "3"]);
+    sweep("tensors", "3");
     assert_eq!(count(&db, "SELECT COUNT(*) FROM trials"), 4);
+
+    // `export csv`: the workload's own file, one row per trial key; no CNN rows.
+    let csv = dir.path().join("csv");
+    ok(edgebench(dir.path())
+        .args(["export", "csv", "--machine", "tx2", "--db"])
+        .arg(&db)
+        .arg("--out")
+        .arg(&csv)
+        .output()
+        .unwrap());
+    let text = std::fs::read_to_string(csv.join("mlp_tx2_edgebench.csv")).unwrap();
+    let header: Vec<&str> = text
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches('#')
+        .split(',')
+        .collect();
+    assert!(
+        header.contains(&"style") && header.contains(&"gflop_per_s"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1 + 4, "{text}");
+    let loss = std::fs::read_to_string(csv.join("loss_tx2_edgebench.csv")).unwrap();
+    assert_eq!(loss.lines().count(), 1, "{loss}");
+}
+
+#[test]
+fn the_study_configs_plan_the_studies() {
+    use edgebench::config::Config;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mlp = Config::load(&root.join("config/mlp.toml")).unwrap();
+    mlp.validate("config/mlp.toml").unwrap();
+    let jobs = edgebench::workloads::mlp::jobs(&mlp).unwrap();
+    assert_eq!(jobs.len(), 9);
+    assert!(jobs
+        .iter()
+        .all(|j| j.iterations == 500 && j.learning_rate == 1e-6));
+    assert_eq!(mlp.sweep.warmup_iterations, 0);
+    let ops = Config::load(&root.join("config/ops.toml")).unwrap();
+    ops.validate("config/ops.toml").unwrap();
+    assert_eq!(edgebench::workloads::ops::jobs(&ops).unwrap().len(), 5 * 6);
 }
 
 #[test]
@@ -110,7 +171,15 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
     ok(edgebench(dir.path())
         .args(["run", "--config"])
         .arg(&config)
-        .args(["--workload", "ops", "--op", "add,dot,tanh", "--mb", "1", "--db"])
+        .args([
+            "--workload",
+            "ops",
+            "--op",
+            "add,dot,tanh",
+            "--mb",
+            "1",
+            "--db",
+        ])
         .arg(&db)
         .output()
         .unwrap());
@@ -128,7 +197,10 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
         );
         let intensity = r["intensity_flop_per_byte"].as_f64().unwrap();
         assert!((intensity - flops / bytes).abs() < 1e-9 * intensity.max(1.0));
-        assert!((gflops / gbs - intensity).abs() < 1e-6 * intensity.max(1.0), "{r}");
+        assert!(
+            (gflops / gbs - intensity).abs() < 1e-6 * intensity.max(1.0),
+            "{r}"
+        );
         assert!(r["iterations"].as_u64().unwrap() >= 3 + 2);
         // Measured roofs are always known; each efficiency is its rate over that roof.
         for key in ["pct_measured_peak_flops", "pct_measured_peak_bandwidth"] {
@@ -165,9 +237,15 @@ fn peaks_prints_theoretical_and_measured_roofs() {
     let cpu = &report["devices"][0];
     assert_eq!(cpu["device"], "cpu");
     for key in ["sgemm_gflops", "triad_gbs", "copy_gbs"] {
-        assert!(cpu["measured"][key].as_f64().is_some_and(|v| v > 0.0), "{key}: {cpu}");
+        assert!(
+            cpu["measured"][key].as_f64().is_some_and(|v| v > 0.0),
+            "{key}: {cpu}"
+        );
     }
     let text = ok(edgebench(dir.path()).arg("peaks").output().unwrap());
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("theoretical") && text.contains("measured"), "{text}");
+    assert!(
+        text.contains("theoretical") && text.contains("measured"),
+        "{text}"
+    );
 }

@@ -30,7 +30,8 @@ pub type Picked = BTreeMap<(String, String, usize), ResultRow>;
 /// The trial standing for each (net, device, batch) among `rows` (ordered oldest first).
 pub fn pick(rows: &[ResultRow]) -> Picked {
     let mut out = Picked::new();
-    for r in rows {
+    // The plots and tables are the CNN studies'; other workloads have their own CSV files.
+    for r in rows.iter().filter(|r| r.workload == "cnn") {
         let k = (r.net.clone(), r.device.clone(), r.batch);
         let replace = match out.get(&k) {
             None => true,

@@ -22,8 +22,9 @@ use crate::store::{ResultRow, Store};
 pub const LOSS_HEADER: &str = "#network,mode,batch,step,loss,time";
 pub const TIMES_HEADER: &str = "#network,mode,batch,avg_time";
 
-/// Writes both CSV files for `machine` into `out_dir` (created if needed); returns their
-/// paths, loss file first.
+/// Writes both CSV files of the CNN trials for `machine` into `out_dir` (created if needed),
+/// and one file per other workload ([`super::workloads`]); returns their paths, loss file
+/// first.
 pub fn export_csv(store: &Store, out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
     export_csv_rows(store, store.results()?, out_dir, machine)
 }
@@ -41,7 +42,8 @@ pub fn export_csv_rows(
     fs::create_dir_all(out_dir)
         .with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
 
-    let chosen = choose_trials(rows);
+    let others = super::workloads::export(&rows, out_dir, machine)?;
+    let chosen = choose_trials(rows.into_iter().filter(|r| r.workload == "cnn").collect());
 
     let mut loss = String::from(LOSS_HEADER);
     loss.push('\n');
@@ -66,7 +68,7 @@ pub fn export_csv_rows(
     let times_path = out_dir.join(format!("times_{machine}_edgebench.csv"));
     write_atomic(&loss_path, loss)?;
     write_atomic(&times_path, times)?;
-    Ok(vec![loss_path, times_path])
+    Ok([loss_path, times_path].into_iter().chain(others).collect())
 }
 
 /// The studies' files have one series per (network, mode, batch): when a sweep was repeated

@@ -5,6 +5,7 @@ pub mod csv;
 pub mod models;
 pub mod plots;
 pub mod summary;
+pub mod workloads;
 
 pub use self::csv::export_csv;
 pub use models::models_text;

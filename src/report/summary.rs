@@ -9,7 +9,7 @@ use std::fmt::Write;
 /// divided by CUDA time per image, where both trials have a time.
 pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
     let time = |device: &str, r: &ResultRow| {
-        (r.device == device && r.status == TrialStatus::Ok)
+        (r.device == device && r.status == TrialStatus::Ok && r.workload == "cnn")
             .then_some(r.time_per_image_s)
             .flatten()
     };
@@ -101,18 +101,23 @@ pub fn table(rows: &[ResultRow]) -> String {
             (Some(a), Some(b)) => format!("{a:.3}→{b:.3}"),
             _ => "-".into(),
         };
+        // Workloads without images show milliseconds per iteration.
+        let time = match (r.time_per_image_s, r.time_per_iteration_s) {
+            (None, Some(it)) => format!("{}/it", ms(Some(it))),
+            (per_image, _) => ms(per_image),
+        };
         let mut line = vec![
             r.host.clone(),
-            r.net.clone(),
+            super::workloads::label(r),
             r.device.clone(),
             r.batch.to_string(),
             format!("{}/{}", r.iterations, r.iterations_planned),
             r.status.to_string(),
             // A swap-spoiled or throttled time is not the board's speed: mark it where it is read.
             match (spoiled, r.throttled == Some(true)) {
-                (true, _) => format!("{} [swap]", ms(r.time_per_image_s)),
-                (false, true) => format!("{} [throttled]", ms(r.time_per_image_s)),
-                (false, false) => ms(r.time_per_image_s),
+                (true, _) => format!("{} [swap]", time),
+                (false, true) => format!("{} [throttled]", time),
+                (false, false) => time,
             },
             ms(r.time_per_image_spread_s),
             r.images_per_s
