@@ -86,9 +86,33 @@ impl HostPaths {
     }
 }
 
+/// A signal's name for a user, e.g. `SIGKILL (signal 9)`: how a worker or a command died.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGILL => "SIGILL",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signals_are_named_for_users() {
+        assert_eq!(super::signal_name(libc::SIGKILL), "SIGKILL (signal 9)");
+        assert_eq!(super::signal_name(64), "signal 64");
+    }
 
     #[test]
     fn reads_identity_from_a_prepared_procfs() {

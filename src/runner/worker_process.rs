@@ -13,21 +13,6 @@ pub(super) struct WorkerEnd {
     pub oom_kills: u64,
 }
 
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        _ => return format!("signal {sig}"),
-    };
-    format!("{name} (signal {sig})")
-}
-
 /// Turns what the worker said and how it exited into (status, error).
 pub(super) fn classify(end: &WorkerEnd) -> (TrialStatus, Option<String>) {
     use std::os::unix::process::ExitStatusExt;
@@ -41,7 +26,7 @@ pub(super) fn classify(end: &WorkerEnd) -> (TrialStatus, Option<String>) {
                 TrialStatus::Oom,
                 Some("killed by the kernel OOM killer (SIGKILL; oom_kill counter rose): the trial does not fit memory".into()),
             ),
-            Some(sig) => (TrialStatus::Crashed, Some(format!("worker died of {}", signal_name(sig)))),
+            Some(sig) => (TrialStatus::Crashed, Some(format!("worker died of {}", crate::host::signal_name(sig)))),
             None => (
                 TrialStatus::Crashed,
                 Some(match end.status.and_then(|s| s.code()) {

@@ -319,7 +319,7 @@ impl CommandEnd {
             }
             CommandEnd::Signaled(sig) => (
                 "crashed",
-                Some(format!("command died of {}", signal_name(sig))),
+                Some(format!("command died of {}", crate::host::signal_name(sig))),
             ),
             CommandEnd::TimedOut => (
                 "failed",
@@ -331,23 +331,6 @@ impl CommandEnd {
             CommandEnd::Interrupted => ("interrupted", None),
         }
     }
-}
-
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGPIPE => "SIGPIPE",
-        _ => return format!("signal {sig}"),
-    };
-    format!("{name} (signal {sig})")
 }
 
 /// Longest line handed to the parser; the rest of a longer one is dropped (the console and the
