@@ -206,7 +206,12 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
         for key in ["pct_measured_peak_flops", "pct_measured_peak_bandwidth"] {
             assert!(r[key].as_f64().is_some_and(|p| p > 0.0), "{key}: {r}");
         }
-        for key in ["pct_peak_flops", "pct_peak_bandwidth"] {
+        for key in [
+            "pct_peak_flops",
+            "pct_peak_bandwidth",
+            "joule_per_gflop",
+            "joule_per_gbyte",
+        ] {
             assert!(r.as_object().unwrap().contains_key(key), "{key}: {r}");
         }
     }
@@ -224,6 +229,43 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
     let dot = &rows[1];
     let pct = dot["pct_measured_peak_flops"].as_f64().unwrap();
     assert!((pct - 100.0 * dot["gflop_per_s"].as_f64().unwrap() / sgemm).abs() < 1e-6 * pct);
+}
+
+#[test]
+fn ops_energy_per_gflop_and_per_gbyte_with_power() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx_power(&sys);
+    let db = dir.path().join("ops-power.db");
+    let config = dir.path().join("ops.toml");
+    std::fs::write(&config, "[ops]\nmin_executions = 3\nmin_time_s = 0.3\n").unwrap();
+    ok(edgebench(dir.path())
+        .args(["run", "--power", "--config"])
+        .arg(&config)
+        .args(["--workload", "ops", "--op", "mul", "--mb", "4", "--sysfs"])
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap());
+    let r = &results(dir.path(), &db)[0];
+    let energy = r["energy_j"].as_f64().unwrap();
+    let executions = r["executions"].as_f64().unwrap();
+    let (flops, bytes) = (r["flops"].as_f64().unwrap(), r["bytes"].as_f64().unwrap());
+    let per_gflop = r["joule_per_gflop"].as_f64().unwrap();
+    let per_gbyte = r["joule_per_gbyte"].as_f64().unwrap();
+    assert!(
+        (per_gflop - energy / (flops * executions * 1e-9)).abs() < 1e-9 * per_gflop,
+        "{r}"
+    );
+    assert!(
+        (per_gbyte - energy / (bytes * executions * 1e-9)).abs() < 1e-9 * per_gbyte,
+        "{r}"
+    );
+    assert!(
+        (r["avg_power_w"].as_f64().unwrap() - 7.5).abs() < 1e-6,
+        "{r}"
+    );
 }
 
 #[test]

@@ -279,7 +279,7 @@ pub(super) fn run_one(
     if let Some(why) = &loss_anomaly {
         tracing::warn!("{} loss anomaly: {why}", trial.label);
     }
-    let summary = TrialSummary {
+    let mut summary = TrialSummary {
         status,
         error: error.clone(),
         ended_at: now(),
@@ -304,6 +304,10 @@ pub(super) fn run_one(
             trial.items_per_iteration.unwrap_or(1),
             baseline.as_ref(),
         );
+        if let crate::power::TrialPowerRecord::Measured(p) = &record {
+            let per_work = trial.job.energy_metrics(measured.len(), p.energy_j);
+            summary.metrics.extra.extend(per_work);
+        }
         store.record_power(trial_id, &record)?;
     }
     store.finish_trial(trial_id, &summary)?;

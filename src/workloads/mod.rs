@@ -135,6 +135,19 @@ impl Job {
         }
     }
 
+    /// Figures that need the trial's energy over its `measured` iterations (ops: J/GFLOP,
+    /// J/GB); empty for the others.
+    pub fn energy_metrics(
+        &self,
+        measured: usize,
+        energy_j: f64,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        match self {
+            Job::Ops(job) => ops::energy_metrics(job, measured, energy_j),
+            _ => serde_json::Map::new(),
+        }
+    }
+
     /// The workload's metrics from the measured iterations (warm-up excluded).
     pub fn metrics(&self, measured: &[IterationRecord]) -> Metrics {
         match self {

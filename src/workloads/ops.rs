@@ -508,6 +508,32 @@ pub fn memory_estimate(job: &OpsJob) -> u64 {
     }
 }
 
+fn put_energy(
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+    per_gflop: Option<f64>,
+    per_gbyte: Option<f64>,
+) {
+    extra.insert("joule_per_gflop".into(), serde_json::json!(per_gflop));
+    extra.insert("joule_per_gbyte".into(), serde_json::json!(per_gbyte));
+}
+
+/// Energy per unit of work, once the trial's energy over its `executions` measured
+/// executions is known: `joule_per_gflop` and `joule_per_gbyte` (the bytes the op moves).
+pub fn energy_metrics(
+    job: &OpsJob,
+    executions: usize,
+    energy_j: f64,
+) -> serde_json::Map<String, serde_json::Value> {
+    let c = job.counts();
+    let per = |units: u64| {
+        let total = units as f64 * executions as f64 * 1e-9;
+        (total > 0.0).then(|| energy_j / total)
+    };
+    let mut extra = serde_json::Map::new();
+    put_energy(&mut extra, per(c.flops), per(c.bytes));
+    extra
+}
+
 /// A percentage of a peak; None when the peak is unknown or not positive.
 fn pct(achieved: f64, peak: Option<f64>) -> Option<f64> {
     peak.filter(|p| *p > 0.0 && p.is_finite())
@@ -548,6 +574,8 @@ pub fn metrics(job: &OpsJob, measured: &[IterationRecord]) -> Metrics {
         pct(gbs, r.measured_gbs_for(job.op)),
     );
     extra.insert("executions".into(), serde_json::json!(measured.len()));
+    // Filled by `energy_metrics` when the trial's power was measured.
+    put_energy(&mut extra, None, None);
     m.gflop_per_s = Some(gflops);
     m.extra = extra;
     m
