@@ -119,6 +119,27 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
     assert_eq!(text.lines().count(), 1 + 4, "{text}");
     let loss = std::fs::read_to_string(csv.join("loss_tx2_edgebench.csv")).unwrap();
     assert_eq!(loss.lines().count(), 1, "{loss}");
+
+    // The report has the study's table: every style, with time, GFLOP/s and EDP.
+    let report = dir.path().join("report");
+    ok(edgebench(dir.path())
+        .arg("report")
+        .arg(&db)
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .unwrap());
+    let host = rows[0]["host"].as_str().unwrap().to_string();
+    let host_dir = std::fs::read_dir(&report)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("summary.md").exists())
+        .unwrap_or_else(|| panic!("no summary for {host}"));
+    let md = std::fs::read_to_string(host_dir.join("summary.md")).unwrap();
+    assert!(md.contains("## MLP study on cpu"), "{md}");
+    for style in ["tensors", "autograd", "function"] {
+        assert!(md.contains(&format!("| {TINY} | {style} | ok |")), "{md}");
+    }
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //! `loss_<net>_<device>.svg`, `energy_per_image.svg` and `edp.svg` (when energy was measured);
 //! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`; `power_trace_<id>.svg`
 //! with `--trace`. With `--format png` every plot is a `.png` instead, drawn the same way.
+//! Trials of the MLP and operator workloads get their own tables in the summaries
+//! ([`super::workloads::tables`]) and CSV files (`<workload>_<host>_edgebench.csv`).
 //!
 //! Each (net, device, batch) is one point: the latest `ok` trial, else the latest trial (the
 //! same choice as the CSV export, except that trials without iterations count too, so an OOM
@@ -282,8 +284,11 @@ fn html(host: &str, tables: &[Table], plots: &[PathBuf]) -> String {
             let _ = write!(s, "<th>{}</th>", html_escape(h));
         }
         s.push_str("</tr>\n");
+        let column = |name: &str| t.header.iter().position(|h| *h == name);
+        let (status, flags) = (column("status"), column("flags"));
         for r in &t.rows {
-            let bad = r[1] != "ok" || !r[10].is_empty();
+            let bad =
+                status.is_some_and(|i| r[i] != "ok") || flags.is_some_and(|i| !r[i].is_empty());
             s.push_str(if bad { "<tr class=\"bad\">" } else { "<tr>" });
             for c in r {
                 let _ = write!(s, "<td>{}</td>", html_escape(c));
@@ -540,7 +545,8 @@ pub fn build(
             plots::draw(&plot, &path, format)?;
             plot_files.push(path);
         }
-        let tables = tables(host, &picked);
+        let mut tables = tables(host, &picked);
+        tables.extend(super::workloads::tables(host, &host_rows));
         let md = dir.join("summary.md");
         write_atomic(&md, markdown(host, &tables))?;
         let page = dir.join("summary.html");

@@ -3,6 +3,7 @@
 //! latest, as the studies' files choose), with the common figures and then the workload's own
 //! parameters and metrics as columns, in the names `results --json` uses.
 
+use crate::report::build::Table;
 use crate::report::csv::write_atomic;
 use crate::store::{ResultRow, TrialKey, TrialStatus};
 use serde_json::Value;
@@ -74,8 +75,9 @@ fn cell(v: Option<&Value>) -> String {
     }
 }
 
-/// The file's text for one workload's rows (oldest first).
-pub fn csv_text(rows: &[&ResultRow]) -> String {
+/// The trial standing for each key among `rows` (oldest first): the latest `ok` one, else
+/// the latest; in the order the keys first appear.
+fn latest<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
     let mut chosen: BTreeMap<TrialKey, &ResultRow> = BTreeMap::new();
     let mut order: Vec<TrialKey> = Vec::new();
     for &r in rows {
@@ -91,17 +93,177 @@ pub fn csv_text(rows: &[&ResultRow]) -> String {
             }
         }
     }
+    order.iter().map(|k| chosen[k]).collect()
+}
+
+/// The file's text for one workload's rows (oldest first).
+pub fn csv_text(rows: &[&ResultRow]) -> String {
+    let rows = latest(rows);
     let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
     let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     let mut columns: Vec<String> = COMMON.iter().map(|c| c.to_string()).collect();
     columns.extend(params.into_iter().cloned());
     columns.extend(metrics.into_iter().cloned());
     let mut out = format!("#{}\n", columns.join(","));
-    for key in &order {
-        let row = serde_json::to_value(chosen[key]).expect("a results row serialises");
+    for r in rows {
+        let row = serde_json::to_value(r).expect("a results row serialises");
         let line: Vec<String> = columns.iter().map(|c| cell(row.get(c))).collect();
         out.push_str(&line.join(","));
         out.push('\n');
+    }
+    out
+}
+
+fn num(r: &ResultRow, key: &str) -> Option<f64> {
+    r.params
+        .get(key)
+        .or_else(|| r.metrics.get(key))
+        .and_then(Value::as_f64)
+}
+
+fn text(r: &ResultRow, key: &str) -> String {
+    match r.params.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        _ => "-".into(),
+    }
+}
+
+fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map(|v| format!("{:.*}", digits, v * scale))
+        .unwrap_or_else(|| "-".into())
+}
+
+fn flags(r: &ResultRow) -> String {
+    let mut f = Vec::new();
+    if r.swap_pressure == Some(true) {
+        f.push("SWAP".to_string());
+    }
+    if r.throttled == Some(true) {
+        f.push("THROTTLED".to_string());
+    }
+    if r.loss_anomaly {
+        f.push("LOSS_ANOMALY".to_string());
+    }
+    if let Some(e) = &r.error {
+        f.push(e.lines().next().unwrap_or("").to_string());
+    }
+    f.join("; ")
+}
+
+/// The MLP study's and the operator study's tables for one host's rows: per device, time,
+/// rate and energy per (size, style) or (op, size), with the MLP's GPU/CPU speedup and EDP
+/// ratio where both devices ran the same trial.
+pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+    let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
+    let mut out = Vec::new();
+    let mlp = latest(&of("mlp"));
+    // The same trial on the CPU, for the GPU rows' ratios.
+    let on_cpu = |r: &ResultRow| {
+        mlp.iter().copied().find(|c| {
+            c.device == "cpu"
+                && c.status == TrialStatus::Ok
+                && c.params_text == r.params_text
+                && c.epochs == r.epochs
+        })
+    };
+    for device in ["cpu", "cuda"] {
+        let rs: Vec<&ResultRow> = mlp.iter().copied().filter(|r| r.device == device).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        out.push(Table {
+            title: format!("MLP study on {device} — {host}"),
+            header: vec![
+                "size",
+                "style",
+                "status",
+                "ms/iteration",
+                "± IQR ms",
+                "total s",
+                "GFLOP/s",
+                "J",
+                "W",
+                "EDP J·s",
+                "GPU/CPU",
+                "EDP CPU/GPU",
+                "flags",
+            ],
+            rows: rs
+                .iter()
+                .map(|r| {
+                    let cpu = (device == "cuda" && r.status == TrialStatus::Ok)
+                        .then(|| on_cpu(r))
+                        .flatten();
+                    let ratio =
+                        |f: fn(&ResultRow) -> Option<f64>| cpu.and_then(|c| Some(f(c)? / f(r)?));
+                    vec![
+                        text(r, "size"),
+                        text(r, "style"),
+                        r.status.to_string(),
+                        fmt(r.time_per_iteration_s, 1e3, 2),
+                        fmt(r.time_per_iteration_spread_s, 1e3, 2),
+                        fmt(r.total_time_s, 1.0, 2),
+                        fmt(r.gflop_per_s, 1.0, 2),
+                        fmt(r.energy_j, 1.0, 2),
+                        fmt(r.avg_power_w, 1.0, 2),
+                        fmt(r.edp_js, 1.0, 2),
+                        fmt(ratio(|x| x.time_per_iteration_s), 1.0, 2),
+                        fmt(ratio(|x| x.edp_js), 1.0, 2),
+                        flags(r),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    let ops = latest(&of("ops"));
+    for device in ["cpu", "cuda"] {
+        let rs: Vec<&ResultRow> = ops.iter().copied().filter(|r| r.device == device).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        out.push(Table {
+            title: format!("Operators on {device} — {host}"),
+            header: vec![
+                "op",
+                "status",
+                "dtype",
+                "MiB",
+                "ms/execution",
+                "GFLOP/s",
+                "GB/s",
+                "FLOP/byte",
+                "% peak FLOP/s",
+                "% peak GB/s",
+                "% measured FLOP/s",
+                "% measured GB/s",
+                "J/GFLOP",
+                "J/GB",
+                "flags",
+            ],
+            rows: rs
+                .iter()
+                .map(|r| {
+                    vec![
+                        text(r, "op"),
+                        r.status.to_string(),
+                        text(r, "dtype"),
+                        text(r, "mb"),
+                        fmt(r.time_per_iteration_s, 1e3, 3),
+                        fmt(r.gflop_per_s, 1.0, 2),
+                        fmt(num(r, "gbyte_per_s"), 1.0, 2),
+                        fmt(num(r, "intensity_flop_per_byte"), 1.0, 3),
+                        fmt(num(r, "pct_peak_flops"), 1.0, 1),
+                        fmt(num(r, "pct_peak_bandwidth"), 1.0, 1),
+                        fmt(num(r, "pct_measured_peak_flops"), 1.0, 1),
+                        fmt(num(r, "pct_measured_peak_bandwidth"), 1.0, 1),
+                        fmt(num(r, "joule_per_gflop"), 1.0, 4),
+                        fmt(num(r, "joule_per_gbyte"), 1.0, 4),
+                        flags(r),
+                    ]
+                })
+                .collect(),
+        });
     }
     out
 }
@@ -160,6 +322,27 @@ mod tests {
         assert_eq!(first[col("energy_j")], "");
         assert_eq!(lines[2].split(',').nth(col("style")), Some("autograd"));
         assert_eq!(label(&a), "mlp tensors small");
+    }
+
+    #[test]
+    fn mlp_tables_per_device_with_gpu_over_cpu_ratios() {
+        let mut cpu = mlp_row("tensors", TrialStatus::Ok, 0.5);
+        cpu.edp_js = Some(8.0);
+        let mut gpu = mlp_row("tensors", TrialStatus::Ok, 0.01);
+        gpu.device = "cuda".into();
+        gpu.edp_js = Some(0.5);
+        let other = mlp_row("autograd", TrialStatus::Ok, 0.4);
+        let t = tables("tx2", &[cpu, gpu, other]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].title, "MLP study on cpu — tx2");
+        assert_eq!(t[0].rows.len(), 2);
+        let col = |name: &str| t[1].header.iter().position(|h| *h == name).unwrap();
+        let row = &t[1].rows[0];
+        assert_eq!(row[col("ms/iteration")], "10.00");
+        assert_eq!(row[col("GPU/CPU")], "50.00");
+        assert_eq!(row[col("EDP CPU/GPU")], "16.00");
+        // No ratio on the CPU's own rows.
+        assert_eq!(t[0].rows[0][col("GPU/CPU")], "-");
     }
 
     #[test]
