@@ -250,6 +250,27 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
     let dot = &rows[1];
     let pct = dot["pct_measured_peak_flops"].as_f64().unwrap();
     assert!((pct - 100.0 * dot["gflop_per_s"].as_f64().unwrap() / sgemm).abs() < 1e-6 * pct);
+
+    // The report: the operators' table and a roofline with both roofs and each op.
+    let report = dir.path().join("report");
+    ok(edgebench(dir.path())
+        .arg("report")
+        .arg(&db)
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .unwrap());
+    let host_dir = std::fs::read_dir(&report)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("summary.md").exists())
+        .unwrap();
+    let md = std::fs::read_to_string(host_dir.join("summary.md")).unwrap();
+    assert!(md.contains("## Operators on cpu"), "{md}");
+    let svg = std::fs::read_to_string(host_dir.join("roofline_cpu.svg")).unwrap();
+    for label in ["SGEMM roof", "bandwidth roof", "add", "dot", "tanh"] {
+        assert!(svg.contains(label), "{label} missing from the roofline");
+    }
 }
 
 #[test]

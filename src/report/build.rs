@@ -545,6 +545,11 @@ pub fn build(
             plots::draw(&plot, &path, format)?;
             plot_files.push(path);
         }
+        for (stem, plot) in super::workloads::roofline_plots(host, &host_rows) {
+            let path = dir.join(format!("{stem}.{ext}"));
+            plots::draw(&plot, &path, format)?;
+            plot_files.push(path);
+        }
         let mut tables = tables(host, &picked);
         tables.extend(super::workloads::tables(host, &host_rows));
         let md = dir.join("summary.md");

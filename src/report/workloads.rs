@@ -5,6 +5,7 @@
 
 use crate::report::build::Table;
 use crate::report::csv::write_atomic;
+use crate::report::plots::{Axis, Mark, Plot, Point, Series};
 use crate::store::{ResultRow, TrialKey, TrialStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -268,6 +269,117 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     out
 }
 
+/// The roof a row's rate was judged against: its rate over its share of that roof.
+fn roof(rate: Option<f64>, pct: Option<f64>) -> Option<f64> {
+    Some(rate? * 100.0 / pct.filter(|p| *p > 0.0)?)
+}
+
+/// One roofline per device with operator trials (stem `roofline_<device>`): x arithmetic
+/// intensity (FLOP/byte), y GFLOP/s, both logarithmic; the measured compute roof (SGEMM) and
+/// bandwidth roof (the best STREAM rate the ops were judged against), and each op a line
+/// over its sizes.
+pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+    let ops: Vec<&ResultRow> = rows
+        .iter()
+        .filter(|r| r.workload == "ops" && r.status == TrialStatus::Ok)
+        .collect();
+    let mut plots = Vec::new();
+    for device in ["cpu", "cuda"] {
+        let rs: Vec<&ResultRow> = latest(&ops)
+            .into_iter()
+            .filter(|r| r.device == device)
+            .collect();
+        let point = |r: &&ResultRow| Some((num(r, "intensity_flop_per_byte")?, r.gflop_per_s?));
+        let compute = rs
+            .iter()
+            .filter_map(|r| roof(r.gflop_per_s, num(r, "pct_measured_peak_flops")))
+            .fold(f64::NAN, f64::max);
+        let bandwidth = rs
+            .iter()
+            .filter_map(|r| roof(num(r, "gbyte_per_s"), num(r, "pct_measured_peak_bandwidth")))
+            .fold(f64::NAN, f64::max);
+        let xs: Vec<f64> = rs.iter().filter_map(point).map(|(x, _)| x).collect();
+        if xs.is_empty() {
+            continue;
+        }
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) / 4.0;
+        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) * 4.0;
+        let line = |label: String, pts: Vec<(f64, f64)>| Series {
+            label,
+            points: pts
+                .into_iter()
+                .map(|(x, y)| Point {
+                    x,
+                    y: Some(y),
+                    mark: Mark::Ok,
+                })
+                .collect(),
+            markers: false,
+        };
+        let mut series = Vec::new();
+        if compute.is_finite() {
+            let start = if bandwidth.is_finite() {
+                (compute / bandwidth).max(lo)
+            } else {
+                lo
+            };
+            series.push(line(
+                format!("SGEMM roof {compute:.1} GFLOP/s"),
+                vec![(start, compute), (hi.max(start), compute)],
+            ));
+        }
+        if bandwidth.is_finite() {
+            let ridge = if compute.is_finite() {
+                compute / bandwidth
+            } else {
+                hi
+            };
+            series.push(line(
+                format!("bandwidth roof {bandwidth:.1} GB/s"),
+                vec![
+                    (lo, bandwidth * lo),
+                    (ridge.max(lo), bandwidth * ridge.max(lo)),
+                ],
+            ));
+        }
+        let mut names: Vec<String> = rs.iter().map(|r| text(r, "op")).collect();
+        names.dedup();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let pts: Vec<Point> = rs
+                .iter()
+                .filter(|r| text(r, "op") == name)
+                .filter_map(point)
+                .map(|(x, y)| Point {
+                    x,
+                    y: Some(y),
+                    mark: Mark::Ok,
+                })
+                .collect();
+            series.push(Series {
+                label: name,
+                points: pts,
+                markers: true,
+            });
+        }
+        plots.push((
+            format!("roofline_{device}"),
+            Plot {
+                title: format!("Roofline — operators on {device}, {host}"),
+                x_desc: "arithmetic intensity, FLOP/byte (log)".into(),
+                y_desc: "GFLOP/s (log)".into(),
+                x_axis: Axis::Log(10.0),
+                y_axis: Axis::Log(10.0),
+                series,
+                highlights: Vec::new(),
+                vlines: Vec::new(),
+            },
+        ));
+    }
+    plots
+}
+
 /// Writes one file per workload other than `cnn` present in `rows`; returns their paths.
 pub fn export(rows: &[ResultRow], out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
     let mut by_workload: BTreeMap<&str, Vec<&ResultRow>> = BTreeMap::new();
@@ -343,6 +455,49 @@ mod tests {
         assert_eq!(row[col("EDP CPU/GPU")], "16.00");
         // No ratio on the CPU's own rows.
         assert_eq!(t[0].rows[0][col("GPU/CPU")], "-");
+    }
+
+    #[test]
+    fn roofline_has_both_measured_roofs_and_each_op() {
+        let op = |name: &str, intensity: f64, gflops: f64, pct_flops: f64, pct_bw: f64| {
+            let params: serde_json::Map<String, Value> =
+                serde_json::from_str(&format!(r#"{{"op":"{name}","mb":8}}"#)).unwrap();
+            let metrics: serde_json::Map<String, Value> = serde_json::from_str(&format!(
+                r#"{{"intensity_flop_per_byte":{intensity},"gbyte_per_s":{},
+                    "pct_measured_peak_flops":{pct_flops},"pct_measured_peak_bandwidth":{pct_bw}}}"#,
+                gflops / intensity
+            ))
+            .unwrap();
+            ResultRow {
+                workload: "ops".into(),
+                net: name.into(),
+                device: "cpu".into(),
+                status: TrialStatus::Ok,
+                gflop_per_s: Some(gflops),
+                params_text: serde_json::to_string(&params).unwrap(),
+                params,
+                metrics,
+                ..Default::default()
+            }
+        };
+        // add: 1/12 FLOP/byte at 1 GFLOP/s = 12 GB/s, 60 % of a 20 GB/s roof;
+        // dot: 100 FLOP/byte at 40 GFLOP/s, 80 % of a 50 GFLOP/s roof.
+        let rows = [
+            op("add", 1.0 / 12.0, 1.0, 2.0, 60.0),
+            op("dot", 100.0, 40.0, 80.0, 1.0),
+        ];
+        let plots = roofline_plots("tx2", &rows);
+        assert_eq!(plots.len(), 1);
+        let (stem, plot) = &plots[0];
+        assert_eq!(stem, "roofline_cpu");
+        let labels: Vec<&str> = plot.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels[0], "SGEMM roof 50.0 GFLOP/s");
+        // dot's bandwidth share implies 40 GB/s, add's 20: the roof is the higher one.
+        assert!(labels[1].starts_with("bandwidth roof"), "{labels:?}");
+        assert_eq!(&labels[2..], ["add", "dot"]);
+        let compute = plot.series[0].line();
+        assert!(compute.iter().all(|&(_, y)| (y - 50.0).abs() < 1e-9));
+        assert_eq!(plot.series[3].line(), vec![(100.0, 40.0)]);
     }
 
     #[test]
