@@ -10,6 +10,23 @@ use rusqlite::Connection;
 /// A custom MLP size small enough for a test: N=8, D_in=32, H=16, D_out=4.
 const TINY: &str = "8x32x16x4";
 
+/// `edgebench report` of `db` into `dir/report`; the folder of the one host it holds.
+fn report_of(dir: &std::path::Path, db: &std::path::Path) -> std::path::PathBuf {
+    let report = dir.join("report");
+    ok(edgebench(dir)
+        .arg("report")
+        .arg(db)
+        .arg("--out")
+        .arg(&report)
+        .output()
+        .unwrap());
+    std::fs::read_dir(&report)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("summary.md").exists())
+        .expect("the report has a host folder with summary.md")
+}
+
 #[test]
 fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
@@ -121,20 +138,7 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
     assert_eq!(loss.lines().count(), 1, "{loss}");
 
     // The report has the study's table: every style, with time, GFLOP/s and EDP.
-    let report = dir.path().join("report");
-    ok(edgebench(dir.path())
-        .arg("report")
-        .arg(&db)
-        .arg("--out")
-        .arg(&report)
-        .output()
-        .unwrap());
-    let host = rows[0]["host"].as_str().unwrap().to_string();
-    let host_dir = std::fs::read_dir(&report)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.join("summary.md").exists())
-        .unwrap_or_else(|| panic!("no summary for {host}"));
+    let host_dir = report_of(dir.path(), &db);
     let md = std::fs::read_to_string(host_dir.join("summary.md")).unwrap();
     assert!(md.contains("## MLP study on cpu"), "{md}");
     for style in ["tensors", "autograd", "function"] {
@@ -252,19 +256,7 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
     assert!((pct - 100.0 * dot["gflop_per_s"].as_f64().unwrap() / sgemm).abs() < 1e-6 * pct);
 
     // The report: the operators' table and a roofline with both roofs and each op.
-    let report = dir.path().join("report");
-    ok(edgebench(dir.path())
-        .arg("report")
-        .arg(&db)
-        .arg("--out")
-        .arg(&report)
-        .output()
-        .unwrap());
-    let host_dir = std::fs::read_dir(&report)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.join("summary.md").exists())
-        .unwrap();
+    let host_dir = report_of(dir.path(), &db);
     let md = std::fs::read_to_string(host_dir.join("summary.md")).unwrap();
     assert!(md.contains("## Operators on cpu"), "{md}");
     let svg = std::fs::read_to_string(host_dir.join("roofline_cpu.svg")).unwrap();

@@ -243,10 +243,11 @@ impl MlpJob {
     }
 }
 
-/// The config's `[mlp]` table: which trials a sweep of this workload runs.
+/// The `[mlp]` table (`config::MlpConfig`) in typed values, with the sweep's devices: which
+/// trials a sweep of this workload runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct MlpConfig {
+pub struct MlpSweep {
     pub styles: Vec<Style>,
     /// Size names (`small`, `medium`, `large`) or `NxD_inxHxD_out`.
     pub sizes: Vec<String>,
@@ -255,10 +256,10 @@ pub struct MlpConfig {
     pub devices: Vec<DeviceKind>,
 }
 
-impl Default for MlpConfig {
+impl Default for MlpSweep {
     /// The study: every style and size, 500 iterations at lr 1e-6, on the CPU.
-    fn default() -> MlpConfig {
-        MlpConfig {
+    fn default() -> MlpSweep {
+        MlpSweep {
             styles: Style::ALL.to_vec(),
             sizes: PRESETS.iter().map(|(name, _)| name.to_string()).collect(),
             iterations: ITERATIONS,
@@ -268,7 +269,7 @@ impl Default for MlpConfig {
     }
 }
 
-impl MlpConfig {
+impl MlpSweep {
     /// One job per (device, size, style), in that nesting order, each listed value once. Errors
     /// name the `[mlp]` key at fault.
     pub fn jobs(&self, seed: u64) -> std::result::Result<Vec<MlpJob>, String> {
@@ -410,7 +411,7 @@ pub fn jobs(config: &crate::config::Config) -> std::result::Result<Vec<MlpJob>, 
         .iter()
         .map(|s| Style::parse(s).map_err(|e| format!("mlp.styles (--style): {e}")))
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    MlpConfig {
+    MlpSweep {
         styles,
         sizes: m.sizes.clone(),
         iterations: m.iterations,
@@ -1008,7 +1009,7 @@ mod tests {
 
     #[test]
     fn the_mlp_table_plans_every_device_size_and_style_once() {
-        let config: MlpConfig = toml::from_str(
+        let config: MlpSweep = toml::from_str(
             r#"
             styles = ["function", "tensors", "function"]
             sizes = ["small", "2x3x4x5", "64x15000x100x150"]
@@ -1031,7 +1032,7 @@ mod tests {
         assert!(jobs.iter().all(|j| j.iterations == 7 && j.seed == 9));
         assert!(jobs.iter().all(|j| j.learning_rate == LEARNING_RATE));
 
-        let study = MlpConfig::default().jobs(0).unwrap();
+        let study = MlpSweep::default().jobs(0).unwrap();
         assert_eq!(study.len(), 9);
         assert!(study.iter().all(|j| j.iterations == 500));
     }
@@ -1039,7 +1040,7 @@ mod tests {
     #[test]
     fn a_bad_mlp_table_is_refused_naming_the_key() {
         let refuse = |text: &str| -> String {
-            match toml::from_str::<MlpConfig>(text) {
+            match toml::from_str::<MlpSweep>(text) {
                 Err(e) => e.to_string(),
                 Ok(config) => config.jobs(0).unwrap_err(),
             }
