@@ -80,6 +80,9 @@ pub enum Command {
     /// Export results in other formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Read results recorded elsewhere into the database.
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// A consistent copy of the database (SQLite online backup), safe while a run writes it.
     Snapshot {
         /// The copy to write; must not exist.
@@ -179,6 +182,31 @@ pub enum ExportCommand {
         /// Machine name in the file names (default: this host's name).
         #[arg(long)]
         machine: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Other frameworks' training logs, one per run, named train_{net}_{CPU|GPU}_{batch}.log
+    /// (as the Caffe and TensorFlow study scripts write them): one trial of workload exec per
+    /// log, with its iterations, as one run. Nothing was measured here: no power, memory or
+    /// clock record. A log imported before is skipped. Exit 2, nothing written, if the folder
+    /// or a log in it cannot be read.
+    Logs {
+        /// The folder holding the logs.
+        dir: PathBuf,
+        /// The logs' format: caffe or tensorflow (or another parser of the exec workload:
+        /// edgebench, regex:PATTERN).
+        #[arg(long)]
+        parser: String,
+        /// The framework that wrote the logs, as reports and exports name it, e.g. caffe.
+        #[arg(long)]
+        engine: String,
+        /// The machine the logs come from (default: this host's name).
+        #[arg(long)]
+        host: Option<String>,
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
+        db: PathBuf,
     },
 }
 
