@@ -203,6 +203,27 @@ mod tests {
     }
 
     #[test]
+    fn avg_time_is_per_iteration_when_a_record_stands_for_several() {
+        let rec = |step, step_s| IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: 0,
+        };
+        // A first iteration of 1 s, then two records of 10 iterations at 0.25 s each.
+        let logged = [rec(0, 1.0), rec(10, 0.25), rec(20, 0.25)];
+        assert_eq!(avg_time("exec", &logged), (1.0 + 20.0 * 0.25) / 21.0);
+        // edgebench's records are one step each: the plain mean.
+        let own = [rec(0, 1.0), rec(1, 0.25), rec(2, 0.25)];
+        assert_eq!(avg_time("cnn", &own), 1.5 / 3.0);
+        assert_eq!(avg_time("exec", &own), 1.5 / 3.0);
+    }
+
+    #[test]
     fn modes() {
         assert_eq!(mode("cpu"), "CPU");
         assert_eq!(mode("cuda"), "GPU");

@@ -338,3 +338,76 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec_row(engine: &str, device: &str, batch: usize, tpi: Option<f64>) -> ResultRow {
+        let params: serde_json::Map<String, Value> =
+            serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
+        ResultRow {
+            workload: "exec".into(),
+            net: "alexnet".into(),
+            device: device.into(),
+            batch,
+            status: TrialStatus::Ok,
+            time_per_image_s: tpi,
+            params_text: serde_json::to_string(&params).unwrap(),
+            params,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn engines_of_each_workload() {
+        let cnn = ResultRow {
+            workload: "cnn".into(),
+            ..Default::default()
+        };
+        let mlp = ResultRow {
+            workload: "mlp".into(),
+            ..Default::default()
+        };
+        assert_eq!(engine_of(&cnn).as_deref(), Some("edgebench"));
+        assert_eq!(engine_of(&mlp), None);
+        let caffe = exec_row("caffe", "cpu", 1, None);
+        assert_eq!(engine_of(&caffe).as_deref(), Some("caffe"));
+        assert!(has_other_engines(&[cnn.clone(), caffe]));
+        assert!(!has_other_engines(&[cnn, mlp]));
+        assert_eq!(file_name_part("tf 2/keras"), "tf_2_keras");
+        assert_eq!(file_name_part(".."), "engine_2");
+    }
+
+    #[test]
+    fn speedup_per_engine_where_both_devices_ran_the_same_work() {
+        let mut rows = vec![
+            exec_row("caffe", "cpu", 16, Some(0.2)),
+            exec_row("caffe", "cuda", 16, Some(0.025)),
+            // Another engine's CPU time is not caffe's.
+            exec_row("tensorflow", "cuda", 16, Some(0.05)),
+            exec_row("caffe", "cuda", 32, Some(0.02)),
+            exec_row("caffe", "cpu", 64, Some(0.2)),
+            exec_row("caffe", "cuda", 64, Some(0.01)),
+        ];
+        // A later failed retry does not hide the ok trial.
+        rows.push(ResultRow {
+            status: TrialStatus::Failed,
+            ..exec_row("caffe", "cuda", 16, None)
+        });
+        // Other images per epoch: not the same work.
+        rows[4].images = 512;
+        let sp = speedups(&pick(&rows));
+        assert_eq!(sp.len(), 1, "{sp:?}");
+        assert_eq!(sp[&("caffe".to_string(), "alexnet".to_string(), 16)], 8.0);
+        let t = tables("tx1", &rows);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0].title, "Engine caffe — tx1");
+        assert_eq!(
+            t[2].rows,
+            [["caffe", "alexnet", "16", "200.000", "25.000", "8.00"]]
+        );
+        let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
+        assert_eq!(t[0].rows[0][col("J/image")], "not measured");
+    }
+}

@@ -232,3 +232,120 @@ fn write(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Metrics;
+    use crate::store::TrialStatus;
+
+    fn run(uuid: &str, host: &str) -> RunInfo {
+        RunInfo {
+            uuid: uuid.into(),
+            host: host.into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            config_toml: "[import]\n".into(),
+            edgebench_version: "0".into(),
+            git_commit: "unknown".into(),
+            candle_version: "0".into(),
+            cpu_threads: 0,
+            cpu_model: None,
+            os: "unknown".into(),
+        }
+    }
+
+    fn trial(batch: usize, steps: &[usize], loss: f64) -> ImportedTrial {
+        ImportedTrial {
+            key: TrialKey {
+                workload: "exec".into(),
+                net: "alexnet".into(),
+                device: "cuda".into(),
+                batch,
+                epochs: 0,
+                images: 0,
+                dataset: String::new(),
+                params: r#"{"command":[],"engine":"caffe"}"#.into(),
+            },
+            iterations: steps
+                .iter()
+                .map(|&step| IterationRecord {
+                    step,
+                    epoch: 0,
+                    loss,
+                    lr: f64::NAN,
+                    data_s: 0.0,
+                    step_s: 0.5,
+                    t_start_ns: step as i64 * 500_000_000,
+                    t_end_ns: (step as i64 + 1) * 500_000_000,
+                })
+                .collect(),
+            summary: TrialSummary {
+                status: TrialStatus::Ok,
+                error: None,
+                ended_at: "2026-01-01T00:00:00Z".into(),
+                time_per_image_s: Some(0.5 / batch as f64),
+                time_per_image_spread_s: Some(0.0),
+                images_per_s: Some(batch as f64 / 0.5),
+                loss_first: Some(loss),
+                loss_last: Some(loss),
+                loss_anomaly: false,
+                metrics: Metrics::default(),
+            },
+            power_note: "imported log: no power measured".into(),
+        }
+    }
+
+    fn count(store: &Store, table: &str) -> i64 {
+        store
+            .conn
+            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_trial_stored_before_is_skipped_whatever_the_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let p = Provenance::default();
+        let first = [trial(16, &[0, 20], f64::NAN), trial(32, &[0, 20], 6.9)];
+        let out = store.import_run(&run("r1", "tx1"), &p, &first).unwrap();
+        assert_eq!(out.written, [0, 1]);
+        assert_eq!(out.run_uuid.as_deref(), Some("r1"));
+
+        // The same logs under another host: nothing written, not even a run.
+        let out = store.import_run(&run("r2", "tx2"), &p, &first).unwrap();
+        assert_eq!(out.run_uuid, None);
+        assert_eq!(
+            out.already,
+            [
+                (0, "tx1".into(), "r1".into()),
+                (1, "tx1".into(), "r1".into())
+            ]
+        );
+        assert_eq!(count(&store, "runs"), 1);
+
+        // Another run of the same point (other losses), and one log given twice.
+        let again = [trial(32, &[0, 20], 6.8), trial(32, &[0, 20], 6.8)];
+        let out = store.import_run(&run("r3", "tx1"), &p, &again).unwrap();
+        assert_eq!(out.written, [0]);
+        assert_eq!(out.already, [(1, "tx1".into(), "r3".into())]);
+        assert_eq!((count(&store, "runs"), count(&store, "trials")), (2, 3));
+        assert_eq!(count(&store, "iterations"), 6);
+    }
+
+    #[test]
+    fn a_failed_import_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        // The second trial repeats a step: its second iteration breaks the primary key after
+        // the run, the first trial and its iterations were written.
+        let trials = [trial(16, &[0, 1], 6.9), trial(32, &[0, 0], 6.9)];
+        let err = store
+            .import_run(&run("r1", "tx1"), &Provenance::default(), &trials)
+            .unwrap_err();
+        assert!(err.to_string().contains("UNIQUE"), "{err}");
+        for table in ["runs", "run_provenance", "trials", "iterations"] {
+            assert_eq!(count(&store, table), 0, "{table}");
+        }
+    }
+}

@@ -463,6 +463,8 @@ I1222 14:03:25.600000  2471 solver.cpp:315] Optimization Done.
         );
         assert_eq!(its[1].record.loss, 6.8);
         assert_eq!(its[1].record.lr, 0.01);
+        // The rate printed after a step's loss line is that step's.
+        assert_eq!(its[0].record.lr, 0.01);
         // Placed by glog's timestamps, from the log's first line.
         assert_eq!(its[1].record.t_end_ns, 3_000_000_000);
         assert_eq!(its[1].record.t_start_ns, 1_000_000_000);
