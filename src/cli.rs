@@ -173,7 +173,9 @@ fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize>
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// The source studies' CSV files: loss_<machine>_edgebench.csv and times_<machine>_edgebench.csv.
+    /// The source studies' CSV files, loss_<machine>_<engine>.csv and times_<machine>_<engine>.csv
+    /// for every engine (edgebench's own trainer and each other framework), and one file per
+    /// other workload.
     Csv {
         #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
         db: PathBuf,
