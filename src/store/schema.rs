@@ -413,53 +413,6 @@ ALTER TABLE trials ADD COLUMN metrics TEXT;
 mod tests {
     use super::*;
 
-    /// A v6 file's iterations keep every column through v7, and a step without a learning
-    /// rate can then be stored.
-    #[test]
-    fn v7_keeps_the_iterations_and_takes_an_unknown_learning_rate() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("v6.db");
-        {
-            let c = rusqlite::Connection::open(&path).unwrap();
-            for m in &MIGRATIONS[..6] {
-                c.execute_batch(m.sql).unwrap();
-            }
-            c.execute_batch(
-                "PRAGMA user_version = 6;
-                 INSERT INTO runs (uuid, host, started_at, status, config_toml,
-                   edgebench_version, git_commit, candle_version, cpu_threads, os)
-                 VALUES ('r1', 'tx1', 't', 'finished', '', '0', 'x', '0', 4, 'L');
-                 INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
-                   iterations_planned, iterations_done, warmup_iterations, status, started_at)
-                 VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 16, 'd', 2, 2, 0, 'ok', 't');
-                 INSERT INTO iterations VALUES (1, 0, 0, 6.9, 0.01, 0.1, 0.5, 10, 20, 1.5);
-                 INSERT INTO iterations VALUES (1, 1, 0, NULL, 0.01, 0.1, 0.5, 20, 30, NULL);",
-            )
-            .unwrap();
-        }
-        let mut store = crate::store::Store::open(&path).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 7);
-        let trial = 1;
-        let kept = store.iterations(trial).unwrap();
-        assert_eq!(kept.len(), 2);
-        assert_eq!(
-            (kept[0].loss, kept[0].lr, kept[0].t_end_ns),
-            (6.9, 0.01, 20)
-        );
-        assert!(kept[1].loss.is_nan());
-        assert_eq!(
-            store.iteration_energies(trial).unwrap(),
-            [(0, Some(1.5)), (1, None)]
-        );
-        let unknown_lr = crate::record::IterationRecord {
-            lr: f64::NAN,
-            step: 2,
-            ..kept[0]
-        };
-        store.record_iteration(trial, &unknown_lr).unwrap();
-        assert!(store.iterations(trial).unwrap()[2].lr.is_nan());
-    }
-
     #[test]
     fn migrations_are_consecutive_from_one() {
         for (i, m) in MIGRATIONS.iter().enumerate() {
