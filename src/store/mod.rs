@@ -11,6 +11,7 @@ mod error;
 pub mod lock;
 mod memory;
 mod merge;
+mod output;
 mod provenance;
 pub mod schema;
 mod snapshot;
