@@ -31,6 +31,11 @@ pub struct Cli {
 pub enum Command {
     /// Run the sweep given by the config (default config/edgebench.toml) and print a summary.
     Run(Box<RunArgs>),
+    /// Run any command (another framework's training) as a trial, measured like a sweep's:
+    /// `edgebench exec --name pytorch --parser edgebench --net alexnet --batch 16 --device cuda
+    /// --power -- python3 bench/torch_train.py alexnet 16 20`. Lists of --net, --device,
+    /// --batch make a sweep of the command (use the placeholders).
+    Exec(Box<ExecArgs>),
     /// Describe the networks: input, layers, parameters, forward multiply-adds.
     Models {
         #[arg(long)]
@@ -292,10 +297,59 @@ pub struct RunArgs {
     pub power_scope: Option<edgebench::config::PowerScope>,
 }
 
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The engine's name in results and reports (default: the program's file name).
+    #[arg(long, value_name = "ENGINE")]
+    pub name: Option<String>,
+    /// How to read steps from the command's output: caffe, tensorflow, edgebench or
+    /// regex:PATTERN (named groups step, loss, time). Without one (or when no line matches),
+    /// the trial gets whole-command time, energy, power and memory.
+    #[arg(long)]
+    pub parser: Option<String>,
+    /// End the command after this long (SIGTERM, then SIGKILL), e.g. 30m: the trial is failed.
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<edgebench::config::Timeout>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The command and its arguments, after `--`; {net}, {batch}, {device}, {images} and
+    /// {epochs} are replaced by the trial's values ({{ and }} are braces).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl ExecArgs {
+    pub fn overrides(&self) -> edgebench::config::Overrides {
+        let program = self.command.first().map(String::as_str).unwrap_or_default();
+        let name = self.name.clone().unwrap_or_else(|| {
+            std::path::Path::new(program)
+                .file_name()
+                .map_or(program.to_string(), |n| n.to_string_lossy().into_owned())
+        });
+        let mut o = self.run.overrides();
+        o.workload = Some(edgebench::config::WorkloadKind::Exec);
+        o.exec = Some(edgebench::config::ExecEntry {
+            name,
+            command: self.command.clone(),
+            parser: self.parser.clone(),
+            timeout: None,
+        });
+        o.timeout = self.timeout;
+        // One trial unless the flags ask for a sweep: no net, the CPU, batch not known.
+        o.nets.get_or_insert_with(|| vec![String::new()]);
+        o.devices
+            .get_or_insert_with(|| vec![edgebench::config::DeviceKind::Cpu]);
+        o.batches.get_or_insert_with(|| vec![0]);
+        o
+    }
+}
+
 impl RunArgs {
     pub fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             workload: self.workload,
+            exec: None,
+            timeout: None,
             ops: self.op.clone(),
             mb: self.mb.clone(),
             styles: self.style.clone(),

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The config file `edgebench run` reads when no `--config` is given (if it exists).
 pub const DEFAULT_CONFIG_PATH: &str = "config/edgebench.toml";
@@ -61,6 +62,67 @@ pub struct Config {
     pub power: PowerConfig,
     pub mlp: MlpConfig,
     pub ops: OpsConfig,
+    /// `[[exec]]`: the commands of the external-command workload (`--workload exec`).
+    pub exec: Vec<ExecEntry>,
+}
+
+/// One `[[exec]]` table of the config: a command to run for every point of the sweep, e.g.
+/// `name = "pytorch"`, `command = ["python3", "bench/torch_train.py", "{net}", "{batch}", "20"]`,
+/// `parser = "edgebench"`. Checked and expanded by the exec workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecEntry {
+    /// The engine's name in results and reports (`pytorch`, `caffe`, ...).
+    pub name: String,
+    /// Program and arguments; placeholders are replaced per trial, `{{` and `}}` are literal
+    /// braces.
+    pub command: Vec<String>,
+    /// Log parser (`caffe`, `tensorflow`, `edgebench`, `regex:PATTERN`); none: the trial gets
+    /// whole-command figures only.
+    #[serde(default)]
+    pub parser: Option<String>,
+    /// The command is ended (SIGTERM, then SIGKILL) and the trial `failed` after this long,
+    /// e.g. "30m".
+    #[serde(default)]
+    pub timeout: Option<Timeout>,
+}
+
+/// A duration written like `90s`, `15m`, `1h 30m` or `600` (seconds), parsed once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Timeout(pub Duration);
+
+impl std::str::FromStr for Timeout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let parsed = match t.parse::<u64>() {
+            Ok(seconds) => Ok(Duration::from_secs(seconds)),
+            Err(_) => humantime::parse_duration(t).map_err(|e| e.to_string()),
+        };
+        match parsed {
+            Ok(d) if d.is_zero() => Err(format!(
+                "timeout '{s}' is zero; give a duration above 0, e.g. 30m"
+            )),
+            Ok(d) => Ok(Timeout(d)),
+            Err(e) => Err(format!(
+                "invalid duration '{s}' ({e}); write e.g. 90s, 30m or 2h"
+            )),
+        }
+    }
+}
+
+impl TryFrom<String> for Timeout {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<Timeout> for String {
+    fn from(t: Timeout) -> String {
+        humantime::format_duration(t.0).to_string()
+    }
 }
 
 /// `[mlp]`: the MLP study (`--workload mlp`), on `sweep.devices`. Names and sizes are checked
@@ -136,16 +198,24 @@ pub enum WorkloadKind {
     Mlp,
     /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
     Ops,
+    /// Any framework's training command over (net, device, batch) (`[[exec]]`).
+    Exec,
 }
 
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 3] = [WorkloadKind::Cnn, WorkloadKind::Mlp, WorkloadKind::Ops];
+    pub const ALL: [WorkloadKind; 4] = [
+        WorkloadKind::Cnn,
+        WorkloadKind::Mlp,
+        WorkloadKind::Ops,
+        WorkloadKind::Exec,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Cnn => "cnn",
             WorkloadKind::Mlp => "mlp",
             WorkloadKind::Ops => "ops",
+            WorkloadKind::Exec => "exec",
         }
     }
 
@@ -537,6 +607,10 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub workload: Option<WorkloadKind>,
+    /// `edgebench exec`: the one command to run instead of the config's `[[exec]]` entries.
+    pub exec: Option<ExecEntry>,
+    /// Replaces every `[[exec]]` entry's timeout.
+    pub timeout: Option<Timeout>,
     pub ops: Option<Vec<String>>,
     pub mb: Option<Vec<f64>>,
     pub styles: Option<Vec<String>>,
@@ -600,6 +674,14 @@ impl Config {
             };
         }
         set!(s.workload, o.workload);
+        if let Some(entry) = &o.exec {
+            self.exec = vec![entry.clone()];
+        }
+        if o.timeout.is_some() {
+            for entry in &mut self.exec {
+                entry.timeout = o.timeout;
+            }
+        }
         set!(self.ops.ops, o.ops);
         set!(self.ops.mb, o.mb);
         set!(self.mlp.styles, o.styles);
@@ -649,7 +731,16 @@ impl Config {
                     .into(),
             ));
         }
-        for net in &s.nets {
+        let exec = s.workload == WorkloadKind::Exec;
+        if exec && self.exec.is_empty() {
+            return Err(invalid(
+                "the exec workload has no command: add an [[exec]] table (name, command, parser) \
+                 to the config, or run `edgebench exec -- COMMAND`"
+                    .into(),
+            ));
+        }
+        // A command's nets are whatever it trains; they only name its trials.
+        for net in s.nets.iter().filter(|_| !exec) {
             if crate::models::by_name(net).is_none() {
                 return Err(invalid(format!(
                     "sweep.nets: unknown network '{net}' (known: {})",
@@ -668,7 +759,15 @@ impl Config {
         if s.images == 0 {
             return Err(invalid("sweep.images (--images) must be at least 1".into()));
         }
-        for &b in &s.batches {
+        // A command's batch (0: not known) only names its trials and fills `{batch}`.
+        for &b in s.batches.iter().filter(|_| exec) {
+            if b > MAX_BATCH {
+                return Err(invalid(format!(
+                    "sweep.batches (--batch): batch {b} is above {MAX_BATCH}"
+                )));
+            }
+        }
+        for &b in s.batches.iter().filter(|_| !exec) {
             if b == 0 || b > s.images || b > MAX_BATCH {
                 return Err(invalid(format!(
                     "sweep.batches (--batch): batch {b} does not fit sweep.images (--images) = {} \

@@ -82,7 +82,19 @@ fn main() {
 
 fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
     match command {
-        Command::Run(args) => run(&args, host),
+        Command::Run(args) => run(&args, args.overrides(), host),
+        Command::Exec(args) => {
+            if args
+                .run
+                .workload
+                .is_some_and(|w| w != edgebench::config::WorkloadKind::Exec)
+            {
+                return Err(usage(anyhow::anyhow!(
+                    "edgebench exec runs a command; --workload selects what `edgebench run` runs"
+                )));
+            }
+            run(&args.run, args.overrides(), host)
+        }
         Command::Worker => Ok(edgebench::worker::main()),
         Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
         Command::Models { json } => {
@@ -367,9 +379,13 @@ fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
     );
 }
 
-fn run(args: &RunArgs, host: &HostPaths) -> Result<i32, Failure> {
+fn run(
+    args: &RunArgs,
+    overrides: edgebench::config::Overrides,
+    host: &HostPaths,
+) -> Result<i32, Failure> {
     let (mut config, origin) = Config::resolve(args.config.as_deref())?;
-    config.apply(&args.overrides());
+    config.apply(&overrides);
     config.validate(&origin)?;
     // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
     // lock, the idle baseline, a trial) and the command exits 130.

@@ -9,12 +9,19 @@ use serde::{Deserialize, Serialize};
 pub struct IterationRecord {
     pub step: usize,
     pub epoch: usize,
+    #[serde(deserialize_with = "null_as_nan")]
     pub loss: f64,
+    #[serde(deserialize_with = "null_as_nan")]
     pub lr: f64,
     pub data_s: f64,
     pub step_s: f64,
     pub t_start_ns: i64,
     pub t_end_ns: i64,
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, which reads back as NaN here.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// What the callback tells the loop after each iteration.

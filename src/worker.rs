@@ -4,6 +4,7 @@
 //! this trial only; the parent already holds every iteration reported.
 
 use crate::record::{IterationRecord, TrialEnd};
+use crate::workloads::exec::command::CommandOutcome;
 use crate::workloads::Job;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
@@ -15,6 +16,8 @@ use std::sync::Arc;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMessage {
     Iteration(IterationRecord),
+    /// An external command's end and the tails of its output (exec workload), before `Done`.
+    Command(CommandOutcome),
     /// Trained every iteration, or stopped at a boundary when asked (SIGTERM/SIGINT).
     Done {
         stopped: bool,
@@ -26,10 +29,14 @@ pub enum WorkerMessage {
 }
 
 fn run(job: &Job, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<TrialEnd> {
-    job.run(stop, &mut |rec| {
+    let end = job.run(stop, &mut |rec| {
         send(out, &WorkerMessage::Iteration(*rec))?;
         Ok(crate::record::Control::Continue)
-    })
+    })?;
+    if let Some(command) = end.command {
+        send(out, &WorkerMessage::Command(command))?;
+    }
+    Ok(end.end)
 }
 
 fn send(out: &mut dyn Write, msg: &WorkerMessage) -> anyhow::Result<()> {

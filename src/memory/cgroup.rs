@@ -163,6 +163,32 @@ impl TrialCgroup {
     }
 }
 
+impl TrialCgroup {
+    /// SIGKILLs every process still in the cgroup: what a trial's command started and left
+    /// behind (a daemonised child) must not run on into the next trial.
+    pub fn kill_remaining(&self) -> usize {
+        let mut killed = 0;
+        for _ in 0..50 {
+            let pids: Vec<i32> = std::fs::read_to_string(self.dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.
+                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                    killed += 1;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        killed
+    }
+}
+
 impl Drop for TrialCgroup {
     fn drop(&mut self) {
         // Fails only while a process is still inside; then the directory is left for the admin.

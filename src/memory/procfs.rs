@@ -43,6 +43,43 @@ pub struct ProcMemory {
     pub swap_bytes: u64,
     /// Major page faults of the process (stat field 12).
     pub major_faults: u64,
+    /// Major page faults of its children that it has waited for (stat field 13).
+    pub reaped_major_faults: u64,
+}
+
+impl ProcMemory {
+    /// The memory of a process tree: resident and swapped pages summed; the peak is the larger
+    /// of that sum and any one process's own peak (a lower bound: the processes' peaks need not
+    /// coincide); faults include those of reaped children, so the count never drops when a
+    /// child exits.
+    pub fn tree(processes: &[ProcMemory]) -> Option<ProcMemory> {
+        let (first, _) = processes.split_first()?;
+        let rss: u64 = processes.iter().map(|p| p.rss_bytes).sum();
+        Some(ProcMemory {
+            rss_bytes: rss,
+            hwm_bytes: processes
+                .iter()
+                .map(|p| p.hwm_bytes)
+                .max()
+                .unwrap_or(0)
+                .max(rss),
+            swap_bytes: processes.iter().map(|p| p.swap_bytes).sum(),
+            major_faults: processes
+                .iter()
+                .map(|p| p.major_faults + p.reaped_major_faults)
+                .sum(),
+            reaped_major_faults: first.reaped_major_faults,
+        })
+    }
+}
+
+/// The parent pid from /proc/<pid>/stat (field 4).
+pub fn parse_ppid(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// /proc/pressure/memory totals (microseconds stalled), absent on Jetson L4T kernels.
@@ -115,12 +152,15 @@ pub fn parse_proc_memory(status: &str, stat: &str) -> Option<ProcMemory> {
     // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
     let after_comm = &stat[stat.rfind(')')? + 1..];
     // Fields from 3 on; majflt is field 12, so index 9 here.
-    let major_faults = after_comm.split_whitespace().nth(9)?.parse().ok()?;
+    let mut fields = after_comm.split_whitespace().skip(9);
+    let major_faults = fields.next()?.parse().ok()?;
+    let reaped_major_faults = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
     Some(ProcMemory {
         rss_bytes: kb_field(status, "VmRSS").unwrap_or(0) * 1024,
         hwm_bytes: kb_field(status, "VmHWM").unwrap_or(0) * 1024,
         swap_bytes: kb_field(status, "VmSwap").unwrap_or(0) * 1024,
         major_faults,
+        reaped_major_faults,
     })
 }
 
@@ -138,6 +178,9 @@ pub fn parse_psi(text: &str) -> Option<Psi> {
         full_total_us: total("full").unwrap_or(0),
     })
 }
+
+/// Processes a tree is summed over at most (a fork bomb must not stall the sampler).
+const MAX_TREE: usize = 4096;
 
 /// Reads through the procfs root; a missing file is `None`, never an error: not every kernel
 /// has every file (PSI is off on Jetson kernels).
@@ -175,6 +218,73 @@ impl ProcReader {
             &self.read(&format!("{pid}/status"))?,
             &self.read(&format!("{pid}/stat"))?,
         )
+    }
+
+    /// `pid` and every process below it, summed ([`ProcMemory::tree`]); None once `pid` is
+    /// gone. A process that left the tree (reparented to init) is no longer counted.
+    pub fn process_tree(&self, pid: u32) -> Option<ProcMemory> {
+        let root = self.process(pid)?;
+        // Without CONFIG_PROC_CHILDREN, every process's parent is read instead.
+        let all = match self
+            .paths
+            .proc(&format!("{pid}/task/{pid}/children"))
+            .exists()
+        {
+            true => None,
+            false => Some(self.parents()),
+        };
+        let mut members = vec![root];
+        let mut queue = vec![pid];
+        while let Some(parent) = queue.pop() {
+            let children = match &all {
+                Some(all) => all
+                    .iter()
+                    .filter(|(_, p)| *p == parent)
+                    .map(|(c, _)| *c)
+                    .collect(),
+                None => self.children_of(parent),
+            };
+            for child in children {
+                if members.len() >= MAX_TREE {
+                    break;
+                }
+                if let Some(m) = self.process(child) {
+                    members.push(m);
+                    queue.push(child);
+                }
+            }
+        }
+        ProcMemory::tree(&members)
+    }
+
+    /// The children of every thread of `pid` (/proc/<pid>/task/<tid>/children).
+    fn children_of(&self, pid: u32) -> Vec<u32> {
+        let Ok(tasks) = std::fs::read_dir(self.paths.proc(&format!("{pid}/task"))) else {
+            return Vec::new();
+        };
+        tasks
+            .filter_map(|t| {
+                let tid = t.ok()?.file_name().into_string().ok()?;
+                self.read(&format!("{pid}/task/{tid}/children"))
+            })
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+
+    /// (pid, parent pid) of every process.
+    fn parents(&self) -> Vec<(u32, u32)> {
+        let Ok(dir) = std::fs::read_dir(self.paths.proc("")) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            Some((pid, parse_ppid(&self.read(&format!("{pid}/stat"))?)?))
+        })
+        .collect()
     }
 
     pub fn psi(&self) -> Option<Psi> {

@@ -16,17 +16,29 @@ pub struct MemorySample {
     pub system: Option<MemInfo>,
     pub vm: Option<VmStat>,
     pub psi: Option<Psi>,
-    /// The worker; `None` once it has exited.
+    /// The worker (with every process below it, for a command); `None` once it has exited.
     pub process: Option<ProcMemory>,
 }
 
-pub fn sample(reader: &ProcReader, pid: Option<u32>) -> MemorySample {
+/// Which processes a sample's `process` covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// The process alone (a worker that trains in-process).
+    Process(u32),
+    /// The process and everything it started (a worker running a command).
+    Tree(u32),
+}
+
+pub fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample {
     MemorySample {
         t_ns: monotonic_ns(),
         system: reader.meminfo(),
         vm: reader.vmstat(),
         psi: reader.psi(),
-        process: pid.and_then(|p| reader.process(p)),
+        process: watch.and_then(|w| match w {
+            Watch::Process(pid) => reader.process(pid),
+            Watch::Tree(pid) => reader.process_tree(pid),
+        }),
     }
 }
 
@@ -39,7 +51,7 @@ impl MemorySampler {
     /// Samples now and then every `interval` until `stop`.
     pub fn start(
         paths: &HostPaths,
-        pid: u32,
+        watch: Watch,
         interval: Duration,
     ) -> std::io::Result<MemorySampler> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -50,10 +62,10 @@ impl MemorySampler {
             .spawn(move || {
                 let mut samples = Vec::new();
                 loop {
-                    samples.push(sample(&reader, Some(pid)));
+                    samples.push(sample(&reader, Some(watch)));
                     crate::host::sleep_unless(&flag, interval);
                     if flag.load(Ordering::Relaxed) {
-                        samples.push(sample(&reader, Some(pid)));
+                        samples.push(sample(&reader, Some(watch)));
                         return samples;
                     }
                 }

@@ -190,6 +190,7 @@ mod tests {
                 hwm_bytes: 120 << 20,
                 swap_bytes: 10 << 20,
                 major_faults: majflt,
+                reaped_major_faults: 0,
             }),
         }
     }

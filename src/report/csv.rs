@@ -108,7 +108,7 @@ fn engine_files(store: &Store, rows: Vec<ResultRow>) -> anyhow::Result<(String, 
 fn avg_time(workload: &str, iters: &[IterationRecord]) -> f64 {
     if workload == "exec" {
         let covered: usize = steps_covered(iters).iter().sum();
-        total_time_s(iters) / covered as f64
+        total_time_s(iters, 0) / covered as f64
     } else {
         iters.iter().map(|it| it.step_s).sum::<f64>() / iters.len() as f64
     }

@@ -184,7 +184,11 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(speedup, 1.0, 2),
                         energy(r, r.energy_per_image_j, 4),
                         energy(r, r.edp_js, 4),
-                        format!("{}/{}", r.iterations, r.iterations_planned),
+                        // A command's step count is not known ahead (planned 0).
+                        match r.iterations_planned {
+                            0 => r.iterations.to_string(),
+                            planned => format!("{}/{planned}", r.iterations),
+                        },
                         match imported(r) {
                             true => "imported log".to_string(),
                             false => "measured".to_string(),

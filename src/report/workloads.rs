@@ -30,7 +30,7 @@ pub const COMMON: &[&str] = &[
 ];
 
 /// A short name for a trial of any workload, e.g. `alexnet`, `mlp tensors small`,
-/// `add f32 32MB`, `caffe alexnet` (an external engine's).
+/// `add f32 32MB`.
 pub fn label(r: &ResultRow) -> String {
     let param = |k: &str| match r.params.get(k) {
         Some(Value::String(s)) => Some(s.clone()),
@@ -59,10 +59,9 @@ pub fn label(r: &ResultRow) -> String {
                 param("dtype").unwrap_or_default()
             )
         }
-        "exec" => match r.params.get("engine") {
-            Some(Value::String(engine)) => format!("{engine} {}", r.net),
-            _ => r.net.clone(),
-        },
+        "exec" => format!("{} {}", param("engine").unwrap_or_default(), r.net)
+            .trim_end()
+            .to_string(),
         _ => r.net.clone(),
     }
 }

@@ -8,14 +8,15 @@ use super::{now, CLOCK_INTERVAL};
 use crate::config::Config;
 use crate::host::HostPaths;
 use crate::memory::procfs::ProcReader;
-use crate::memory::{assess, cgroup, estimate, MemorySampler};
+use crate::memory::{assess, cgroup, estimate, MemorySampler, Watch};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
 use crate::record::IterationRecord;
 use crate::stats;
 use crate::store::{MemoryColumns, Store, TrialStatus, TrialSummary};
 use crate::worker::WorkerMessage;
-use crate::workloads::PlannedTrial;
+use crate::workloads::exec::{self, command::CommandOutcome};
+use crate::workloads::{Job, PlannedTrial};
 use anyhow::Context;
 use indicatif::ProgressBar;
 use std::io::{BufRead, BufReader, Write};
@@ -32,7 +33,11 @@ pub(super) fn run_one(
     bar: Option<&ProgressBar>,
 ) -> anyhow::Result<TrialStatus> {
     let planned = trial.iterations;
-    let warmup = stats::effective_warmup(ctx.config.sweep.warmup_iterations, planned);
+    // A command's step count is known only when it ends (planned 0): its warm-up is settled then.
+    let warmup = match planned {
+        0 => ctx.config.sweep.warmup_iterations,
+        n => stats::effective_warmup(ctx.config.sweep.warmup_iterations, n),
+    };
     let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
     let estimate_bytes = trial.memory_estimate_bytes;
     let mut memory = MemoryColumns {
@@ -111,7 +116,11 @@ pub(super) fn run_one(
         Some(Err(_)) | None => None,
         Some(Ok(cg)) => Some(cg),
     };
-    let sampler = MemorySampler::start(ctx.host, pid, ctx.memory.interval)?;
+    let watch = match trial.job {
+        Job::Exec(_) => Watch::Tree(pid),
+        _ => Watch::Process(pid),
+    };
+    let sampler = MemorySampler::start(ctx.host, watch, ctx.memory.interval)?;
     let clocks = ClockWatcher::start(ctx.host, CLOCK_INTERVAL)?;
     {
         let mut stdin = child.stdin.take().expect("piped stdin");
@@ -138,6 +147,7 @@ pub(super) fn run_one(
     });
 
     let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
+    let mut command: Option<CommandOutcome> = None;
     let mut last = None;
     let mut stop_sent: Option<std::time::Instant> = None;
     let mut abandoned = false;
@@ -180,7 +190,7 @@ pub(super) fn run_one(
                         "iteration"
                     );
                 }
-                if rec.step + 1 == warmup {
+                if iterations.len() + 1 == warmup {
                     // The next iteration is the first measured one.
                     if let Some((m, _, _)) = &ctx.power {
                         m.mark(true);
@@ -188,6 +198,7 @@ pub(super) fn run_one(
                 }
                 iterations.push(rec);
             }
+            Ok(WorkerMessage::Command(outcome)) => command = Some(outcome),
             Ok(msg) => last = Some(msg),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -195,6 +206,18 @@ pub(super) fn run_one(
     }
     let _ = reader.join();
     let status = child.wait().ok();
+    if let Some(cg) = &cgroup {
+        let left = cg.kill_remaining();
+        if left > 0 {
+            say(
+                format!(
+                    "{}: killed {left} process(es) the trial left running",
+                    trial.label
+                ),
+                true,
+            );
+        }
+    }
     let samples = sampler.stop();
     let clocks = provenance::assess(&clocks.stop());
     // The trial's own cgroup counts only its OOM kills; the system-wide counter (the fallback
@@ -213,7 +236,16 @@ pub(super) fn run_one(
             trial.label
         );
     }
-    let (status, error) = if abandoned && last.is_none() {
+    let (status, error) = if let (Some(outcome), Job::Exec(job)) = (&command, &trial.job) {
+        let timeout = job.timeout_s.map(Duration::from_secs_f64);
+        let (status, error) = outcome
+            .end
+            .status(oom_kills > 0, timeout, &outcome.stderr_tail);
+        (
+            TrialStatus::parse(status).expect("a command's end is a trial status"),
+            error,
+        )
+    } else if abandoned && last.is_none() {
         (
             TrialStatus::Interrupted,
             Some(format!(
@@ -246,10 +278,35 @@ pub(super) fn run_one(
     let times = trial
         .items_per_iteration
         .and_then(|items| stats::time_summary(&step_s, warmup, items));
+    let warmup = match planned {
+        0 => stats::effective_warmup(warmup, iterations.len()),
+        _ => warmup,
+    };
     let measured = iterations
         .get(warmup.min(iterations.len())..)
         .unwrap_or_default();
-    let (from_ns, to_ns) = match (measured.first(), measured.last()) {
+    // A command that logged no step is measured as a whole: one span from start to end, for
+    // memory, power and time, not stored as an iteration.
+    let whole_command =
+        command
+            .as_ref()
+            .filter(|_| iterations.is_empty())
+            .map(|o| IterationRecord {
+                step: 0,
+                epoch: 0,
+                loss: f64::NAN,
+                lr: f64::NAN,
+                data_s: 0.0,
+                step_s: (o.ended_ns - o.started_ns) as f64 * 1e-9,
+                t_start_ns: o.started_ns,
+                t_end_ns: o.ended_ns,
+            });
+    let (span, span_warmup): (&[IterationRecord], usize) = match &whole_command {
+        Some(whole) => (std::slice::from_ref(whole), 0),
+        None => (&iterations, warmup),
+    };
+    let measured_span = &span[span_warmup.min(span.len())..];
+    let (from_ns, to_ns) = match (measured_span.first(), measured_span.last()) {
         (Some(a), Some(b)) => (a.t_start_ns, b.t_end_ns),
         _ => (
             samples.first().map_or(0, |s| s.t_ns),
@@ -260,7 +317,7 @@ pub(super) fn run_one(
         &samples,
         from_ns,
         to_ns,
-        measured.len(),
+        measured_span.len(),
         &ctx.memory.thresholds,
     );
     memory.swap_in_pages = Some(report.swap_in_pages as i64);
@@ -271,7 +328,8 @@ pub(super) fn run_one(
     memory.psi_memory_some_us = report.psi_some_us.map(|v| v as i64);
     memory.psi_memory_full_us = report.psi_full_us.map(|v| v as i64);
     memory.memory_note = Some(format!("{}; {}", report.note, ctx.memory.swap_devices));
-    let verdict = (!samples.is_empty() && !measured.is_empty()).then_some(report.swap_pressure);
+    let verdict =
+        (!samples.is_empty() && !measured_span.is_empty()).then_some(report.swap_pressure);
     store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
     store.record_clocks(trial_id, &clocks)?;
 
@@ -291,19 +349,54 @@ pub(super) fn run_one(
         loss_anomaly: loss_anomaly.is_some(),
         metrics: trial.job.metrics(measured),
     };
+    if let Job::Exec(_) = &trial.job {
+        let extra = &mut summary.metrics.extra;
+        match &command {
+            Some(outcome) => {
+                extra.extend(exec::extra_metrics(outcome));
+                summary.metrics.total_time_s = match &whole_command {
+                    Some(whole) => Some(whole.step_s),
+                    None => (!measured.is_empty()).then(|| exec::total_time_s(&iterations, warmup)),
+                };
+                store.record_output(trial_id, &outcome.stdout_tail, &outcome.stderr_tail)?;
+            }
+            // The command never ran (it could not be started).
+            None => {
+                extra.insert("exit_code".into(), serde_json::Value::Null);
+                extra.insert("wall_time_s".into(), serde_json::Value::Null);
+            }
+        }
+    }
     if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
         m.mark(false);
         let samples = handle.stop();
         if *store_samples {
             store.record_power_samples(trial_id, &samples.series())?;
         }
-        let record = m.assess_trial(
+        let mut record = m.assess_trial(
             &samples,
-            &iterations,
-            warmup,
+            span,
+            span_warmup,
             trial.items_per_iteration.unwrap_or(1),
             baseline.as_ref(),
         );
+        // A logged record may stand for several steps (Caffe's `display`): images follow them;
+        // without a batch or a logged step there is no per-image figure.
+        if let (crate::power::TrialPowerRecord::Measured(p), Job::Exec(_)) =
+            (&mut record, &trial.job)
+        {
+            let steps: usize = match &whole_command {
+                Some(_) => 0,
+                None => exec::steps_covered(span)[span_warmup.min(span.len())..]
+                    .iter()
+                    .sum(),
+            };
+            let images = trial.items_per_iteration.unwrap_or(0) * steps;
+            p.energy_per_image_j = match images {
+                0 => f64::NAN,
+                n => p.energy_j / n as f64,
+            };
+        }
         if let crate::power::TrialPowerRecord::Measured(p) = &record {
             let per_work = trial.job.energy_metrics(measured.len(), p.energy_j);
             summary.metrics.extra.extend(per_work);

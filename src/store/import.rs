@@ -179,7 +179,7 @@ fn write(
              ended_at, time_per_image_s, time_per_image_spread_s, images_per_s, loss_first, \
              loss_last, loss_anomaly, workload, params, time_per_iteration_s, \
              time_per_iteration_spread_s, total_time_s, gflop_per_s, metrics, power_note) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 0, ?10, ?11, ?12, ?12, ?13, ?14, \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 0, ?10, ?11, ?12, ?12, ?13, ?14, \
              ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         )?
         .execute(params![

@@ -3,7 +3,7 @@
 //! Rows are matched by what is global, never by local row ids: runs by `runs.uuid`, trials by
 //! `trials.uuid`, and child rows by their parent's UUID plus the child table's own unique key
 //! (`iterations`: the step; `trial_memory`: none, one row per trial; `trial_rail_energy`: the
-//! rail). `power_samples` has no unique key, so a trial's samples are taken whole from the
+//! rail; `trial_output`: the stream). `power_samples` has no unique key, so a trial's samples are taken whole from the
 //! winning copy (see below). Local ids are remapped.
 //!
 //! **Which copy of a run or trial wins.** Snapshots of one board taken at different times hold
@@ -86,6 +86,13 @@ pub const CHILD_TABLES: &[ChildTable] = &[
     },
     ChildTable {
         name: "trial_clocks",
+        parent: Parent::Trial,
+        column: "trial_id",
+        local_id: None,
+        matching: Match::Keyed,
+    },
+    ChildTable {
+        name: "trial_output",
         parent: Parent::Trial,
         column: "trial_id",
         local_id: None,

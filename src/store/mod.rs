@@ -12,6 +12,7 @@ mod import;
 pub mod lock;
 mod memory;
 mod merge;
+mod output;
 mod provenance;
 pub mod schema;
 mod snapshot;

@@ -80,7 +80,7 @@
 //! | `step` | INTEGER NOT NULL | 0-based step within the trial |
 //! | `epoch` | INTEGER NOT NULL | 0-based epoch of the step |
 //! | `loss` | REAL | training loss of the step (NULL if NaN) |
-//! | `lr` | REAL NOT NULL | learning rate used |
+//! | `lr` | REAL | learning rate used (NULL since v7 when a command's log gives none) |
 //! | `data_s` | REAL NOT NULL | seconds spent loading the batch |
 //! | `step_s` | REAL NOT NULL | seconds for forward + backward + update |
 //! | `t_start_ns` | INTEGER NOT NULL | CLOCK_MONOTONIC ns at step start (to align power samples) |
@@ -205,6 +205,21 @@
 //! the MLP study), `batch` the items per iteration, `epochs`, `images` and `dataset` what was
 //! planned and drawn from.
 
+//!
+//! # Version 7: what an external command printed
+//!
+//! ## `trial_output` — the end of each output stream of an `exec` trial's command
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_id` | INTEGER NOT NULL → `trials.id` | the trial |
+//! | `stream` | TEXT NOT NULL | `stdout` or `stderr` |
+//! | `tail` | TEXT NOT NULL | the last 64 KiB the command wrote there (invalid UTF-8 replaced) |
+//!
+//! Primary key (`trial_id`, `stream`).
+//!
+//! `iterations.lr` may be NULL: a command's log may give no learning rate.
+
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
 
@@ -239,6 +254,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 6,
         sql: V6_WORKLOADS,
+    },
+    Migration {
+        version: 7,
+        sql: V7_OUTPUT,
     },
 ];
 
@@ -407,6 +426,31 @@ ALTER TABLE trials ADD COLUMN time_per_iteration_spread_s REAL;
 ALTER TABLE trials ADD COLUMN total_time_s REAL;
 ALTER TABLE trials ADD COLUMN gflop_per_s REAL;
 ALTER TABLE trials ADD COLUMN metrics TEXT;
+";
+
+const V7_OUTPUT: &str = "
+CREATE TABLE iterations_v7 (
+    trial_id   INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    step       INTEGER NOT NULL,
+    epoch      INTEGER NOT NULL,
+    loss       REAL,
+    lr         REAL,
+    data_s     REAL NOT NULL,
+    step_s     REAL NOT NULL,
+    t_start_ns INTEGER NOT NULL,
+    t_end_ns   INTEGER NOT NULL,
+    energy_j   REAL,
+    PRIMARY KEY (trial_id, step)
+) WITHOUT ROWID;
+INSERT INTO iterations_v7 SELECT trial_id, step, epoch, loss, lr, data_s, step_s, t_start_ns, t_end_ns, energy_j FROM iterations;
+DROP TABLE iterations;
+ALTER TABLE iterations_v7 RENAME TO iterations;
+CREATE TABLE trial_output (
+    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+    stream   TEXT NOT NULL,
+    tail     TEXT NOT NULL,
+    PRIMARY KEY (trial_id, stream)
+);
 ";
 
 #[cfg(test)]

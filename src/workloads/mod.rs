@@ -9,7 +9,8 @@
 //! - **summarise**: [`Metrics`] from the measured iterations (median and IQR step time, total
 //!   time, GFLOP/s where counted, and figures of its own).
 //!
-//! The CNN training ([`cnn`]) is one workload.
+//! The workloads: the CNN training ([`cnn`]), the MLP study ([`mlp`]), operator
+//! micro-benchmarks ([`ops`]) and any framework's command ([`exec`]).
 
 pub mod cnn;
 pub mod exec;
@@ -30,6 +31,21 @@ pub enum Job {
     Cnn(cnn::CnnJob),
     Mlp(mlp::MlpJob),
     Ops(ops::OpsJob),
+    Exec(exec::ExecJob),
+}
+
+/// How a job's run ended, as the worker reports it: the exec workload adds how its command
+/// ended and the tails of its output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEnd {
+    pub end: TrialEnd,
+    pub command: Option<exec::command::CommandOutcome>,
+}
+
+impl From<TrialEnd> for JobEnd {
+    fn from(end: TrialEnd) -> JobEnd {
+        JobEnd { end, command: None }
+    }
 }
 
 /// A trial as planned: its identity, its job, and what the runner needs before it starts.
@@ -97,6 +113,10 @@ pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result
             mlp::jobs(config).map_err(anyhow::Error::msg)?;
             Prepared::default()
         }
+        WorkloadKind::Exec => {
+            exec::jobs(config)?;
+            Prepared::default()
+        }
         WorkloadKind::Ops => {
             ops::jobs(config)?;
             tracing::info!("measuring the peaks (SGEMM, STREAM) the operators are judged against");
@@ -118,6 +138,7 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
         WorkloadKind::Cnn => cnn::plan(input),
         WorkloadKind::Mlp => mlp::plan(input),
         WorkloadKind::Ops => ops::plan(input),
+        WorkloadKind::Exec => exec::plan(input),
     }
 }
 
@@ -127,11 +148,21 @@ impl Job {
         &self,
         stop: &AtomicBool,
         emit: &mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>,
-    ) -> anyhow::Result<TrialEnd> {
+    ) -> anyhow::Result<JobEnd> {
         match self {
-            Job::Cnn(job) => cnn::run(job, stop, emit),
-            Job::Mlp(job) => mlp::run(job, stop, emit),
-            Job::Ops(job) => ops::run(job, stop, emit),
+            Job::Cnn(job) => cnn::run(job, stop, emit).map(JobEnd::from),
+            Job::Mlp(job) => mlp::run(job, stop, emit).map(JobEnd::from),
+            Job::Ops(job) => ops::run(job, stop, emit).map(JobEnd::from),
+            Job::Exec(job) => {
+                let outcome = exec::run(job, stop, emit)?;
+                Ok(JobEnd {
+                    end: match outcome.end {
+                        exec::command::CommandEnd::Interrupted => TrialEnd::Stopped,
+                        _ => TrialEnd::Completed,
+                    },
+                    command: Some(outcome),
+                })
+            }
         }
     }
 
@@ -154,6 +185,9 @@ impl Job {
             Job::Cnn(_) => step_metrics(measured),
             Job::Mlp(job) => mlp::metrics(job, measured),
             Job::Ops(job) => ops::metrics(job, measured),
+            // The runner adds the total: a record may stand for several logged steps, counted
+            // from the record before it (see `exec::total_time_s`).
+            Job::Exec(_) => step_metrics(measured),
         }
     }
 }

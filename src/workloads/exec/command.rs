@@ -22,21 +22,7 @@ use crate::record::Control;
 /// The placeholders a command may use, for help and error messages.
 pub const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}";
 
-/// One `[[exec]]` table of the config: a command to run for every point of the sweep, e.g.
-/// `name = "pytorch"`, `command = ["python3", "bench/torch_train.py", "{net}", "{batch}", "20"]`,
-/// `parser = "edgebench"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecEntry {
-    /// The engine's name in results and reports (`pytorch`, `caffe`, ...).
-    pub name: String,
-    /// Program and arguments; placeholders are replaced per trial, `{{` and `}}` are literal
-    /// braces.
-    pub command: Vec<String>,
-    /// Log parser (see [`Parser::from_name`]); none: the trial gets whole-command figures only.
-    #[serde(default)]
-    pub parser: Option<String>,
-}
+pub use crate::config::ExecEntry;
 
 /// The values of one sweep point that a command's placeholders take.
 #[derive(Debug, Clone, PartialEq)]
@@ -216,6 +202,15 @@ pub fn spawn_in_group(argv: &[String]) -> Result<Child> {
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         command.env("PYTHONUNBUFFERED", "1");
     }
+    // The command must not outlive the process that watches it (a worker killed when a stop
+    // takes too long); whatever it started is in its group and ended by the trial's cgroup.
+    // SAFETY: prctl(2) is async-signal-safe and only sets a flag on the new process.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
     command.spawn().with_context(|| {
         format!("cannot start `{program}` (is it installed and on PATH, or the path right?)")
     })
@@ -260,7 +255,8 @@ pub fn end_group(child: &mut Child, grace: Duration) -> Result<ExitStatus> {
 }
 
 /// How a command ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum CommandEnd {
     /// Exited by itself with this code.
     Exited(i32),
@@ -425,7 +421,7 @@ impl Echo {
 }
 
 /// What a finished command left.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommandOutcome {
     pub end: CommandEnd,
     pub stdout_tail: String,
@@ -588,6 +584,7 @@ mod tests {
             name: "pytorch".into(),
             command: command.iter().map(|s| s.to_string()).collect(),
             parser: Some("edgebench".into()),
+            timeout: None,
         }
     }
 

@@ -10,8 +10,8 @@
 //! [`prepare`] turns a folder into a run of `exec` trials for the store ([`Prepared::write`]):
 //! params `{"command":[],"engine":ENGINE}` (an empty command: nothing was run), epochs and
 //! images 0 (a log does not say), no warm-up (every logged step counts, as the study's parser
-//! counts them), no power, memory or clock record (`power_note` says so), `exit_code` null and
-//! `imported_log` the file read.
+//! counts them), iterations planned 0 (as for any command), no power, memory or clock record
+//! (`power_note` says so), `exit_code` and `wall_time_s` null, and `imported_log` the file read.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -275,7 +275,9 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
     let times = stats::time_summary(&step_s, 0, log.batch);
     let (median, iqr) = stats::median_iqr(&step_s).unzip();
     let mut extra = serde_json::Map::new();
+    // Not known from a log: the keys of a measured exec trial, null.
     extra.insert("exit_code".into(), serde_json::Value::Null);
+    extra.insert("wall_time_s".into(), serde_json::Value::Null);
     extra.insert(
         "imported_log".into(),
         std::path::absolute(&log.path)
@@ -313,7 +315,7 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
                 time_per_iteration_s: median,
                 time_per_iteration_spread_s: iqr,
                 // Each record's time is per iteration, over the iterations it stands for.
-                total_time_s: (!records.is_empty()).then(|| super::total_time_s(&records)),
+                total_time_s: (!records.is_empty()).then(|| super::total_time_s(&records, 0)),
                 gflop_per_s: None,
                 extra,
             },

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
 use parse::Parser;
 
+use crate::config::Config;
 use crate::record::{Control, IterationRecord};
+use crate::store::TrialKey;
 
 /// Between SIGTERM and SIGKILL when a command is ended.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -32,6 +34,14 @@ pub struct ExecJob {
     pub timeout_s: Option<f64>,
     /// Gives the epoch of step lines that carry none (images / batch of the sweep point).
     pub steps_per_epoch: Option<usize>,
+    /// Between SIGTERM and SIGKILL when the command is ended; shorter than the runner's own
+    /// grace for the worker, so the worker still reports how the command ended.
+    #[serde(default = "default_grace_s")]
+    pub grace_s: f64,
+}
+
+fn default_grace_s() -> f64 {
+    GRACE.as_secs_f64()
 }
 
 impl ExecJob {
@@ -51,7 +61,7 @@ impl ExecJob {
 pub fn expand_sweep(
     entries: &[ExecEntry],
     points: &[SweepValues],
-    timeout: Option<Duration>,
+    grace: Duration,
 ) -> Result<Vec<(SweepValues, ExecJob)>> {
     let mut jobs = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
@@ -83,14 +93,83 @@ pub fn expand_sweep(
                     engine: entry.name.clone(),
                     command: command.clone(),
                     parser: entry.parser.clone(),
-                    timeout_s: timeout.map(|t| t.as_secs_f64()),
+                    timeout_s: entry.timeout.map(|t| t.0.as_secs_f64()),
                     steps_per_epoch,
+                    grace_s: grace.as_secs_f64(),
                 },
             ));
             seen.push((point, command));
         }
     }
     Ok(jobs)
+}
+
+/// The sweep's points in the order trials run (net, device, batch), as the commands'
+/// placeholders see them.
+pub fn points(config: &Config) -> Vec<SweepValues> {
+    let s = &config.sweep;
+    let mut points = Vec::new();
+    for net in &s.nets {
+        for device in &s.devices {
+            for &batch in &s.batches {
+                points.push(SweepValues {
+                    net: net.clone(),
+                    batch,
+                    device: device.as_str().to_string(),
+                    images: s.images,
+                    epochs: s.epochs,
+                });
+            }
+        }
+    }
+    points
+}
+
+/// Every exec trial of the config, checked (see [`expand_sweep`]).
+pub fn jobs(config: &Config) -> Result<Vec<(SweepValues, ExecJob)>> {
+    // Half the runner's stop grace: the worker must see the command end before the runner
+    // gives up on the worker.
+    let grace = Duration::from_secs_f64(config.sweep.stop_grace_s / 2.0).min(GRACE);
+    expand_sweep(&config.exec, &points(config), grace)
+}
+
+/// The trials of the exec workload. The resume key is the engine and the expanded command
+/// with the sweep point's columns.
+pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+    jobs(input.config)
+        .expect("checked by prepare")
+        .into_iter()
+        .map(|(point, job)| {
+            let label = format!(
+                "{} {}",
+                job.engine,
+                match (point.net.is_empty(), point.batch) {
+                    (true, 0) => point.device.clone(),
+                    (true, b) => format!("{} batch {b}", point.device),
+                    (false, 0) => format!("{} {}", point.net, point.device),
+                    (false, b) => format!("{} {} batch {b}", point.net, point.device),
+                }
+            );
+            super::PlannedTrial {
+                key: TrialKey {
+                    workload: "exec".into(),
+                    net: point.net.clone(),
+                    device: point.device.clone(),
+                    batch: point.batch,
+                    epochs: point.epochs,
+                    images: point.images,
+                    dataset: String::new(),
+                    params: job.params().canonical_json(),
+                },
+                label,
+                // Unknown: the command decides how many steps it logs.
+                iterations: 0,
+                items_per_iteration: (point.batch > 0).then_some(point.batch),
+                memory_estimate_bytes: 0,
+                job: super::Job::Exec(job),
+            }
+        })
+        .collect()
 }
 
 fn describe(p: &SweepValues) -> String {
@@ -115,10 +194,13 @@ pub fn run(
         }
         t => t.map(Duration::from_secs_f64),
     };
+    if !(job.grace_s.is_finite() && job.grace_s >= 0.0) {
+        bail!("grace {} s: give a duration of 0 or more", job.grace_s);
+    }
     let spec = CommandSpec {
         argv: job.command.clone(),
         timeout,
-        grace: GRACE,
+        grace: Duration::from_secs_f64(job.grace_s),
         steps_per_epoch: job.steps_per_epoch,
         // The worker's stdout carries its messages to the runner; the console gets both
         // streams through its stderr.
@@ -141,12 +223,13 @@ pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
         .collect()
 }
 
-/// Seconds of training in `records`: each record's time per iteration times the iterations it
-/// stands for.
-pub fn total_time_s(records: &[IterationRecord]) -> f64 {
+/// Seconds of training in `records` after the first `warmup`: each record's time per
+/// iteration times the iterations it stands for.
+pub fn total_time_s(records: &[IterationRecord], warmup: usize) -> f64 {
     records
         .iter()
         .zip(steps_covered(records))
+        .skip(warmup)
         .map(|(r, n)| r.step_s * n as f64)
         .sum()
 }
@@ -156,6 +239,10 @@ pub fn total_time_s(records: &[IterationRecord]) -> f64 {
 pub fn extra_metrics(outcome: &CommandOutcome) -> serde_json::Map<String, serde_json::Value> {
     let mut extra = serde_json::Map::new();
     extra.insert("exit_code".into(), outcome.end.exit_code().into());
+    extra.insert(
+        "wall_time_s".into(),
+        ((outcome.ended_ns - outcome.started_ns) as f64 * 1e-9).into(),
+    );
     extra
 }
 
@@ -178,6 +265,7 @@ mod tests {
             name: name.into(),
             command: command.iter().map(|s| s.to_string()).collect(),
             parser: Some("caffe".into()),
+            timeout: None,
         }
     }
 
@@ -186,7 +274,9 @@ mod tests {
     fn a_batch_and_device_sweep_expands_per_point() {
         let points = [point("cpu", 1), point("cpu", 16), point("cuda", 16)];
         let caffe = entry("caffe", &["./run_caffe.sh", "{net}", "{device}", "{batch}"]);
-        let jobs = expand_sweep(&[caffe], &points, Some(Duration::from_secs(60))).unwrap();
+        let mut caffe = caffe;
+        caffe.timeout = Some(crate::config::Timeout(Duration::from_secs(60)));
+        let jobs = expand_sweep(&[caffe], &points, GRACE).unwrap();
         let commands: Vec<String> = jobs.iter().map(|(_, j)| j.command.join(" ")).collect();
         assert_eq!(
             commands,
@@ -207,7 +297,7 @@ mod tests {
     #[test]
     fn a_sweep_that_would_run_one_command_twice_is_refused() {
         let points = [point("cpu", 16), point("cuda", 16)];
-        let err = expand_sweep(&[entry("torch", &["train", "{batch}"])], &points, None)
+        let err = expand_sweep(&[entry("torch", &["train", "{batch}"])], &points, GRACE)
             .unwrap_err()
             .to_string();
         assert!(
@@ -217,7 +307,7 @@ mod tests {
             "{err}"
         );
         let twice = [entry("a", &["x", "{batch}"]), entry("a", &["y", "{batch}"])];
-        let err = expand_sweep(&twice, &points[..1], None)
+        let err = expand_sweep(&twice, &points[..1], GRACE)
             .unwrap_err()
             .to_string();
         assert!(err.contains("two [[exec]] entries are named 'a'"), "{err}");
@@ -237,7 +327,8 @@ mod tests {
         };
         let records = [rec(0, 0.5), rec(20, 0.1), rec(40, 0.2)];
         assert_eq!(steps_covered(&records), [1, 20, 20]);
-        assert!((total_time_s(&records) - (0.5 + 2.0 + 4.0)).abs() < 1e-9);
+        assert!((total_time_s(&records, 0) - (0.5 + 2.0 + 4.0)).abs() < 1e-9);
+        assert!((total_time_s(&records, 1) - (2.0 + 4.0)).abs() < 1e-9);
     }
 
     #[test]
@@ -253,6 +344,7 @@ mod tests {
             parser: Some("edgebench".into()),
             timeout_s: Some(30.0),
             steps_per_epoch: None,
+            grace_s: 1.0,
         };
         let mut losses = Vec::new();
         let outcome = run(&job, &AtomicBool::new(false), &mut |r| {
