@@ -869,6 +869,57 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
     assert_eq!(avg[1].0, "alexnet,GPU,016");
     assert!(close(avg[1].1, (1.0 + 60.0 * 0.25) / 61.0), "{times}");
 
+    // A command measured here is an engine too: a script logging every 5th step, each
+    // line with its time per step.
+    let script = "echo 'EDGEBENCH step=0 loss=7 time=0.5'; \
+                  echo 'EDGEBENCH step=5 loss=6 time=0.125'; \
+                  echo 'EDGEBENCH step=10 loss=5 time=0.125'";
+    ok(exec(
+        dir,
+        &db,
+        &[
+            "--name",
+            "torch",
+            "--parser",
+            "edgebench",
+            "--net",
+            "alexnet",
+            "--batch",
+            "4",
+        ],
+        &["sh", "-c", script],
+    ));
+    let measured = export("measured");
+    assert_eq!(
+        read(&measured.join("loss_tx1_torch.csv")),
+        "#network,mode,batch,step,loss,time\n\
+         alexnet,CPU,004,0,7,0.5\n\
+         alexnet,CPU,004,5,6,0.125\n\
+         alexnet,CPU,004,10,5,0.125\n"
+    );
+    let times = read(&measured.join("times_tx1_torch.csv"));
+    let avg: f64 = times
+        .lines()
+        .nth(1)
+        .unwrap()
+        .rsplit_once(',')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert!(close(avg, (0.5 + 10.0 * 0.125) / 11.0), "{times}");
+    for name in [
+        "loss_tx1_edgebench.csv",
+        "loss_tx1_caffe.csv",
+        "times_tx1_caffe.csv",
+    ] {
+        assert_eq!(
+            read(&measured.join(name)),
+            read(&after.join(name)),
+            "{name}"
+        );
+    }
+
     // TF-Slim logs every 10th step, each line that step's own time.
     let times = read(&after.join("times_tx1_tensorflow.csv"));
     assert_eq!(times.lines().count(), 2, "{times}");

@@ -364,6 +364,55 @@ mod tests {
     }
 
     #[test]
+    fn energy_plots_only_where_an_engine_was_measured() {
+        let cnn = ResultRow {
+            workload: "cnn".into(),
+            net: "alexnet".into(),
+            device: "cpu".into(),
+            batch: 16,
+            status: TrialStatus::Ok,
+            time_per_image_s: Some(0.1),
+            energy_j: Some(10.0),
+            energy_per_image_j: Some(0.5),
+            edp_js: Some(20.0),
+            ..Default::default()
+        };
+        let imported = exec_row("caffe", "cpu", 16, Some(0.2));
+        let stems = |rows: &[ResultRow]| -> Vec<String> {
+            plots("tx1", rows).into_iter().map(|(s, _)| s).collect()
+        };
+        // edgebench's own energy has its plots already; the imported engine has none.
+        assert_eq!(
+            stems(&[cnn.clone(), imported.clone()]),
+            ["time_per_image_engines"]
+        );
+        let measured = ResultRow {
+            energy_j: Some(4.0),
+            energy_per_image_j: Some(0.25),
+            edp_js: Some(8.0),
+            ..exec_row("torch", "cpu", 16, Some(0.05))
+        };
+        let rows = [cnn, imported, measured];
+        assert_eq!(
+            stems(&rows),
+            [
+                "time_per_image_engines",
+                "energy_per_image_engines",
+                "edp_engines"
+            ]
+        );
+        let edp = &plots("tx1", &rows)[2].1;
+        let labels: Vec<&str> = edp.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["edgebench alexnet cpu", "torch alexnet cpu"]);
+        let t = tables("tx1", &rows);
+        let col = |name: &str| t[1].header.iter().position(|h| *h == name).unwrap();
+        assert_eq!(t[1].title, "Engine torch — tx1");
+        assert_eq!(t[1].rows[0][col("J/image")], "0.2500");
+        assert_eq!(t[1].rows[0][col("EDP J·s")], "8.0000");
+        assert_eq!(t[1].rows[0][col("source")], "measured");
+    }
+
+    #[test]
     fn engines_of_each_workload() {
         let cnn = ResultRow {
             workload: "cnn".into(),
