@@ -194,11 +194,12 @@ pub enum ExportCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum ImportCommand {
-    /// Other frameworks' training logs, one per run, named train_{net}_{CPU|GPU}_{batch}.log
-    /// (as the Caffe and TensorFlow study scripts write them): one trial of workload exec per
-    /// log, with its iterations, as one run. Nothing was measured here: no power, memory or
-    /// clock record. A log imported before is skipped. Exit 2, nothing written, if the folder
-    /// or a log in it cannot be read.
+    /// Other frameworks' training logs, as trials of the exec workload.
+    ///
+    /// A folder of logs, one per run, named train_{net}_{CPU|GPU}_{batch}.log (as the Caffe and
+    /// TensorFlow study scripts write them), becomes one run with one trial per log and its
+    /// iterations. Nothing was measured here: no power, memory or clock record. A log imported
+    /// before is skipped. Exit 2, nothing written, if the folder or a log in it cannot be read.
     Logs {
         /// The folder holding the logs.
         dir: PathBuf,
