@@ -347,7 +347,7 @@ fn a_config_sweep_expands_the_placeholders_and_resumes_by_command() {
 [sweep]
 workload = "exec"
 nets = ["alexnet", "resnet50"]
-devices = ["cpu"]
+devices = ["cuda"]
 batches = [2, 8]
 images = 64
 
@@ -386,7 +386,7 @@ timeout = "2m"
         (
             "alexnet".to_string(),
             8,
-            "echo EDGEBENCH step=0 loss=8 images=8; echo alexnet cpu 64".to_string()
+            "echo EDGEBENCH step=0 loss=8 images=8; echo alexnet cuda 64".to_string()
         )
     );
     assert_eq!(

@@ -59,6 +59,9 @@ pub fn label(r: &ResultRow) -> String {
                 param("dtype").unwrap_or_default()
             )
         }
+        "exec" => format!("{} {}", param("engine").unwrap_or_default(), r.net)
+            .trim_end()
+            .to_string(),
         _ => r.net.clone(),
     }
 }

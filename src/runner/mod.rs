@@ -181,7 +181,13 @@ fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
-    for device in &config.sweep.devices {
+    // A command uses the device with its own framework (PyTorch on a TX2's GPU, which candle
+    // cannot drive); the device only names its trials.
+    let candle_devices = match config.sweep.workload {
+        crate::config::WorkloadKind::Exec => &[][..],
+        _ => &config.sweep.devices[..],
+    };
+    for device in candle_devices {
         if *device == DeviceKind::Cuda {
             cuda_on_this_board(host)?;
         }
