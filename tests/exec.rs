@@ -6,8 +6,6 @@ mod common;
 
 use common::jetson::orin_nx_power;
 use common::{count, describe, edgebench, ok, results, wait_for};
-use edgebench::host::HostPaths;
-use edgebench::memory::cgroup;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -411,15 +409,7 @@ timeout = "2m"
 
 #[test]
 fn a_command_that_overflows_its_memory_limit_is_oom() {
-    // SAFETY: geteuid has no preconditions.
-    let why = if unsafe { libc::geteuid() } != 0 {
-        Some("not root".to_string())
-    } else {
-        cgroup::check(&HostPaths::default(), 1 << 30)
-            .err()
-            .map(|e| e.to_string())
-    };
-    if let Some(why) = why {
+    if let Some(why) = common::cgroup_unusable() {
         eprintln!("skipped: memory cgroup unusable: {why}");
         return;
     }
