@@ -299,7 +299,11 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         store.set_run_power_scope(run_id, m.scope.as_str())?;
         ctx.power = Some((m, baseline, config.power.store_samples));
     }
-    let bar = progress_bar(std::io::stderr().is_terminal());
+    // A command's own output goes to the terminal: a bar would fight with it.
+    let bar = progress_bar(
+        std::io::stderr().is_terminal()
+            && config.sweep.workload != crate::config::WorkloadKind::Exec,
+    );
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
         // An interrupt during the idle baseline or between trials: this trial never started,
