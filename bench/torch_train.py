@@ -7,7 +7,7 @@ kernels compute in fp32), so the default row compares like with like.
 Peer baseline: train BVLC AlexNet or GoogLeNet with PyTorch (CPU, or CUDA when --cuda and a GPU
 is present) and print the time per image, for side-by-side comparison with edgebench.
 
-usage: torch_train.py NET BATCH [STEPS] [--cuda] [--tf32]      NET: alexnet | googlenet
+usage: torch_train.py NET BATCH [STEPS] [--device=cpu|cuda | --cuda] [--tf32]      NET: alexnet | googlenet
 prints two lines per step (the second, `EDGEBENCH step=N loss=L time=T images=B`, for
 `edgebench exec --parser edgebench`) and a last line:  RESULT net=.. batch=.. median_s_per_image=..
 """
@@ -77,7 +77,17 @@ def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     net, batch = args[0], int(args[1])
     steps = int(args[2]) if len(args) > 2 else 6
-    dev = torch.device("cuda" if "--cuda" in sys.argv and torch.cuda.is_available() else "cpu")
+    # --device=cpu|cuda (as `{device}` expands in an edgebench [[exec]] entry) insists on that
+    # device; --cuda falls back to the CPU without a GPU.
+    asked = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--device=")]
+    if asked:
+        if asked[0] not in ("cpu", "cuda"):
+            sys.exit(f"--device={asked[0]}: use cpu or cuda")
+        if asked[0] == "cuda" and not torch.cuda.is_available():
+            sys.exit("--device=cuda: PyTorch sees no CUDA GPU")
+        dev = torch.device(asked[0])
+    else:
+        dev = torch.device("cuda" if "--cuda" in sys.argv and torch.cuda.is_available() else "cpu")
     tf32 = "--tf32" in sys.argv
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32

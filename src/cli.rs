@@ -220,11 +220,8 @@ pub enum ImportCommand {
 
 #[derive(Debug, Args, Default)]
 pub struct RunArgs {
-    /// Config file (default: config/edgebench.toml if present, else built-in defaults).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// What the trials run: cnn (train AlexNet/GoogLeNet), mlp (the MLP study) or ops
-    /// (operator micro-benchmarks).
+    /// What the trials run: cnn (train AlexNet/GoogLeNet), mlp (the MLP study), ops
+    /// (operator micro-benchmarks) or exec (the config's [[exec]] commands).
     #[arg(long, value_parser = edgebench::config::WorkloadKind::parse)]
     pub workload: Option<edgebench::config::WorkloadKind>,
     /// mlp: programming styles, comma separated: tensors,autograd,function.
@@ -242,6 +239,19 @@ pub struct RunArgs {
     /// ops: megabytes each op touches, comma separated (e.g. 2,8,32).
     #[arg(long, value_delimiter = ',')]
     pub mb: Option<Vec<f64>>,
+    /// Image folder (one subfolder per class); default: the built-in synthetic set.
+    #[arg(long)]
+    pub dataset: Option<PathBuf>,
+    #[command(flatten)]
+    pub sweep: SweepArgs,
+}
+
+/// What `run` and `exec` share: the sweep's axes, the database, memory and power.
+#[derive(Debug, Args, Default)]
+pub struct SweepArgs {
+    /// Config file (default: config/edgebench.toml if present, else built-in defaults).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Networks, comma separated: alexnet,googlenet.
     #[arg(long, value_delimiter = ',')]
     pub net: Option<Vec<String>>,
@@ -258,9 +268,6 @@ pub struct RunArgs {
     /// Warm-up iterations per trial, stored but excluded from time per image.
     #[arg(long)]
     pub warmup: Option<usize>,
-    /// Image folder (one subfolder per class); default: the built-in synthetic set.
-    #[arg(long)]
-    pub dataset: Option<PathBuf>,
     /// Results database (default ./edgebench.db).
     #[arg(long, env = "EDGEBENCH_DB")]
     pub db: Option<PathBuf>,
@@ -312,7 +319,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<edgebench::config::Timeout>,
     #[command(flatten)]
-    pub run: RunArgs,
+    pub sweep: SweepArgs,
     /// The command and its arguments, after `--`; {net}, {batch}, {device}, {images} and
     /// {epochs} are replaced by the trial's values ({{ and }} are braces).
     #[arg(last = true, required = true, value_name = "COMMAND")]
@@ -327,7 +334,7 @@ impl ExecArgs {
                 .file_name()
                 .map_or(program.to_string(), |n| n.to_string_lossy().into_owned())
         });
-        let mut o = self.run.overrides();
+        let mut o = self.sweep.overrides();
         o.workload = Some(edgebench::config::WorkloadKind::Exec);
         o.exec = Some(edgebench::config::ExecEntry {
             name,
@@ -349,20 +356,26 @@ impl RunArgs {
     pub fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             workload: self.workload,
-            exec: None,
-            timeout: None,
             ops: self.op.clone(),
             mb: self.mb.clone(),
             styles: self.style.clone(),
             sizes: self.size.clone(),
             iterations: self.iterations,
+            dataset: self.dataset.clone(),
+            ..self.sweep.overrides()
+        }
+    }
+}
+
+impl SweepArgs {
+    pub fn overrides(&self) -> edgebench::config::Overrides {
+        edgebench::config::Overrides {
             nets: self.net.clone(),
             devices: self.device.clone(),
             batches: self.batch.clone(),
             epochs: self.epochs,
             images: self.images,
             warmup_iterations: self.warmup,
-            dataset: self.dataset.clone(),
             db: self.db.clone(),
             threads: self.threads,
             mem_limit: self.mem_limit,
@@ -371,6 +384,7 @@ impl RunArgs {
             power: self.power.then_some(true),
             board: self.board.clone(),
             power_scope: self.power_scope,
+            ..Default::default()
         }
     }
 }

@@ -881,6 +881,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn timeouts() {
+        let secs = |t: &str| t.parse::<Timeout>().map(|t| t.0.as_secs());
+        assert_eq!(secs("90"), Ok(90));
+        assert_eq!(secs("30m"), Ok(1800));
+        assert_eq!(secs("1h 30m"), Ok(5400));
+        assert!(secs("0").unwrap_err().contains("zero"));
+        assert!(secs("soon")
+            .unwrap_err()
+            .contains("invalid duration 'soon'"));
+        let c: Config = toml::from_str(
+            "[[exec]]\nname = \"caffe\"\ncommand = [\"caffe\", \"train\"]\ntimeout = \"2h\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.exec[0].timeout.map(|t| t.0.as_secs()), Some(7200));
+        assert_eq!(c.exec[0].parser, None);
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4G"), Ok(4 << 30));
         assert_eq!(parse_size("512M"), Ok(512 << 20));

@@ -5,7 +5,7 @@
 use clap::Parser;
 mod cli;
 
-use cli::{Cli, Command, ExportCommand, ImportCommand, RunArgs};
+use cli::{Cli, Command, ExportCommand, ImportCommand, SweepArgs};
 use edgebench::config::{Config, ConfigError};
 use edgebench::host::HostPaths;
 use edgebench::store::{self, Store};
@@ -82,19 +82,8 @@ fn main() {
 
 fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
     match command {
-        Command::Run(args) => run(&args, args.overrides(), host),
-        Command::Exec(args) => {
-            if args
-                .run
-                .workload
-                .is_some_and(|w| w != edgebench::config::WorkloadKind::Exec)
-            {
-                return Err(usage(anyhow::anyhow!(
-                    "edgebench exec runs a command; --workload selects what `edgebench run` runs"
-                )));
-            }
-            run(&args.run, args.overrides(), host)
-        }
+        Command::Run(args) => run(&args.sweep, args.overrides(), host),
+        Command::Exec(args) => run(&args.sweep, args.overrides(), host),
         Command::Worker => Ok(edgebench::worker::main()),
         Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
         Command::Models { json } => {
@@ -380,7 +369,7 @@ fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
 }
 
 fn run(
-    args: &RunArgs,
+    args: &SweepArgs,
     overrides: edgebench::config::Overrides,
     host: &HostPaths,
 ) -> Result<i32, Failure> {

@@ -156,6 +156,17 @@ mod tests {
             assert!(!line.contains('\n'));
             assert_eq!(serde_json::from_str::<WorkerMessage>(&line).unwrap(), msg);
         }
+        // A log without a learning rate or loss: NaN travels as JSON null and comes back NaN.
+        let no_lr = IterationRecord {
+            loss: f64::NAN,
+            lr: f64::NAN,
+            ..rec
+        };
+        let line = serde_json::to_string(&WorkerMessage::Iteration(no_lr)).unwrap();
+        match serde_json::from_str::<WorkerMessage>(&line).unwrap() {
+            WorkerMessage::Iteration(r) => assert!(r.loss.is_nan() && r.lr.is_nan() && r.step == 3),
+            other => panic!("{other:?}"),
+        }
         let job = Job::Cnn(crate::workloads::cnn::CnnJob {
             net: "alexnet".into(),
             device: crate::config::DeviceKind::Cpu,

@@ -8,8 +8,6 @@ mod common;
 
 use common::jetson::orin_nx_power;
 use common::{arg, count, describe, edgebench, fixtures, ok, results, run_edgebench, wait_for};
-use edgebench::host::HostPaths;
-use edgebench::memory::cgroup;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
@@ -350,7 +348,7 @@ fn a_config_sweep_expands_the_placeholders_and_resumes_by_command() {
 [sweep]
 workload = "exec"
 nets = ["alexnet", "resnet50"]
-devices = ["cpu"]
+devices = ["cuda"]
 batches = [2, 8]
 images = 64
 
@@ -389,7 +387,7 @@ timeout = "2m"
         (
             "alexnet".to_string(),
             8,
-            "echo EDGEBENCH step=0 loss=8 images=8; echo alexnet cpu 64".to_string()
+            "echo EDGEBENCH step=0 loss=8 images=8; echo alexnet cuda 64".to_string()
         )
     );
     assert_eq!(
@@ -414,15 +412,7 @@ timeout = "2m"
 
 #[test]
 fn a_command_that_overflows_its_memory_limit_is_oom() {
-    // SAFETY: geteuid has no preconditions.
-    let why = if unsafe { libc::geteuid() } != 0 {
-        Some("not root".to_string())
-    } else {
-        cgroup::check(&HostPaths::default(), 1 << 30)
-            .err()
-            .map(|e| e.to_string())
-    };
-    if let Some(why) = why {
+    if let Some(why) = common::cgroup_unusable() {
         eprintln!("skipped: memory cgroup unusable: {why}");
         return;
     }

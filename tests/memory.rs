@@ -5,23 +5,12 @@
 
 mod common;
 
-use common::{children, describe, edgebench, results, signal, wait_for};
+use common::{cgroup_unusable, children, describe, edgebench, results, signal, wait_for};
 use edgebench::host::HostPaths;
-use edgebench::memory::{cgroup, procfs::ProcReader};
+use edgebench::memory::procfs::ProcReader;
 use rusqlite::Connection;
 use std::path::Path;
 use std::time::Duration;
-
-/// Why the cgroup tests cannot run here, if they cannot.
-fn cgroup_unusable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    cgroup::check(&HostPaths::default(), 1 << 30)
-        .err()
-        .map(|e| e.to_string())
-}
 
 /// The worker process `edgebench run` (pid `parent`) has started.
 fn worker_of(parent: u32) -> Option<u32> {

@@ -845,3 +845,66 @@ fn statuses_by_key_prefers_ok_then_the_latest() {
     assert_eq!(by_key[&key("alexnet", "cpu", 1)], "ok");
     assert_eq!(by_key[&key("alexnet", "cpu", 2)], "oom");
 }
+
+/// v7 lets `iterations.lr` be NULL (a command's log may give none) by rebuilding the table:
+/// a v6 file keeps every column of its iterations, per-iteration energy included.
+#[test]
+fn v6_iterations_survive_the_rebuild_and_take_a_missing_learning_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v6.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        for m in &edgebench::store::schema::MIGRATIONS[..6] {
+            c.execute_batch(m.sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO meta VALUES ('schema_version', '6'); PRAGMA user_version = 6;
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'nano', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
+             INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
+               iterations_planned, iterations_done, warmup_iterations, status, started_at)
+             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 16, 'd', 2, 2, 0, 'ok', '2025-01-01T00:00:01Z');
+             INSERT INTO iterations VALUES (1, 0, 0, 6.9, 0.01, 0.001, 0.5, 10, 20, 3.25);
+             INSERT INTO iterations VALUES (1, 1, 0, 6.8, 0.01, 0.001, 0.4, 20, 30, NULL);",
+        )
+        .unwrap();
+    }
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    let run = s
+        .begin_run(&run_info("r2", "nano", "2025-01-02T00:00:00Z"))
+        .unwrap();
+    let trial = s
+        .begin_trial(
+            run,
+            &key("alexnet", "cuda", 8),
+            1,
+            0,
+            "2025-01-02T00:00:01Z",
+        )
+        .unwrap();
+    let mut no_lr = iter(0, 5.0, 0.2);
+    no_lr.lr = f64::NAN;
+    s.record_iteration(trial, &no_lr).unwrap();
+    drop(s);
+    let c = Connection::open(&path).unwrap();
+    let old: Vec<(i64, f64, f64, Option<f64>)> = c
+        .prepare(
+            "SELECT step, loss, step_s, energy_j FROM iterations WHERE trial_id = 1 ORDER BY step",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(old, [(0, 6.9, 0.5, Some(3.25)), (1, 6.8, 0.4, None)]);
+    let lr: Option<f64> = c
+        .query_row(
+            "SELECT lr FROM iterations WHERE trial_id = ?1",
+            [trial],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(lr, None);
+}

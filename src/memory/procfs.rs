@@ -349,11 +349,75 @@ mod tests {
         let status = "Name:\tedgebench\nVmHWM:\t 2000 kB\nVmRSS:\t 1500 kB\nVmSwap:\t  300 kB\n";
         let stat = "4242 (edge bench) (x)) R 1 4242 4242 0 -1 4194304 5000 0 77 0 10 5 0 0 20 0";
         let p = parse_proc_memory(status, stat).unwrap();
-        assert_eq!(p.major_faults, 77);
+        assert_eq!((p.major_faults, p.reaped_major_faults), (77, 0));
         assert_eq!(
             (p.rss_bytes, p.hwm_bytes, p.swap_bytes),
             (1_536_000, 2_048_000, 307_200)
         );
+    }
+
+    /// A prepared procfs with `pid -> (ppid, rss kB, hwm kB, majflt, cmajflt)`, with or without
+    /// the per-thread `children` files.
+    fn procfs(procs: &[(u32, u32, u64, u64, u64, u64)], children_files: bool) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for &(pid, ppid, rss, hwm, majflt, cmajflt) in procs {
+            let d = dir.path().join(pid.to_string());
+            std::fs::create_dir_all(d.join(format!("task/{pid}"))).unwrap();
+            std::fs::write(
+                d.join("status"),
+                format!("VmHWM:\t{hwm} kB\nVmRSS:\t{rss} kB\nVmSwap:\t0 kB\n"),
+            )
+            .unwrap();
+            std::fs::write(
+                d.join("stat"),
+                format!("{pid} (p {pid}) S {ppid} 1 1 0 -1 0 10 0 {majflt} {cmajflt} 1 1 0 0 20 0"),
+            )
+            .unwrap();
+            if children_files {
+                let kids: Vec<String> = procs
+                    .iter()
+                    .filter(|p| p.1 == pid)
+                    .map(|p| p.0.to_string())
+                    .collect();
+                std::fs::write(d.join(format!("task/{pid}/children")), kids.join(" ")).unwrap();
+            }
+        }
+        dir
+    }
+
+    #[test]
+    fn a_process_tree_sums_its_members_and_leaves_out_others() {
+        // 10 -> 11 -> 12, and 13 under init: not part of 10's tree.
+        let procs = [
+            (10, 1, 1000, 1200, 1, 5),
+            (11, 10, 2000, 2000, 2, 0),
+            (12, 11, 30_000, 50_000, 4, 0),
+            (13, 1, 90_000, 90_000, 100, 0),
+        ];
+        for children_files in [true, false] {
+            let dir = procfs(&procs, children_files);
+            let reader = ProcReader::new(&HostPaths {
+                procfs: dir.path().to_path_buf(),
+                ..HostPaths::default()
+            });
+            let t = reader.process_tree(10).unwrap();
+            assert_eq!(
+                t.rss_bytes,
+                33_000 * 1024,
+                "children files: {children_files}"
+            );
+            // The grandchild's own peak is above the summed resident set.
+            assert_eq!(t.hwm_bytes, 50_000 * 1024);
+            assert_eq!(t.major_faults, 1 + 5 + 2 + 4);
+            assert_eq!(reader.process(10).unwrap().rss_bytes, 1000 * 1024);
+            assert!(reader.process_tree(99).is_none());
+        }
+    }
+
+    #[test]
+    fn parent_pid_after_a_hostile_command_name() {
+        assert_eq!(parse_ppid("4242 (a) b) (c) S 17 4242 4242"), Some(17));
+        assert_eq!(parse_ppid("garbage"), None);
     }
 
     #[test]

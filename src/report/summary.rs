@@ -111,7 +111,11 @@ pub fn table(rows: &[ResultRow]) -> String {
             super::workloads::label(r),
             r.device.clone(),
             r.batch.to_string(),
-            format!("{}/{}", r.iterations, r.iterations_planned),
+            // A command's step count is not known ahead (planned 0).
+            match r.iterations_planned {
+                0 => r.iterations.to_string(),
+                planned => format!("{}/{planned}", r.iterations),
+            },
             r.status.to_string(),
             // A swap-spoiled or throttled time is not the board's speed: mark it where it is read.
             match (spoiled, r.throttled == Some(true)) {

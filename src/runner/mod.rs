@@ -181,7 +181,13 @@ fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
-    for device in &config.sweep.devices {
+    // A command uses the device with its own framework (PyTorch on a TX2's GPU, which candle
+    // cannot drive); the device only names its trials.
+    let candle_devices = match config.sweep.workload {
+        crate::config::WorkloadKind::Exec => &[][..],
+        _ => &config.sweep.devices[..],
+    };
+    for device in candle_devices {
         if *device == DeviceKind::Cuda {
             cuda_on_this_board(host)?;
         }
@@ -293,7 +299,11 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         store.set_run_power_scope(run_id, m.scope.as_str())?;
         ctx.power = Some((m, baseline, config.power.store_samples));
     }
-    let bar = progress_bar(std::io::stderr().is_terminal());
+    // A command's own output goes to the terminal: a bar would fight with it.
+    let bar = progress_bar(
+        std::io::stderr().is_terminal()
+            && config.sweep.workload != crate::config::WorkloadKind::Exec,
+    );
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {
         // An interrupt during the idle baseline or between trials: this trial never started,

@@ -60,6 +60,8 @@ pub(super) fn worker_command(threads: usize) -> anyhow::Result<Command> {
     // worker asked to die with it has left an orphan that must not train.
     if threads > 0 {
         cmd.env("RAYON_NUM_THREADS", threads.to_string());
+        // What an exec trial's command (PyTorch, TensorFlow, OpenBLAS) sizes its pool by.
+        cmd.env("OMP_NUM_THREADS", threads.to_string());
     }
     cmd.arg("worker")
         .env(
@@ -86,6 +88,7 @@ mod tests {
     fn configured_threads_reach_the_worker_and_zero_leaves_the_default() {
         let cmd = worker_command(3).unwrap();
         assert_eq!(env_of(&cmd, "RAYON_NUM_THREADS").as_deref(), Some("3"));
+        assert_eq!(env_of(&cmd, "OMP_NUM_THREADS").as_deref(), Some("3"));
         assert_eq!(
             env_of(&cmd, crate::worker::PARENT_PID_ENV),
             Some(std::process::id().to_string())

@@ -116,3 +116,15 @@ pub fn children(parent: u32) -> Vec<u32> {
 pub fn alive(pid: u32) -> bool {
     state_and_parent(pid).is_some_and(|(state, _)| state != 'Z')
 }
+
+/// Why the memory cgroup tests cannot run here (not root, no usable memory cgroup), if they
+/// cannot.
+pub fn cgroup_unusable() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    edgebench::memory::cgroup::check(&edgebench::host::HostPaths::default(), 1 << 30)
+        .err()
+        .map(|e| e.to_string())
+}

@@ -313,6 +313,45 @@ mod tests {
         assert!(err.contains("two [[exec]] entries are named 'a'"), "{err}");
     }
 
+    /// config/frameworks.toml is the study's Caffe and TensorFlow sweeps (and PyTorch's) as one
+    /// config: every (engine, net, device, batch) a command of its own.
+    #[test]
+    fn the_frameworks_config_expands_to_the_studys_runs() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/frameworks.toml");
+        let config = Config::load(&path).unwrap();
+        config.validate("config/frameworks.toml").unwrap();
+        let jobs = jobs(&config).unwrap();
+        assert_eq!(jobs.len(), 3 * 2 * 2 * 10);
+        let (point, caffe) = jobs
+            .iter()
+            .find(|(p, j)| {
+                j.engine == "caffe" && p.net == "googlenet" && p.device == "cuda" && p.batch == 16
+            })
+            .unwrap();
+        assert_eq!(
+            caffe.command,
+            [
+                "bench/study/caffe.sh",
+                "googlenet",
+                "cuda",
+                "16",
+                "1024",
+                "10"
+            ]
+        );
+        assert_eq!(caffe.steps_per_epoch, Some(1024 / 16));
+        assert_eq!(caffe.timeout_s, Some(6.0 * 3600.0));
+        assert_eq!(point.epochs, 10);
+        for (_, job) in &jobs {
+            let program = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&job.command[0]);
+            assert!(
+                job.command[0] == "python3" || program.is_file(),
+                "{:?}",
+                job.command
+            );
+        }
+    }
+
     #[test]
     fn records_that_stand_for_several_steps_count_them() {
         let rec = |step, step_s| IterationRecord {
