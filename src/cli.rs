@@ -85,6 +85,9 @@ pub enum Command {
     /// Export results in other formats.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Read results recorded elsewhere into the database.
+    #[command(subcommand)]
+    Import(ImportCommand),
     /// A consistent copy of the database (SQLite online backup), safe while a run writes it.
     Snapshot {
         /// The copy to write; must not exist.
@@ -175,7 +178,9 @@ fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize>
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
-    /// The source studies' CSV files: loss_<machine>_edgebench.csv and times_<machine>_edgebench.csv.
+    /// The source studies' CSV files, loss_<machine>_<engine>.csv and times_<machine>_<engine>.csv
+    /// for every engine (edgebench's own trainer and each other framework), and one file per
+    /// other workload.
     Csv {
         #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
         db: PathBuf,
@@ -184,6 +189,32 @@ pub enum ExportCommand {
         /// Machine name in the file names (default: this host's name).
         #[arg(long)]
         machine: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// Other frameworks' training logs, as trials of the exec workload.
+    ///
+    /// A folder of logs, one per run, named train_{net}_{CPU|GPU}_{batch}.log (as the Caffe and
+    /// TensorFlow study scripts write them), becomes one run with one trial per log and its
+    /// iterations. Nothing was measured here: no power, memory or clock record. A log imported
+    /// before is skipped. Exit 2, nothing written, if the folder or a log in it cannot be read.
+    Logs {
+        /// The folder holding the logs.
+        dir: PathBuf,
+        /// The logs' format: caffe or tensorflow (or another parser of the exec workload:
+        /// edgebench, regex:PATTERN).
+        #[arg(long)]
+        parser: String,
+        /// The framework that wrote the logs, as reports and exports name it, e.g. caffe.
+        #[arg(long)]
+        engine: String,
+        /// The machine the logs come from (default: this host's name).
+        #[arg(long)]
+        host: Option<String>,
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
+        db: PathBuf,
     },
 }
 

@@ -5,7 +5,7 @@
 use clap::Parser;
 mod cli;
 
-use cli::{Cli, Command, ExportCommand, SweepArgs};
+use cli::{Cli, Command, ExportCommand, ImportCommand, SweepArgs};
 use edgebench::config::{Config, ConfigError};
 use edgebench::host::HostPaths;
 use edgebench::store::{self, Store};
@@ -251,6 +251,13 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             );
             Ok(0)
         }
+        Command::Import(ImportCommand::Logs {
+            dir,
+            parser,
+            engine,
+            host: from,
+            db,
+        }) => import_logs(&dir, &parser, &engine, from, &db, host),
         Command::Export(ExportCommand::Csv { db, out, machine }) => {
             let store = Store::open_readonly(&db).map_err(input)?;
             store.verify().map_err(input)?;
@@ -261,6 +268,79 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             Ok(0)
         }
     }
+}
+
+/// `edgebench import logs`: every log read and checked before the database is opened, then
+/// one transaction.
+fn import_logs(
+    dir: &std::path::Path,
+    parser: &str,
+    engine: &str,
+    from: Option<String>,
+    db: &std::path::Path,
+    host: &HostPaths,
+) -> Result<i32, Failure> {
+    use edgebench::workloads::exec::import;
+    let from = from.unwrap_or_else(|| host.hostname());
+    let prepared = import::prepare(&import::LogImport {
+        dir,
+        parser,
+        engine,
+        host: &from,
+    })
+    .map_err(usage)?;
+    for log in prepared.logs.iter().filter(|l| l.untimed_lines > 0) {
+        tracing::warn!(
+            "{}: {} step line(s) without a time of their own or a timestamp left out",
+            log.path.display(),
+            log.untimed_lines
+        );
+    }
+    let mut store = Store::open(db).map_err(input)?;
+    let outcome = prepared.write(&mut store)?;
+    let name = |i: usize| {
+        let path = &prepared.logs[i].path;
+        path.file_name()
+            .unwrap_or(path.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    };
+    for (i, host, run) in &outcome.already {
+        println!(
+            "{}: already imported (host {host}, run {run}); skipped",
+            name(*i)
+        );
+    }
+    for &i in &outcome.written {
+        let t = &prepared.trials[i];
+        let per_image = t
+            .summary
+            .time_per_image_s
+            .map_or("-".to_string(), |s| format!("{:.3}", s * 1e3));
+        println!(
+            "{}: {} {} batch {}, {} records, {per_image} ms/image",
+            name(i),
+            t.key.net,
+            t.key.device,
+            t.key.batch,
+            t.iterations.len()
+        );
+    }
+    match &outcome.run_uuid {
+        Some(run) => println!(
+            "imported {} log(s) as engine {engine}, host {from} (run {run}); {} already there -> {}",
+            outcome.written.len(),
+            outcome.already.len(),
+            db.display()
+        ),
+        None => println!(
+            "nothing imported: all {} log(s) of {} are already in {}",
+            outcome.already.len(),
+            dir.display(),
+            db.display()
+        ),
+    }
+    Ok(0)
 }
 
 /// Store errors that mean "wrong file given" exit 2, like other bad input.

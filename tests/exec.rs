@@ -1,11 +1,14 @@
 //! The external-command workload end to end through the binary: `edgebench exec` and `[[exec]]`
 //! sweeps of small shell scripts that print each log format, allocate memory, spawn children,
 //! sleep, fail, run past a timeout, are interrupted or OOM-killed. No framework is needed.
+//! Then `edgebench import logs` of folders in the study scripts' layout (Caffe's glog lines,
+//! TensorFlow's TF-Slim lines), and the engines as a series in `export csv` and `report`.
 
 mod common;
 
 use common::jetson::orin_nx_power;
-use common::{count, describe, edgebench, ok, results, wait_for};
+use common::{arg, count, describe, edgebench, fixtures, ok, results, run_edgebench, wait_for};
+use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -425,4 +428,593 @@ fn a_command_that_overflows_its_memory_limit_is_oom() {
     let r = &results(dir.path(), &db)[0];
     assert_eq!(r["status"], "oom", "{r}");
     assert_eq!(r["mem_limit_bytes"], 64 << 20);
+}
+
+/// A glog timestamp `seconds` after 14:03:20 on Dec 22.
+fn glog(seconds: f64) -> String {
+    let us = (seconds * 1e6).round() as u64 + (14 * 3600 + 3 * 60 + 20) * 1_000_000;
+    let (s, us) = (us / 1_000_000, us % 1_000_000);
+    format!(
+        "I1222 {:02}:{:02}:{:02}.{us:06}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+/// A Caffe run as `caffe train` logs it with `display: 20`, `max_iter: 60`: iteration 0 takes
+/// `first_s`, every other iteration `per_iter_s`; the learning rate follows each display line.
+fn caffe_log(first_s: f64, per_iter_s: f64, losses: [f64; 4]) -> String {
+    let mut log = format!(
+        "Log file created at: 2017/12/22 14:03:20\n\
+         Running on machine: tegra-ubuntu\n\
+         Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg\n\
+         {} 2471 caffe.cpp:217] Using GPUs 0\n\
+         {} 2471 solver.cpp:289] Solving AlexNet\n",
+        glog(0.0),
+        glog(0.0)
+    );
+    let mut t = first_s;
+    log += &format!(
+        "{} 2471 solver.cpp:218] Iteration 0 (0 iter/s, {first_s}s/20 iters), loss = {}\n\
+         {} 2471 sgd_solver.cpp:105] Iteration 0, lr = 0.01\n",
+        glog(t),
+        losses[0],
+        glog(t + 0.0001)
+    );
+    for (i, loss) in losses[1..3].iter().enumerate() {
+        t += 20.0 * per_iter_s;
+        log += &format!(
+            "{} 2471 solver.cpp:218] Iteration {} ({} iter/s, {}s/20 iters), loss = {loss}\n\
+             {} 2471 sgd_solver.cpp:105] Iteration {}, lr = 0.01\n",
+            glog(t),
+            20 * (i + 1),
+            1.0 / per_iter_s,
+            20.0 * per_iter_s,
+            glog(t + 0.0001),
+            20 * (i + 1)
+        );
+    }
+    t += 20.0 * per_iter_s;
+    log += &format!(
+        "{} 2471 solver.cpp:310] Iteration 60, loss = {}\n\
+         {} 2471 solver.cpp:315] Optimization Done.\n",
+        glog(t),
+        losses[3],
+        glog(t + 0.01)
+    );
+    log
+}
+
+/// TF-Slim's training loop logging every 10th step: no timestamps, no learning rate.
+fn tensorflow_log(sec_per_step: f64) -> String {
+    let mut log = String::from("INFO:tensorflow:Starting Session.\n");
+    for (i, loss) in [6.9078, 6.8812, 6.8520].iter().enumerate() {
+        log += &format!(
+            "INFO:tensorflow:global step {}: loss = {loss:.4} ({sec_per_step:.3} sec/step)\n",
+            10 * (i + 1)
+        );
+    }
+    log + "INFO:tensorflow:Stopping Training.\n"
+}
+
+fn folder(dir: &Path, files: &[(&str, String)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+}
+
+fn import(dir: &Path, logs: &Path, parser: &str, engine: &str, db: &Path) -> std::process::Output {
+    run_edgebench(
+        dir,
+        &[
+            "import",
+            "logs",
+            arg(logs),
+            "--parser",
+            parser,
+            "--engine",
+            engine,
+            "--host",
+            "tx1",
+            "--db",
+            arg(db),
+        ],
+    )
+}
+
+fn row<'a>(rows: &'a [Value], engine: &str, device: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["engine"] == engine && r["device"] == device)
+        .unwrap_or_else(|| panic!("no {engine} {device} row in {rows:#?}"))
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn import_logs_of_study_folders_records_exec_trials_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
+    let caffe = dir.join("caffe_logs");
+    folder(
+        &caffe,
+        &[
+            (
+                "train_alexnet_GPU_016.log",
+                caffe_log(1.0, 0.25, [6.91, 6.88, 6.85, 6.8]),
+            ),
+            (
+                "train_alexnet_CPU_016.log",
+                caffe_log(4.0, 2.0, [6.92, 6.9, 6.87, 6.83]),
+            ),
+            ("README.txt", "logs of the TX1 runs\n".into()),
+        ],
+    );
+    let tf = dir.join("tf_logs");
+    folder(&tf, &[("train_googlenet_CPU_008.log", tensorflow_log(1.5))]);
+
+    let out = ok(import(dir, &caffe, "caffe", "caffe", &db));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("imported 2 log(s) as engine caffe"), "{text}");
+    ok(import(dir, &tf, "tensorflow", "tensorflow", &db));
+
+    let rows = results(dir, &db);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let gpu = row(&rows, "caffe", "cuda");
+    for (key, want) in [
+        ("workload", Value::from("exec")),
+        ("host", "tx1".into()),
+        ("net", "alexnet".into()),
+        ("batch", 16.into()),
+        ("status", "ok".into()),
+        ("command", Value::Array(Vec::new())),
+        ("exit_code", Value::Null),
+        ("energy_j", Value::Null),
+        ("edp_js", Value::Null),
+        ("power_samples", Value::Null),
+        ("power_note", "imported log: no power measured".into()),
+        ("iterations", 4.into()),
+        ("iterations_planned", 0.into()),
+        ("warmup_iterations", 0.into()),
+        ("wall_time_s", Value::Null),
+        ("loss_first", 6.91.into()),
+        ("loss_last", 6.8.into()),
+    ] {
+        assert_eq!(gpu[key], want, "{key} in {gpu:#?}");
+    }
+    // Every record's time is per iteration: 0.25 s, so 15.625 ms per image of 16.
+    assert!(
+        close(gpu["time_per_image_s"].as_f64().unwrap(), 0.25 / 16.0),
+        "{gpu:#?}"
+    );
+    // Iteration 0 (1 s) and 60 iterations of 0.25 s.
+    assert!(
+        close(gpu["total_time_s"].as_f64().unwrap(), 16.0),
+        "{gpu:#?}"
+    );
+    assert!(gpu["imported_log"]
+        .as_str()
+        .unwrap()
+        .ends_with("caffe_logs/train_alexnet_GPU_016.log"));
+    let tf_row = row(&rows, "tensorflow", "cpu");
+    assert_eq!(tf_row["net"], "googlenet");
+    assert_eq!(tf_row["batch"], 8);
+    assert!(close(
+        tf_row["time_per_image_s"].as_f64().unwrap(),
+        1.5 / 8.0
+    ));
+
+    // The iterations, with Caffe's learning rate on its own step and none from TensorFlow.
+    let iterations = |sql: &str| count(&db, sql);
+    assert_eq!(iterations("SELECT count(*) FROM iterations"), 4 + 4 + 3);
+    assert_eq!(
+        iterations(
+            "SELECT count(*) FROM iterations i JOIN trials t ON t.id = i.trial_id \
+             WHERE t.device = 'cuda' AND i.lr = 0.01 AND i.step IN (0, 20, 40) \
+             AND i.step_s IN (1.0, 0.25)"
+        ),
+        3
+    );
+    assert_eq!(
+        iterations(
+            "SELECT count(*) FROM iterations i JOIN trials t ON t.id = i.trial_id \
+             WHERE t.net = 'googlenet' AND i.lr IS NULL AND i.step_s = 1.5"
+        ),
+        3
+    );
+    // One run per import, saying where it came from.
+    assert_eq!(count(&db, "SELECT count(*) FROM runs"), 2);
+    assert_eq!(
+        count(
+            &db,
+            &format!(
+                "SELECT count(*) FROM run_provenance WHERE key = 'import.dir' AND value = '{}'",
+                caffe.display()
+            )
+        ),
+        1
+    );
+
+    // The same folder again, and a copy of it under another host name: nothing new.
+    let out = ok(import(dir, &caffe, "caffe", "caffe", &db));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("train_alexnet_GPU_016.log: already imported (host tx1")
+            && text.contains("nothing imported"),
+        "{text}"
+    );
+    let copy = dir.join("copy");
+    folder(
+        &copy,
+        &[(
+            "train_alexnet_GPU_016.log",
+            std::fs::read_to_string(caffe.join("train_alexnet_GPU_016.log")).unwrap(),
+        )],
+    );
+    ok(run_edgebench(
+        dir,
+        &[
+            "import",
+            "logs",
+            arg(&copy),
+            "--parser",
+            "caffe",
+            "--engine",
+            "caffe",
+            "--host",
+            "other",
+            "--db",
+            arg(&db),
+        ],
+    ));
+    assert_eq!(results(dir, &db).len(), 3);
+    assert_eq!(count(&db, "SELECT count(*) FROM runs"), 2);
+
+    // A new log beside the old ones (another run of the study): only it is imported.
+    folder(
+        &caffe,
+        &[(
+            "train_alexnet_GPU_032.log",
+            caffe_log(1.0, 0.4, [6.9, 6.8, 6.7, 6.6]),
+        )],
+    );
+    let out = ok(import(dir, &caffe, "caffe", "caffe", &db));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("imported 1 log(s)") && text.contains("2 already there"),
+        "{text}"
+    );
+    assert_eq!(results(dir, &db).len(), 4);
+
+    // `results` names the engine.
+    let out = ok(run_edgebench(dir, &["results", "--db", arg(&db)]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("caffe alexnet"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn import_logs_refuses_bad_input_naming_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
+    let refused = |args: &[&str], says: &str| {
+        let mut all = vec!["import", "logs"];
+        all.extend_from_slice(args);
+        all.extend(["--db", arg(&db)]);
+        let out = run_edgebench(dir, &all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?} should say {says:?}: {err}");
+    };
+    let missing = dir.join("absent");
+    refused(
+        &[arg(&missing), "--parser", "caffe", "--engine", "caffe"],
+        "cannot read the log folder",
+    );
+    let empty = dir.join("empty");
+    folder(&empty, &[("notes.txt", "no logs yet".into())]);
+    refused(
+        &[arg(&empty), "--parser", "caffe", "--engine", "caffe"],
+        "no log named train_{net}_{CPU|GPU}_{batch}.log",
+    );
+    assert!(!db.exists(), "a refused import created the database");
+
+    let good = dir.join("good");
+    folder(
+        &good,
+        &[(
+            "train_alexnet_GPU_016.log",
+            caffe_log(1.0, 0.25, [6.9, 6.8, 6.7, 6.6]),
+        )],
+    );
+    refused(
+        &[arg(&good), "--parser", "mxnet", "--engine", "mxnet"],
+        "unknown log parser 'mxnet'",
+    );
+    refused(
+        &[arg(&good), "--parser", "caffe", "--engine", "edgebench"],
+        "--engine edgebench",
+    );
+    refused(
+        &[arg(&good), "--parser", "caffe", "--engine", "../caffe"],
+        "--engine \"../caffe\"",
+    );
+    assert!(!db.exists(), "a refused import created the database");
+
+    // A database with a run in it stays as it was when a folder holds one bad log.
+    ok(import(dir, &good, "caffe", "caffe", &db));
+    let before = fixtures::table_counts(&db);
+    folder(
+        &good,
+        &[
+            (
+                "train_alexnet_CPU_016.log",
+                caffe_log(4.0, 2.0, [6.9, 6.8, 6.7, 6.6]),
+            ),
+            (
+                "train_googlenet_GPU_004.log",
+                "I1222 14:03:20.000000  2471 caffe.cpp:217] Using GPUs 0\nKilled\n".into(),
+            ),
+        ],
+    );
+    refused(
+        &[arg(&good), "--parser", "caffe", "--engine", "caffe"],
+        "train_googlenet_GPU_004.log: no caffe step line",
+    );
+    // A TensorFlow log read as Caffe's: the wrong parser names the file too.
+    let tf = dir.join("tf");
+    folder(&tf, &[("train_alexnet_CPU_001.log", tensorflow_log(1.0))]);
+    refused(
+        &[arg(&tf), "--parser", "caffe", "--engine", "tensorflow"],
+        "train_alexnet_CPU_001.log: no caffe step line",
+    );
+    assert_eq!(fixtures::table_counts(&db), before);
+}
+
+/// The edgebench files byte for byte as before any import, and a pair of files per engine.
+#[test]
+fn export_csv_writes_the_studies_files_for_every_engine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
+    fixtures::board_db(&db, "tx1");
+    let export = |out: &str| {
+        let out_dir = dir.join(out);
+        ok(run_edgebench(
+            dir,
+            &[
+                "export",
+                "csv",
+                "--db",
+                arg(&db),
+                "--out",
+                arg(&out_dir),
+                "--machine",
+                "tx1",
+            ],
+        ));
+        out_dir
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let before = export("before");
+
+    let caffe = dir.join("caffe_logs");
+    folder(
+        &caffe,
+        &[
+            (
+                "train_alexnet_GPU_016.log",
+                caffe_log(1.0, 0.25, [6.91, 6.88, 6.85, 6.8]),
+            ),
+            (
+                "train_alexnet_CPU_016.log",
+                caffe_log(4.0, 2.0, [6.92, 6.9, 6.87, 6.83]),
+            ),
+        ],
+    );
+    ok(import(dir, &caffe, "caffe", "caffe", &db));
+    let tf = dir.join("tf_logs");
+    folder(&tf, &[("train_googlenet_CPU_008.log", tensorflow_log(1.5))]);
+    ok(import(dir, &tf, "tensorflow", "tensorflow", &db));
+    let after = export("after");
+
+    for name in ["loss_tx1_edgebench.csv", "times_tx1_edgebench.csv"] {
+        assert_eq!(read(&after.join(name)), read(&before.join(name)), "{name}");
+    }
+    assert!(!before.join("loss_tx1_caffe.csv").exists());
+
+    let loss = read(&after.join("loss_tx1_caffe.csv"));
+    let lines: Vec<&str> = loss.lines().collect();
+    assert_eq!(lines[0], "#network,mode,batch,step,loss,time");
+    assert_eq!(
+        &lines[1..],
+        [
+            "alexnet,CPU,016,0,6.92,4",
+            "alexnet,CPU,016,20,6.9,2",
+            "alexnet,CPU,016,40,6.87,2",
+            "alexnet,CPU,016,60,6.83,2",
+            "alexnet,GPU,016,0,6.91,1",
+            "alexnet,GPU,016,20,6.88,0.25",
+            "alexnet,GPU,016,40,6.85,0.25",
+            "alexnet,GPU,016,60,6.8,0.25",
+        ]
+    );
+    // Per iteration: iteration 0's time and 60 more, over 61 iterations.
+    let times = read(&after.join("times_tx1_caffe.csv"));
+    let avg: Vec<(String, f64)> = times
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (head, avg) = l.rsplit_once(',').unwrap();
+            (head.to_string(), avg.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(avg.len(), 2, "{times}");
+    assert_eq!(avg[0].0, "alexnet,CPU,016");
+    assert!(close(avg[0].1, (4.0 + 60.0 * 2.0) / 61.0), "{times}");
+    assert_eq!(avg[1].0, "alexnet,GPU,016");
+    assert!(close(avg[1].1, (1.0 + 60.0 * 0.25) / 61.0), "{times}");
+
+    // A command measured here is an engine too: a script logging every 5th step, each
+    // line with its time per step.
+    let script = "echo 'EDGEBENCH step=0 loss=7 time=0.5'; \
+                  echo 'EDGEBENCH step=5 loss=6 time=0.125'; \
+                  echo 'EDGEBENCH step=10 loss=5 time=0.125'";
+    ok(exec(
+        dir,
+        &db,
+        &[
+            "--name",
+            "torch",
+            "--parser",
+            "edgebench",
+            "--net",
+            "alexnet",
+            "--batch",
+            "4",
+        ],
+        &["sh", "-c", script],
+    ));
+    let measured = export("measured");
+    assert_eq!(
+        read(&measured.join("loss_tx1_torch.csv")),
+        "#network,mode,batch,step,loss,time\n\
+         alexnet,CPU,004,0,7,0.5\n\
+         alexnet,CPU,004,5,6,0.125\n\
+         alexnet,CPU,004,10,5,0.125\n"
+    );
+    let times = read(&measured.join("times_tx1_torch.csv"));
+    let avg: f64 = times
+        .lines()
+        .nth(1)
+        .unwrap()
+        .rsplit_once(',')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert!(close(avg, (0.5 + 10.0 * 0.125) / 11.0), "{times}");
+    for name in [
+        "loss_tx1_edgebench.csv",
+        "loss_tx1_caffe.csv",
+        "times_tx1_caffe.csv",
+    ] {
+        assert_eq!(
+            read(&measured.join(name)),
+            read(&after.join(name)),
+            "{name}"
+        );
+    }
+
+    // TF-Slim logs every 10th step, each line that step's own time.
+    let times = read(&after.join("times_tx1_tensorflow.csv"));
+    assert_eq!(times.lines().count(), 2, "{times}");
+    let avg: f64 = times
+        .lines()
+        .nth(1)
+        .unwrap()
+        .rsplit_once(',')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert!(close(avg, 1.5), "{times}");
+    assert_eq!(
+        read(&after.join("loss_tx1_tensorflow.csv")).lines().count(),
+        4
+    );
+}
+
+#[test]
+fn report_shows_each_engine_with_its_speedup_and_unmeasured_energy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
+    fixtures::board_db(&db, "tx1");
+    let caffe = dir.join("caffe_logs");
+    folder(
+        &caffe,
+        &[
+            (
+                "train_alexnet_GPU_016.log",
+                caffe_log(1.0, 0.25, [6.91, 6.88, 6.85, 6.8]),
+            ),
+            (
+                "train_alexnet_CPU_016.log",
+                caffe_log(4.0, 2.0, [6.92, 6.9, 6.87, 6.83]),
+            ),
+            (
+                "train_alexnet_CPU_032.log",
+                caffe_log(6.0, 3.0, [6.92, 6.9, 6.87, 6.83]),
+            ),
+        ],
+    );
+    ok(import(dir, &caffe, "caffe", "caffe", &db));
+    let out = dir.join("report");
+    ok(run_edgebench(
+        dir,
+        &["report", arg(&db), "--out", arg(&out)],
+    ));
+    let host = out.join("tx1");
+    let md = std::fs::read_to_string(host.join("summary.md")).unwrap();
+
+    let table = |title: &str| -> Vec<Vec<String>> {
+        let start = md
+            .find(title)
+            .unwrap_or_else(|| panic!("no {title} in {md}"));
+        md[start..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    let caffe_rows = table("## Engine caffe — tx1");
+    let header = &caffe_rows[0];
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap();
+    assert_eq!(caffe_rows.len(), 1 + 1 + 3, "{md}");
+    let gpu = caffe_rows
+        .iter()
+        .find(|r| r[col("device")] == "cuda")
+        .unwrap();
+    // 2 s and 0.25 s per iteration of 16 images.
+    assert_eq!(gpu[col("ms/image")], "15.625");
+    assert_eq!(gpu[col("GPU/CPU")], "8.00");
+    assert_eq!(gpu[col("J/image")], "not measured");
+    assert_eq!(gpu[col("EDP J·s")], "not measured");
+    assert_eq!(gpu[col("source")], "imported log");
+    let cpu32 = caffe_rows.iter().find(|r| r[col("batch")] == "32").unwrap();
+    assert_eq!(cpu32[col("GPU/CPU")], "-");
+
+    // Both engines' speedups side by side: edgebench's own (board_db: 0.2 / 0.01 = 20x).
+    let speedups = table("## GPU-over-CPU speedup per engine — tx1");
+    let engines: Vec<(&str, &str, &str, &str)> = speedups[2..]
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str(), r[2].as_str(), r[5].as_str()))
+        .collect();
+    assert!(
+        engines.contains(&("caffe", "alexnet", "16", "8.00")),
+        "{md}"
+    );
+    assert!(
+        engines.contains(&("edgebench", "alexnet", "1", "20.00")),
+        "{md}"
+    );
+
+    for plot in ["time_per_image_engines.svg", "speedup_engines.svg"] {
+        let svg = std::fs::read_to_string(host.join(plot)).unwrap();
+        assert!(svg.contains("caffe alexnet"), "{plot}");
+        assert!(svg.contains("edgebench alexnet"), "{plot}");
+    }
+    // No engine other than edgebench's was measured: no per-engine energy plots.
+    assert!(!host.join("edp_engines.svg").exists());
+    assert!(host.join("loss_tx1_caffe.csv").exists());
 }

@@ -8,7 +8,11 @@
 //! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`; `power_trace_<id>.svg`
 //! with `--trace`. With `--format png` every plot is a `.png` instead, drawn the same way.
 //! Trials of the MLP and operator workloads get their own tables in the summaries
-//! ([`super::workloads::tables`]) and CSV files (`<workload>_<host>_edgebench.csv`).
+//! ([`super::workloads::tables`]) and CSV files (`<workload>_<host>_edgebench.csv`). Other
+//! frameworks' trials (`edgebench exec`, `edgebench import logs`) get a table per engine, the
+//! speedup of every engine, `time_per_image_engines.svg`, `speedup_engines.svg` and, where
+//! measured, `energy_per_image_engines.svg` and `edp_engines.svg` ([`super::engines`]), and
+//! the studies' CSV files per engine (`{loss,times}_<host>_<engine>.csv`).
 //!
 //! Each (net, device, batch) is one point: the latest `ok` trial, else the latest trial (the
 //! same choice as the CSV export, except that trials without iterations count too, so an OOM
@@ -545,12 +549,18 @@ pub fn build(
             plots::draw(&plot, &path, format)?;
             plot_files.push(path);
         }
+        for (stem, plot) in super::engines::plots(host, &host_rows) {
+            let path = dir.join(format!("{stem}.{ext}"));
+            plots::draw(&plot, &path, format)?;
+            plot_files.push(path);
+        }
         for (stem, plot) in super::workloads::roofline_plots(host, &host_rows) {
             let path = dir.join(format!("{stem}.{ext}"));
             plots::draw(&plot, &path, format)?;
             plot_files.push(path);
         }
         let mut tables = tables(host, &picked);
+        tables.extend(super::engines::tables(host, &host_rows));
         tables.extend(super::workloads::tables(host, &host_rows));
         let md = dir.join("summary.md");
         write_atomic(&md, markdown(host, &tables))?;

@@ -1,13 +1,20 @@
 //! CSV export in the format of the source studies' log parser, so their plotting scripts run
-//! unchanged on edgebench data:
+//! unchanged on edgebench data, one pair of files per engine: `edgebench` for edgebench's own
+//! trainer (the `cnn` workload), and each framework measured with `edgebench exec` or imported
+//! from its logs under its engine name ([`super::engines`]):
 //!
-//! - `loss_<machine>_edgebench.csv`: `#network,mode,batch,step,loss,time`, one row per
-//!   iteration; `time` is the step's forward+backward+update seconds.
-//! - `times_<machine>_edgebench.csv`: `#network,mode,batch,avg_time`, one row per trial;
+//! - `loss_<machine>_<engine>.csv`: `#network,mode,batch,step,loss,time`, one row per
+//!   iteration record; `time` is the step's seconds (forward+backward+update for edgebench).
+//! - `times_<machine>_<engine>.csv`: `#network,mode,batch,avg_time`, one row per trial;
 //!   `avg_time` is the mean step time over all its iterations (the parser's
 //!   `sum(times)/len(times)`); the consumer divides by batch for per-image time.
 //!
+//! A framework's log may show only every K-th step (Caffe's `display`): such a record stands
+//! for K iterations and its `time` is per iteration, and `avg_time` weighs each record by the
+//! iterations it stands for, so both stay per iteration whatever K was.
+//!
 //! `mode` is `CPU` for device `cpu` and `GPU` for `cuda`; `batch` is zero-padded to 3 digits.
+//! The `edgebench` files are always written; another engine's only when it has trials.
 
 use crate::store::TrialStatus;
 use std::collections::BTreeMap;
@@ -17,14 +24,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::record::IterationRecord;
+use crate::report::engines::{engine_of, file_name_part, OWN};
 use crate::store::{ResultRow, Store};
+use crate::workloads::exec::{steps_covered, total_time_s};
 
 pub const LOSS_HEADER: &str = "#network,mode,batch,step,loss,time";
 pub const TIMES_HEADER: &str = "#network,mode,batch,avg_time";
 
-/// Writes both CSV files of the CNN trials for `machine` into `out_dir` (created if needed),
-/// and one file per other workload ([`super::workloads`]); returns their paths, loss file
-/// first.
+/// Writes both CSV files of every engine for `machine` into `out_dir` (created if needed),
+/// and one file per workload other than the CNN training ([`super::workloads`]); returns their
+/// paths, edgebench's loss and times files first, then each other engine's.
 pub fn export_csv(store: &Store, out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
     export_csv_rows(store, store.results()?, out_dir, machine)
 }
@@ -43,8 +53,34 @@ pub fn export_csv_rows(
         .with_context(|| format!("cannot create output directory {}", out_dir.display()))?;
 
     let others = super::workloads::export(&rows, out_dir, machine)?;
-    let chosen = choose_trials(rows.into_iter().filter(|r| r.workload == "cnn").collect());
+    // Engine (as a file name part) -> its trials; edgebench's files are always written.
+    let mut by_engine: BTreeMap<String, Vec<ResultRow>> = BTreeMap::new();
+    by_engine.insert(OWN.to_string(), Vec::new());
+    for row in rows {
+        if let Some(engine) = engine_of(&row) {
+            by_engine
+                .entry(file_name_part(&engine))
+                .or_default()
+                .push(row);
+        }
+    }
+    // edgebench first, then the others by name.
+    let own = by_engine.remove(OWN).unwrap_or_default();
+    let mut written = Vec::new();
+    for (engine, rows) in std::iter::once((OWN.to_string(), own)).chain(by_engine) {
+        let (loss, times) = engine_files(store, rows)?;
+        let loss_path = out_dir.join(format!("loss_{machine}_{engine}.csv"));
+        let times_path = out_dir.join(format!("times_{machine}_{engine}.csv"));
+        write_atomic(&loss_path, loss)?;
+        write_atomic(&times_path, times)?;
+        written.extend([loss_path, times_path]);
+    }
+    Ok(written.into_iter().chain(others).collect())
+}
 
+/// The loss and times files' text of one engine's trials.
+fn engine_files(store: &Store, rows: Vec<ResultRow>) -> anyhow::Result<(String, String)> {
+    let chosen = choose_trials(rows);
     let mut loss = String::from(LOSS_HEADER);
     loss.push('\n');
     let mut times = String::from(TIMES_HEADER);
@@ -60,15 +96,22 @@ pub fn export_csv_rows(
                 it.step, it.loss, it.step_s
             ));
         }
-        let avg = iters.iter().map(|it| it.step_s).sum::<f64>() / iters.len() as f64;
+        let avg = avg_time(&row.workload, &iters);
         times.push_str(&format!("{net},{mode},{batch:03},{avg}\n"));
     }
+    Ok((loss, times))
+}
 
-    let loss_path = out_dir.join(format!("loss_{machine}_edgebench.csv"));
-    let times_path = out_dir.join(format!("times_{machine}_edgebench.csv"));
-    write_atomic(&loss_path, loss)?;
-    write_atomic(&times_path, times)?;
-    Ok([loss_path, times_path].into_iter().chain(others).collect())
+/// Mean seconds per iteration of a trial's records. edgebench records every step, so the
+/// plain mean; an external command's record may stand for several iterations (a log showing
+/// every K-th step) and counts for as many.
+fn avg_time(workload: &str, iters: &[IterationRecord]) -> f64 {
+    if workload == "exec" {
+        let covered: usize = steps_covered(iters).iter().sum();
+        total_time_s(iters, 0) / covered as f64
+    } else {
+        iters.iter().map(|it| it.step_s).sum::<f64>() / iters.len() as f64
+    }
 }
 
 /// The studies' files have one series per (network, mode, batch): when a sweep was repeated
@@ -157,6 +200,27 @@ mod tests {
     #[test]
     fn empty_trials_are_ignored() {
         assert_eq!(pick(vec![row(1, "failed", 2), row(2, "failed", 0)]), 1);
+    }
+
+    #[test]
+    fn avg_time_is_per_iteration_when_a_record_stands_for_several() {
+        let rec = |step, step_s| IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: 0,
+        };
+        // A first iteration of 1 s, then two records of 10 iterations at 0.25 s each.
+        let logged = [rec(0, 1.0), rec(10, 0.25), rec(20, 0.25)];
+        assert_eq!(avg_time("exec", &logged), (1.0 + 20.0 * 0.25) / 21.0);
+        // edgebench's records are one step each: the plain mean.
+        let own = [rec(0, 1.0), rec(1, 0.25), rec(2, 0.25)];
+        assert_eq!(avg_time("cnn", &own), 1.5 / 3.0);
+        assert_eq!(avg_time("exec", &own), 1.5 / 3.0);
     }
 
     #[test]

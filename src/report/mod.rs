@@ -1,7 +1,9 @@
-//! Reports from the store: the summary table, the models listing, the studies' CSV files.
+//! Reports from the store: the summary table, the models listing, the studies' CSV files,
+//! engines (frameworks) side by side.
 
 pub mod build;
 pub mod csv;
+pub mod engines;
 pub mod models;
 pub mod plots;
 pub mod summary;

@@ -8,6 +8,7 @@
 //! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 
 mod error;
+mod import;
 pub mod lock;
 mod memory;
 mod merge;
@@ -25,6 +26,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub use import::{ImportOutcome, ImportedTrial};
 pub use lock::{LockError, SweepLock};
 pub use memory::MemoryColumns;
 pub use merge::{merge, ChildTable, Match, MergeReport, Parent, TableCount, CHILD_TABLES};

@@ -6,6 +6,12 @@
 //! iteration; other lines are placed one after the other by the log's own step times. Instants
 //! are nanoseconds from the log's first timestamp (or 0), not CLOCK_MONOTONIC: an imported
 //! trial has no power record to line up with.
+//!
+//! [`prepare`] turns a folder into a run of `exec` trials for the store ([`Prepared::write`]):
+//! params `{"command":[],"engine":ENGINE}` (an empty command: nothing was run), epochs and
+//! images 0 (a log does not say), no warm-up (every logged step counts, as the study's parser
+//! counts them), iterations planned 0 (as for any command), no power, memory or clock record
+//! (`power_note` says so), `exit_code` and `wall_time_s` null, and `imported_log` the file read.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -13,7 +19,14 @@ use std::sync::LazyLock;
 use anyhow::{bail, Context, Result};
 use regex::Regex;
 
+use super::command::ExecParams;
 use super::parse::{LogEvent, Parser, StepTracker, TrackedStep};
+use crate::provenance::Provenance;
+use crate::record::{IterationRecord, Metrics};
+use crate::stats;
+use crate::store::{
+    ImportOutcome, ImportedTrial, RunInfo, Store, TrialKey, TrialStatus, TrialSummary,
+};
 
 /// The file naming of the study scripts, for messages.
 pub const LOG_NAME_PATTERN: &str = "train_{net}_{CPU|GPU}_{batch}.log";
@@ -140,6 +153,178 @@ pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
     Ok(logs)
 }
 
+/// The engine name of edgebench's own trainer (the `cnn` workload) in reports and exports.
+pub const OWN_ENGINE: &str = "edgebench";
+
+/// `power_note` of every imported trial.
+pub const POWER_NOTE: &str = "imported log: no power measured";
+
+/// An engine name for an import: a plain name (it becomes part of file names), not edgebench's
+/// own.
+pub fn check_engine(engine: &str) -> Result<()> {
+    if engine.is_empty()
+        || !engine
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        || engine.starts_with('.')
+    {
+        bail!(
+            "--engine {engine:?}: give the framework's name in letters, digits, '-', '_' or '.', \
+             e.g. --engine caffe"
+        );
+    }
+    if engine == OWN_ENGINE {
+        bail!(
+            "--engine {OWN_ENGINE}: that name is edgebench's own trainer in reports; name the \
+             framework that wrote the logs, e.g. --engine caffe"
+        );
+    }
+    Ok(())
+}
+
+/// What `edgebench import logs` was asked to read.
+#[derive(Debug, Clone)]
+pub struct LogImport<'a> {
+    pub dir: &'a Path,
+    pub parser: &'a str,
+    pub engine: &'a str,
+    /// The machine the logs come from, as reports will name it.
+    pub host: &'a str,
+}
+
+/// A folder read and checked, ready to be written as one run.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub logs: Vec<ImportedLog>,
+    pub run: RunInfo,
+    pub provenance: Provenance,
+    pub trials: Vec<ImportedTrial>,
+}
+
+/// Reads and checks everything before the database is touched: an error here (a bad engine
+/// name, a folder that cannot be read, a log that is not named or formatted as expected)
+/// refuses the import with nothing written.
+pub fn prepare(req: &LogImport<'_>) -> Result<Prepared> {
+    let now = crate::clock::now_rfc3339();
+    let now = now.as_str();
+    check_engine(req.engine)?;
+    if req.host.trim().is_empty() {
+        bail!("--host is empty: give the name of the machine the logs come from");
+    }
+    let logs = import_dir(req.dir, req.parser)?;
+    let dir = std::path::absolute(req.dir).unwrap_or_else(|_| req.dir.to_path_buf());
+    let import: toml::Table = [
+        ("dir", dir.display().to_string()),
+        ("parser", req.parser.to_string()),
+        ("engine", req.engine.to_string()),
+        ("host", req.host.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), toml::Value::String(v)))
+    .collect();
+    let mut config = toml::Table::new();
+    config.insert("import".into(), toml::Value::Table(import));
+    let run = RunInfo {
+        uuid: uuid::Uuid::new_v4().to_string(),
+        host: req.host.to_string(),
+        started_at: now.to_string(),
+        config_toml: format!("# edgebench import logs\n{config}"),
+        edgebench_version: crate::host::VERSION.to_string(),
+        git_commit: crate::host::GIT_COMMIT.to_string(),
+        candle_version: crate::host::CANDLE_VERSION.to_string(),
+        // Nothing was trained here; the logs do not say what ran them.
+        cpu_threads: 0,
+        cpu_model: None,
+        os: "unknown (imported logs)".to_string(),
+    };
+    let provenance = Provenance(
+        [
+            ("import.dir", dir.display().to_string()),
+            ("import.parser", req.parser.to_string()),
+            ("import.engine", req.engine.to_string()),
+            ("import.logs", logs.len().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    );
+    let trials = logs
+        .iter()
+        .map(|log| imported_trial(log, req.engine, now))
+        .collect();
+    Ok(Prepared {
+        logs,
+        run,
+        provenance,
+        trials,
+    })
+}
+
+impl Prepared {
+    /// Writes the run and its trials in one transaction, skipping trials already imported.
+    pub fn write(&self, store: &mut Store) -> crate::store::Result<ImportOutcome> {
+        store.import_run(&self.run, &self.provenance, &self.trials)
+    }
+}
+
+/// The trial a log stands for.
+pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTrial {
+    let records: Vec<IterationRecord> = log.iterations.iter().map(|s| s.record).collect();
+    let step_s: Vec<f64> = records.iter().map(|r| r.step_s).collect();
+    let losses: Vec<f64> = records.iter().map(|r| r.loss).collect();
+    let times = stats::time_summary(&step_s, 0, log.batch);
+    let (median, iqr) = stats::median_iqr(&step_s).unzip();
+    let mut extra = serde_json::Map::new();
+    // Not known from a log: the keys of a measured exec trial, null.
+    extra.insert("exit_code".into(), serde_json::Value::Null);
+    extra.insert("wall_time_s".into(), serde_json::Value::Null);
+    extra.insert(
+        "imported_log".into(),
+        std::path::absolute(&log.path)
+            .unwrap_or_else(|_| log.path.clone())
+            .display()
+            .to_string()
+            .into(),
+    );
+    let params = ExecParams {
+        engine: engine.to_string(),
+        command: Vec::new(),
+    };
+    ImportedTrial {
+        key: TrialKey {
+            workload: "exec".into(),
+            net: log.net.clone(),
+            device: log.device.clone(),
+            batch: log.batch,
+            epochs: 0,
+            images: 0,
+            dataset: String::new(),
+            params: params.canonical_json(),
+        },
+        summary: TrialSummary {
+            status: TrialStatus::Ok,
+            error: None,
+            ended_at: now.to_string(),
+            time_per_image_s: times.as_ref().map(|t| t.time_per_image_s),
+            time_per_image_spread_s: times.as_ref().map(|t| t.time_per_image_spread_s),
+            images_per_s: times.as_ref().map(|t| t.images_per_s),
+            loss_first: losses.first().copied(),
+            loss_last: losses.last().copied(),
+            loss_anomaly: stats::loss_anomaly(&losses).is_some(),
+            metrics: Metrics {
+                time_per_iteration_s: median,
+                time_per_iteration_spread_s: iqr,
+                // Each record's time is per iteration, over the iterations it stands for.
+                total_time_s: (!records.is_empty()).then(|| super::total_time_s(&records, 0)),
+                gflop_per_s: None,
+                extra,
+            },
+        },
+        iterations: records,
+        power_note: POWER_NOTE.to_string(),
+    }
+}
+
 /// Nanoseconds of a glog timestamp from the start of the year (glog writes no year; a leap
 /// day is counted every year, which only shifts instants, not intervals within a run).
 fn glog_ns(line: &str) -> Option<i64> {
@@ -179,6 +364,14 @@ pub fn read_log(text: &str, mut parser: Parser) -> Result<(Vec<TrackedStep>, usi
             .parse(line)
             .with_context(|| format!("line {}", number + 1))?;
         let Some(event) = event else { continue };
+        // Caffe prints a step's learning rate just after its loss line: the rate of that step
+        // (the running tracker can only give it to the steps after).
+        if let (LogEvent::LearningRate { step, lr }, Some(last)) = (&event, iterations.last_mut()) {
+            let last: &mut TrackedStep = last;
+            if last.record.step == *step {
+                last.record.lr = *lr;
+            }
+        }
         let read_ns = match (&event, stamp) {
             (_, Some(ns)) => ns,
             (LogEvent::Step(s), None) => {
@@ -272,6 +465,8 @@ I1222 14:03:25.600000  2471 solver.cpp:315] Optimization Done.
         );
         assert_eq!(its[1].record.loss, 6.8);
         assert_eq!(its[1].record.lr, 0.01);
+        // The rate printed after a step's loss line is that step's.
+        assert_eq!(its[0].record.lr, 0.01);
         // Placed by glog's timestamps, from the log's first line.
         assert_eq!(its[1].record.t_end_ns, 3_000_000_000);
         assert_eq!(its[1].record.t_start_ns, 1_000_000_000);

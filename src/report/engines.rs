@@ -1,0 +1,466 @@
+//! Engines as a series: the frameworks measured with `edgebench exec` or imported from their
+//! logs beside edgebench's own trainer (the `cnn` workload, engine `edgebench`). Per engine:
+//! time per image against batch, GPU-over-CPU speedup per (net, batch), and energy and EDP
+//! where they were measured.
+//!
+//! Each (engine, net, device, batch) is one point: the latest `ok` trial, else the latest (as
+//! the CNN tables choose).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::report::build::Table;
+use crate::report::plots::{Axis, Mark, Plot, Point, Series};
+use crate::store::{ResultRow, TrialStatus};
+
+/// The engine of edgebench's own trainer.
+pub const OWN: &str = "edgebench";
+
+/// The engine a trial measures: `edgebench` for the CNN training, the `engine` parameter of
+/// an external command's trial; None for the other workloads (MLP study, operators).
+pub fn engine_of(r: &ResultRow) -> Option<String> {
+    match r.workload.as_str() {
+        "cnn" => Some(OWN.to_string()),
+        "exec" => Some(match r.params.get("engine") {
+            Some(Value::String(e)) if !e.is_empty() => e.clone(),
+            _ => "exec".to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// An engine's name as part of a file name: characters other than letters, digits, `-`, `_`
+/// and `.` become `_`.
+pub fn file_name_part(engine: &str) -> String {
+    let s: String = engine
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    match s.trim_start_matches('.') {
+        "" => format!("engine_{}", s.len()),
+        t => t.to_string(),
+    }
+}
+
+/// (engine, net, device, batch) -> the trial that stands for it.
+pub type Picked = BTreeMap<(String, String, String, usize), ResultRow>;
+
+/// The trial standing for each (engine, net, device, batch) among `rows` (oldest first).
+pub fn pick(rows: &[ResultRow]) -> Picked {
+    let mut out = Picked::new();
+    for r in rows {
+        let Some(engine) = engine_of(r) else { continue };
+        let key = (engine, r.net.clone(), r.device.clone(), r.batch);
+        let replace = match out.get(&key) {
+            None => true,
+            Some(prev) => r.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
+        };
+        if replace {
+            out.insert(key, r.clone());
+        }
+    }
+    out
+}
+
+/// Whether the rows hold any trial of an engine other than edgebench's (only then do the
+/// engine tables and plots appear).
+pub fn has_other_engines(rows: &[ResultRow]) -> bool {
+    rows.iter().any(|r| engine_of(r).is_some_and(|e| e != OWN))
+}
+
+fn ok_time(r: &ResultRow) -> Option<f64> {
+    (r.status == TrialStatus::Ok)
+        .then_some(r.time_per_image_s)
+        .flatten()
+}
+
+/// GPU-over-CPU speedup per (engine, net, batch): the CPU's time per image over the GPU's,
+/// where both trials are `ok` with a time and ran the same work (epochs, images, data set).
+pub fn speedups(picked: &Picked) -> BTreeMap<(String, String, usize), f64> {
+    let mut out = BTreeMap::new();
+    for ((engine, net, device, batch), gpu) in picked {
+        if device != "cuda" {
+            continue;
+        }
+        let cpu = picked.get(&(engine.clone(), net.clone(), "cpu".to_string(), *batch));
+        let same_work = |c: &ResultRow| {
+            c.epochs == gpu.epochs && c.images == gpu.images && c.dataset == gpu.dataset
+        };
+        if let (Some(c), Some(g)) = (cpu.filter(|c| same_work(c)).and_then(ok_time), ok_time(gpu)) {
+            if g > 0.0 {
+                out.insert((engine.clone(), net.clone(), *batch), c / g);
+            }
+        }
+    }
+    out
+}
+
+fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
+    v.map(|v| format!("{:.*}", digits, v * scale))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// An energy figure, or why there is none: `not measured` for a trial without a power record
+/// (imported from a log, or run without --power).
+fn energy(r: &ResultRow, v: Option<f64>, digits: usize) -> String {
+    match v {
+        Some(v) => format!("{v:.digits$}"),
+        None if r.energy_j.is_none() => "not measured".into(),
+        None => "-".into(),
+    }
+}
+
+fn imported(r: &ResultRow) -> bool {
+    r.metrics.get("imported_log").is_some_and(|v| !v.is_null())
+}
+
+/// One table per engine other than edgebench's (whose trials have the CNN tables), then the
+/// GPU-over-CPU speedup of every engine side by side; nothing when only edgebench ran.
+pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+    if !has_other_engines(rows) {
+        return Vec::new();
+    }
+    let picked = pick(rows);
+    let sp = speedups(&picked);
+    let mut by_engine: BTreeMap<&str, Vec<&ResultRow>> = BTreeMap::new();
+    for ((engine, ..), r) in &picked {
+        by_engine.entry(engine.as_str()).or_default().push(r);
+    }
+    let mut out = Vec::new();
+    for (engine, rs) in by_engine.iter().filter(|(e, _)| **e != OWN) {
+        out.push(Table {
+            title: format!("Engine {engine} — {host}"),
+            header: vec![
+                "net",
+                "device",
+                "batch",
+                "status",
+                "ms/image",
+                "± IQR ms",
+                "images/s",
+                "GPU/CPU",
+                "J/image",
+                "EDP J·s",
+                "iterations",
+                "source",
+                "flags",
+            ],
+            rows: rs
+                .iter()
+                .map(|r| {
+                    let ok = |v: Option<f64>| (r.status == TrialStatus::Ok).then_some(v).flatten();
+                    let speedup = (r.device == "cuda")
+                        .then(|| sp.get(&(engine.to_string(), r.net.clone(), r.batch)))
+                        .flatten()
+                        .copied();
+                    let mut flags = Vec::new();
+                    if r.swap_pressure == Some(true) {
+                        flags.push("SWAP: time measures swap".to_string());
+                    }
+                    if r.throttled == Some(true) {
+                        flags.push("THROTTLED".to_string());
+                    }
+                    if r.loss_anomaly {
+                        flags.push("LOSS_ANOMALY".to_string());
+                    }
+                    if let Some(e) = &r.error {
+                        flags.push(e.lines().next().unwrap_or("").to_string());
+                    }
+                    vec![
+                        r.net.clone(),
+                        r.device.clone(),
+                        r.batch.to_string(),
+                        r.status.to_string(),
+                        fmt(ok(r.time_per_image_s), 1e3, 3),
+                        fmt(ok(r.time_per_image_spread_s), 1e3, 3),
+                        fmt(ok(r.images_per_s), 1.0, 2),
+                        fmt(speedup, 1.0, 2),
+                        energy(r, r.energy_per_image_j, 4),
+                        energy(r, r.edp_js, 4),
+                        // A command's step count is not known ahead (planned 0).
+                        match r.iterations_planned {
+                            0 => r.iterations.to_string(),
+                            planned => format!("{}/{planned}", r.iterations),
+                        },
+                        match imported(r) {
+                            true => "imported log".to_string(),
+                            false => "measured".to_string(),
+                        },
+                        flags.join("; "),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    if !sp.is_empty() {
+        out.push(Table {
+            title: format!("GPU-over-CPU speedup per engine — {host}"),
+            header: vec![
+                "engine",
+                "net",
+                "batch",
+                "CPU ms/image",
+                "GPU ms/image",
+                "GPU/CPU",
+            ],
+            rows: sp
+                .iter()
+                .map(|((engine, net, batch), s)| {
+                    let time = |device: &str| {
+                        picked
+                            .get(&(engine.clone(), net.clone(), device.to_string(), *batch))
+                            .and_then(ok_time)
+                    };
+                    vec![
+                        engine.clone(),
+                        net.clone(),
+                        batch.to_string(),
+                        fmt(time("cpu"), 1e3, 3),
+                        fmt(time("cuda"), 1e3, 3),
+                        fmt(Some(*s), 1.0, 2),
+                    ]
+                })
+                .collect(),
+        });
+    }
+    out
+}
+
+/// One series per (engine, net, device) of `value` against batch.
+fn batch_series(picked: &Picked, value: impl Fn(&ResultRow) -> Option<f64>) -> Vec<Series> {
+    let mut by: BTreeMap<(&str, &str, &str), Vec<Point>> = BTreeMap::new();
+    for ((engine, net, device, batch), r) in picked {
+        by.entry((engine, net, device)).or_default().push(Point {
+            x: *batch as f64,
+            y: (r.status == TrialStatus::Ok).then(|| value(r)).flatten(),
+            mark: Mark::of(r),
+        });
+    }
+    by.into_iter()
+        .map(|((engine, net, device), points)| Series {
+            label: format!("{engine} {net} {device}"),
+            points,
+            markers: true,
+        })
+        .collect()
+}
+
+fn batch_plot(title: String, y_desc: &str, y_axis: Axis, series: Vec<Series>) -> Plot {
+    Plot {
+        title,
+        x_desc: "batch size".into(),
+        y_desc: y_desc.into(),
+        x_axis: Axis::Log(2.0),
+        y_axis,
+        series,
+        highlights: Vec::new(),
+        vlines: Vec::new(),
+    }
+}
+
+/// The engines' plots of one host, as (file stem, plot): time per image and GPU-over-CPU
+/// speedup against batch per engine, and energy per image and EDP where some trial of an
+/// engine other than edgebench's was measured; nothing when only edgebench ran.
+pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+    if !has_other_engines(rows) {
+        return Vec::new();
+    }
+    let picked = pick(rows);
+    let mut out = vec![(
+        "time_per_image_engines".to_string(),
+        batch_plot(
+            format!("Time per image vs batch per engine — {host}"),
+            "time per image (s, log)",
+            Axis::Log(10.0),
+            batch_series(&picked, |r| r.time_per_image_s),
+        ),
+    )];
+    let sp = speedups(&picked);
+    if !sp.is_empty() {
+        let mut by: BTreeMap<(&str, &str), Vec<Point>> = BTreeMap::new();
+        for ((engine, net, batch), s) in &sp {
+            by.entry((engine, net)).or_default().push(Point {
+                x: *batch as f64,
+                y: Some(*s),
+                mark: Mark::Ok,
+            });
+        }
+        let series = by
+            .into_iter()
+            .map(|((engine, net), points)| Series {
+                label: format!("{engine} {net}"),
+                points,
+                markers: true,
+            })
+            .collect();
+        out.push((
+            "speedup_engines".to_string(),
+            batch_plot(
+                format!("GPU-over-CPU speedup vs batch per engine — {host}"),
+                "GPU-over-CPU speedup (x)",
+                Axis::Linear,
+                series,
+            ),
+        ));
+    }
+    let measured: BTreeSet<&str> = picked
+        .iter()
+        .filter(|(_, r)| r.energy_per_image_j.is_some())
+        .map(|((engine, ..), _)| engine.as_str())
+        .collect();
+    if measured.iter().any(|e| *e != OWN) {
+        let with_energy: Picked = picked
+            .iter()
+            .filter(|((engine, ..), _)| measured.contains(engine.as_str()))
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        out.push((
+            "energy_per_image_engines".to_string(),
+            batch_plot(
+                format!("Energy per image vs batch per engine — {host}"),
+                "energy per image (J)",
+                Axis::Linear,
+                batch_series(&with_energy, |r| r.energy_per_image_j),
+            ),
+        ));
+        out.push((
+            "edp_engines".to_string(),
+            batch_plot(
+                format!("Energy-delay product vs batch per engine — {host}"),
+                "EDP (J·s, log)",
+                Axis::Log(10.0),
+                batch_series(&with_energy, |r| r.edp_js),
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exec_row(engine: &str, device: &str, batch: usize, tpi: Option<f64>) -> ResultRow {
+        let params: serde_json::Map<String, Value> =
+            serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
+        ResultRow {
+            workload: "exec".into(),
+            net: "alexnet".into(),
+            device: device.into(),
+            batch,
+            status: TrialStatus::Ok,
+            time_per_image_s: tpi,
+            params_text: serde_json::to_string(&params).unwrap(),
+            params,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn energy_plots_only_where_an_engine_was_measured() {
+        let cnn = ResultRow {
+            workload: "cnn".into(),
+            net: "alexnet".into(),
+            device: "cpu".into(),
+            batch: 16,
+            status: TrialStatus::Ok,
+            time_per_image_s: Some(0.1),
+            energy_j: Some(10.0),
+            energy_per_image_j: Some(0.5),
+            edp_js: Some(20.0),
+            ..Default::default()
+        };
+        let imported = exec_row("caffe", "cpu", 16, Some(0.2));
+        let stems = |rows: &[ResultRow]| -> Vec<String> {
+            plots("tx1", rows).into_iter().map(|(s, _)| s).collect()
+        };
+        // edgebench's own energy has its plots already; the imported engine has none.
+        assert_eq!(
+            stems(&[cnn.clone(), imported.clone()]),
+            ["time_per_image_engines"]
+        );
+        let measured = ResultRow {
+            energy_j: Some(4.0),
+            energy_per_image_j: Some(0.25),
+            edp_js: Some(8.0),
+            ..exec_row("torch", "cpu", 16, Some(0.05))
+        };
+        let rows = [cnn, imported, measured];
+        assert_eq!(
+            stems(&rows),
+            [
+                "time_per_image_engines",
+                "energy_per_image_engines",
+                "edp_engines"
+            ]
+        );
+        let edp = &plots("tx1", &rows)[2].1;
+        let labels: Vec<&str> = edp.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["edgebench alexnet cpu", "torch alexnet cpu"]);
+        let t = tables("tx1", &rows);
+        let col = |name: &str| t[1].header.iter().position(|h| *h == name).unwrap();
+        assert_eq!(t[1].title, "Engine torch — tx1");
+        assert_eq!(t[1].rows[0][col("J/image")], "0.2500");
+        assert_eq!(t[1].rows[0][col("EDP J·s")], "8.0000");
+        assert_eq!(t[1].rows[0][col("source")], "measured");
+    }
+
+    #[test]
+    fn engines_of_each_workload() {
+        let cnn = ResultRow {
+            workload: "cnn".into(),
+            ..Default::default()
+        };
+        let mlp = ResultRow {
+            workload: "mlp".into(),
+            ..Default::default()
+        };
+        assert_eq!(engine_of(&cnn).as_deref(), Some("edgebench"));
+        assert_eq!(engine_of(&mlp), None);
+        let caffe = exec_row("caffe", "cpu", 1, None);
+        assert_eq!(engine_of(&caffe).as_deref(), Some("caffe"));
+        assert!(has_other_engines(&[cnn.clone(), caffe]));
+        assert!(!has_other_engines(&[cnn, mlp]));
+        assert_eq!(file_name_part("tf 2/keras"), "tf_2_keras");
+        assert_eq!(file_name_part(".."), "engine_2");
+    }
+
+    #[test]
+    fn speedup_per_engine_where_both_devices_ran_the_same_work() {
+        let mut rows = vec![
+            exec_row("caffe", "cpu", 16, Some(0.2)),
+            exec_row("caffe", "cuda", 16, Some(0.025)),
+            // Another engine's CPU time is not caffe's.
+            exec_row("tensorflow", "cuda", 16, Some(0.05)),
+            exec_row("caffe", "cuda", 32, Some(0.02)),
+            exec_row("caffe", "cpu", 64, Some(0.2)),
+            exec_row("caffe", "cuda", 64, Some(0.01)),
+        ];
+        // A later failed retry does not hide the ok trial.
+        rows.push(ResultRow {
+            status: TrialStatus::Failed,
+            ..exec_row("caffe", "cuda", 16, None)
+        });
+        // Other images per epoch: not the same work.
+        rows[4].images = 512;
+        let sp = speedups(&pick(&rows));
+        assert_eq!(sp.len(), 1, "{sp:?}");
+        assert_eq!(sp[&("caffe".to_string(), "alexnet".to_string(), 16)], 8.0);
+        let t = tables("tx1", &rows);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[0].title, "Engine caffe — tx1");
+        assert_eq!(
+            t[2].rows,
+            [["caffe", "alexnet", "16", "200.000", "25.000", "8.00"]]
+        );
+        let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
+        assert_eq!(t[0].rows[0][col("J/image")], "not measured");
+    }
+}
