@@ -708,8 +708,10 @@ pub fn execute_native<T: Elem>(op: Op, shape: Shape, x: &mut Operands<T>) {
             let s = T::from_f64(SCALAR);
             kernels::unary(a, c, move |v| v.mul(s))
         }
-        Op::Sigmoid => kernels::unary(a, c, T::sigmoid),
-        Op::Tanh => kernels::unary(a, c, T::tanh),
+        Op::Sigmoid if kernels::fused_multiply_add() => kernels::unary(a, c, T::sigmoid::<true>),
+        Op::Sigmoid => kernels::unary(a, c, T::sigmoid::<false>),
+        Op::Tanh if kernels::fused_multiply_add() => kernels::unary(a, c, T::tanh::<true>),
+        Op::Tanh => kernels::unary(a, c, T::tanh::<false>),
     }
 }
 

@@ -14,8 +14,10 @@ pub trait Elem: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     fn to_f64(self) -> f64;
     fn add(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
-    fn sigmoid(self) -> Self;
-    fn tanh(self) -> Self;
+    /// `FMA`: multiply-adds are fused (only in code compiled where they are one instruction,
+    /// see [`fused_multiply_add`]).
+    fn sigmoid<const FMA: bool>(self) -> Self;
+    fn tanh<const FMA: bool>(self) -> Self;
 }
 
 impl Elem for f32 {
@@ -34,14 +36,14 @@ impl Elem for f32 {
         self * o
     }
     #[inline(always)]
-    fn sigmoid(self) -> Self {
-        1.0 / (1.0 + exp_f32(-self))
+    fn sigmoid<const FMA: bool>(self) -> Self {
+        1.0 / (1.0 + exp_f32::<FMA>(-self))
     }
     #[inline(always)]
-    fn tanh(self) -> Self {
+    fn tanh<const FMA: bool>(self) -> Self {
         // tanh|x| = (1 - e^-2|x|) / (1 + e^-2|x|): the exponential never overflows. Near 0
         // the subtraction cancels: the absolute error stays ~1e-7, the relative one grows.
-        let e = exp_f32(-2.0 * self.abs());
+        let e = exp_f32::<FMA>(-2.0 * self.abs());
         ((1.0 - e) / (1.0 + e)).copysign(self)
     }
 }
@@ -62,11 +64,11 @@ impl Elem for f64 {
         self * o
     }
     #[inline(always)]
-    fn sigmoid(self) -> Self {
+    fn sigmoid<const FMA: bool>(self) -> Self {
         1.0 / (1.0 + (-self).exp())
     }
     #[inline(always)]
-    fn tanh(self) -> Self {
+    fn tanh<const FMA: bool>(self) -> Self {
         f64::tanh(self)
     }
 }
@@ -76,22 +78,23 @@ impl Elem for f64 {
 /// Relative error about 2e-7 over the clamped range; x is clamped to [-87, 88], where e^x is a
 /// normal f32 (e^-87 ~ 1.6e-38, e^88 ~ 1.7e38).
 #[inline(always)]
-pub fn exp_f32(x: f32) -> f32 {
+pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
+    let madd = |a: f32, b: f32, c: f32| if FMA { a.mul_add(b, c) } else { a * b + c };
     // Adding 1.5 x 2^23 rounds to an integer held in the low mantissa bits: n as a float and,
     // from the bits, as an integer, with no float-to-int conversion (which would not vectorise).
     const ROUNDER: f32 = 12_582_912.0;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.0, 88.0);
-    let t = x * std::f32::consts::LOG2_E + ROUNDER;
+    let t = madd(x, std::f32::consts::LOG2_E, ROUNDER);
     let n = t - ROUNDER;
     let n_bits = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
-        + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let er = p * r * r + r + 1.0;
+    let r = madd(-n, LN2_LO, madd(-n, LN2_HI, x));
+    let mut p = madd(1.987_569_1e-4, r, 1.398_199_9e-3);
+    for c in [8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        p = madd(p, r, c);
+    }
+    let er = madd(p * r, r, r) + 1.0;
     let two_n = f32::from_bits((n_bits.wrapping_add(127) << 23) as u32);
     er * two_n
 }
@@ -103,11 +106,30 @@ fn chunk_len(len: usize) -> usize {
     len.div_ceil(threads * 4).max(4096)
 }
 
-/// Runs `body` compiled for AVX2 (8 f32 lanes) when the CPU has it: the build targets baseline
-/// x86-64 (SSE2, 4 lanes), and sigmoid and tanh are bound by arithmetic, not memory, at that
-/// width. The closure and the op it calls are inlined into the AVX2 copy.
+/// Whether fused multiply-adds are single instructions in the loops [`unary`] and [`binary`]
+/// run: always on aarch64; on x86-64 where the CPU has AVX2 and FMA (the loops then run in
+/// their AVX2+FMA copy). Elsewhere `mul_add` would be a library call per element.
+pub fn fused_multiply_add() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    cfg!(target_arch = "aarch64")
+}
+
+/// Runs `body` compiled for AVX2 (8 f32 lanes) and FMA when the CPU has them: the build targets
+/// baseline x86-64 (SSE2, 4 lanes, no FMA), and sigmoid and tanh are bound by arithmetic, not
+/// memory, at that width. The closure and the op it calls are inlined into that copy.
 #[inline(always)]
 fn with_widest_vectors(body: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2_fma(body: impl FnOnce()) {
+            body()
+        }
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { avx2_fma(body) };
+    }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         #[target_feature(enable = "avx2")]
@@ -227,32 +249,40 @@ mod tests {
         let mut worst = 0f64;
         let mut x = -87.0f32;
         while x <= 88.0 {
-            let got = exp_f32(x) as f64;
+            let got = exp_f32::<false>(x) as f64;
+            let fused = exp_f32::<true>(x) as f64;
+            worst = worst.max(((fused - (x as f64).exp()) / (x as f64).exp()).abs());
             let want = (x as f64).exp();
             worst = worst.max(((got - want) / want).abs());
             x += 0.0137;
         }
         assert!(worst < 4e-7, "worst relative error {worst:e}");
         // Beyond the clamp it saturates to finite values instead of inf / 0 / NaN.
-        assert!(exp_f32(1000.0).is_finite() && exp_f32(-1000.0) > 0.0);
+        assert!(exp_f32::<false>(1000.0).is_finite() && exp_f32::<false>(-1000.0) > 0.0);
+        assert!(exp_f32::<true>(1000.0).is_finite() && exp_f32::<true>(-1000.0) > 0.0);
     }
 
     #[test]
     fn f32_sigmoid_and_tanh_match_f64_references() {
+        f32_sigmoid_and_tanh_match::<false>();
+        f32_sigmoid_and_tanh_match::<true>();
+    }
+
+    fn f32_sigmoid_and_tanh_match<const FMA: bool>() {
         let mut x = -30.0f32;
         while x <= 30.0 {
-            let s = Elem::sigmoid(x) as f64;
+            let s = Elem::sigmoid::<FMA>(x) as f64;
             let s_ref = 1.0 / (1.0 + (-(x as f64)).exp());
             assert!(
                 (s - s_ref).abs() <= 2e-7 * s_ref.max(1e-30) + 1e-12,
                 "sigmoid({x})"
             );
-            let t = Elem::tanh(x) as f64;
+            let t = Elem::tanh::<FMA>(x) as f64;
             assert!((t - (x as f64).tanh()).abs() <= 3e-7, "tanh({x}) = {t}");
             x += 0.00731;
         }
-        assert_eq!(Elem::tanh(0.0f32), 0.0);
-        assert_eq!(Elem::tanh(-50.0f32), -1.0);
+        assert_eq!(Elem::tanh::<FMA>(0.0f32), 0.0);
+        assert_eq!(Elem::tanh::<FMA>(-50.0f32), -1.0);
     }
 
     #[test]
