@@ -23,7 +23,9 @@
 //! A trial is warm-up executions, then timed executions until both a minimum count and a
 //! minimum time are reached; every execution is one iteration record.
 
-pub mod kernels;
+/// The elementwise loops, the GEMM and the seeded fill (in the kernels crate, where they are
+/// also tested on aarch64).
+pub use edgebench_kernels::elementwise as kernels;
 pub mod peaks;
 
 use crate::clock::monotonic_ns;

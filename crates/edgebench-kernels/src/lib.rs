@@ -37,6 +37,7 @@ pub mod bench_api;
 pub mod conv;
 #[cfg(feature = "cuda")]
 mod cuda;
+pub mod elementwise;
 pub mod im2col;
 pub mod linear;
 pub mod lrn;

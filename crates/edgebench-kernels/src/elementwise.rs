@@ -1,4 +1,5 @@
-//! The CPU kernels of the operator benchmark: each op over preallocated buffers, split into
+//! The CPU kernels of the operator benchmark (edgebench's `ops` workload): each op over
+//! preallocated buffers, split into
 //! contiguous chunks over the rayon pool, with loops the compiler vectorises. candle's CPU ops
 //! run elementwise ops on one thread and allocate a fresh output on every call (for large
 //! tensors: fresh pages, a page fault per 4 KiB), so they time the allocator, not the op.
@@ -283,6 +284,73 @@ mod tests {
         }
         assert_eq!(Elem::tanh::<FMA>(0.0f32), 0.0);
         assert_eq!(Elem::tanh::<FMA>(-50.0f32), -1.0);
+    }
+
+    /// Every loop against its f64 reference in pools of 1 to 16 threads, each with the
+    /// multiply-adds the dispatch picks on this CPU (fused on aarch64 and AVX2+FMA x86-64).
+    #[test]
+    fn loops_match_their_references_at_every_thread_count() {
+        let n = 100_003; // not a multiple of any chunk or vector width
+        let a: Vec<f32> = fill(n, 7, -4.0, 4.0);
+        let b: Vec<f32> = fill(n, 8, -1.0, 1.0);
+        let fused = fused_multiply_add();
+        for threads in [1, 3, 4, 6, 8, 12, 16] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut c = vec![0f32; n];
+                binary(&a, &b, &mut c, <f32 as Elem>::add);
+                assert!(c
+                    .iter()
+                    .zip(a.iter().zip(&b))
+                    .all(|(c, (a, b))| *c == a + b));
+                binary(&a, &b, &mut c, <f32 as Elem>::mul);
+                assert!(c
+                    .iter()
+                    .zip(a.iter().zip(&b))
+                    .all(|(c, (a, b))| *c == a * b));
+                match fused {
+                    true => unary(&a, &mut c, <f32 as Elem>::sigmoid::<true>),
+                    false => unary(&a, &mut c, <f32 as Elem>::sigmoid::<false>),
+                }
+                for (c, a) in c.iter().zip(&a) {
+                    let want = 1.0 / (1.0 + (-(*a as f64)).exp());
+                    assert!(
+                        (*c as f64 - want).abs() <= 3e-7 * want,
+                        "{threads} threads: sigmoid({a})"
+                    );
+                }
+                match fused {
+                    true => unary(&a, &mut c, <f32 as Elem>::tanh::<true>),
+                    false => unary(&a, &mut c, <f32 as Elem>::tanh::<false>),
+                }
+                for (c, a) in c.iter().zip(&a) {
+                    let want = (*a as f64).tanh();
+                    assert!(
+                        (*c as f64 - want).abs() <= 3e-7,
+                        "{threads} threads: tanh({a})"
+                    );
+                }
+                // A 37 x 29 x 41 product against the triple loop in f64.
+                let (m, k, p) = (37, 29, 41);
+                let mut c = vec![0f32; m * p];
+                matmul(&a[..m * k], &b[..k * p], &mut c, (m, p, k));
+                for i in 0..m {
+                    for j in 0..p {
+                        let want: f64 = (0..k)
+                            .map(|l| a[i * k + l] as f64 * b[l * p + j] as f64)
+                            .sum();
+                        let got = c[i * p + j] as f64;
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{threads} threads: c[{i},{j}]"
+                        );
+                    }
+                }
+            });
+        }
     }
 
     #[test]
