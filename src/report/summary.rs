@@ -5,11 +5,15 @@ use crate::store::TrialStatus;
 use std::collections::HashMap;
 use std::fmt::Write;
 
-/// GPU-over-CPU speedup per (host, net, batch, epochs, images, dataset): CPU time per image
-/// divided by CUDA time per image, where both trials have a time.
+/// GPU-over-CPU speedup per (host, label, batch, epochs, images, dataset): CPU time per image
+/// divided by CUDA time per image, where both trials have a time. The label is the net, or
+/// `ENGINE NET` for another framework's trials (whose commands differ per device), so the
+/// map's key is (host, label, batch).
 pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
     let time = |device: &str, r: &ResultRow| {
-        (r.device == device && r.status == TrialStatus::Ok && r.workload == "cnn")
+        (r.device == device
+            && r.status == TrialStatus::Ok
+            && (r.workload == "cnn" || r.workload == "exec"))
             .then_some(r.time_per_image_s)
             .flatten()
     };
@@ -19,7 +23,7 @@ pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
             cpu.insert(
                 (
                     r.host.clone(),
-                    r.net.clone(),
+                    super::workloads::label(r),
                     r.batch,
                     r.epochs,
                     r.images,
@@ -34,14 +38,14 @@ pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
         if let Some(t) = time("cuda", r) {
             let k = (
                 r.host.clone(),
-                r.net.clone(),
+                super::workloads::label(r),
                 r.batch,
                 r.epochs,
                 r.images,
                 r.dataset.clone(),
             );
             if let Some(c) = cpu.get(&k) {
-                out.insert((r.host.clone(), r.net.clone(), r.batch), c / t);
+                out.insert((r.host.clone(), k.1, r.batch), c / t);
             }
         }
     }
@@ -129,7 +133,7 @@ pub fn table(rows: &[ResultRow]) -> String {
                 .unwrap_or_else(|| "-".into()),
             loss,
             (r.device == "cuda")
-                .then(|| speedup.get(&(r.host.clone(), r.net.clone(), r.batch)))
+                .then(|| speedup.get(&(r.host.clone(), super::workloads::label(r), r.batch)))
                 .flatten()
                 .map(|s| format!("{s:.1}x"))
                 .unwrap_or_else(|| "-".into()),
@@ -204,4 +208,49 @@ pub fn table(rows: &[ResultRow]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(workload: &str, engine: &str, device: &str, tpi: f64) -> ResultRow {
+        let mut params = serde_json::Map::new();
+        if !engine.is_empty() {
+            params.insert("engine".into(), engine.into());
+            // Each device's command differs (`--device={device}`).
+            params.insert("command".into(), serde_json::json!(["train", device]));
+        }
+        ResultRow {
+            host: "tx2".into(),
+            workload: workload.into(),
+            net: "alexnet".into(),
+            device: device.into(),
+            batch: 16,
+            status: TrialStatus::Ok,
+            time_per_image_s: Some(tpi),
+            params,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn another_frameworks_gpu_speedup_pairs_its_own_trials() {
+        let rows = [
+            row("exec", "pytorch", "cpu", 0.1),
+            row("exec", "pytorch", "cuda", 0.01),
+            row("cnn", "", "cpu", 0.05),
+        ];
+        let sp = speedups(&rows);
+        let key = |label: &str| ("tx2".to_string(), label.to_string(), 16);
+        assert!((sp[&key("pytorch alexnet")] - 10.0).abs() < 1e-9);
+        // edgebench's own CPU trial has no GPU counterpart: not paired with PyTorch's.
+        assert!(!sp.contains_key(&key("alexnet")));
+        let text = table(&rows);
+        let cuda = text.lines().find(|l| l.contains("cuda")).unwrap();
+        assert!(
+            cuda.contains("pytorch alexnet") && cuda.contains("10.0x"),
+            "{text}"
+        );
+    }
 }
