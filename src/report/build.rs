@@ -50,18 +50,23 @@ pub fn pick(rows: &[ResultRow]) -> Picked {
     out
 }
 
-/// A host name as a directory/file name.
-pub fn safe_name(host: &str) -> String {
-    let s: String = host
-        .chars()
+/// `text` with every character other than ASCII letters, digits and `allowed` replaced by `_`,
+/// for a file name.
+pub fn replace_unsafe(text: &str, allowed: &str) -> String {
+    text.chars()
         .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_".contains(c) {
+            if c.is_ascii_alphanumeric() || allowed.contains(c) {
                 c
             } else {
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+/// A host name as a directory/file name.
+pub fn safe_name(host: &str) -> String {
+    let s = replace_unsafe(host, "-_");
     if s.is_empty() || s == "compare" {
         format!("host_{s}")
     } else {

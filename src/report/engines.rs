@@ -33,16 +33,7 @@ pub fn engine_of(r: &ResultRow) -> Option<String> {
 /// An engine's name as part of a file name: characters other than letters, digits, `-`, `_`
 /// and `.` become `_`.
 pub fn file_name_part(engine: &str) -> String {
-    let s: String = engine
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let s = crate::report::build::replace_unsafe(engine, "-_.");
     match s.trim_start_matches('.') {
         "" => format!("engine_{}", s.len()),
         t => t.to_string(),

@@ -212,22 +212,8 @@ fn write(
             trial.power_note,
         ])?;
         let trial_id = tx.last_insert_rowid();
-        let mut st = tx.prepare_cached(
-            "INSERT INTO iterations (trial_id, step, epoch, loss, lr, data_s, step_s, \
-             t_start_ns, t_end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?;
         for rec in &trial.iterations {
-            st.execute(params![
-                trial_id,
-                int(rec.step),
-                int(rec.epoch),
-                rec.loss,
-                rec.lr,
-                rec.data_s,
-                rec.step_s,
-                rec.t_start_ns,
-                rec.t_end_ns,
-            ])?;
+            super::insert_iteration(tx, trial_id, rec)?;
         }
     }
     Ok(())

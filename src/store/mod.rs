@@ -378,21 +378,7 @@ impl Store {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql_err(path))?;
         let updated = (|| {
-            tx.prepare_cached(
-                "INSERT INTO iterations (trial_id, step, epoch, loss, lr, data_s, step_s, \
-                 t_start_ns, t_end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?
-            .execute(params![
-                trial_id,
-                int(rec.step),
-                int(rec.epoch),
-                rec.loss,
-                rec.lr,
-                rec.data_s,
-                rec.step_s,
-                rec.t_start_ns,
-                rec.t_end_ns,
-            ])?;
+            insert_iteration(&tx, trial_id, rec)?;
             tx.prepare_cached(
                 "UPDATE trials SET iterations_done = iterations_done + 1 WHERE id = ?1",
             )?
@@ -922,6 +908,30 @@ fn json_object(
             )),
         },
     }
+}
+
+/// One row of `iterations` (the caller holds the transaction).
+fn insert_iteration(
+    conn: &Connection,
+    trial_id: i64,
+    rec: &IterationRecord,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO iterations (trial_id, step, epoch, loss, lr, data_s, step_s, \
+         t_start_ns, t_end_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        trial_id,
+        int(rec.step),
+        int(rec.epoch),
+        rec.loss,
+        rec.lr,
+        rec.data_s,
+        rec.step_s,
+        rec.t_start_ns,
+        rec.t_end_ns,
+    ])?;
+    Ok(())
 }
 
 fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
