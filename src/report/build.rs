@@ -35,19 +35,13 @@ pub type Picked = BTreeMap<(String, String, usize), ResultRow>;
 
 /// The trial standing for each (net, device, batch) among `rows` (ordered oldest first).
 pub fn pick(rows: &[ResultRow]) -> Picked {
-    let mut out = Picked::new();
     // The plots and tables are the CNN studies'; other workloads have their own CSV files.
-    for r in rows.iter().filter(|r| r.workload == "cnn") {
-        let k = (r.net.clone(), r.device.clone(), r.batch);
-        let replace = match out.get(&k) {
-            None => true,
-            Some(prev) => r.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
-        };
-        if replace {
-            out.insert(k, r.clone());
-        }
-    }
-    out
+    super::latest_per_key(rows, |r| {
+        (r.workload == "cnn").then(|| (r.net.clone(), r.device.clone(), r.batch))
+    })
+    .into_iter()
+    .map(|(k, r)| (k, r.clone()))
+    .collect()
 }
 
 /// `text` with every character other than ASCII letters, digits and `allowed` replaced by `_`,

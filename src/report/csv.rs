@@ -16,7 +16,6 @@
 //! `mode` is `CPU` for device `cpu` and `GPU` for `cuda`; `batch` is zero-padded to 3 digits.
 //! The `edgebench` files are always written; another engine's only when it has trials.
 
-use crate::store::TrialStatus;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -120,19 +119,11 @@ fn avg_time(workload: &str, iters: &[IterationRecord]) -> f64 {
 /// is ordered oldest first, so "latest" is the last seen. The map's order gives the file's
 /// order (net, mode, batch).
 fn choose_trials(rows: Vec<ResultRow>) -> BTreeMap<(String, String, usize), ResultRow> {
-    let mut chosen: BTreeMap<(String, String, usize), ResultRow> = BTreeMap::new();
-    for row in rows.into_iter().filter(|r| r.iterations > 0) {
-        let key = (row.net.clone(), mode(&row.device), row.batch);
-        let replace = match chosen.get(&key) {
-            None => true,
-            // A later trial wins unless it would replace an ok one with a non-ok one.
-            Some(prev) => row.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
-        };
-        if replace {
-            chosen.insert(key, row);
-        }
-    }
-    chosen
+    super::latest_per_key(rows, |r| {
+        (r.iterations > 0).then(|| (r.net.clone(), mode(&r.device), r.batch))
+    })
+    .into_iter()
+    .collect()
 }
 
 fn mode(device: &str) -> String {

@@ -45,19 +45,12 @@ pub type Picked = BTreeMap<(String, String, String, usize), ResultRow>;
 
 /// The trial standing for each (engine, net, device, batch) among `rows` (oldest first).
 pub fn pick(rows: &[ResultRow]) -> Picked {
-    let mut out = Picked::new();
-    for r in rows {
-        let Some(engine) = engine_of(r) else { continue };
-        let key = (engine, r.net.clone(), r.device.clone(), r.batch);
-        let replace = match out.get(&key) {
-            None => true,
-            Some(prev) => r.status == TrialStatus::Ok || prev.status != TrialStatus::Ok,
-        };
-        if replace {
-            out.insert(key, r.clone());
-        }
-    }
-    out
+    crate::report::latest_per_key(rows, |r| {
+        engine_of(r).map(|engine| (engine, r.net.clone(), r.device.clone(), r.batch))
+    })
+    .into_iter()
+    .map(|(k, r)| (k, r.clone()))
+    .collect()
 }
 
 /// Whether the rows hold any trial of an engine other than edgebench's (only then do the

@@ -6,7 +6,7 @@
 use crate::report::build::Table;
 use crate::report::csv::write_atomic;
 use crate::report::plots::{Axis, Mark, Plot, Point, Series};
-use crate::store::{ResultRow, TrialKey, TrialStatus};
+use crate::store::{ResultRow, TrialStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -82,22 +82,10 @@ fn cell(v: Option<&Value>) -> String {
 /// The trial standing for each key among `rows` (oldest first): the latest `ok` one, else
 /// the latest; in the order the keys first appear.
 fn latest<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
-    let mut chosen: BTreeMap<TrialKey, &ResultRow> = BTreeMap::new();
-    let mut order: Vec<TrialKey> = Vec::new();
-    for &r in rows {
-        let key = r.key();
-        match chosen.get(&key) {
-            Some(prev) if r.status != TrialStatus::Ok && prev.status == TrialStatus::Ok => {}
-            Some(_) => {
-                chosen.insert(key, r);
-            }
-            None => {
-                order.push(key.clone());
-                chosen.insert(key, r);
-            }
-        }
-    }
-    order.iter().map(|k| chosen[k]).collect()
+    super::latest_per_key(rows.iter().copied(), |r| Some(r.key()))
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect()
 }
 
 /// The file's text for one workload's rows (oldest first).

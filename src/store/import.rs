@@ -172,46 +172,16 @@ fn write(
             .execute(params![run_id, k, v])?;
     }
     for trial in new.iter().map(|&i| &trials[i]) {
-        let (k, s) = (&trial.key, &trial.summary);
-        tx.prepare_cached(
-            "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
-             iterations_planned, iterations_done, warmup_iterations, status, error, started_at, \
-             ended_at, time_per_image_s, time_per_image_spread_s, images_per_s, loss_first, \
-             loss_last, loss_anomaly, workload, params, time_per_iteration_s, \
-             time_per_iteration_spread_s, total_time_s, gflop_per_s, metrics, power_note) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0, ?9, 0, ?10, ?11, ?12, ?12, ?13, ?14, \
-             ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
-        )?
-        .execute(params![
-            uuid::Uuid::new_v4().to_string(),
-            run_id,
-            k.net,
-            k.device,
-            int(k.batch),
-            int(k.epochs),
-            int(k.images),
-            k.dataset,
-            int(trial.iterations.len()),
-            s.status,
-            s.error,
-            s.ended_at,
-            s.time_per_image_s,
-            s.time_per_image_spread_s,
-            s.images_per_s,
-            s.loss_first,
-            s.loss_last,
-            s.loss_anomaly,
-            k.workload,
-            k.params,
-            s.metrics.time_per_iteration_s,
-            s.metrics.time_per_iteration_spread_s,
-            s.metrics.total_time_s,
-            s.metrics.gflop_per_s,
-            (!s.metrics.extra.is_empty())
-                .then(|| serde_json::Value::Object(s.metrics.extra.clone()).to_string()),
-            trial.power_note,
-        ])?;
-        let trial_id = tx.last_insert_rowid();
+        // Nothing ran here: the trial starts and ends when the import writes it.
+        let at = &trial.summary.ended_at;
+        let trial_id = super::insert_trial(tx, run_id, &trial.key, 0, 0, at)?;
+        super::write_summary(tx, trial_id, &trial.summary)?;
+        tx.prepare_cached("UPDATE trials SET iterations_done = ?2, power_note = ?3 WHERE id = ?1")?
+            .execute(params![
+                trial_id,
+                int(trial.iterations.len()),
+                trial.power_note
+            ])?;
         for rec in &trial.iterations {
             super::insert_iteration(tx, trial_id, rec)?;
         }

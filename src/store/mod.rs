@@ -338,33 +338,15 @@ impl Store {
         warmup_iterations: usize,
         started_at: &str,
     ) -> Result<i64> {
-        let uuid = uuid::Uuid::new_v4().to_string();
-        self.conn
-            .prepare_cached(
-                "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
-                 iterations_planned, iterations_done, warmup_iterations, status, started_at, \
-                 workload, params) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11, ?12, ?13)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    uuid,
-                    run_id,
-                    key.net,
-                    key.device,
-                    int(key.batch),
-                    int(key.epochs),
-                    int(key.images),
-                    key.dataset,
-                    int(iterations_planned),
-                    int(warmup_iterations),
-                    started_at,
-                    key.workload,
-                    key.params,
-                ])
-            })
-            .map_err(sql_err(&self.path))?;
-        Ok(self.conn.last_insert_rowid())
+        insert_trial(
+            &self.conn,
+            run_id,
+            key,
+            iterations_planned,
+            warmup_iterations,
+            started_at,
+        )
+        .map_err(sql_err(&self.path))
     }
 
     /// One iteration = one transaction: inserts the row and bumps `trials.iterations_done`,
@@ -397,36 +379,7 @@ impl Store {
     }
 
     pub fn finish_trial(&mut self, trial_id: i64, s: &TrialSummary) -> Result<()> {
-        let n = self
-            .conn
-            .prepare_cached(
-                "UPDATE trials SET status = ?2, error = ?3, ended_at = ?4, time_per_image_s = ?5, \
-                 time_per_image_spread_s = ?6, images_per_s = ?7, loss_first = ?8, \
-                 loss_last = ?9, loss_anomaly = ?10, time_per_iteration_s = ?11, \
-                 time_per_iteration_spread_s = ?12, total_time_s = ?13, gflop_per_s = ?14, \
-                 metrics = ?15 WHERE id = ?1",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    trial_id,
-                    s.status,
-                    s.error,
-                    s.ended_at,
-                    s.time_per_image_s,
-                    s.time_per_image_spread_s,
-                    s.images_per_s,
-                    s.loss_first,
-                    s.loss_last,
-                    s.loss_anomaly,
-                    s.metrics.time_per_iteration_s,
-                    s.metrics.time_per_iteration_spread_s,
-                    s.metrics.total_time_s,
-                    s.metrics.gflop_per_s,
-                    (!s.metrics.extra.is_empty())
-                        .then(|| serde_json::Value::Object(s.metrics.extra.clone()).to_string()),
-                ])
-            })
-            .map_err(sql_err(&self.path))?;
+        let n = write_summary(&self.conn, trial_id, s).map_err(sql_err(&self.path))?;
         self.expect_one(n, "trial", trial_id)?;
         self.checkpoint();
         Ok(())
@@ -908,6 +861,68 @@ fn json_object(
             )),
         },
     }
+}
+
+/// A new trial row, `running`; returns its id.
+fn insert_trial(
+    conn: &Connection,
+    run_id: i64,
+    key: &TrialKey,
+    iterations_planned: usize,
+    warmup_iterations: usize,
+    started_at: &str,
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
+         iterations_planned, iterations_done, warmup_iterations, status, started_at, \
+         workload, params) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11, ?12, ?13)",
+    )?
+    .execute(params![
+        uuid::Uuid::new_v4().to_string(),
+        run_id,
+        key.net,
+        key.device,
+        int(key.batch),
+        int(key.epochs),
+        int(key.images),
+        key.dataset,
+        int(iterations_planned),
+        int(warmup_iterations),
+        started_at,
+        key.workload,
+        key.params,
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// A trial's outcome; returns the rows changed (1 when the trial exists).
+fn write_summary(conn: &Connection, trial_id: i64, s: &TrialSummary) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE trials SET status = ?2, error = ?3, ended_at = ?4, time_per_image_s = ?5, \
+         time_per_image_spread_s = ?6, images_per_s = ?7, loss_first = ?8, \
+         loss_last = ?9, loss_anomaly = ?10, time_per_iteration_s = ?11, \
+         time_per_iteration_spread_s = ?12, total_time_s = ?13, gflop_per_s = ?14, \
+         metrics = ?15 WHERE id = ?1",
+    )?
+    .execute(params![
+        trial_id,
+        s.status,
+        s.error,
+        s.ended_at,
+        s.time_per_image_s,
+        s.time_per_image_spread_s,
+        s.images_per_s,
+        s.loss_first,
+        s.loss_last,
+        s.loss_anomaly,
+        s.metrics.time_per_iteration_s,
+        s.metrics.time_per_iteration_spread_s,
+        s.metrics.total_time_s,
+        s.metrics.gflop_per_s,
+        (!s.metrics.extra.is_empty())
+            .then(|| serde_json::Value::Object(s.metrics.extra.clone()).to_string()),
+    ])
 }
 
 /// One row of `iterations` (the caller holds the transaction).
