@@ -19,6 +19,20 @@ pub struct IterationRecord {
     pub t_end_ns: i64,
 }
 
+/// Iterations each record stands for: the step numbers' differences (a log may show only every
+/// K-th step, e.g. Caffe's `display`), 1 for the first. Consecutive steps give 1 each.
+pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
+    let mut previous = None;
+    records
+        .iter()
+        .map(|r| {
+            let n = previous.map_or(1, |p: usize| r.step.saturating_sub(p).max(1));
+            previous = Some(r.step);
+            n
+        })
+        .collect()
+}
+
 /// JSON has no NaN: serde_json writes it as `null`, which reads back as NaN here.
 fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))

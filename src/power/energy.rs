@@ -238,7 +238,9 @@ pub fn unmeasured_s(
 }
 
 /// Energy of a trial from its samples and iteration records. `warmup` leading records are
-/// excluded from the trial figures (but get per-iteration energies). None when there is no
+/// excluded from the trial figures (but get per-iteration energies). `batch` items per
+/// iteration, counted over the iterations the measured records stand for (a record may cover
+/// several logged steps); 0 = not known, so no energy per image (NaN). None when there is no
 /// measured iteration, no total rail, or no measured time at all.
 pub fn trial_energy(
     samples: &Samples,
@@ -248,14 +250,16 @@ pub fn trial_energy(
     baseline_w: Option<f64>,
 ) -> Option<TrialEnergy> {
     let (a, b) = measured_interval(iterations, warmup)?;
-    let measured_count = iterations.len() - warmup;
+    let measured_steps: usize = crate::record::steps_covered(iterations)[warmup..]
+        .iter()
+        .sum();
     let total = total_measured(samples, a, b)?;
     let (energy_j, gap_ns) = (total.joules, total.gap_ns);
     // A total rail without any measurement leaves no total to give.
     let avg_power_w = total.mean_w?;
     let measured_s = (b - a - gap_ns) as f64 * NS;
     let duration_s = (b - a) as f64 * NS;
-    let images = (batch * measured_count) as f64;
+    let images = (batch * measured_steps) as f64;
     let rule = Bridging::for_period(samples.period_ns);
     let rail_energy_j = samples
         .series
@@ -284,7 +288,11 @@ pub fn trial_energy(
         duration_s,
         energy_j,
         avg_power_w,
-        energy_per_image_j: energy_j / images,
+        energy_per_image_j: if images > 0.0 {
+            energy_j / images
+        } else {
+            f64::NAN
+        },
         edp_js: energy_j * duration_s,
         dynamic_energy_j: baseline_w.map(|p| energy_j - p * measured_s.max(0.0)),
         rail_energy_j,

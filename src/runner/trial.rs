@@ -373,30 +373,14 @@ pub(super) fn run_one(
         if *store_samples {
             store.record_power_samples(trial_id, &samples.series())?;
         }
-        let mut record = m.assess_trial(
-            &samples,
-            span,
-            span_warmup,
-            trial.items_per_iteration.unwrap_or(1),
-            baseline.as_ref(),
-        );
-        // A logged record may stand for several steps (Caffe's `display`): images follow them;
-        // without a batch or a logged step there is no per-image figure.
-        if let (crate::power::TrialPowerRecord::Measured(p), Job::Exec(_)) =
-            (&mut record, &trial.job)
-        {
-            let steps: usize = match &whole_command {
-                Some(_) => 0,
-                None => exec::steps_covered(span)[span_warmup.min(span.len())..]
-                    .iter()
-                    .sum(),
-            };
-            let images = trial.items_per_iteration.unwrap_or(0) * steps;
-            p.energy_per_image_j = match images {
-                0 => f64::NAN,
-                n => p.energy_j / n as f64,
-            };
-        }
+        // Items per iteration for energy per image: a command measured whole, or one whose
+        // batch is not known, has none; workloads without items count iterations.
+        let items = match (&whole_command, &trial.job) {
+            (Some(_), _) => 0,
+            (None, Job::Exec(_)) => trial.items_per_iteration.unwrap_or(0),
+            (None, _) => trial.items_per_iteration.unwrap_or(1),
+        };
+        let record = m.assess_trial(&samples, span, span_warmup, items, baseline.as_ref());
         if let crate::power::TrialPowerRecord::Measured(p) = &record {
             let per_work = trial.job.energy_metrics(measured.len(), p.energy_j);
             summary.metrics.extra.extend(per_work);

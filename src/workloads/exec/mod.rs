@@ -209,19 +209,7 @@ pub fn run(
     command::run_command(&spec, parser, stop, &mut |step| emit(&step.record))
 }
 
-/// Iterations each record stands for: the step numbers' differences (a log may show only every
-/// K-th step), 1 for the first.
-pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
-    let mut previous = None;
-    records
-        .iter()
-        .map(|r| {
-            let n = previous.map_or(1, |p: usize| r.step.saturating_sub(p).max(1));
-            previous = Some(r.step);
-            n
-        })
-        .collect()
-}
+pub use crate::record::steps_covered;
 
 /// Seconds of training in `records` after the first `warmup`: each record's time per
 /// iteration times the iterations it stands for.
