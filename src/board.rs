@@ -36,6 +36,10 @@ pub struct BoardProfile {
     /// CUDA compute capability of the integrated GPU (53 = sm_53), None if unknown.
     #[serde(default)]
     pub gpu_sm: Option<u32>,
+    /// The GPU shares the CPU's DRAM (every Jetson): what a CUDA trial allocates on the device
+    /// is taken from system RAM, so it counts against RAM and can push the board into swap.
+    #[serde(default)]
+    pub gpu_integrated: bool,
     #[serde(default)]
     pub memory_gb: Option<f64>,
     /// Theoretical fp32 peak of all CPU cores, GFLOP/s: cores x max clock x FLOPs per cycle
@@ -378,6 +382,35 @@ mod tests {
         for p in profiles().iter().filter(|p| p.name != "generic") {
             assert!(p.gpu_sm.is_some(), "{} has no gpu_sm", p.name);
         }
+    }
+
+    #[test]
+    fn every_jetson_gpu_shares_dram_and_the_generic_host_does_not() {
+        // Every profile but generic is a Jetson; each file must say so, not rely on a default.
+        let jetsons = [
+            "tx1",
+            "tx2",
+            "nano",
+            "xavier-nx",
+            "agx-xavier",
+            "orin-nx",
+            "agx-orin",
+            "agx-thor",
+        ];
+        for (file, text) in SOURCES {
+            let p = by_name(file).unwrap();
+            if jetsons.contains(file) {
+                assert!(p.gpu_integrated, "{file}: gpu_integrated should be true");
+                assert!(
+                    text.lines().any(|l| l.trim() == "gpu_integrated = true"),
+                    "boards/{file}.toml does not say gpu_integrated = true"
+                );
+            } else {
+                assert_eq!(*file, "generic");
+                assert!(!p.gpu_integrated, "generic: gpu_integrated should be false");
+            }
+        }
+        assert_eq!(profiles().iter().filter(|p| p.gpu_integrated).count(), 8);
     }
 
     #[test]

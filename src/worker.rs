@@ -18,6 +18,11 @@ pub enum WorkerMessage {
     Iteration(IterationRecord),
     /// An external command's end and the tails of its output (exec workload), before `Done`.
     Command(CommandOutcome),
+    /// The most bytes the worker had allocated on its GPU at once, before `Done` or `Failed`;
+    /// only from a worker that opened a CUDA device.
+    GpuMemory {
+        peak_bytes: u64,
+    },
     /// Trained every iteration, or stopped at a boundary when asked (SIGTERM/SIGINT).
     Done {
         stopped: bool,
@@ -117,6 +122,10 @@ pub fn main() -> i32 {
             error: format!("panic while training: {}", panic_text(&panic)),
         },
     };
+    // After a failure too: the peak of a trial that ran out of GPU memory is worth keeping.
+    if let Some(peak_bytes) = crate::train::gpu_memory::peak_bytes() {
+        let _ = send(&mut out, &WorkerMessage::GpuMemory { peak_bytes });
+    }
     match send(&mut out, &msg) {
         Ok(()) => 0,
         Err(_) => 1,
@@ -149,6 +158,9 @@ mod tests {
         };
         for msg in [
             WorkerMessage::Iteration(rec),
+            WorkerMessage::GpuMemory {
+                peak_bytes: 5 << 30,
+            },
             WorkerMessage::Done { stopped: true },
             WorkerMessage::Failed { error: "x".into() },
         ] {
@@ -156,6 +168,13 @@ mod tests {
             assert!(!line.contains('\n'));
             assert_eq!(serde_json::from_str::<WorkerMessage>(&line).unwrap(), msg);
         }
+        // The peak travels exactly, beyond 32 bits, in the tagged form every message has.
+        let gpu = WorkerMessage::GpuMemory {
+            peak_bytes: (5 << 30) + 7,
+        };
+        let line = serde_json::to_string(&gpu).unwrap();
+        assert_eq!(line, r#"{"type":"gpu_memory","peak_bytes":5368709127}"#);
+        assert_eq!(serde_json::from_str::<WorkerMessage>(&line).unwrap(), gpu);
         // A log without a learning rate or loss: NaN travels as JSON null and comes back NaN.
         let no_lr = IterationRecord {
             loss: f64::NAN,
@@ -177,6 +196,7 @@ mod tests {
             data: crate::workloads::cnn::DataSpec::Folder {
                 dir: "/data".into(),
             },
+            tf32: false,
         });
         let text = serde_json::to_string(&job).unwrap();
         assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);

@@ -143,7 +143,7 @@ fn report_files_match_the_database() {
 
         // The Markdown table's numbers are the DB's.
         let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
-        let mut table_rows = 0;
+        let (mut table_rows, mut gpu_cells) = (0, 0);
         let mut section = String::new();
         for line in md.lines() {
             if let Some(t) = line.strip_prefix("## ") {
@@ -170,13 +170,16 @@ fn report_files_match_the_database() {
                 }
                 None => assert_eq!(cells[2], "-", "{line}"),
             }
+            let gpu_mib = r.peak_gpu_bytes.map(|b| (b >> 20).to_string());
+            assert_eq!(cells[10], gpu_mib.as_deref().unwrap_or("-"), "{line}");
+            gpu_cells += usize::from(gpu_mib.is_some());
             assert_eq!(
-                cells[10].contains("SWAP"),
+                cells[11].contains("SWAP"),
                 r.swap_pressure == Some(true),
                 "{line}"
             );
             assert_eq!(
-                cells[10].contains("THROTTLED"),
+                cells[11].contains("THROTTLED"),
                 r.throttled == Some(true),
                 "{line}"
             );
@@ -193,6 +196,8 @@ fn report_files_match_the_database() {
             picked.len(),
             "{host}: one table row per (net, device, batch)"
         );
+        // The fixture's GPU trials carry a peak: the column was read, not left empty.
+        assert_eq!(gpu_cells, 3, "{host}: one GPU peak per cuda batch");
 
         // The time plot: one line per net x device through its timed points.
         let svg = std::fs::read_to_string(d.join("time_per_image.svg")).unwrap();

@@ -395,6 +395,8 @@ fn results_json_has_every_key() {
         "edp_js",
         "swap_pressure",
         "peak_rss_bytes",
+        // schema v8
+        "peak_gpu_bytes",
         // the memory record (schema v2), null until measured
         "mem_estimate_bytes",
         "mem_limit_bytes",
@@ -442,6 +444,7 @@ fn results_json_has_every_key() {
         "edp_js",
         "swap_pressure",
         "peak_rss_bytes",
+        "peak_gpu_bytes",
         "error",
         "major_faults",
         "memory_note",
@@ -907,4 +910,107 @@ fn v6_iterations_survive_the_rebuild_and_take_a_missing_learning_rate() {
         )
         .unwrap();
     assert_eq!(lr, None);
+}
+
+/// A trial's GPU peak comes back from the results query, beside the RSS peak, and stays
+/// apart per trial; a trial never given one reads null.
+#[test]
+fn gpu_peak_round_trips_through_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("gpu.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("r-gpu", "orin", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let gpu = s
+        .begin_trial(run, &key("alexnet", "cuda", 8), 1, 0, "t")
+        .unwrap();
+    let cpu = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 1, 0, "t")
+        .unwrap();
+    let peak = (5u64 << 30) + 12345;
+    s.record_gpu_memory(gpu, Some(peak)).unwrap();
+    s.record_memory(gpu, Some(false), Some(1 << 30), &Default::default())
+        .unwrap();
+    s.record_gpu_memory(cpu, None).unwrap();
+    for t in [gpu, cpu] {
+        s.finish_trial(t, &summary("ok")).unwrap();
+    }
+    let rows = s.results().unwrap();
+    let by_device = |d: &str| rows.iter().find(|r| r.device == d).unwrap();
+    assert_eq!(by_device("cuda").peak_gpu_bytes, Some(peak as i64));
+    assert_eq!(by_device("cuda").peak_rss_bytes, Some(1 << 30));
+    assert_eq!(by_device("cpu").peak_gpu_bytes, None);
+    let json = serde_json::to_value(&rows).unwrap();
+    let obj = |d: &str| {
+        json.as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["device"] == d)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(obj("cuda")["peak_gpu_bytes"].as_u64(), Some(peak));
+    assert!(obj("cpu")["peak_gpu_bytes"].is_null());
+}
+
+/// v8 adds `trials.peak_gpu_bytes`: a v7 file opens, its trials read null there, and a
+/// trial written after the upgrade records a peak.
+#[test]
+fn v7_file_gains_the_gpu_peak_column_null_for_its_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v7.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        for m in &edgebench::store::schema::MIGRATIONS[..7] {
+            c.execute_batch(m.sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO meta VALUES ('schema_version', '7'); PRAGMA user_version = 7;
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'orin', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
+             INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
+               iterations_planned, iterations_done, warmup_iterations, status, started_at,
+               peak_rss_bytes)
+             VALUES ('t1', 1, 'alexnet', 'cuda', 8, 1, 16, 'd', 2, 0, 0, 'ok',
+               '2025-01-01T00:00:01Z', 1048576);",
+        )
+        .unwrap();
+        let has =
+            |c: &Connection| -> bool { c.prepare("SELECT peak_gpu_bytes FROM trials").is_ok() };
+        assert!(!has(&c), "a v7 file has no peak_gpu_bytes yet");
+    }
+    // Read-only, an old file is refused until a writer upgrades it.
+    assert!(matches!(
+        Store::open_readonly(&path),
+        Err(StoreError::NeedsUpgrade { found: 7, .. })
+    ));
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 8);
+    let rows = s.results().unwrap();
+    assert_eq!(
+        (
+            rows[0].trial_id.as_str(),
+            rows[0].peak_rss_bytes,
+            rows[0].peak_gpu_bytes
+        ),
+        ("t1", Some(1 << 20), None)
+    );
+    let run = s
+        .begin_run(&run_info("r2", "orin", "2025-01-02T00:00:00Z"))
+        .unwrap();
+    let t = s
+        .begin_trial(run, &key("alexnet", "cuda", 16), 1, 0, "t")
+        .unwrap();
+    s.record_gpu_memory(t, Some(7 << 20)).unwrap();
+    drop(s);
+    let ro = Store::open_readonly(&path).unwrap();
+    let peaks: Vec<Option<i64>> = ro
+        .results()
+        .unwrap()
+        .iter()
+        .map(|r| r.peak_gpu_bytes)
+        .collect();
+    assert_eq!(peaks, [None, Some(7 << 20)]);
 }

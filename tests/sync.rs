@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::fixtures::{
-    assert_consistent, board_db, board_iter, board_key, board_run, board_summary, rows_in,
-    table_counts,
+    assert_consistent, board_db, board_iter, board_key, board_run, board_summary, gpu_peak,
+    rows_in, table_counts,
 };
 use common::{arg, edgebench, run_edgebench};
 use edgebench::store::{merge, MemoryColumns, Store};
@@ -143,6 +143,13 @@ fn merge_is_a_union_and_idempotent() {
             merged.iterations(m.trial_rowid).unwrap()
         );
         assert_eq!(m.peak_rss_bytes, Some(1 << 30));
+        let gpu = (r.device == "cuda").then(|| gpu_peak(r.batch) as i64);
+        assert_eq!(
+            (m.peak_gpu_bytes, r.peak_gpu_bytes),
+            (gpu, gpu),
+            "{}",
+            r.trial_id
+        );
     }
 }
 
@@ -158,7 +165,7 @@ fn merge_keeps_the_later_state_of_a_trial() {
     let t = st
         .begin_trial(
             run,
-            &board_key("alexnet", "cpu", 2),
+            &board_key("alexnet", "cuda", 2),
             8,
             1,
             "2025-02-01T00:00:00Z",
@@ -175,6 +182,7 @@ fn merge_keeps_the_later_state_of_a_trial() {
         .unwrap();
     st.record_memory(t, Some(true), Some(42), &MemoryColumns::default())
         .unwrap();
+    st.record_gpu_memory(t, Some(3 << 30)).unwrap();
     st.finish_run(run, "2025-02-01T00:05:00Z", "finished")
         .unwrap();
     edgebench::store::snapshot(&db, &late).unwrap();
@@ -187,6 +195,8 @@ fn merge_keeps_the_later_state_of_a_trial() {
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].status.as_str(), rows[0].iterations), ("ok", 8));
         assert_eq!(rows[0].swap_pressure, Some(true));
+        // The finished copy's GPU peak, whichever copy came first.
+        assert_eq!(rows[0].peak_gpu_bytes, Some(3 << 30));
         assert_eq!(table_counts(&into), vec![1, 1, 8, 1]);
         let status: String = Connection::open(&into)
             .unwrap()
@@ -246,8 +256,13 @@ fn merge_migrates_an_old_schema_copy_and_leaves_the_source_alone() {
     let rows = Store::open_readonly(&into).unwrap().results().unwrap();
     let t = rows.iter().find(|r| r.trial_id == "trial-v1").unwrap();
     assert_eq!(
-        (t.host.as_str(), t.batch, t.time_per_image_s),
-        ("tx1", 32, Some(0.004))
+        (
+            t.host.as_str(),
+            t.batch,
+            t.time_per_image_s,
+            t.peak_gpu_bytes
+        ),
+        ("tx1", 32, Some(0.004), None)
     );
     assert_consistent(&into);
 }

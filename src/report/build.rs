@@ -175,7 +175,7 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
-pub const TABLE_HEADER: [&str; 11] = [
+pub const TABLE_HEADER: [&str; 12] = [
     "batch",
     "status",
     "ms/image",
@@ -186,6 +186,7 @@ pub const TABLE_HEADER: [&str; 11] = [
     "EDP J·s",
     "iterations",
     "peak RSS MiB",
+    "peak GPU MiB",
     "flags",
 ];
 
@@ -234,6 +235,7 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
                         fmt(r.edp_js, 1.0, 4),
                         format!("{}/{}", r.iterations, r.iterations_planned),
                         fmt(r.peak_rss_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
+                        fmt(r.peak_gpu_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
                         flags.join("; "),
                     ]
                 })

@@ -27,6 +27,7 @@ pub const COMMON: &[&str] = &[
     "swap_pressure",
     "throttled",
     "peak_rss_bytes",
+    "peak_gpu_bytes",
 ];
 
 /// A short name for a trial of any workload, e.g. `alexnet`, `mlp tensors small`,
@@ -411,7 +412,8 @@ mod tests {
     #[test]
     fn one_row_per_key_preferring_ok_with_params_as_columns() {
         let a = mlp_row("tensors", TrialStatus::Ok, 0.5);
-        let b = mlp_row("autograd", TrialStatus::Ok, 0.25);
+        let mut b = mlp_row("autograd", TrialStatus::Ok, 0.25);
+        b.peak_gpu_bytes = Some(123 << 20);
         let retried = mlp_row("tensors", TrialStatus::Failed, 9.0);
         let text = csv_text(&[&a, &b, &retried]);
         let lines: Vec<&str> = text.lines().collect();
@@ -424,6 +426,11 @@ mod tests {
         assert_eq!(first[col("time_per_iteration_s")], "0.5");
         assert_eq!(first[col("energy_j")], "");
         assert_eq!(lines[2].split(',').nth(col("style")), Some("autograd"));
+        assert_eq!(first[col("peak_gpu_bytes")], "");
+        assert_eq!(
+            lines[2].split(',').nth(col("peak_gpu_bytes")),
+            Some("128974848")
+        );
         assert_eq!(label(&a), "mlp tensors small");
     }
 

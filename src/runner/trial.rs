@@ -2,13 +2,13 @@
 //! around it, every iteration into the store as it arrives, then classification, summary,
 //! memory verdict, clocks and power.
 
-use super::memory_plan::MemoryPlan;
+use super::memory_plan::{Assessed, MemoryPlan, Preflight};
 use super::worker_process::{classify, worker_command, WorkerEnd};
 use super::{now, CLOCK_INTERVAL};
 use crate::config::Config;
 use crate::host::HostPaths;
 use crate::memory::procfs::ProcReader;
-use crate::memory::{assess, cgroup, estimate, MemorySampler, Watch};
+use crate::memory::{cgroup, MemorySampler, Watch};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
 use crate::record::IterationRecord;
@@ -39,9 +39,8 @@ pub(super) fn run_one(
         n => stats::effective_warmup(ctx.config.sweep.warmup_iterations, n),
     };
     let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
-    let estimate_bytes = trial.memory_estimate_bytes;
     let mut memory = MemoryColumns {
-        mem_estimate_bytes: Some(estimate_bytes as i64),
+        mem_estimate_bytes: Some(trial.memory_estimate_bytes as i64),
         mem_limit_bytes: ctx.memory.limit.map(|l| l as i64),
         ..Default::default()
     };
@@ -51,36 +50,21 @@ pub(super) fn run_one(
         (None, true) => tracing::warn!("{line}"),
         (None, false) => tracing::info!("{line}"),
     };
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    if let Some(cap) = ctx.memory.capacity(ctx.host) {
-        match estimate::fit(estimate_bytes, cap) {
-            estimate::Fit::DoesNotFit if !ctx.memory.try_anyway => {
-                let why = format!(
-                    "predicted to need {:.2} GiB, more than RAM {:.2} GiB + swap {:.2} GiB; skipped (--try-anyway runs it)",
-                    gib(estimate_bytes),
-                    gib(cap.ram_bytes),
-                    gib(cap.swap_bytes)
-                );
-                say(format!("{}: {why}", trial.label), true);
-                memory.memory_note = Some(why.clone());
-                store.record_memory(trial_id, None, None, &memory)?;
-                store.finish_trial(
-                    trial_id,
-                    &empty_summary(TrialStatus::SkippedMemory, Some(why)),
-                )?;
-                return Ok(TrialStatus::SkippedMemory);
-            }
-            estimate::Fit::NeedsSwap | estimate::Fit::DoesNotFit => say(
-                format!(
-                    "{}: predicted to need {:.2} GiB, more than the {:.2} GiB available: it will swap",
-                    trial.label,
-                    gib(estimate_bytes),
-                    gib(cap.available_bytes)
-                ),
-                true,
-            ),
-            estimate::Fit::Fits => {}
+    match ctx.memory.preflight(ctx.host, trial) {
+        Preflight::Skip(why) => {
+            say(format!("{}: {why}", trial.label), true);
+            memory.memory_note = Some(why.clone());
+            store.record_memory(trial_id, None, None, &memory)?;
+            store.finish_trial(
+                trial_id,
+                &empty_summary(TrialStatus::SkippedMemory, Some(why)),
+            )?;
+            return Ok(TrialStatus::SkippedMemory);
         }
+        Preflight::Run {
+            warning: Some(warning),
+        } => say(format!("{}: {warning}", trial.label), true),
+        Preflight::Run { warning: None } => {}
     }
 
     let cgroup_name = format!("edgebench-{}-{trial_id}", std::process::id());
@@ -148,6 +132,7 @@ pub(super) fn run_one(
 
     let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
     let mut command: Option<CommandOutcome> = None;
+    let mut peak_gpu_bytes: Option<u64> = None;
     let mut last = None;
     let mut stop_sent: Option<std::time::Instant> = None;
     let mut abandoned = false;
@@ -199,6 +184,7 @@ pub(super) fn run_one(
                 iterations.push(rec);
             }
             Ok(WorkerMessage::Command(outcome)) => command = Some(outcome),
+            Ok(WorkerMessage::GpuMemory { peak_bytes }) => peak_gpu_bytes = Some(peak_bytes),
             Ok(msg) => last = Some(msg),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -313,13 +299,13 @@ pub(super) fn run_one(
             samples.last().map_or(0, |s| s.t_ns),
         ),
     };
-    let report = assess(
-        &samples,
-        from_ns,
-        to_ns,
-        measured_span.len(),
-        &ctx.memory.thresholds,
-    );
+    let Assessed {
+        report,
+        swap_pressure: verdict,
+        note,
+    } = ctx
+        .memory
+        .assess(trial, &samples, from_ns, to_ns, measured_span.len());
     memory.swap_in_pages = Some(report.swap_in_pages as i64);
     memory.swap_out_pages = Some(report.swap_out_pages as i64);
     memory.major_faults = Some(report.major_faults as i64);
@@ -327,10 +313,9 @@ pub(super) fn run_one(
     memory.mem_available_min_bytes = report.mem_available_min_bytes.map(|b| b as i64);
     memory.psi_memory_some_us = report.psi_some_us.map(|v| v as i64);
     memory.psi_memory_full_us = report.psi_full_us.map(|v| v as i64);
-    memory.memory_note = Some(format!("{}; {}", report.note, ctx.memory.swap_devices));
-    let verdict =
-        (!samples.is_empty() && !measured_span.is_empty()).then_some(report.swap_pressure);
+    memory.memory_note = Some(note);
     store.record_memory(trial_id, verdict, report.peak_rss_bytes, &memory)?;
+    store.record_gpu_memory(trial_id, peak_gpu_bytes)?;
     store.record_clocks(trial_id, &clocks)?;
 
     let loss_anomaly = stats::loss_anomaly(&losses);

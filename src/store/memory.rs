@@ -59,6 +59,21 @@ impl Store {
         tx.commit().map_err(sql_err(&path))
     }
 
+    /// Stores the most GPU memory the trial's process had allocated at once (None: not
+    /// measured, e.g. a CPU trial or a worker that died before it could say).
+    pub fn record_gpu_memory(&mut self, trial_id: i64, peak_bytes: Option<u64>) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE trials SET peak_gpu_bytes = ?2 WHERE id = ?1")
+            .and_then(|mut st| {
+                st.execute(params![
+                    trial_id,
+                    peak_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX))
+                ])
+            })
+            .map(|_| ())
+            .map_err(sql_err(&self.path))
+    }
+
     pub(super) fn fill_memory(&self, mut rows: Vec<ResultRow>) -> Result<Vec<ResultRow>> {
         let mut st = self
             .conn

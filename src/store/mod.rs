@@ -129,6 +129,9 @@ pub struct ResultRow {
     pub edp_js: Option<f64>,
     pub swap_pressure: Option<bool>,
     pub peak_rss_bytes: Option<i64>,
+    /// The most GPU memory the trial's process had allocated at once (schema v8); None on
+    /// the CPU or when not measured.
+    pub peak_gpu_bytes: Option<i64>,
     /// The rest of the memory record (all null when unmeasured).
     #[serde(flatten)]
     pub memory: MemoryColumns,
@@ -689,7 +692,7 @@ impl Store {
                  t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
                  t.throttled, t.throttle_note, t.power_low_samples, r.power_scope, t.power_note, \
                  t.workload, t.params, t.time_per_iteration_s, t.time_per_iteration_spread_s, \
-                 t.total_time_s, t.gflop_per_s, t.metrics \
+                 t.total_time_s, t.gflop_per_s, t.metrics, t.peak_gpu_bytes \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -725,6 +728,7 @@ impl Store {
                     edp_js: r.get(25)?,
                     swap_pressure: r.get(26)?,
                     peak_rss_bytes: r.get(27)?,
+                    peak_gpu_bytes: r.get(51)?,
                     trial_rowid: r.get(28)?,
                     memory: MemoryColumns::default(),
                     dynamic_energy_j: r.get(29)?,

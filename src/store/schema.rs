@@ -219,6 +219,14 @@
 //! Primary key (`trial_id`, `stream`).
 //!
 //! `iterations.lr` may be NULL: a command's log may give no learning rate.
+//!
+//! # Version 8: GPU memory
+//!
+//! Added to `trials`:
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `peak_gpu_bytes` | INTEGER | peak GPU memory allocated at once by the trial's process, bytes; NULL on the CPU or unmeasured |
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -258,6 +266,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 7,
         sql: V7_OUTPUT,
+    },
+    Migration {
+        version: 8,
+        sql: V8_GPU_MEMORY,
     },
 ];
 
@@ -451,6 +463,11 @@ CREATE TABLE trial_output (
     tail     TEXT NOT NULL,
     PRIMARY KEY (trial_id, stream)
 );
+";
+
+/// v8: the trial's peak GPU memory (see the table docs above).
+const V8_GPU_MEMORY: &str = "
+ALTER TABLE trials ADD COLUMN peak_gpu_bytes INTEGER;
 ";
 
 #[cfg(test)]

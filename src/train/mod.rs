@@ -2,6 +2,7 @@
 //! It knows nothing of the store: every finished iteration is handed to a callback.
 
 pub mod data;
+pub mod gpu_memory;
 pub mod profile;
 pub mod sgd;
 
@@ -144,6 +145,7 @@ pub fn device(kind: DeviceKind) -> anyhow::Result<Device> {
                 // events only add host time to every op (what bounds small batches).
                 // SAFETY: edgebench never creates a second stream on this device.
                 unsafe { cuda.disable_event_tracking() };
+                gpu_memory::track(cuda)?;
             }
             Ok(device)
         }

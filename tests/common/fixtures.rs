@@ -147,11 +147,19 @@ pub fn board_db(path: &Path, host: &str) {
                 );
                 s.record_memory(t, Some(false), Some(1 << 30), &MemoryColumns::default())
                     .unwrap();
+                if *device == "cuda" {
+                    s.record_gpu_memory(t, Some(gpu_peak(batch))).unwrap();
+                }
             }
         }
     }
     s.finish_run(run, "2025-02-01T00:20:00Z", "finished")
         .unwrap();
+}
+
+/// The peak GPU memory [`board_db`] records for a cuda trial of `batch`.
+pub fn gpu_peak(batch: usize) -> u64 {
+    (256 << 20) * batch as u64
 }
 
 /// Rows in `table`, read without writing to the file.
