@@ -108,7 +108,7 @@ def main():
         outs = outs if isinstance(outs, list) else [outs]
         loss = sum(w * xent(o, y) for w, o in zip(weights, outs))
         opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
-        lv = float(loss)
+        lv = float(loss.detach())
         dt = time.perf_counter() - t0
         if i > 0:
             times.append(dt)

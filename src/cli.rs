@@ -162,6 +162,10 @@ pub enum Command {
         /// CPU threads (0 = all cores).
         #[arg(long, default_value_t = 0, value_parser = bounded(0, edgebench::config::MAX_THREADS))]
         threads: usize,
+        /// On CUDA, let f32 convolutions and matrix products use TF32 tensor cores (PyTorch's
+        /// default for convolutions); without it they are strict fp32.
+        #[arg(long)]
+        tf32: bool,
     },
     /// Measure this machine's single-precision GEMM peak (GFLOP/s), for `bench/compare.sh`.
     #[command(hide = true)]
@@ -242,6 +246,10 @@ pub struct RunArgs {
     /// Image folder (one subfolder per class); default: the built-in synthetic set.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
+    /// CNN trials on CUDA: let f32 convolutions and matrix products use TF32 tensor cores
+    /// (PyTorch's default for convolutions); recorded as the trial parameter `tf32`.
+    #[arg(long)]
+    pub tf32: bool,
     #[command(flatten)]
     pub sweep: SweepArgs,
 }
@@ -362,6 +370,7 @@ impl RunArgs {
             sizes: self.size.clone(),
             iterations: self.iterations,
             dataset: self.dataset.clone(),
+            tf32: self.tf32.then_some(true),
             ..self.sweep.overrides()
         }
     }

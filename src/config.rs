@@ -275,6 +275,9 @@ pub struct Train {
     pub threads: usize,
     /// Seed of the weight initialisation and dropout masks.
     pub seed: u64,
+    /// CNN trials on CUDA: TF32 tensor cores for f32 convolutions and matrix products (10-bit
+    /// mantissa products), as PyTorch's default; off = strict fp32.
+    pub tf32: bool,
 }
 
 /// A memory size written like `4G`, `512M`, `1.5GiB` or `1000000` (bytes; binary units),
@@ -586,6 +589,7 @@ impl Default for Train {
         Train {
             threads: 0,
             seed: 1,
+            tf32: false,
         }
     }
 }
@@ -625,6 +629,7 @@ pub struct Overrides {
     pub dataset: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub threads: Option<usize>,
+    pub tf32: Option<bool>,
     pub mem_limit: Option<ByteSize>,
     pub mem_swap_limit: Option<ByteSize>,
     pub try_anyway: bool,
@@ -694,6 +699,7 @@ impl Config {
         set!(s.images, o.images);
         set!(s.warmup_iterations, o.warmup_iterations);
         set!(self.train.threads, o.threads);
+        set!(self.train.tf32, o.tf32);
         if o.mem_limit.is_some() {
             self.memory.limit = o.mem_limit;
         }

@@ -213,10 +213,12 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             device,
             quick,
             threads,
+            tf32,
         } => {
             if threads > 0 {
                 std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
             }
+            edgebench_kernels::set_tf32(tf32);
             let spec = models::by_name(&net).ok_or_else(|| {
                 usage(anyhow::anyhow!("--net {net}: unknown (alexnet, googlenet)"))
             })?;
@@ -233,13 +235,15 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
                 print!("{}", p.text());
             }
             println!(
-                "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} peak_rss_kb={}",
+                "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} issue_s_per_image={:.6} peak_rss_kb={} peak_gpu_bytes={}",
                 p.net,
                 p.batch,
                 p.device,
                 p.step_s / p.batch as f64,
                 p.step_cpu_s / p.batch as f64,
-                edgebench::train::profile::peak_rss_kb()
+                p.issue_s / p.batch as f64,
+                edgebench::train::profile::peak_rss_kb(),
+                edgebench::train::gpu_memory::peak_bytes().unwrap_or(0)
             );
             Ok(0)
         }

@@ -4,7 +4,8 @@
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
 use candle_core::{Device, Result, Tensor, Var};
 use edgebench_kernels::{
-    conv2d, conv2d_candle, conv2d_im2col, linear, linear_candle, lrn, pool2d, Conv2d, Lrn, Pool2d,
+    conv2d, conv2d_candle, conv2d_im2col, conv2d_runs_on, linear, linear_candle, lrn, pool2d,
+    Conv2d, Lrn, Pool2d,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -185,8 +186,10 @@ fn dropout(x: &Tensor, p: f64, rng: &mut StdRng) -> Result<Tensor> {
 /// Which convolution implementation the forward pass uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvImpl {
-    /// edgebench's GEMM ops (`edgebench_kernels::conv2d`, `edgebench_kernels::linear`) on the CPU; on CUDA im2col + cuBLAS
-    /// (`edgebench_kernels::conv2d_im2col`) and candle's matmul; candle's conv2d and matmul elsewhere.
+    /// edgebench's GEMM ops (`edgebench_kernels::conv2d`, `edgebench_kernels::linear`) on the
+    /// CPU; on CUDA `conv2d` through cuDNN (`cudnn` feature) or else im2col + cuBLAS
+    /// (`edgebench_kernels::conv2d_im2col`), and candle's matmul; candle's conv2d and matmul
+    /// elsewhere.
     #[default]
     Gemm,
     /// candle's `Tensor::conv2d` and `matmul` everywhere (the reference the tests compare
@@ -284,7 +287,7 @@ fn run_seq(
                     relu: *relu,
                 };
                 match conv_impl {
-                    ConvImpl::Gemm if x.device().is_cpu() => conv2d(&x, w, b, p)?,
+                    ConvImpl::Gemm if conv2d_runs_on(x.device()) => conv2d(&x, w, b, p)?,
                     ConvImpl::Gemm if x.device().is_cuda() => conv2d_im2col(&x, w, b, p)?,
                     _ => conv2d_candle(&x, w, b, p)?,
                 }
@@ -299,11 +302,16 @@ fn run_seq(
             Node::Pool(p) => pool2d(&x, *p)?,
             Node::Lrn(p) => lrn(&x, *p)?,
             Node::Dropout(p) => match rng.as_deref_mut() {
+                // On a GPU the mask is made there from a seed the network's generator draws
+                // (`edgebench_kernels::dropout`): a host-made mask's copy would stall the step.
+                Some(rng) if x.device().is_cuda() => {
+                    edgebench_kernels::dropout(&x, *p, rng.random::<u64>())?
+                }
                 Some(rng) => dropout(&x, *p, rng)?,
                 None => x,
             },
             Node::Inception(branches) => {
-                let fused = if conv_impl == ConvImpl::Gemm && x.device().is_cpu() {
+                let fused = if conv_impl == ConvImpl::Gemm && conv2d_runs_on(x.device()) {
                     fused_heads(branches, &x)?
                 } else {
                     None

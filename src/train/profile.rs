@@ -30,6 +30,9 @@ pub struct Profile {
     pub step_s: f64,
     /// Median CPU time (all threads) of a step.
     pub step_cpu_s: f64,
+    /// Median time the host took to queue a step (forward to SGD update, before waiting for
+    /// the device): close to `step_s` on a GPU, the step is bound by the host, not the GPU.
+    pub issue_s: f64,
     pub forward_s: f64,
     pub backward_s: f64,
     pub stages: Vec<StageTime>,
@@ -80,8 +83,15 @@ pub fn profile(
     let sync = || device.synchronize();
     let mut net = Network::new(spec, device, 1)?;
     net.set_conv_impl(conv);
-    let data = Dataset::synthetic(1, spec.classes, batch * (steps + 1));
-    let mut sgd = Sgd::new(spec.solver, net.params(), steps + 1)?;
+    // On a GPU the timed steps wait for the device once, at the end (reading the loss), as a
+    // training loop does; waiting between forward and backward as well would idle the GPU while
+    // the host queues the backward. The forward/backward split then comes from a few extra
+    // steps that do wait in between. On the CPU a wait is free, so every step gives both.
+    let split_inline = !device.is_cuda();
+    let split_steps = if split_inline { 0 } else { steps.clamp(1, 3) };
+    let total_steps = steps + 1 + split_steps;
+    let data = Dataset::synthetic(1, spec.classes, batch * total_steps);
+    let mut sgd = Sgd::new(spec.solver, net.params(), total_steps)?;
     let mut rng = StdRng::seed_from_u64(2);
     let [c, h, w] = spec.input;
     let batch_at = |step: usize| -> anyhow::Result<(Tensor, Tensor)> {
@@ -93,26 +103,39 @@ pub fn profile(
     };
 
     let (mut step_s, mut fwd_s, mut bwd_s, mut losses) = (vec![], vec![], vec![], vec![]);
-    let mut cpu_s = vec![];
-    for step in 0..=steps {
+    let (mut cpu_s, mut issue_s) = (vec![], vec![]);
+    for step in 0..total_steps {
+        let timed = step > 0 && step <= steps;
+        let split = split_inline || step > steps;
         let (x, y) = batch_at(step)?;
         let (t0, c0) = (monotonic_ns(), cpu_seconds());
         let out = net.forward(&x, Some(&mut rng), None)?;
         let loss = net.loss(&out, &y)?;
-        sync()?;
+        if split {
+            sync()?;
+        }
         let t1 = monotonic_ns();
         let grads = loss.backward()?;
-        sync()?;
+        if split {
+            sync()?;
+        }
         let t2 = monotonic_ns();
         sgd.step(step, net.params(), &grads)?;
+        let queued = monotonic_ns();
+        // Waits for the device.
         let loss = loss.to_scalar::<f32>()? as f64;
-        if step > 0 {
+        if timed {
             step_s.push(secs(t0));
             cpu_s.push(cpu_seconds() - c0);
+            issue_s.push((queued - t0) as f64 * 1e-9);
+        }
+        if step > 0 && split {
             fwd_s.push((t1 - t0) as f64 * 1e-9);
             bwd_s.push((t2 - t1) as f64 * 1e-9);
         }
-        losses.push(loss);
+        if step <= steps {
+            losses.push(loss);
+        }
     }
 
     // Every stage's input, from one training-graph forward pass.
@@ -159,6 +182,7 @@ pub fn profile(
         threads: rayon::current_num_threads(),
         step_s: median(&mut step_s),
         step_cpu_s: median(&mut cpu_s),
+        issue_s: median(&mut issue_s),
         forward_s: median(&mut fwd_s),
         backward_s: median(&mut bwd_s),
         stages,
@@ -214,6 +238,12 @@ impl Profile {
             "training step",
             self.forward_s * 1e3,
             self.backward_s * 1e3,
+            self.step_s * 1e3
+        );
+        let _ = writeln!(
+            s,
+            "host time to queue a step {:.1} ms of {:.1} ms",
+            self.issue_s * 1e3,
             self.step_s * 1e3
         );
         let _ = writeln!(

@@ -29,7 +29,8 @@ pub struct Sgd {
 }
 
 /// A parameter's momentum: a plain vector for f32 parameters on the CPU, which the update
-/// writes in the same pass as the parameter; a tensor on other devices.
+/// writes in the same pass as the parameter; a tensor on other devices (on CUDA written in place
+/// by the fused update, so it must stay this optimiser's alone).
 enum History {
     Host(Vec<f32>),
     Device(Tensor),
@@ -84,6 +85,20 @@ impl Sgd {
                         history: Mutex::new(v.as_mut_slice()),
                     };
                     w.inplace_op2(&grad.contiguous()?, &update)?;
+                }
+                History::Device(history)
+                    if w.device().is_cuda() && w.dtype() == candle_core::DType::F32 =>
+                {
+                    // One fused pass on the GPU instead of six element-wise ops and their
+                    // temporaries (at batch 1 the update is much of the step).
+                    edgebench_kernels::sgd_momentum(
+                        w,
+                        &grad.contiguous()?,
+                        history,
+                        self.solver.momentum as f32,
+                        (lr * param.lr_mult) as f32,
+                        decay as f32,
+                    )?;
                 }
                 History::Device(history) => {
                     let grad = if decay != 0.0 {

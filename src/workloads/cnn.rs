@@ -1,6 +1,7 @@
 //! The CNN training workload: BVLC AlexNet or GoogLeNet trained with SGD on the synthetic set or
 //! an image folder, swept over (net, device, batch) in the studies' order. Its parameters are
-//! the common trial columns, so its `params` object is empty.
+//! the common trial columns, so its `params` object is empty, except `{"tf32":true}` for a CUDA
+//! trial with TF32 tensor cores (`train.tf32`).
 
 use super::{PlanInput, PlannedTrial};
 use crate::config::{Config, DeviceKind};
@@ -50,6 +51,9 @@ pub struct CnnJob {
     pub images: usize,
     pub seed: u64,
     pub data: DataSpec,
+    /// TF32 tensor cores on CUDA (`train.tf32`); always false on the CPU.
+    #[serde(default)]
+    pub tf32: bool,
 }
 
 impl CnnJob {
@@ -75,7 +79,12 @@ pub fn key(job: &CnnJob, dataset: &str) -> TrialKey {
         epochs: job.epochs,
         images: job.images,
         dataset: dataset.to_string(),
-        params: "{}".into(),
+        // Only a TF32 trial has a parameter: strict fp32 trials keep the key they always had.
+        params: if job.tf32 {
+            r#"{"tf32":true}"#.into()
+        } else {
+            "{}".into()
+        },
     }
 }
 
@@ -95,10 +104,12 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
                     images: s.images,
                     seed: config.train.seed,
                     data: DataSpec::of(config),
+                    tf32: config.train.tf32 && device == DeviceKind::Cuda,
                 };
+                let precision = if job.tf32 { " tf32" } else { "" };
                 trials.push(PlannedTrial {
                     key: key(&job, input.dataset),
-                    label: format!("{} {} batch {batch}", net.name, device.as_str()),
+                    label: format!("{} {} batch {batch}{precision}", net.name, device.as_str()),
                     iterations: (s.images / batch) * s.epochs,
                     items_per_iteration: Some(batch),
                     memory_estimate_bytes: estimate::estimate(net, batch).total_bytes,
@@ -118,6 +129,7 @@ pub fn run(
 ) -> anyhow::Result<TrialEnd> {
     let spec = job.spec()?;
     let data = job.data.open(job.images)?;
+    edgebench_kernels::set_tf32(job.tf32);
     train::run_trial(&spec, &data, &mut |rec| {
         let control = emit(rec)?;
         Ok(if stop.load(Ordering::SeqCst) {
@@ -170,5 +182,40 @@ mod tests {
         let line = serde_json::to_string(&trials[2].job).unwrap();
         assert!(line.contains(r#""workload":"cnn""#), "{line}");
         assert_eq!(serde_json::from_str::<Job>(&line).unwrap(), trials[2].job);
+        assert!(!job.tf32, "TF32 is off unless asked for");
+    }
+
+    #[test]
+    fn tf32_marks_only_cuda_trials_and_their_keys() {
+        let mut c = Config::default();
+        c.sweep.nets = vec!["alexnet".into()];
+        c.sweep.devices = vec![DeviceKind::Cpu, DeviceKind::Cuda];
+        c.sweep.batches = vec![2];
+        c.train.tf32 = true;
+        let trials = plan(&PlanInput {
+            config: &c,
+            dataset: "synthetic",
+            peaks: None,
+        });
+        let tf32: Vec<(&str, bool, &str)> = trials
+            .iter()
+            .map(|t| {
+                let Job::Cnn(job) = &t.job else {
+                    panic!("not a cnn trial")
+                };
+                (t.key.device.as_str(), job.tf32, t.key.params.as_str())
+            })
+            .collect();
+        assert_eq!(
+            tf32,
+            vec![("cpu", false, "{}"), ("cuda", true, r#"{"tf32":true}"#)]
+        );
+        assert_eq!(trials[1].label, "alexnet cuda batch 2 tf32");
+        // A job line from before the field existed still parses, as strict fp32.
+        let old = r#"{"workload":"cnn","net":"alexnet","device":"cuda","batch":2,"epochs":1,"images":4,"seed":1,"data":{"synthetic":{"seed":1,"classes":1000}}}"#;
+        let Job::Cnn(job) = serde_json::from_str::<Job>(old).unwrap() else {
+            panic!()
+        };
+        assert!(!job.tf32);
     }
 }

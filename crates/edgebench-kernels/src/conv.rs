@@ -29,7 +29,8 @@ pub struct Conv2d {
 }
 
 /// x: (N, C, H, W), w: (O, C / groups, KH, KW), b: (O) -> (N, O, HO, WO), differentiable in all
-/// three. CPU only (the caller routes other devices to candle's conv2d).
+/// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
+/// callers route other devices to `conv2d_im2col` or `conv2d_candle`.
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
     Geom::new(x.dims(), w.dims(), b.dims(), p)?;
     images_in_place(x)?.apply_op3(&w.contiguous()?, &b.contiguous()?, p)
@@ -47,7 +48,7 @@ pub fn conv2d_candle(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Te
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Geom {
     pub(crate) n: usize,
     pub(crate) c: usize,
@@ -1039,7 +1040,28 @@ impl CustomOp3 for Conv2d {
         Ok((y, Shape::from((g.n, g.o, g.ho, g.wo))))
     }
 
-    // cuda_fwd/metal_fwd: default errors; `conv2d` callers use `conv2d_candle` off the CPU.
+    #[cfg(feature = "cudnn")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::{cuda, cudnn};
+        use candle_core::backend::BackendStorage;
+        let g = geom_of(self, l1, l2, l3.dims())?;
+        let n = self.name();
+        let dev = s1.device();
+        let x = cuda::images_input(s1, l1, n)?;
+        let (w, b) = (cuda::input(s2, l2, n)?, cuda::input(s3, l3, n)?);
+        let y = cudnn::conv_fwd(dev, (&x.0, x.1), &w, &b, &g, self.relu)?;
+        Ok((cuda::storage(y, dev), Shape::from((g.n, g.o, g.ho, g.wo))))
+    }
+
+    // metal_fwd: the default error; `conv2d` callers use `conv2d_candle` there.
 
     fn bwd(
         &self,
@@ -1056,7 +1078,7 @@ impl CustomOp3 for Conv2d {
             dy.contiguous()?
         };
         let g = Geom::new(x.dims(), w.dims(), b.dims(), *self)?;
-        if x.track_op() && winograd::applies(&g) {
+        if x.track_op() && x.device().is_cpu() && winograd::applies(&g) {
             // Both gradients in one pass (`winograd::bwd_both`).
             let flat = images_in_place(x)?.apply_op3_no_bwd(
                 &dy,
@@ -1123,6 +1145,25 @@ impl CustomOp2 for ReluMask {
         ));
         Ok((out, l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::cuda;
+        use candle_core::backend::BackendStorage;
+        if l1.shape() != l2.shape() {
+            bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
+        }
+        let n = self.name();
+        let dev = s1.device();
+        let out = cuda::relu_mask(dev, &cuda::input(s1, l1, n)?, &cuda::input(s2, l2, n)?)?;
+        Ok((cuda::storage(out, dev), l1.shape().clone()))
+    }
 }
 
 /// (dy, w) -> dx; carries the op and the input dims (H, W are not implied by dy's).
@@ -1152,6 +1193,27 @@ impl CustomOp2 for ConvBwdData {
             &g,
         ));
         Ok((out, Shape::from(self.1.as_slice())))
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::{cuda, cudnn};
+        use candle_core::backend::BackendStorage;
+        let wd = l2.dims();
+        let g = Geom::new(&self.1, wd, &wd[..1], self.0)?;
+        let n = self.name();
+        if l1.dims() != [g.n, g.o, g.ho, g.wo] {
+            bail!("{n}: dy {:?} does not fit {g:?}", l1.dims());
+        }
+        let dev = s1.device();
+        let dx = cudnn::conv_bwd_data(dev, &cuda::input(s1, l1, n)?, &cuda::input(s2, l2, n)?, &g)?;
+        Ok((cuda::storage(dx, dev), Shape::from(self.1.as_slice())))
     }
 }
 
@@ -1184,6 +1246,27 @@ impl CustomOp2 for ConvBwdFilter {
             &g,
         ));
         Ok((out, Shape::from(g.o * g.kk() + g.o)))
+    }
+
+    #[cfg(feature = "cudnn")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        use super::{cuda, cudnn};
+        use candle_core::backend::BackendStorage;
+        let g = Geom::new(l1.dims(), &self.1, &[self.1[0]], self.0)?;
+        let n = self.name();
+        if l2.dims() != [g.n, g.o, g.ho, g.wo] {
+            bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
+        }
+        let dev = s1.device();
+        let x = cuda::images_input(s1, l1, n)?;
+        let out = cudnn::conv_bwd_filter(dev, (&x.0, x.1), &cuda::input(s2, l2, n)?, &g)?;
+        Ok((cuda::storage(out, dev), Shape::from(g.o * g.kk() + g.o)))
     }
 }
 

@@ -12,7 +12,7 @@
 use super::conv::Geom;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::cudarc::nvrtc;
 use candle_core::cuda_backend::WrapErr;
@@ -185,6 +185,69 @@ extern "C" __global__ void eb_col2im(const float* cols, float* x, long long tota
         x[i] = sum;
     }
 }
+
+// y[i] += b[channel] then ReLU, in place: the convolution's epilogue in one pass over y.
+extern "C" __global__ void eb_bias_act(float* y, const float* b, long long total, int c,
+                                       long long hw, int relu) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        float v = y[i] + b[(i / hw) % c];
+        y[i] = relu && !(v > 0.0f) ? 0.0f : v;
+    }
+}
+
+// SGD with momentum in one pass (Caffe's update): v = momentum v + rate (g + decay w); w -= v.
+extern "C" __global__ void eb_sgd_momentum(float* w, const float* g, float* v, long long total,
+                                           float momentum, float rate, float decay) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        float u = momentum * v[i] + rate * (g[i] + decay * w[i]);
+        v[i] = u;
+        w[i] -= u;
+    }
+}
+
+// dropout::mix: splitmix64's finaliser of seed + (i+1)·golden ratio, top 32 bits.
+__device__ unsigned int eb_mix(unsigned long long seed, unsigned long long i) {
+    unsigned long long z = seed + (i + 1ull) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (unsigned int)((z ^ (z >> 31)) >> 32);
+}
+
+extern "C" __global__ void eb_dropout(const float* x, float* y, long long total,
+                                      unsigned long long seed, unsigned int threshold,
+                                      float scale) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x)
+        y[i] = eb_mix(seed, (unsigned long long)i) < threshold ? x[i] * scale : 0.0f;
+}
+
+// dy where y > 0, else 0: the gradient through a fused ReLU.
+extern "C" __global__ void eb_relu_mask(const float* dy, const float* y, float* out,
+                                        long long total) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x)
+        out[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+// db[ch] = sum of dy over images and positions: one block per channel, a fixed summation order
+// (per-thread strides, then a tree), so the result does not change between runs.
+extern "C" __global__ void eb_bias_grad(const float* dy, float* db, int n, int c, long long hw) {
+    __shared__ float part[256];
+    int ch = blockIdx.x;
+    long long per = (long long)n * hw;
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < per; j += blockDim.x)
+        acc += dy[((j / hw) * c + ch) * hw + j % hw];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) db[ch] = part[0];
+}
 "#;
 
 /// The PTX of `SOURCE`, compiled on first use (NVRTC errors are kept and repeated).
@@ -197,6 +260,36 @@ fn ptx() -> Result<&'static str> {
     }) {
         Ok(p) => Ok(p),
         Err(e) => bail!("compiling edgebench's CUDA kernels with NVRTC failed: {e}"),
+    }
+}
+
+/// An f32 NCHW input whose images are each contiguous (`image_stride`), from the first image's
+/// start to the last one's end, and the distance between images.
+#[cfg(feature = "cudnn")]
+pub(crate) fn images_input<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    op: &str,
+) -> Result<(CudaView<'a, f32>, usize)> {
+    let (&[n, c, h, w], Some(stride)) = (l.dims(), super::image_stride(l)) else {
+        bail!(
+            "{op}: expects NCHW images that are each contiguous, got shape {:?} strides {:?}",
+            l.dims(),
+            l.stride()
+        );
+    };
+    let len = if n == 0 {
+        0
+    } else {
+        (n - 1) * stride + c * h * w
+    };
+    let start = l.start_offset();
+    match s.dtype() {
+        candle_core::DType::F32 => Ok((
+            s.as_cuda_slice::<f32>()?.slice(start..start + len),
+            stride.max(1),
+        )),
+        dt => bail!("{op}: the CUDA kernel supports f32 only, got {dt:?}"),
     }
 }
 
@@ -434,6 +527,171 @@ pub(crate) fn cols(
     Ok(dst)
 }
 
+/// The convolution epilogue: `y += b` per channel, then ReLU if `relu`, in place.
+pub(crate) fn bias_act(
+    dev: &CudaDevice,
+    y: &mut CudaSlice<f32>,
+    b: &CudaView<'_, f32>,
+    c: usize,
+    hw: usize,
+    relu: bool,
+) -> Result<()> {
+    let total = y.len();
+    let (n, c, hw, relu) = (
+        total as i64,
+        i32_of(c, "channels")?,
+        hw as i64,
+        i32::from(relu),
+    );
+    let func = kernel(dev, "eb_bias_act")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(y).arg(b).arg(&n).arg(&c).arg(&hw).arg(&relu);
+    // SAFETY: the arguments match eb_bias_act's signature; y holds total = N·c·hw elements and
+    // b holds c (the caller's checked geometry).
+    unsafe { l.launch(config(total)) }.w()?;
+    Ok(())
+}
+
+/// `x` through the dropout mask of `d` (`crate::dropout`).
+pub(crate) fn dropout(
+    dev: &CudaDevice,
+    x: &CudaView<'_, f32>,
+    d: &crate::dropout::Dropout,
+) -> Result<CudaSlice<f32>> {
+    let total = x.len();
+    // SAFETY: every element is written by the kernel.
+    let y = unsafe { dev.alloc::<f32>(total)? };
+    let n = total as i64;
+    let func = kernel(dev, "eb_dropout")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(x)
+        .arg(&y)
+        .arg(&n)
+        .arg(&d.seed)
+        .arg(&d.threshold)
+        .arg(&d.scale);
+    // SAFETY: the arguments match eb_dropout's signature; x and y hold `total` elements.
+    unsafe { l.launch(config(total)) }.w()?;
+    Ok(y)
+}
+
+/// `dy` where `y > 0`, else 0.
+pub(crate) fn relu_mask(
+    dev: &CudaDevice,
+    dy: &CudaView<'_, f32>,
+    y: &CudaView<'_, f32>,
+) -> Result<CudaSlice<f32>> {
+    let total = dy.len();
+    if y.len() != total {
+        bail!("relu-mask: {total} gradients for {} outputs", y.len());
+    }
+    // SAFETY: every element is written by the kernel.
+    let out = unsafe { dev.alloc::<f32>(total)? };
+    let n = total as i64;
+    let func = kernel(dev, "eb_relu_mask")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(dy).arg(y).arg(&out).arg(&n);
+    // SAFETY: the arguments match eb_relu_mask's signature; all three hold `total` elements.
+    unsafe { l.launch(config(total)) }.w()?;
+    Ok(out)
+}
+
+/// `db[ch]` = the sum of `dy` (N, c, hw) over images and positions, into `db` (c elements).
+pub(crate) fn bias_grad(
+    dev: &CudaDevice,
+    dy: &CudaView<'_, f32>,
+    db: &mut CudaViewMut<'_, f32>,
+    (n, c, hw): (usize, usize, usize),
+) -> Result<()> {
+    if dy.len() != n * c * hw {
+        bail!("bias gradient: {} gradients for {n}x{c}x{hw}", dy.len());
+    }
+    let (ni, ci, hwi) = (i32_of(n, "batch")?, i32_of(c, "channels")?, hw as i64);
+    let func = kernel(dev, "eb_bias_grad")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(dy).arg(db).arg(&ni).arg(&ci).arg(&hwi);
+    let cfg = LaunchConfig {
+        grid_dim: (ci.max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments match eb_bias_grad's signature; dy holds n·c·hw elements (checked)
+    // and db at least c (the caller's slice of the output); one block per channel, 256 threads
+    // as the kernel's shared array assumes.
+    unsafe { l.launch(cfg) }.w()?;
+    Ok(())
+}
+
+/// SGD with momentum on a CUDA tensor, in place on the weights and on the momentum buffer `v`:
+/// `v = momentum·v + rate·(g + decay·w); w -= v`, one pass instead of the six element-wise ops
+/// (and their temporaries) the same update takes as tensor ops. All three f32 and contiguous.
+pub(crate) struct SgdMomentum {
+    pub momentum: f32,
+    pub rate: f32,
+    pub decay: f32,
+}
+
+impl candle_core::InplaceOp3 for SgdMomentum {
+    fn name(&self) -> &'static str {
+        "sgd-momentum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &mut candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+        _: &candle_core::CpuStorage,
+        _: &Layout,
+    ) -> Result<()> {
+        bail!("sgd-momentum: the fused update is for CUDA tensors (the CPU has its own)")
+    }
+
+    fn cuda_fwd(
+        &self,
+        w: &mut CudaStorage,
+        lw: &Layout,
+        g: &CudaStorage,
+        lg: &Layout,
+        v: &CudaStorage,
+        lv: &Layout,
+    ) -> Result<()> {
+        let n = self.name();
+        if lw.shape() != lg.shape() || lw.shape() != lv.shape() {
+            bail!(
+                "{n}: shapes differ {:?} {:?} {:?}",
+                lw.shape(),
+                lg.shape(),
+                lv.shape()
+            );
+        }
+        let (g, v) = (input(g, lg, n)?, input(v, lv, n)?);
+        let Some((a, b)) = lw.contiguous_offsets() else {
+            bail!("{n}: the weights must be contiguous");
+        };
+        let dev = w.device().clone();
+        let mut w = w.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
+        let total = b - a;
+        let len = total as i64;
+        let func = kernel(&dev, "eb_sgd_momentum")?;
+        let stream = dev.cuda_stream();
+        let mut l = stream.launch_builder(&func);
+        l.arg(&mut w).arg(&g).arg(&v).arg(&len);
+        l.arg(&self.momentum).arg(&self.rate).arg(&self.decay);
+        // SAFETY: the arguments match eb_sgd_momentum's signature; w, g and v each hold `total`
+        // elements (same shapes, contiguous). The kernel also writes v, which candle sees as an
+        // input: it is the optimiser's own buffer, shared with no other tensor (the caller's
+        // contract in `crate::sgd_momentum`).
+        unsafe { l.launch(config(total)) }.w()?;
+        Ok(())
+    }
+}
+
 /// Wraps a kernel's output as candle storage on `dev`.
 pub(crate) fn storage(slice: CudaSlice<f32>, dev: &CudaDevice) -> CudaStorage {
     CudaStorage::wrap_cuda_slice(slice, dev.clone())
@@ -447,9 +705,13 @@ mod tests {
     use crate::{lrn, pool2d, Lrn, Pool2d, PoolKind};
     use candle_core::{DType, Device, Result, Tensor, Var};
 
-    fn gpu() -> Option<Device> {
+    /// The GPU, and a guard that runs the GPU tests one at a time (one of them switches TF32,
+    /// which is process-wide).
+    fn gpu() -> Option<(Device, std::sync::MutexGuard<'static, ()>)> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         match Device::new_cuda(0) {
-            Ok(d) => Some(d),
+            Ok(d) => Some((d, guard)),
             Err(e) => {
                 eprintln!("skipped: no CUDA device ({e})");
                 None
@@ -497,7 +759,7 @@ mod tests {
 
     #[test]
     fn cuda_pooling_matches_cpu() {
-        let Some(dev) = gpu() else { return };
+        let Some((dev, _serial)) = gpu() else { return };
         // Every pooling of BVLC AlexNet/GoogLeNet, plus ceil mode with a partial last window.
         let cases = [
             (PoolKind::Max, 3, 2, 0, (2, 3, 13, 13)),
@@ -530,7 +792,7 @@ mod tests {
 
     #[test]
     fn cuda_lrn_matches_cpu() {
-        let Some(dev) = gpu() else { return };
+        let Some((dev, _serial)) = gpu() else { return };
         let p = Lrn {
             size: 5,
             alpha: 1e-4,
@@ -557,7 +819,7 @@ mod tests {
 
     #[test]
     fn cuda_im2col_conv_matches_cpu() {
-        let Some(dev) = gpu() else { return };
+        let Some((dev, _serial)) = gpu() else { return };
         use crate::{conv2d_im2col, Conv2d};
         // Strided 11x11, grouped padded 5x5, 7x7 stride 2 with a remainder, 1x1.
         let cases = [
@@ -591,6 +853,141 @@ mod tests {
             let (yg, gg) = run(&dev, &x, xd, conv);
             assert_close(&format!("conv {i} forward"), &yg, &yc, 1e-4);
             assert_close(&format!("conv {i} input gradient"), &gg, &gc, 1e-4);
+        }
+    }
+
+    /// y and the gradients of x, w and b of sum(conv(x, w, b) * r) on `dev`, where x is a
+    /// `narrow` of `spare` extra channels (images not contiguous with each other) when spare > 0.
+    #[cfg(feature = "cudnn")]
+    type Dims4 = (usize, usize, usize, usize);
+
+    #[cfg(feature = "cudnn")]
+    fn conv_grads(
+        dev: &Device,
+        (xd, wd): (Dims4, Dims4),
+        p: crate::Conv2d,
+        spare: usize,
+        seed: u64,
+    ) -> Vec<Vec<f64>> {
+        let f32s = |seed: u64, n: usize| -> Vec<f32> {
+            Rng::new(seed).vec(n).iter().map(|&v| v as f32).collect()
+        };
+        let (n, c, h, w) = xd;
+        let full = (n, c + spare, h, w);
+        let big = Var::from_tensor(
+            &Tensor::from_vec(f32s(seed, n * (c + spare) * h * w), full, dev).unwrap(),
+        )
+        .unwrap();
+        let wv = Var::from_tensor(
+            &Tensor::from_vec(f32s(seed + 1, wd.0 * wd.1 * wd.2 * wd.3), wd, dev).unwrap(),
+        )
+        .unwrap();
+        let bv =
+            Var::from_tensor(&Tensor::from_vec(f32s(seed + 2, wd.0), wd.0, dev).unwrap()).unwrap();
+        let x = big.as_tensor().narrow(1, spare / 2, c).unwrap();
+        let y = crate::conv2d(&x, wv.as_tensor(), bv.as_tensor(), p).unwrap();
+        let r = Tensor::from_vec(f32s(seed + 3, y.elem_count()), y.shape().clone(), dev).unwrap();
+        let grads = (&y * &r).unwrap().sum_all().unwrap().backward().unwrap();
+        let host = |t: &Tensor| {
+            to_vec(
+                &t.to_device(&Device::Cpu)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap(),
+            )
+        };
+        let mut out = vec![host(&y)];
+        for v in [&big, &wv, &bv] {
+            out.push(host(grads.get(v.as_tensor()).expect("gradient")));
+        }
+        out
+    }
+
+    #[cfg(feature = "cudnn")]
+    #[test]
+    fn cudnn_conv_matches_cpu() {
+        let Some((dev, _serial)) = gpu() else { return };
+        // Every kind of BVLC convolution: strided 11x11, grouped padded 5x5, 3x3 pad 1 on a
+        // channel slice (an inception branch's input), 7x7 stride 2 with a remainder, 1x1.
+        let cases = [
+            (((2, 3, 23, 23), (4, 3, 11, 11)), 4, 0, 1, true, 0),
+            (((2, 4, 9, 9), (6, 2, 5, 5)), 1, 2, 2, true, 0),
+            (((3, 4, 7, 7), (5, 4, 3, 3)), 1, 1, 1, true, 4),
+            (((1, 3, 15, 14), (5, 3, 7, 7)), 2, 3, 1, false, 0),
+            (((3, 5, 6, 7), (4, 5, 1, 1)), 1, 0, 1, true, 2),
+        ];
+        for tf32 in [false, true] {
+            crate::set_tf32(tf32);
+            // TF32 products keep 10 mantissa bits: ~1e-3 relative error on these sums.
+            let tol = if tf32 { 1e-2 } else { 1e-4 };
+            for (i, (dims, stride, pad, groups, relu, spare)) in cases.into_iter().enumerate() {
+                let p = crate::Conv2d {
+                    stride,
+                    pad,
+                    groups,
+                    relu,
+                };
+                let cpu = conv_grads(&Device::Cpu, dims, p, spare, 50 + i as u64);
+                let gpu = conv_grads(&dev, dims, p, spare, 50 + i as u64);
+                for (what, (g, c)) in ["y", "dx", "dw", "db"].iter().zip(gpu.iter().zip(&cpu)) {
+                    assert_close(&format!("cudnn tf32={tf32} conv {i} {what}"), g, c, tol);
+                }
+            }
+        }
+        crate::set_tf32(false);
+    }
+
+    #[test]
+    fn cuda_sgd_momentum_matches_the_formula() {
+        let Some((dev, _serial)) = gpu() else { return };
+        let n = 70_001; // not a multiple of a block
+        let f32s =
+            |seed: u64| -> Vec<f32> { Rng::new(seed).vec(n).iter().map(|&v| v as f32).collect() };
+        let (mut w, mut v) = (f32s(1), f32s(2));
+        let wt = Tensor::from_vec(w.clone(), n, &dev).unwrap();
+        let vt = Tensor::from_vec(v.clone(), n, &dev).unwrap();
+        let (m, r, d) = (0.9f32, 0.01f32, 0.0005f32);
+        for step in 0..3u64 {
+            let g = f32s(10 + step);
+            let gt = Tensor::from_vec(g.clone(), n, &dev).unwrap();
+            crate::sgd_momentum(&wt, &gt, &vt, m, r, d).unwrap();
+            for ((w, v), g) in w.iter_mut().zip(&mut v).zip(&g) {
+                *v = m * *v + r * (g + d * *w);
+                *w -= *v;
+            }
+        }
+        let host = |t: &Tensor| {
+            to_vec(
+                &t.to_device(&Device::Cpu)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap(),
+            )
+        };
+        let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        assert_close("sgd weights", &host(&wt), &as64(&w), 1e-6);
+        assert_close("sgd momentum", &host(&vt), &as64(&v), 1e-6);
+    }
+
+    #[test]
+    fn cuda_dropout_gives_the_cpu_mask() {
+        let Some((dev, _serial)) = gpu() else { return };
+        let n = 100_003;
+        let x: Vec<f32> = Rng::new(4).vec(n).iter().map(|&v| v as f32).collect();
+        for (p, seed) in [(0.4, 1u64), (0.7, u64::MAX - 3)] {
+            let cpu = crate::dropout(
+                &Tensor::from_vec(x.clone(), n, &Device::Cpu).unwrap(),
+                p,
+                seed,
+            )
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+            let gpu = crate::dropout(&Tensor::from_vec(x.clone(), n, &dev).unwrap(), p, seed)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            assert_eq!(cpu, gpu, "p {p} seed {seed}");
         }
     }
 }

@@ -37,6 +37,9 @@ pub mod bench_api;
 pub mod conv;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cudnn")]
+mod cudnn;
+pub mod dropout;
 pub mod elementwise;
 pub mod im2col;
 pub mod linear;
@@ -46,6 +49,7 @@ mod tuning;
 mod winograd;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
+pub use dropout::dropout;
 pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
@@ -54,6 +58,57 @@ pub use tuning::{tuning, Tuning};
 
 use candle_core::{bail, DType, Layout, Result, Tensor};
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets f32 matrix products and convolutions on CUDA use TF32 tensor cores (10-bit mantissa
+/// products, f32 sums), as PyTorch does by default for convolutions; off (strict fp32) unless
+/// set. Covers cuBLAS (candle's matmul) and cuDNN (`cudnn` feature); no effect on the CPU.
+pub fn set_tf32(on: bool) {
+    TF32.store(on, Ordering::Relaxed);
+    #[cfg(feature = "cuda")]
+    candle_core::cuda::set_gemm_reduced_precision_f32(on);
+}
+
+/// Whether `set_tf32(true)` is in effect.
+pub fn tf32() -> bool {
+    TF32.load(Ordering::Relaxed)
+}
+
+/// SGD with momentum on CUDA tensors in one fused pass, in place on `w` and `v` (Caffe's
+/// update): `v = momentum·v + rate·(g + decay·w); w -= v`. `v` must be a buffer that no other
+/// tensor shares (the optimiser's own momentum history); all three f32, contiguous, one shape.
+/// Errors on other devices.
+pub fn sgd_momentum(
+    w: &Tensor,
+    g: &Tensor,
+    v: &Tensor,
+    momentum: f32,
+    rate: f32,
+    decay: f32,
+) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if w.device().is_cuda() {
+        return w.inplace_op3(
+            g,
+            v,
+            &cuda::SgdMomentum {
+                momentum,
+                rate,
+                decay,
+            },
+        );
+    }
+    let _ = (g, v, momentum, rate, decay);
+    bail!("sgd_momentum: CUDA tensors only, got {:?}", w.device())
+}
+
+/// Whether `conv2d` runs natively on `device`: always on the CPU, on CUDA with the `cudnn`
+/// feature (elsewhere use `conv2d_im2col` or `conv2d_candle`).
+pub fn conv2d_runs_on(device: &candle_core::Device) -> bool {
+    device.is_cpu() || (cfg!(feature = "cudnn") && device.is_cuda())
+}
 
 /// The float types the kernels are generic over (f32 for training, f64 for gradient tests).
 pub(crate) trait Float:
