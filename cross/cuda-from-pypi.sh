@@ -62,4 +62,4 @@ export CUDA_HOME=$CUDA CUDA_PATH=$CUDA
 export LIBRARY_PATH=$CUDA/lib:$CUDA/lib/stubs\${LIBRARY_PATH:+:\$LIBRARY_PATH}
 ENV
 "$CUDA/bin/nvcc" --version | tail -2
-echo "now: . $DIR/env.sh && CUDA_COMPUTE_CAP=<sm, e.g. 90 for H100, 87 for Orin> cargo build --release --features cuda"
+echo "now: . $DIR/env.sh && CUDA_COMPUTE_CAP=<sm, e.g. 90 for H100/H200> cargo build --release --features cudnn"
