@@ -530,6 +530,12 @@ fn row<'a>(rows: &'a [Value], engine: &str, device: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {engine} {device} row in {rows:#?}"))
 }
 
+/// The last column (`avg_time`) of a times CSV's first data row.
+fn first_avg_time(times: &str) -> f64 {
+    let row = times.lines().nth(1).expect("a data row");
+    row.rsplit_once(',').unwrap().1.parse().unwrap()
+}
+
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1.0)
 }
@@ -888,15 +894,7 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
          alexnet,CPU,004,10,5,0.125\n"
     );
     let times = read(&measured.join("times_tx1_torch.csv"));
-    let avg: f64 = times
-        .lines()
-        .nth(1)
-        .unwrap()
-        .rsplit_once(',')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    let avg = first_avg_time(&times);
     assert!(close(avg, (0.5 + 10.0 * 0.125) / 11.0), "{times}");
     for name in [
         "loss_tx1_edgebench.csv",
@@ -913,15 +911,7 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
     // TF-Slim logs every 10th step, each line that step's own time.
     let times = read(&after.join("times_tx1_tensorflow.csv"));
     assert_eq!(times.lines().count(), 2, "{times}");
-    let avg: f64 = times
-        .lines()
-        .nth(1)
-        .unwrap()
-        .rsplit_once(',')
-        .unwrap()
-        .1
-        .parse()
-        .unwrap();
+    let avg = first_avg_time(&times);
     assert!(close(avg, 1.5), "{times}");
     assert_eq!(
         read(&after.join("loss_tx1_tensorflow.csv")).lines().count(),

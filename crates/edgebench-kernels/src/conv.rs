@@ -96,14 +96,14 @@ impl Geom {
             groups: p.groups,
         })
     }
-    fn cg(&self) -> usize {
+    pub(crate) fn cg(&self) -> usize {
         self.c / self.groups
     }
     fn og(&self) -> usize {
         self.o / self.groups
     }
     /// Rows of col: input channels of a group times kernel taps.
-    fn kk(&self) -> usize {
+    pub(crate) fn kk(&self) -> usize {
         self.cg() * self.kh * self.kw
     }
     fn hw(&self) -> usize {
@@ -1113,6 +1113,14 @@ impl CustomOp3 for Conv2d {
 /// dy * (y > 0): the gradient through the fused ReLU.
 pub(crate) struct ReluMask;
 
+/// ReluMask's dy (`l1`) and y (`l2`) are one shape.
+fn same_shape(l1: &Layout, l2: &Layout) -> Result<()> {
+    if l1.shape() != l2.shape() {
+        bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
+    }
+    Ok(())
+}
+
 impl CustomOp2 for ReluMask {
     fn name(&self) -> &'static str {
         "relu-mask"
@@ -1135,9 +1143,7 @@ impl CustomOp2 for ReluMask {
                 .collect_into_vec(&mut out);
             out
         }
-        if l1.shape() != l2.shape() {
-            bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
-        }
+        same_shape(l1, l2)?;
         let n = "relu-mask";
         let out = float_kernel!(n, |d in s1, y in s2| mask(
             nchw_slice(d, l1, n)?,
@@ -1156,9 +1162,7 @@ impl CustomOp2 for ReluMask {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use super::cuda;
         use candle_core::backend::BackendStorage;
-        if l1.shape() != l2.shape() {
-            bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
-        }
+        same_shape(l1, l2)?;
         let n = self.name();
         let dev = s1.device();
         let out = cuda::relu_mask(dev, &cuda::input(s1, l1, n)?, &cuda::input(s2, l2, n)?)?;
@@ -1168,6 +1172,19 @@ impl CustomOp2 for ReluMask {
 
 /// (dy, w) -> dx; carries the op and the input dims (H, W are not implied by dy's).
 struct ConvBwdData(Conv2d, Vec<usize>);
+
+impl ConvBwdData {
+    /// The geometry of the carried input dims with the weight (`l2`), dy (`l1`) checked
+    /// against it.
+    fn geom(&self, l1: &Layout, l2: &Layout) -> Result<Geom> {
+        let wd = l2.dims();
+        let g = Geom::new(&self.1, wd, &wd[..1], self.0)?;
+        if l1.dims() != [g.n, g.o, g.ho, g.wo] {
+            bail!("{}: dy {:?} does not fit {g:?}", self.name(), l1.dims());
+        }
+        Ok(g)
+    }
+}
 
 impl CustomOp2 for ConvBwdData {
     fn name(&self) -> &'static str {
@@ -1181,12 +1198,8 @@ impl CustomOp2 for ConvBwdData {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let wd = l2.dims();
-        let g = Geom::new(&self.1, wd, &wd[..1], self.0)?;
-        let n = "conv2d-gemm-bwd-data";
-        if l1.dims() != [g.n, g.o, g.ho, g.wo] {
-            bail!("{n}: dy {:?} does not fit {g:?}", l1.dims());
-        }
+        let g = self.geom(l1, l2)?;
+        let n = self.name();
         let out = float_kernel!(n, |dy in s1, w in s2| bwd_data_im2col(
             nchw_slice(dy, l1, n)?,
             nchw_slice(w, l2, n)?,
@@ -1205,12 +1218,8 @@ impl CustomOp2 for ConvBwdData {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use super::{cuda, cudnn};
         use candle_core::backend::BackendStorage;
-        let wd = l2.dims();
-        let g = Geom::new(&self.1, wd, &wd[..1], self.0)?;
+        let g = self.geom(l1, l2)?;
         let n = self.name();
-        if l1.dims() != [g.n, g.o, g.ho, g.wo] {
-            bail!("{n}: dy {:?} does not fit {g:?}", l1.dims());
-        }
         let dev = s1.device();
         let dx = cudnn::conv_bwd_data(dev, &cuda::input(s1, l1, n)?, &cuda::input(s2, l2, n)?, &g)?;
         Ok((cuda::storage(dx, dev), Shape::from(self.1.as_slice())))
@@ -1219,6 +1228,17 @@ impl CustomOp2 for ConvBwdData {
 
 /// (x, dy) -> [dW | db].
 struct ConvBwdFilter(Conv2d, Vec<usize>);
+
+impl ConvBwdFilter {
+    /// The geometry of x (`l1`) with the carried weight dims, dy (`l2`) checked against it.
+    fn geom(&self, l1: &Layout, l2: &Layout) -> Result<Geom> {
+        let g = Geom::new(l1.dims(), &self.1, &[self.1[0]], self.0)?;
+        if l2.dims() != [g.n, g.o, g.ho, g.wo] {
+            bail!("{}: dy {:?} does not fit {g:?}", self.name(), l2.dims());
+        }
+        Ok(g)
+    }
+}
 
 impl CustomOp2 for ConvBwdFilter {
     fn name(&self) -> &'static str {
@@ -1232,14 +1252,8 @@ impl CustomOp2 for ConvBwdFilter {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let g = Geom::new(l1.dims(), &self.1, &[self.1[0]], self.0)?;
-        if l2.dims() != [g.n, g.o, g.ho, g.wo] {
-            bail!(
-                "conv2d-gemm-bwd-filter: dy {:?} does not fit {g:?}",
-                l2.dims()
-            );
-        }
-        let n = "conv2d-gemm-bwd-filter";
+        let g = self.geom(l1, l2)?;
+        let n = self.name();
         let out = float_kernel!(n, |x in s1, dy in s2| bwd_filter_im2col(
             images_slice(x, l1, n)?,
             nchw_slice(dy, l2, n)?,
@@ -1258,11 +1272,8 @@ impl CustomOp2 for ConvBwdFilter {
     ) -> Result<(candle_core::CudaStorage, Shape)> {
         use super::{cuda, cudnn};
         use candle_core::backend::BackendStorage;
-        let g = Geom::new(l1.dims(), &self.1, &[self.1[0]], self.0)?;
+        let g = self.geom(l1, l2)?;
         let n = self.name();
-        if l2.dims() != [g.n, g.o, g.ho, g.wo] {
-            bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
-        }
         let dev = s1.device();
         let x = cuda::images_input(s1, l1, n)?;
         let out = cudnn::conv_bwd_filter(dev, (&x.0, x.1), &cuda::input(s2, l2, n)?, &g)?;

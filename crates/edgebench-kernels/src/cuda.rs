@@ -278,11 +278,7 @@ pub(crate) fn images_input<'a>(
             l.stride()
         );
     };
-    let len = if n == 0 {
-        0
-    } else {
-        (n - 1) * stride + c * h * w
-    };
+    let len = super::images_len(n, c * h * w, stride);
     let start = l.start_offset();
     match s.dtype() {
         candle_core::DType::F32 => Ok((

@@ -11,7 +11,7 @@
 //! cores, as PyTorch's default `allow_tf32` does.
 
 use super::conv::Geom;
-use super::cuda;
+use super::{cuda, images_len};
 use candle_core::cuda_backend::cudarc::cudnn::{
     sys, ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn,
     FilterDescriptor, TensorDescriptor,
@@ -82,10 +82,8 @@ fn new_plan(cudnn: &Arc<Cudnn>, g: &Geom, image_stride: usize, tf32: bool) -> Re
         [d(n)?, d(c)?, d(h)?, d(w)?],
         [d(image_stride)?, d(h * w)?, d(w)?, 1],
     )?;
-    let wd = cudnn.create_4d_filter::<f32>(
-        F::CUDNN_TENSOR_NCHW,
-        [d(o)?, d(c / g.groups)?, d(kh)?, d(kw)?],
-    )?;
+    let wd =
+        cudnn.create_4d_filter::<f32>(F::CUDNN_TENSOR_NCHW, [d(o)?, d(g.cg())?, d(kh)?, d(kw)?])?;
     let y = cudnn.create_4d_tensor::<f32>(F::CUDNN_TENSOR_NCHW, [d(n)?, d(o)?, d(ho)?, d(wo)?])?;
     Ok(Plan {
         conv,
@@ -166,14 +164,6 @@ fn check_len(what: &str, have: usize, want: usize) -> Result<()> {
     Ok(())
 }
 
-fn images_len(g: &Geom, image_stride: usize, c: usize, hw: usize) -> usize {
-    if g.n == 0 {
-        0
-    } else {
-        (g.n - 1) * image_stride + c * hw
-    }
-}
-
 /// y = relu?(conv(x, w) + b): x (N, C, H, W) with images `image_stride` apart, w (O, C/g, KH, KW),
 /// b (O) -> y (N, O, HO, WO), contiguous.
 pub(crate) fn conv_fwd(
@@ -184,9 +174,8 @@ pub(crate) fn conv_fwd(
     g: &Geom,
     relu: bool,
 ) -> Result<CudaSlice<f32>> {
-    let hw = g.h * g.w;
-    check_len("x", x.len(), images_len(g, image_stride, g.c, hw))?;
-    check_len("w", w.len(), g.o * g.c / g.groups * g.kh * g.kw)?;
+    check_len("x", x.len(), images_len(g.n, g.c * g.h * g.w, image_stride))?;
+    check_len("w", w.len(), g.o * g.kk())?;
     check_len("b", b.len(), g.o)?;
     // SAFETY: cuDNN writes every element (beta = 0: y is not read).
     let mut y = unsafe { dev.alloc::<f32>(g.n * g.o * g.ho * g.wo)? };
@@ -225,7 +214,7 @@ pub(crate) fn conv_bwd_data(
 ) -> Result<CudaSlice<f32>> {
     let chw = g.c * g.h * g.w;
     check_len("dy", dy.len(), g.n * g.o * g.ho * g.wo)?;
-    check_len("w", w.len(), g.o * g.c / g.groups * g.kh * g.kw)?;
+    check_len("w", w.len(), g.o * g.kk())?;
     // SAFETY: cuDNN writes every element (beta = 0).
     let mut dx = unsafe { dev.alloc::<f32>(g.n * chw)? };
     with_plan(dev, g, chw, |plan, workspaces| {
@@ -258,8 +247,8 @@ pub(crate) fn conv_bwd_filter(
     dy: &CudaView<'_, f32>,
     g: &Geom,
 ) -> Result<CudaSlice<f32>> {
-    let nw = g.o * g.c / g.groups * g.kh * g.kw;
-    check_len("x", x.len(), images_len(g, image_stride, g.c, g.h * g.w))?;
+    let nw = g.o * g.kk();
+    check_len("x", x.len(), images_len(g.n, g.c * g.h * g.w, image_stride))?;
     check_len("dy", dy.len(), g.n * g.o * g.ho * g.wo)?;
     // SAFETY: cuDNN writes every dW element (beta = 0), the bias kernel every db element.
     let mut out = unsafe { dev.alloc::<f32>(nw + g.o)? };

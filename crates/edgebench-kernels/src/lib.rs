@@ -290,12 +290,18 @@ pub(crate) fn images_slice<'a, T>(
         return Ok((nchw_slice(data, layout, op)?, c * h * w));
     };
     let start = layout.start_offset();
-    let len = if n == 0 {
+    let len = images_len(n, c * h * w, stride);
+    Ok((&data[start..start + len], stride.max(1)))
+}
+
+/// Elements from the first of `n` images of `image_len` elements, `stride` apart, to the last
+/// one's end.
+pub(crate) fn images_len(n: usize, image_len: usize, stride: usize) -> usize {
+    if n == 0 {
         0
     } else {
-        (n - 1) * stride + c * h * w
-    };
-    Ok((&data[start..start + len], stride.max(1)))
+        (n - 1) * stride + image_len
+    }
 }
 
 /// The elements of a contiguous layout; the public wrappers make inputs contiguous, so a
