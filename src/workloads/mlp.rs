@@ -20,13 +20,11 @@ use crate::store::TrialKey;
 use anyhow::Context as _;
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    bail, CpuStorage, CudaStorage, CustomOp1, DType, Device, InplaceOp2, Layout, Result, Shape,
-    Tensor, Var,
+    bail, CpuStorage, CudaStorage, CustomOp1, DType, Device, Layout, Result, Shape, Tensor, Var,
 };
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -600,16 +598,12 @@ impl Mlp {
         })
     }
 
-    /// w -= lr·grad: in place on the CPU (one pass, no temporaries); elsewhere through tensor
+    /// w -= lr·grad in place: one pass, no temporaries (CPU and CUDA); elsewhere through tensor
     /// ops and a copy into the weight.
     fn descend(&self, w: &Var, grad: &Tensor) -> Result<()> {
-        if w.device().is_cpu() {
-            w.inplace_op2(
-                &grad.contiguous()?,
-                &Descend {
-                    rate: self.learning_rate as f32,
-                },
-            )
+        let rate = self.learning_rate as f32;
+        if w.device().is_cpu() || w.device().is_cuda() {
+            edgebench_kernels::descend(w.as_tensor(), &grad.contiguous()?, rate)
         } else {
             let updated = (w.as_detached_tensor() - grad.affine(self.learning_rate, 0.0)?)?;
             w.set(&updated)
@@ -676,52 +670,6 @@ impl CustomOp1 for MyRelu {
     }
 }
 
-/// w -= rate·g, in place (f32, CPU).
-struct Descend {
-    rate: f32,
-}
-
-/// Elements per parallel task of the update: large enough to amortise scheduling.
-const CHUNK: usize = 1 << 16;
-
-impl InplaceOp2 for Descend {
-    fn name(&self) -> &'static str {
-        "mlp-descend"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<()> {
-        if l1.shape() != l2.shape() {
-            bail!(
-                "mlp-descend: weight {:?} and gradient {:?} differ",
-                l1.shape(),
-                l2.shape()
-            );
-        }
-        let (CpuStorage::F32(w), Some((w_start, w_end))) = (s1, l1.contiguous_offsets()) else {
-            bail!("mlp-descend: expects a contiguous f32 weight");
-        };
-        let (CpuStorage::F32(g), Some((g_start, g_end))) = (s2, l2.contiguous_offsets()) else {
-            bail!("mlp-descend: expects a contiguous f32 gradient");
-        };
-        let rate = self.rate;
-        w[w_start..w_end]
-            .par_chunks_mut(CHUNK)
-            .zip(g[g_start..g_end].par_chunks(CHUNK))
-            .for_each(|(w, g)| {
-                for (w, &g) in w.iter_mut().zip(g) {
-                    *w -= rate * g;
-                }
-            });
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -779,6 +727,35 @@ mod tests {
 
     fn size(text: &str) -> MlpSize {
         MlpSize::parse(text).unwrap()
+    }
+
+    /// The GPU half needs an NVIDIA GPU and the `cuda` feature; elsewhere it says so and checks
+    /// the CPU curves only (CI has no GPU).
+    #[test]
+    fn every_style_on_cuda_follows_the_cpu_loss_curve() {
+        let size = size("8x3000x40x6");
+        let curve = |style: Style, device: &Device| -> Vec<f64> {
+            let mut mlp = Mlp::new(style, &size, 11, 1e-6, device).unwrap();
+            (0..5).map(|_| mlp.step().unwrap()).collect()
+        };
+        let cpu: Vec<Vec<f64>> = Style::ALL.iter().map(|&s| curve(s, &Device::Cpu)).collect();
+        for (style, cpu) in Style::ALL.iter().zip(&cpu) {
+            // Losses fall step by step: the update is applied.
+            assert!(cpu[4] < 0.9 * cpu[0], "{style}: cpu loss {cpu:?} does not fall");
+        }
+        let dev = match Device::new_cuda(0) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipped the GPU half: no CUDA device ({e})");
+                return;
+            }
+        };
+        for (&style, cpu) in Style::ALL.iter().zip(&cpu) {
+            let gpu = curve(style, &dev);
+            for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+                assert!((g - c).abs() <= 1e-3 * c, "{style} step {i}: cuda {g}, cpu {c}");
+            }
+        }
     }
 
     #[test]

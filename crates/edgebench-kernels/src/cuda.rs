@@ -207,6 +207,14 @@ extern "C" __global__ void eb_sgd_momentum(float* w, const float* g, float* v, l
     }
 }
 
+// Plain gradient descent in place: w -= rate g.
+extern "C" __global__ void eb_descend(float* w, const float* g, long long total, float rate) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)blockDim.x * gridDim.x) {
+        w[i] -= rate * g[i];
+    }
+}
+
 // dropout::mix: splitmix64's finaliser of seed + (i+1)·golden ratio, top 32 bits.
 __device__ unsigned int eb_mix(unsigned long long seed, unsigned long long i) {
     unsigned long long z = seed + (i + 1ull) * 0x9E3779B97F4A7C15ull;
@@ -688,6 +696,30 @@ impl candle_core::InplaceOp3 for SgdMomentum {
     }
 }
 
+/// `w -= rate·g` in place (`crate::descend`; shapes checked by the caller).
+pub(crate) fn descend(
+    w: &mut CudaStorage,
+    lw: &Layout,
+    g: &CudaStorage,
+    lg: &Layout,
+    rate: f32,
+) -> Result<()> {
+    let g = input(g, lg, "descend")?;
+    let (a, b) = crate::descend::contiguous_range("weight", lw)?;
+    let dev = w.device().clone();
+    let mut w = w.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
+    let total = b - a;
+    let len = total as i64;
+    let func = kernel(&dev, "eb_descend")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(&mut w).arg(&g).arg(&len).arg(&rate);
+    // SAFETY: the arguments match eb_descend's signature; w and g each hold `total` elements
+    // (one shape, both contiguous).
+    unsafe { l.launch(config(total)) }.w()?;
+    Ok(())
+}
+
 /// Wraps a kernel's output as candle storage on `dev`.
 pub(crate) fn storage(slice: CudaSlice<f32>, dev: &CudaDevice) -> CudaStorage {
     CudaStorage::wrap_cuda_slice(slice, dev.clone())
@@ -963,6 +995,28 @@ mod tests {
         let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
         assert_close("sgd weights", &host(&wt), &as64(&w), 1e-6);
         assert_close("sgd momentum", &host(&vt), &as64(&v), 1e-6);
+    }
+
+    #[test]
+    fn cuda_descend_gives_the_cpu_update() {
+        let Some((dev, _serial)) = gpu() else { return };
+        let n = 1_000_003; // several blocks' grid-stride rounds, not a multiple of a block
+        let f32s =
+            |seed: u64| -> Vec<f32> { Rng::new(seed).vec(n).iter().map(|&v| v as f32).collect() };
+        let (w, g) = (f32s(3), f32s(4));
+        let on = |d: &Device| {
+            let wt = Tensor::from_vec(w.clone(), n, d).unwrap();
+            let gt = Tensor::from_vec(g.clone(), n, d).unwrap();
+            crate::descend(&wt, &gt, 0.125).unwrap();
+            let host = wt
+                .to_device(&Device::Cpu)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            host.iter().map(|&v| v as f64).collect::<Vec<_>>()
+        };
+        // The GPU may fuse the multiply-add (one rounding less than the CPU's loop).
+        assert_close("descend", &on(&dev), &on(&Device::Cpu), 1e-6);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod conv;
 mod cuda;
 #[cfg(feature = "cudnn")]
 mod cudnn;
+pub mod descend;
 pub mod dropout;
 pub mod elementwise;
 pub mod im2col;
@@ -49,6 +50,7 @@ mod tuning;
 mod winograd;
 
 pub use conv::{conv2d, conv2d_candle, Conv2d};
+pub use descend::descend;
 pub use dropout::dropout;
 pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
