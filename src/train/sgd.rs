@@ -63,7 +63,9 @@ impl Sgd {
     /// Returns the learning rate used.
     pub fn step(&mut self, iter: usize, params: &[Param], grads: &GradStore) -> Result<f64> {
         let lr = learning_rate(&self.solver, iter, self.max_iter);
-        for (param, history) in params.iter().zip(self.history.iter_mut()) {
+        // CUDA f32 parameters are updated together after the loop (one launch per 32).
+        let mut on_gpu: Vec<(usize, &Tensor, Tensor, f32, f32)> = Vec::new();
+        for (i, (param, history)) in params.iter().zip(self.history.iter_mut()).enumerate() {
             let w = param.var.as_tensor();
             let Some(grad) = grads.get(w) else {
                 continue; // not on this step's graph
@@ -73,6 +75,7 @@ impl Sgd {
             // the previous buffer, every earlier step's) alive.
             let grad = grad.detach();
             let decay = self.solver.weight_decay * param.decay_mult;
+            let rate = lr * param.lr_mult;
             match history {
                 History::Host(v) => {
                     // One in-place pass over w, g and v: memory-bound, and at batch 1 the
@@ -80,25 +83,18 @@ impl Sgd {
                     // read and written per step), so no temporaries and no second pass.
                     let update = Momentum {
                         momentum: self.solver.momentum as f32,
-                        rate: (lr * param.lr_mult) as f32,
+                        rate: rate as f32,
                         decay: decay as f32,
                         history: Mutex::new(v.as_mut_slice()),
                     };
                     w.inplace_op2(&grad.contiguous()?, &update)?;
                 }
-                History::Device(history)
+                History::Device(_)
                     if w.device().is_cuda() && w.dtype() == candle_core::DType::F32 =>
                 {
-                    // One fused pass on the GPU instead of six element-wise ops and their
-                    // temporaries (at batch 1 the update is much of the step).
-                    edgebench_kernels::sgd_momentum(
-                        w,
-                        &grad.contiguous()?,
-                        history,
-                        self.solver.momentum as f32,
-                        (lr * param.lr_mult) as f32,
-                        decay as f32,
-                    )?;
+                    // Fused on the GPU instead of six element-wise ops and their temporaries
+                    // per parameter (at batch 1 the update is much of the step).
+                    on_gpu.push((i, w, grad.contiguous()?, rate as f32, decay as f32));
                 }
                 History::Device(history) => {
                     let grad = if decay != 0.0 {
@@ -106,13 +102,26 @@ impl Sgd {
                     } else {
                         grad
                     };
-                    let update =
-                        ((&*history * self.solver.momentum)? + (grad * (lr * param.lr_mult))?)?;
+                    let update = ((&*history * self.solver.momentum)? + (grad * rate)?)?;
                     param.var.set(&(w.detach() - &update)?)?;
                     *history = update.detach();
                 }
             }
         }
+        let updates = on_gpu
+            .iter()
+            .map(|(i, w, g, rate, decay)| match &self.history[*i] {
+                History::Device(v) => Ok(edgebench_kernels::SgdUpdate {
+                    w,
+                    g,
+                    v,
+                    rate: *rate,
+                    decay: *decay,
+                }),
+                History::Host(_) => bail!("sgd: a CUDA parameter with a host momentum buffer"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        edgebench_kernels::sgd_momentum_all(&updates, self.solver.momentum as f32)?;
         Ok(lr)
     }
 }

@@ -741,7 +741,10 @@ mod tests {
         let cpu: Vec<Vec<f64>> = Style::ALL.iter().map(|&s| curve(s, &Device::Cpu)).collect();
         for (style, cpu) in Style::ALL.iter().zip(&cpu) {
             // Losses fall step by step: the update is applied.
-            assert!(cpu[4] < 0.9 * cpu[0], "{style}: cpu loss {cpu:?} does not fall");
+            assert!(
+                cpu[4] < 0.9 * cpu[0],
+                "{style}: cpu loss {cpu:?} does not fall"
+            );
         }
         let dev = match Device::new_cuda(0) {
             Ok(d) => d,
@@ -753,7 +756,10 @@ mod tests {
         for (&style, cpu) in Style::ALL.iter().zip(&cpu) {
             let gpu = curve(style, &dev);
             for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
-                assert!((g - c).abs() <= 1e-3 * c, "{style} step {i}: cuda {g}, cpu {c}");
+                assert!(
+                    (g - c).abs() <= 1e-3 * c,
+                    "{style} step {i}: cuda {g}, cpu {c}"
+                );
             }
         }
     }

@@ -207,6 +207,34 @@ extern "C" __global__ void eb_sgd_momentum(float* w, const float* g, float* v, l
     }
 }
 
+// eb_sgd_momentum over up to EB_SGD_MANY parameters in one launch (blockIdx.y picks one): at
+// batch 1 a launch per parameter is a large part of the host's time per step.
+#define EB_SGD_MANY 32
+struct EbSgdTable {
+    float* w[EB_SGD_MANY];
+    const float* g[EB_SGD_MANY];
+    float* v[EB_SGD_MANY];
+    long long n[EB_SGD_MANY];
+    float rate[EB_SGD_MANY];
+    float decay[EB_SGD_MANY];
+    int count;
+};
+
+extern "C" __global__ void eb_sgd_momentum_many(EbSgdTable t, float momentum) {
+    int k = blockIdx.y;
+    if (k >= t.count) return;
+    float* w = t.w[k];
+    const float* g = t.g[k];
+    float* v = t.v[k];
+    float rate = t.rate[k], decay = t.decay[k];
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < t.n[k];
+         i += (long long)blockDim.x * gridDim.x) {
+        float u = momentum * v[i] + rate * (g[i] + decay * w[i]);
+        v[i] = u;
+        w[i] -= u;
+    }
+}
+
 // Plain gradient descent in place: w -= rate g.
 extern "C" __global__ void eb_descend(float* w, const float* g, long long total, float rate) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -696,6 +724,108 @@ impl candle_core::InplaceOp3 for SgdMomentum {
     }
 }
 
+/// Parameters per launch of eb_sgd_momentum_many (its EB_SGD_MANY).
+const SGD_MANY: usize = 32;
+
+/// eb_sgd_momentum_many's argument, laid out as its C struct (raw device addresses).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SgdTable {
+    w: [u64; SGD_MANY],
+    g: [u64; SGD_MANY],
+    v: [u64; SGD_MANY],
+    n: [i64; SGD_MANY],
+    rate: [f32; SGD_MANY],
+    decay: [f32; SGD_MANY],
+    count: i32,
+}
+
+// SAFETY: plain data with the kernel's C layout (repr(C), same field order and types).
+unsafe impl candle_core::cuda_backend::cudarc::driver::DeviceRepr for SgdTable {}
+
+/// The device address of a contiguous f32 CUDA tensor's first element.
+fn address(t: &candle_core::Tensor, what: &str) -> Result<u64> {
+    use candle_core::cuda_backend::cudarc::driver::DevicePtr;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cuda(s) = &*storage else {
+        bail!("sgd-momentum: the {what} is not on a CUDA device");
+    };
+    let Some((start, _)) = layout.contiguous_offsets() else {
+        bail!("sgd-momentum: the {what} must be contiguous");
+    };
+    let slice = s.as_cuda_slice::<f32>()?;
+    let (ptr, _) = slice.device_ptr(slice.stream());
+    Ok(ptr + (start * std::mem::size_of::<f32>()) as u64)
+}
+
+/// `crate::sgd_momentum_all` on CUDA: one launch per `SGD_MANY` parameters.
+pub(crate) fn sgd_momentum_all(updates: &[crate::SgdUpdate], momentum: f32) -> Result<()> {
+    let Some(first) = updates.first() else {
+        return Ok(());
+    };
+    let candle_core::Device::Cuda(dev) = first.w.device() else {
+        bail!(
+            "sgd-momentum: CUDA tensors only, got {:?}",
+            first.w.device()
+        );
+    };
+    let func = kernel(dev, "eb_sgd_momentum_many")?;
+    let stream = dev.cuda_stream();
+    // Largest first, so each launch groups parameters of like size: every parameter of a launch
+    // gets the grid of its largest, and the blocks past a small one's end do nothing.
+    let mut by_size: Vec<&crate::SgdUpdate> = updates.iter().collect();
+    by_size.sort_by_key(|u| std::cmp::Reverse(u.w.elem_count()));
+    for chunk in by_size.chunks(SGD_MANY) {
+        let mut t = SgdTable {
+            w: [0; SGD_MANY],
+            g: [0; SGD_MANY],
+            v: [0; SGD_MANY],
+            n: [0; SGD_MANY],
+            rate: [0.0; SGD_MANY],
+            decay: [0.0; SGD_MANY],
+            count: chunk.len() as i32,
+        };
+        let mut largest = 1;
+        for (k, u) in chunk.iter().enumerate() {
+            let n = u.w.elem_count();
+            for (what, x) in [("weight", u.w), ("gradient", u.g), ("momentum", u.v)] {
+                if x.elem_count() != n || x.dtype() != candle_core::DType::F32 {
+                    bail!(
+                        "sgd-momentum: the {what} must be f32 with the weight's {n} elements, got {:?} {:?}",
+                        x.dtype(),
+                        x.shape()
+                    );
+                }
+                if !x.device().same_device(first.w.device()) {
+                    bail!("sgd-momentum: the {what} is on another device");
+                }
+            }
+            t.w[k] = address(u.w, "weight")?;
+            t.g[k] = address(u.g, "gradient")?;
+            t.v[k] = address(u.v, "momentum")?;
+            t.n[k] = n as i64;
+            t.rate[k] = u.rate;
+            t.decay[k] = u.decay;
+            largest = largest.max(n);
+        }
+        let mut cfg = config(largest);
+        // Enough blocks per parameter to fill a large GPU (grid-stride loops cover the rest);
+        // `config`'s 65535 per parameter would be mostly idle blocks times 32 parameters.
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(1024);
+        cfg.grid_dim.1 = chunk.len() as u32;
+        let mut l = stream.launch_builder(&func);
+        l.arg(&t).arg(&momentum);
+        // SAFETY: the table matches eb_sgd_momentum_many's struct; each address points at a live
+        // f32 buffer of at least n[k] elements on this device and stream (checked above; the
+        // caller holds the tensors, and freeing them later is ordered after this launch on the
+        // stream). The kernel writes w and v through addresses taken from shared references:
+        // w is a parameter only the optimiser updates, v the optimiser's own buffer (the
+        // contract in `crate::sgd_momentum_all`).
+        unsafe { l.launch(cfg) }.w()?;
+    }
+    Ok(())
+}
+
 /// `w -= rate·g` in place (`crate::descend`; shapes checked by the caller).
 pub(crate) fn descend(
     w: &mut CudaStorage,
@@ -995,6 +1125,50 @@ mod tests {
         let as64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
         assert_close("sgd weights", &host(&wt), &as64(&w), 1e-6);
         assert_close("sgd momentum", &host(&vt), &as64(&v), 1e-6);
+    }
+
+    #[test]
+    fn cuda_sgd_momentum_all_updates_every_parameter_as_one_at_a_time() {
+        let Some((dev, _serial)) = gpu() else { return };
+        // More parameters than one launch takes, of sizes from one element to several blocks.
+        let sizes: Vec<usize> = (0..45).map(|k| 1 + k * k * 97 + (k % 3) * 70_001).collect();
+        let f32s = |seed: u64, n: usize| -> Vec<f32> {
+            Rng::new(seed).vec(n).iter().map(|&v| v as f32).collect()
+        };
+        let put = |v: &[f32]| Tensor::from_vec(v.to_vec(), v.len(), &dev).unwrap();
+        let (m, step_rate) = (0.9f32, 0.01f32);
+        let (mut ws, mut vs, mut gs, mut want) = (vec![], vec![], vec![], vec![]);
+        for (k, &n) in sizes.iter().enumerate() {
+            let (w, v, g) = (
+                f32s(k as u64, n),
+                f32s(100 + k as u64, n),
+                f32s(200 + k as u64, n),
+            );
+            // The one-parameter kernel on copies gives the expected values.
+            let (wr, vr) = (put(&w), put(&v));
+            let decay = 0.0005 * (k % 2) as f32;
+            let rate = step_rate * (1 + k % 2) as f32;
+            crate::sgd_momentum(&wr, &put(&g), &vr, m, rate, decay).unwrap();
+            want.push((wr, vr));
+            ws.push(put(&w));
+            vs.push(put(&v));
+            gs.push((put(&g), rate, decay));
+        }
+        let updates: Vec<crate::SgdUpdate> = (0..sizes.len())
+            .map(|k| crate::SgdUpdate {
+                w: &ws[k],
+                g: &gs[k].0,
+                v: &vs[k],
+                rate: gs[k].1,
+                decay: gs[k].2,
+            })
+            .collect();
+        crate::sgd_momentum_all(&updates, m).unwrap();
+        let host = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_vec1::<f32>().unwrap();
+        for k in 0..sizes.len() {
+            assert_eq!(host(&ws[k]), host(&want[k].0), "weights of parameter {k}");
+            assert_eq!(host(&vs[k]), host(&want[k].1), "momentum of parameter {k}");
+        }
     }
 
     #[test]
