@@ -710,10 +710,8 @@ pub fn execute_native<T: Elem>(op: Op, shape: Shape, x: &mut Operands<T>) {
             let s = T::from_f64(SCALAR);
             kernels::unary(a, c, move |v| v.mul(s))
         }
-        Op::Sigmoid if kernels::fused_multiply_add() => kernels::unary(a, c, T::sigmoid::<true>),
-        Op::Sigmoid => kernels::unary(a, c, T::sigmoid::<false>),
-        Op::Tanh if kernels::fused_multiply_add() => kernels::unary(a, c, T::tanh::<true>),
-        Op::Tanh => kernels::unary(a, c, T::tanh::<false>),
+        Op::Sigmoid => kernels::sigmoid(a, c),
+        Op::Tanh => kernels::tanh(a, c),
     }
 }
 

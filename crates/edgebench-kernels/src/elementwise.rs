@@ -5,7 +5,9 @@
 //! tensors: fresh pages, a page fault per 4 KiB), so they time the allocator, not the op.
 //!
 //! sigmoid and tanh in f32 use [`exp_f32`], a branch-free exponential the compiler vectorises
-//! (libm's `expf` is a call per element); f64 keeps the standard library's `exp`.
+//! (libm's `expf` is a call per element), on x86-64 with AVX2 and FMA through an explicitly
+//! vectorised copy (see `avx2_fma`); f64 keeps the standard library's `exp`. f32 dot is
+//! [`crate::sgemm`].
 
 use rayon::prelude::*;
 
@@ -19,6 +21,22 @@ pub trait Elem: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     /// see [`fused_multiply_add`]).
     fn sigmoid<const FMA: bool>(self) -> Self;
     fn tanh<const FMA: bool>(self) -> Self;
+    /// The GEMM [`matmul`] runs for this type.
+    fn gemm(a: &[Self], b: &[Self], c: &mut [Self], dims: (usize, usize, usize));
+    /// What [`sigmoid`] runs for this type: [`unary`] over [`Elem::sigmoid`].
+    fn sigmoid_slice(a: &[Self], c: &mut [Self]) {
+        match fused_multiply_add() {
+            true => unary(a, c, <Self as Elem>::sigmoid::<true>),
+            false => unary(a, c, <Self as Elem>::sigmoid::<false>),
+        }
+    }
+    /// What [`tanh`] runs for this type: [`unary`] over [`Elem::tanh`].
+    fn tanh_slice(a: &[Self], c: &mut [Self]) {
+        match fused_multiply_add() {
+            true => unary(a, c, <Self as Elem>::tanh::<true>),
+            false => unary(a, c, <Self as Elem>::tanh::<false>),
+        }
+    }
 }
 
 impl Elem for f32 {
@@ -47,6 +65,31 @@ impl Elem for f32 {
         let e = exp_f32::<FMA>(-2.0 * self.abs());
         ((1.0 - e) / (1.0 + e)).copysign(self)
     }
+    fn gemm(a: &[Self], b: &[Self], c: &mut [Self], dims: (usize, usize, usize)) {
+        crate::sgemm::sgemm(a, b, c, dims)
+    }
+    fn sigmoid_slice(a: &[Self], c: &mut [Self]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2_fma::available() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unary_chunks(a, c, |a, c| unsafe { avx2_fma::sigmoid(a, c) });
+        }
+        match fused_multiply_add() {
+            true => unary(a, c, <Self as Elem>::sigmoid::<true>),
+            false => unary(a, c, <Self as Elem>::sigmoid::<false>),
+        }
+    }
+    fn tanh_slice(a: &[Self], c: &mut [Self]) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2_fma::available() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            return unary_chunks(a, c, |a, c| unsafe { avx2_fma::tanh(a, c) });
+        }
+        match fused_multiply_add() {
+            true => unary(a, c, <Self as Elem>::tanh::<true>),
+            false => unary(a, c, <Self as Elem>::tanh::<false>),
+        }
+    }
 }
 
 impl Elem for f64 {
@@ -72,7 +115,20 @@ impl Elem for f64 {
     fn tanh<const FMA: bool>(self) -> Self {
         f64::tanh(self)
     }
+    fn gemm(a: &[Self], b: &[Self], c: &mut [Self], dims: (usize, usize, usize)) {
+        gemm_crate(a, b, c, dims)
+    }
 }
+
+/// Cephes' `expf` coefficients: e^r ~ 1 + r + r^2 (P0 r^5 + P1 r^4 + ... + P5).
+const EXP_P: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_199_9e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
 
 /// e^x in f32 without branches or calls (Cephes' `expf`: x = n ln2 + r, |r| <= ln2/2, a
 /// degree-7 polynomial for e^r, 2^n built in the exponent bits), so loops over it vectorise.
@@ -91,11 +147,15 @@ pub fn exp_f32<const FMA: bool>(x: f32) -> f32 {
     let n = t - ROUNDER;
     let n_bits = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
     let r = madd(-n, LN2_LO, madd(-n, LN2_HI, x));
-    let mut p = madd(1.987_569_1e-4, r, 1.398_199_9e-3);
-    for c in [8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = madd(p, r, c);
-    }
-    let er = madd(p * r, r, r) + 1.0;
+    // p(r) = (P5 + P4 r) + r^2 (P3 + P2 r) + r^4 (P1 + P0 r) (Estrin's scheme): a chain of
+    // three multiply-adds instead of Horner's five, so more elements overlap in flight.
+    let r2 = r * r;
+    let p = madd(
+        r2 * r2,
+        madd(EXP_P[0], r, EXP_P[1]),
+        madd(r2, madd(EXP_P[2], r, EXP_P[3]), madd(EXP_P[4], r, EXP_P[5])),
+    );
+    let er = madd(r2, p, r) + 1.0;
     let two_n = f32::from_bits((n_bits.wrapping_add(127) << 23) as u32);
     er * two_n
 }
@@ -161,24 +221,192 @@ pub fn binary<T: Elem>(a: &[T], b: &[T], c: &mut [T], f: impl Fn(T, T) -> T + Sy
         });
 }
 
-/// `c[i] = f(a[i])` on all threads.
-pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
+/// `c[i] = sigmoid(a[i])` on all threads; in f32 with AVX2 and FMA an explicitly vectorised
+/// loop with the same results as [`Elem::sigmoid`]`::<true>`, bit for bit.
+pub fn sigmoid<T: Elem>(a: &[T], c: &mut [T]) {
+    assert!(a.len() == c.len(), "operand lengths differ");
+    T::sigmoid_slice(a, c)
+}
+
+/// `c[i] = tanh(a[i])` on all threads; in f32 with AVX2 and FMA an explicitly vectorised
+/// loop with the same results as [`Elem::tanh`]`::<true>`, bit for bit.
+pub fn tanh<T: Elem>(a: &[T], c: &mut [T]) {
+    assert!(a.len() == c.len(), "operand lengths differ");
+    T::tanh_slice(a, c)
+}
+
+/// `body(a, c)` over matching chunks of `a` and `c` on all threads.
+fn unary_chunks<T: Elem>(a: &[T], c: &mut [T], body: impl Fn(&[T], &mut [T]) + Sync) {
     assert!(a.len() == c.len(), "operand lengths differ");
     let chunk = chunk_len(c.len());
     c.par_chunks_mut(chunk)
         .zip(a.par_chunks(chunk))
-        .for_each(|(c, a)| {
-            with_widest_vectors(|| {
-                for (c, &a) in c.iter_mut().zip(a) {
-                    *c = f(a);
-                }
-            })
-        });
+        .for_each(|(c, a)| body(a, c));
 }
 
-/// C (m x n) = A (m x k) · B (k x n), all row-major, through the `gemm` crate (the GEMM
-/// candle's CPU matmul uses) on all rayon threads.
-pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
+/// f32 sigmoid and tanh in AVX2/FMA intrinsics. The compiler's vectorisation of
+/// [`Elem::sigmoid`] runs one 8-lane vector per iteration, and exp's chain of ~15 dependent
+/// operations then bounds it by latency (the scheduler holds too few iterations to overlap
+/// them); here every step is applied to [`UNROLL`] independent vectors before the next, so
+/// their chains interleave. Same operations, same order: the results equal
+/// `Elem::sigmoid::<true>` / `Elem::tanh::<true>` bit for bit.
+#[cfg(target_arch = "x86_64")]
+mod avx2_fma {
+    use std::arch::x86_64::*;
+
+    /// Vectors in flight per iteration.
+    const UNROLL: usize = 4;
+    const BLOCK: usize = 8 * UNROLL;
+
+    pub fn available() -> bool {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+
+    type V = [__m256; UNROLL];
+
+    /// [`super::exp_f32`]`::<true>` on every lane.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn exp(x: V) -> V {
+        let splat = _mm256_set1_ps;
+        let rounder = splat(12_582_912.0);
+        let mut t = x;
+        let mut n = x;
+        let mut r = x;
+        for i in 0..UNROLL {
+            let x = _mm256_min_ps(splat(88.0), _mm256_max_ps(splat(-87.0), x[i]));
+            t[i] = _mm256_fmadd_ps(x, splat(std::f32::consts::LOG2_E), rounder);
+            n[i] = _mm256_sub_ps(t[i], rounder);
+            r[i] = _mm256_fnmadd_ps(n[i], splat(0.693_359_4), x);
+        }
+        for i in 0..UNROLL {
+            r[i] = _mm256_fnmadd_ps(n[i], splat(-2.121_944_4e-4), r[i]);
+        }
+        let c = |i: usize| _mm256_set1_ps(super::EXP_P[i]);
+        let mut r2 = r;
+        let mut p = r;
+        for i in 0..UNROLL {
+            r2[i] = _mm256_mul_ps(r[i], r[i]);
+            let high = _mm256_fmadd_ps(c(0), r[i], c(1));
+            let mid = _mm256_fmadd_ps(c(2), r[i], c(3));
+            let low = _mm256_fmadd_ps(c(4), r[i], c(5));
+            let r4 = _mm256_mul_ps(r2[i], r2[i]);
+            p[i] = _mm256_fmadd_ps(r4, high, _mm256_fmadd_ps(r2[i], mid, low));
+        }
+        let mut out = x;
+        for i in 0..UNROLL {
+            let er = _mm256_add_ps(_mm256_fmadd_ps(r2[i], p[i], r[i]), splat(1.0));
+            let n_bits = _mm256_sub_epi32(_mm256_castps_si256(t[i]), _mm256_castps_si256(rounder));
+            let two_n = _mm256_slli_epi32::<23>(_mm256_add_epi32(n_bits, _mm256_set1_epi32(127)));
+            out[i] = _mm256_mul_ps(er, _mm256_castsi256_ps(two_n));
+        }
+        out
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn sigmoid_v(x: V) -> V {
+        let one = _mm256_set1_ps(1.0);
+        let mut neg = x;
+        for v in &mut neg {
+            *v = _mm256_xor_ps(*v, _mm256_set1_ps(-0.0));
+        }
+        let mut e = exp(neg);
+        for e in &mut e {
+            *e = _mm256_div_ps(one, _mm256_add_ps(one, *e));
+        }
+        e
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn tanh_v(x: V) -> V {
+        let one = _mm256_set1_ps(1.0);
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = x;
+        for v in &mut m {
+            // -2|x|
+            *v = _mm256_mul_ps(_mm256_set1_ps(-2.0), _mm256_andnot_ps(sign, *v));
+        }
+        let e = exp(m);
+        let mut out = x;
+        for i in 0..UNROLL {
+            let q = _mm256_div_ps(_mm256_sub_ps(one, e[i]), _mm256_add_ps(one, e[i]));
+            out[i] = _mm256_or_ps(_mm256_andnot_ps(sign, q), _mm256_and_ps(sign, x[i]));
+        }
+        out
+    }
+
+    /// `c = f(a)` in blocks of [`BLOCK`]; the tail goes through one zero-padded block.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn map(a: &[f32], c: &mut [f32], f: impl Fn(V) -> V) {
+        assert_eq!(a.len(), c.len());
+        let mut a_blocks = a.chunks_exact(BLOCK);
+        let mut c_blocks = c.chunks_exact_mut(BLOCK);
+        for (a, c) in (&mut a_blocks).zip(&mut c_blocks) {
+            let mut x = [_mm256_setzero_ps(); UNROLL];
+            for (i, x) in x.iter_mut().enumerate() {
+                // SAFETY: a holds BLOCK floats, lanes 8i..8i + 8 among them.
+                *x = unsafe { _mm256_loadu_ps(a.as_ptr().add(8 * i)) };
+            }
+            let y = f(x);
+            for (i, y) in y.iter().enumerate() {
+                // SAFETY: c holds BLOCK floats.
+                unsafe { _mm256_storeu_ps(c.as_mut_ptr().add(8 * i), *y) };
+            }
+        }
+        let (a, c) = (a_blocks.remainder(), c_blocks.into_remainder());
+        if !a.is_empty() {
+            let mut block = [0f32; BLOCK];
+            block[..a.len()].copy_from_slice(a);
+            let mut x = [_mm256_setzero_ps(); UNROLL];
+            for (i, x) in x.iter_mut().enumerate() {
+                // SAFETY: block holds BLOCK floats.
+                *x = unsafe { _mm256_loadu_ps(block.as_ptr().add(8 * i)) };
+            }
+            for (i, y) in f(x).iter().enumerate() {
+                // SAFETY: block holds BLOCK floats.
+                unsafe { _mm256_storeu_ps(block.as_mut_ptr().add(8 * i), *y) };
+            }
+            c.copy_from_slice(&block[..a.len()]);
+        }
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn sigmoid(a: &[f32], c: &mut [f32]) {
+        map(a, c, |x| sigmoid_v(x))
+    }
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tanh(a: &[f32], c: &mut [f32]) {
+        map(a, c, |x| tanh_v(x))
+    }
+}
+
+/// `c[i] = f(a[i])` on all threads.
+pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
+    unary_chunks(a, c, |a, c| {
+        with_widest_vectors(|| {
+            for (c, &a) in c.iter_mut().zip(a) {
+                *c = f(a);
+            }
+        })
+    })
+}
+
+/// C (m x n) = A (m x k) · B (k x n), all row-major, on all rayon threads: f32 through
+/// [`crate::sgemm::sgemm`] (its own AVX2/FMA kernel where the CPU has them, else the `gemm`
+/// crate), f64 through the `gemm` crate (the GEMM candle's CPU matmul uses).
+pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], dims: (usize, usize, usize)) {
+    T::gemm(a, b, c, dims)
+}
+
+fn gemm_crate<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
     assert!(
         a.len() == m * k && b.len() == k * n && c.len() == m * n,
         "matmul shapes"
@@ -287,13 +515,13 @@ mod tests {
     }
 
     /// Every loop against its f64 reference in pools of 1 to 16 threads, each with the
-    /// multiply-adds the dispatch picks on this CPU (fused on aarch64 and AVX2+FMA x86-64).
+    /// multiply-adds the dispatch picks on this CPU (fused on aarch64 and AVX2+FMA x86-64;
+    /// sigmoid and tanh through their explicitly vectorised loop on the latter).
     #[test]
     fn loops_match_their_references_at_every_thread_count() {
         let n = 100_003; // not a multiple of any chunk or vector width
         let a: Vec<f32> = fill(n, 7, -4.0, 4.0);
         let b: Vec<f32> = fill(n, 8, -1.0, 1.0);
-        let fused = fused_multiply_add();
         for threads in [1, 3, 4, 6, 8, 12, 16] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -311,10 +539,8 @@ mod tests {
                     .iter()
                     .zip(a.iter().zip(&b))
                     .all(|(c, (a, b))| *c == a * b));
-                match fused {
-                    true => unary(&a, &mut c, <f32 as Elem>::sigmoid::<true>),
-                    false => unary(&a, &mut c, <f32 as Elem>::sigmoid::<false>),
-                }
+                // The workload's entry points (the AVX2/FMA loop where the CPU has them).
+                sigmoid(&a, &mut c);
                 for (c, a) in c.iter().zip(&a) {
                     let want = 1.0 / (1.0 + (-(*a as f64)).exp());
                     assert!(
@@ -322,10 +548,7 @@ mod tests {
                         "{threads} threads: sigmoid({a})"
                     );
                 }
-                match fused {
-                    true => unary(&a, &mut c, <f32 as Elem>::tanh::<true>),
-                    false => unary(&a, &mut c, <f32 as Elem>::tanh::<false>),
-                }
+                tanh(&a, &mut c);
                 for (c, a) in c.iter().zip(&a) {
                     let want = (*a as f64).tanh();
                     assert!(
@@ -350,6 +573,79 @@ mod tests {
                     }
                 }
             });
+        }
+    }
+
+    /// The explicitly vectorised f32 sigmoid and tanh against the scalar functions they
+    /// vectorise, bit for bit: every length up to three blocks (the zero-padded tail), values
+    /// across and beyond exp's clamp, infinities, signed zeros and NaN; 1 to 16 threads.
+    #[test]
+    fn vectorised_sigmoid_and_tanh_equal_the_scalar_functions() {
+        if !fused_multiply_add() {
+            return; // the loops are `unary` over the scalar functions themselves
+        }
+        let mut x: Vec<f32> = fill(10_007, 3, -100.0, 100.0);
+        x.extend(fill::<f32>(10_007, 4, -3.0, 3.0));
+        x.extend([
+            0.0,
+            -0.0,
+            1e-30,
+            -1e-30,
+            87.0,
+            -87.0,
+            88.5,
+            -88.5,
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ]);
+        let same = |got: f32, want: f32| {
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
+        };
+        for threads in [1, 3, 4, 6, 8, 12, 16] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut c = vec![0f32; x.len()];
+                sigmoid(&x, &mut c);
+                for (&c, &x) in c.iter().zip(&x) {
+                    let want = <f32 as Elem>::sigmoid::<true>(x);
+                    assert!(
+                        same(c, want),
+                        "{threads} threads: sigmoid({x}) = {c}, want {want}"
+                    );
+                }
+                tanh(&x, &mut c);
+                for (&c, &x) in c.iter().zip(&x) {
+                    let want = <f32 as Elem>::tanh::<true>(x);
+                    assert!(
+                        same(c, want),
+                        "{threads} threads: tanh({x}) = {c}, want {want}"
+                    );
+                }
+            });
+        }
+        for len in 0..=100 {
+            let x = &x[10_000..10_000 + len];
+            let mut c = vec![f32::NAN; len];
+            sigmoid(x, &mut c);
+            assert!(
+                c.iter()
+                    .zip(x)
+                    .all(|(&c, &x)| same(c, <f32 as Elem>::sigmoid::<true>(x))),
+                "length {len}"
+            );
+            tanh(x, &mut c);
+            assert!(
+                c.iter()
+                    .zip(x)
+                    .all(|(&c, &x)| same(c, <f32 as Elem>::tanh::<true>(x))),
+                "length {len}"
+            );
         }
     }
 

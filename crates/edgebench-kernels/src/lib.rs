@@ -46,6 +46,7 @@ pub mod im2col;
 pub mod linear;
 pub mod lrn;
 pub mod pool;
+pub mod sgemm;
 mod tuning;
 mod winograd;
 

@@ -1,7 +1,9 @@
 //! The roofs of a roofline, per device: the theoretical compute and memory-bandwidth peaks
 //! (the board profile's figures; for a host without a profile the CPU's computed from
 //! /proc/cpuinfo and cpufreq) and the peaks measured on the host itself: a large SGEMM through
-//! the `gemm` crate (what candle's CPU matmul runs) and STREAM's copy and triad on all threads.
+//! the GEMM the ops workload's `dot` runs (`kernels::matmul`: edgebench's own AVX2/FMA kernel on
+//! x86-64 CPUs that have them, else the `gemm` crate, what candle's CPU matmul runs), so `dot`'s
+//! share of it is honest, and STREAM's copy and triad on all threads.
 
 use super::{self as ops, Dtype, Roofs};
 use crate::board::BoardProfile;
