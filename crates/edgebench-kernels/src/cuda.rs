@@ -196,19 +196,9 @@ extern "C" __global__ void eb_bias_act(float* y, const float* b, long long total
     }
 }
 
-// SGD with momentum in one pass (Caffe's update): v = momentum v + rate (g + decay w); w -= v.
-extern "C" __global__ void eb_sgd_momentum(float* w, const float* g, float* v, long long total,
-                                           float momentum, float rate, float decay) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
-         i += (long long)blockDim.x * gridDim.x) {
-        float u = momentum * v[i] + rate * (g[i] + decay * w[i]);
-        v[i] = u;
-        w[i] -= u;
-    }
-}
-
-// eb_sgd_momentum over up to EB_SGD_MANY parameters in one launch (blockIdx.y picks one): at
-// batch 1 a launch per parameter is a large part of the host's time per step.
+// SGD with momentum (Caffe's update: v = momentum v + rate (g + decay w); w -= v) over up to
+// EB_SGD_MANY parameters in one launch (blockIdx.y picks one): at batch 1 a launch per
+// parameter is a large part of the host's time per step.
 #define EB_SGD_MANY 32
 struct EbSgdTable {
     float* w[EB_SGD_MANY];
@@ -656,72 +646,6 @@ pub(crate) fn bias_grad(
     // as the kernel's shared array assumes.
     unsafe { l.launch(cfg) }.w()?;
     Ok(())
-}
-
-/// SGD with momentum on a CUDA tensor, in place on the weights and on the momentum buffer `v`:
-/// `v = momentum·v + rate·(g + decay·w); w -= v`, one pass instead of the six element-wise ops
-/// (and their temporaries) the same update takes as tensor ops. All three f32 and contiguous.
-pub(crate) struct SgdMomentum {
-    pub momentum: f32,
-    pub rate: f32,
-    pub decay: f32,
-}
-
-impl candle_core::InplaceOp3 for SgdMomentum {
-    fn name(&self) -> &'static str {
-        "sgd-momentum"
-    }
-
-    fn cpu_fwd(
-        &self,
-        _: &mut candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-        _: &candle_core::CpuStorage,
-        _: &Layout,
-    ) -> Result<()> {
-        bail!("sgd-momentum: the fused update is for CUDA tensors (the CPU has its own)")
-    }
-
-    fn cuda_fwd(
-        &self,
-        w: &mut CudaStorage,
-        lw: &Layout,
-        g: &CudaStorage,
-        lg: &Layout,
-        v: &CudaStorage,
-        lv: &Layout,
-    ) -> Result<()> {
-        let n = self.name();
-        if lw.shape() != lg.shape() || lw.shape() != lv.shape() {
-            bail!(
-                "{n}: shapes differ {:?} {:?} {:?}",
-                lw.shape(),
-                lg.shape(),
-                lv.shape()
-            );
-        }
-        let (g, v) = (input(g, lg, n)?, input(v, lv, n)?);
-        let Some((a, b)) = lw.contiguous_offsets() else {
-            bail!("{n}: the weights must be contiguous");
-        };
-        let dev = w.device().clone();
-        let mut w = w.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
-        let total = b - a;
-        let len = total as i64;
-        let func = kernel(&dev, "eb_sgd_momentum")?;
-        let stream = dev.cuda_stream();
-        let mut l = stream.launch_builder(&func);
-        l.arg(&mut w).arg(&g).arg(&v).arg(&len);
-        l.arg(&self.momentum).arg(&self.rate).arg(&self.decay);
-        // SAFETY: the arguments match eb_sgd_momentum's signature; w, g and v each hold `total`
-        // elements (same shapes, contiguous). The kernel also writes v, which candle sees as an
-        // input: it is the optimiser's own buffer, shared with no other tensor (the caller's
-        // contract in `crate::sgd_momentum`).
-        unsafe { l.launch(config(total)) }.w()?;
-        Ok(())
-    }
 }
 
 /// Parameters per launch of eb_sgd_momentum_many (its EB_SGD_MANY).

@@ -406,7 +406,8 @@ pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], dims: (usize, usize, usize
     T::gemm(a, b, c, dims)
 }
 
-fn gemm_crate<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
+/// The `gemm` crate on all rayon threads (the portable path, and the reference in tests).
+pub(crate) fn gemm_crate<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
     assert!(
         a.len() == m * k && b.len() == k * n && c.len() == m * n,
         "matmul shapes"

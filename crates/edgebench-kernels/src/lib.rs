@@ -91,20 +91,16 @@ pub fn sgd_momentum(
     rate: f32,
     decay: f32,
 ) -> Result<()> {
-    #[cfg(feature = "cuda")]
-    if w.device().is_cuda() {
-        return w.inplace_op3(
+    sgd_momentum_all(
+        &[SgdUpdate {
+            w,
             g,
             v,
-            &cuda::SgdMomentum {
-                momentum,
-                rate,
-                decay,
-            },
-        );
-    }
-    let _ = (g, v, momentum, rate, decay);
-    bail!("sgd_momentum: CUDA tensors only, got {:?}", w.device())
+            rate,
+            decay,
+        }],
+        momentum,
+    )
 }
 
 /// One parameter's part of [`sgd_momentum_all`]: `v = momentum·v + rate·(g + decay·w); w -= v`.

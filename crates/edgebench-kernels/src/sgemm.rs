@@ -46,7 +46,7 @@ pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usiz
     if has_avx2_fma() {
         return blocked(a, b, c, (m, n, k));
     }
-    gemm_crate(a, b, c, (m, n, k));
+    crate::elementwise::gemm_crate(a, b, c, (m, n, k));
 }
 
 /// Whether [`sgemm`] runs its own AVX2/FMA kernel on this CPU (else the `gemm` crate).
@@ -60,46 +60,6 @@ pub fn native_kernel() -> bool {
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
-
-/// The `gemm` crate on all rayon threads (the portable path, and the reference in tests).
-pub fn gemm_crate(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
-    assert!(
-        a.len() == m * k && b.len() == k * n && c.len() == m * n,
-        "sgemm shapes"
-    );
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the assert above makes every index gemm reads or writes fall inside a, b, c
-    // (row-major, row strides k, n, n; column stride 1); c is borrowed mutably, so it overlaps
-    // neither a nor b. alpha is unused (read_dst false), beta = 1 scales the product.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            0.0f32,
-            1.0f32,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
 }
 
 /// A buffer of at least `len` floats starting on a 64-byte boundary (whole cache lines for
@@ -552,7 +512,7 @@ mod tests {
         let mut ours = vec![0f32; m * n];
         let mut theirs = vec![0f32; m * n];
         sgemm(&a, &b, &mut ours, (m, n, k));
-        gemm_crate(&a, &b, &mut theirs, (m, n, k));
+        crate::elementwise::gemm_crate(&a, &b, &mut theirs, (m, n, k));
         let worst = ours
             .iter()
             .zip(&theirs)
