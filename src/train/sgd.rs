@@ -63,9 +63,11 @@ impl Sgd {
     /// Returns the learning rate used.
     pub fn step(&mut self, iter: usize, params: &[Param], grads: &GradStore) -> Result<f64> {
         let lr = learning_rate(&self.solver, iter, self.max_iter);
-        // CUDA f32 parameters are updated together after the loop (one launch per 32).
-        let mut on_gpu: Vec<(usize, &Tensor, Tensor, f32, f32)> = Vec::new();
-        for (i, (param, history)) in params.iter().zip(self.history.iter_mut()).enumerate() {
+        // CUDA f32 parameters are updated together after the loop (one launch per 32): weight,
+        // gradient, momentum (a clone shares the history's buffer, which the kernel updates in
+        // place), rate, decay.
+        let mut on_gpu: Vec<(&Tensor, Tensor, Tensor, f32, f32)> = Vec::new();
+        for (param, history) in params.iter().zip(self.history.iter_mut()) {
             let w = param.var.as_tensor();
             let Some(grad) = grads.get(w) else {
                 continue; // not on this step's graph
@@ -89,12 +91,13 @@ impl Sgd {
                     };
                     w.inplace_op2(&grad.contiguous()?, &update)?;
                 }
-                History::Device(_)
+                History::Device(history)
                     if w.device().is_cuda() && w.dtype() == candle_core::DType::F32 =>
                 {
                     // Fused on the GPU instead of six element-wise ops and their temporaries
                     // per parameter (at batch 1 the update is much of the step).
-                    on_gpu.push((i, w, grad.contiguous()?, rate as f32, decay as f32));
+                    let (grad, rate, decay) = (grad.contiguous()?, rate as f32, decay as f32);
+                    on_gpu.push((w, grad, history.clone(), rate, decay));
                 }
                 History::Device(history) => {
                     let grad = if decay != 0.0 {
@@ -108,19 +111,16 @@ impl Sgd {
                 }
             }
         }
-        let updates = on_gpu
+        let updates: Vec<_> = on_gpu
             .iter()
-            .map(|(i, w, g, rate, decay)| match &self.history[*i] {
-                History::Device(v) => Ok(edgebench_kernels::SgdUpdate {
-                    w,
-                    g,
-                    v,
-                    rate: *rate,
-                    decay: *decay,
-                }),
-                History::Host(_) => bail!("sgd: a CUDA parameter with a host momentum buffer"),
+            .map(|(w, g, v, rate, decay)| edgebench_kernels::SgdUpdate {
+                w,
+                g,
+                v,
+                rate: *rate,
+                decay: *decay,
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect();
         edgebench_kernels::sgd_momentum_all(&updates, self.solver.momentum as f32)?;
         Ok(lr)
     }

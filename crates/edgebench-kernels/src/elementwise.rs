@@ -538,58 +538,53 @@ mod tests {
         let n = 100_003; // not a multiple of any chunk or vector width
         let a: Vec<f32> = fill(n, 7, -4.0, 4.0);
         let b: Vec<f32> = fill(n, 8, -1.0, 1.0);
-        for threads in [1, 3, 4, 6, 8, 12, 16] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
-                let mut c = vec![0f32; n];
-                binary(&a, &b, &mut c, <f32 as Elem>::add);
-                assert!(c
-                    .iter()
-                    .zip(a.iter().zip(&b))
-                    .all(|(c, (a, b))| *c == a + b));
-                binary(&a, &b, &mut c, <f32 as Elem>::mul);
-                assert!(c
-                    .iter()
-                    .zip(a.iter().zip(&b))
-                    .all(|(c, (a, b))| *c == a * b));
-                // The workload's entry points (the AVX2/FMA loop where the CPU has them).
-                sigmoid(&a, &mut c);
-                for (c, a) in c.iter().zip(&a) {
-                    let want = 1.0 / (1.0 + (-(*a as f64)).exp());
+        crate::test_util::on_thread_counts(|| {
+            let threads = rayon::current_num_threads();
+            let mut c = vec![0f32; n];
+            binary(&a, &b, &mut c, <f32 as Elem>::add);
+            assert!(c
+                .iter()
+                .zip(a.iter().zip(&b))
+                .all(|(c, (a, b))| *c == a + b));
+            binary(&a, &b, &mut c, <f32 as Elem>::mul);
+            assert!(c
+                .iter()
+                .zip(a.iter().zip(&b))
+                .all(|(c, (a, b))| *c == a * b));
+            // The workload's entry points (the AVX2/FMA loop where the CPU has them).
+            sigmoid(&a, &mut c);
+            for (c, a) in c.iter().zip(&a) {
+                let want = 1.0 / (1.0 + (-(*a as f64)).exp());
+                assert!(
+                    (*c as f64 - want).abs() <= 3e-7 * want,
+                    "{threads} threads: sigmoid({a})"
+                );
+            }
+            tanh(&a, &mut c);
+            for (c, a) in c.iter().zip(&a) {
+                let want = (*a as f64).tanh();
+                assert!(
+                    (*c as f64 - want).abs() <= 3e-7,
+                    "{threads} threads: tanh({a})"
+                );
+            }
+            // A 37 x 29 x 41 product against the triple loop in f64.
+            let (m, k, p) = (37, 29, 41);
+            let mut c = vec![0f32; m * p];
+            matmul(&a[..m * k], &b[..k * p], &mut c, (m, p, k));
+            for i in 0..m {
+                for j in 0..p {
+                    let want: f64 = (0..k)
+                        .map(|l| a[i * k + l] as f64 * b[l * p + j] as f64)
+                        .sum();
+                    let got = c[i * p + j] as f64;
                     assert!(
-                        (*c as f64 - want).abs() <= 3e-7 * want,
-                        "{threads} threads: sigmoid({a})"
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{threads} threads: c[{i},{j}]"
                     );
                 }
-                tanh(&a, &mut c);
-                for (c, a) in c.iter().zip(&a) {
-                    let want = (*a as f64).tanh();
-                    assert!(
-                        (*c as f64 - want).abs() <= 3e-7,
-                        "{threads} threads: tanh({a})"
-                    );
-                }
-                // A 37 x 29 x 41 product against the triple loop in f64.
-                let (m, k, p) = (37, 29, 41);
-                let mut c = vec![0f32; m * p];
-                matmul(&a[..m * k], &b[..k * p], &mut c, (m, p, k));
-                for i in 0..m {
-                    for j in 0..p {
-                        let want: f64 = (0..k)
-                            .map(|l| a[i * k + l] as f64 * b[l * p + j] as f64)
-                            .sum();
-                        let got = c[i * p + j] as f64;
-                        assert!(
-                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                            "{threads} threads: c[{i},{j}]"
-                        );
-                    }
-                }
-            });
-        }
+            }
+        });
     }
 
     /// The explicitly vectorised f32 sigmoid and tanh against the scalar functions they
@@ -620,31 +615,26 @@ mod tests {
         let same = |got: f32, want: f32| {
             got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
         };
-        for threads in [1, 3, 4, 6, 8, 12, 16] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
-                let mut c = vec![0f32; x.len()];
-                sigmoid(&x, &mut c);
-                for (&c, &x) in c.iter().zip(&x) {
-                    let want = <f32 as Elem>::sigmoid::<true>(x);
-                    assert!(
-                        same(c, want),
-                        "{threads} threads: sigmoid({x}) = {c}, want {want}"
-                    );
-                }
-                tanh(&x, &mut c);
-                for (&c, &x) in c.iter().zip(&x) {
-                    let want = <f32 as Elem>::tanh::<true>(x);
-                    assert!(
-                        same(c, want),
-                        "{threads} threads: tanh({x}) = {c}, want {want}"
-                    );
-                }
-            });
-        }
+        crate::test_util::on_thread_counts(|| {
+            let threads = rayon::current_num_threads();
+            let mut c = vec![0f32; x.len()];
+            sigmoid(&x, &mut c);
+            for (&c, &x) in c.iter().zip(&x) {
+                let want = <f32 as Elem>::sigmoid::<true>(x);
+                assert!(
+                    same(c, want),
+                    "{threads} threads: sigmoid({x}) = {c}, want {want}"
+                );
+            }
+            tanh(&x, &mut c);
+            for (&c, &x) in c.iter().zip(&x) {
+                let want = <f32 as Elem>::tanh::<true>(x);
+                assert!(
+                    same(c, want),
+                    "{threads} threads: tanh({x}) = {c}, want {want}"
+                );
+            }
+        });
         for len in 0..=100 {
             let x = &x[10_000..10_000 + len];
             let mut c = vec![f32::NAN; len];

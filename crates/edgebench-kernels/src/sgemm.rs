@@ -252,6 +252,50 @@ unsafe fn macro_kernel(
     }
 }
 
+/// One step of the microkernel's loop, as assembly text: row `$p` of the packed B panel (three
+/// vectors) times each of the four A values of that step (broadcast), added into the twelve
+/// accumulators ymm4..ymm15.
+#[cfg(target_arch = "x86_64")]
+macro_rules! step {
+    ($p:literal) => {
+        concat!(
+            "vmovups ymm0, [{b} + ",
+            $p,
+            "*96]\n",
+            "vmovups ymm1, [{b} + ",
+            $p,
+            "*96 + 32]\n",
+            "vmovups ymm2, [{b} + ",
+            $p,
+            "*96 + 64]\n",
+            "vbroadcastss ymm3, dword ptr [{a} + ",
+            $p,
+            "*16]\n",
+            "vfmadd231ps ymm4, ymm3, ymm0\n",
+            "vfmadd231ps ymm5, ymm3, ymm1\n",
+            "vfmadd231ps ymm6, ymm3, ymm2\n",
+            "vbroadcastss ymm3, dword ptr [{a} + ",
+            $p,
+            "*16 + 4]\n",
+            "vfmadd231ps ymm7, ymm3, ymm0\n",
+            "vfmadd231ps ymm8, ymm3, ymm1\n",
+            "vfmadd231ps ymm9, ymm3, ymm2\n",
+            "vbroadcastss ymm3, dword ptr [{a} + ",
+            $p,
+            "*16 + 8]\n",
+            "vfmadd231ps ymm10, ymm3, ymm0\n",
+            "vfmadd231ps ymm11, ymm3, ymm1\n",
+            "vfmadd231ps ymm12, ymm3, ymm2\n",
+            "vbroadcastss ymm3, dword ptr [{a} + ",
+            $p,
+            "*16 + 12]\n",
+            "vfmadd231ps ymm13, ymm3, ymm0\n",
+            "vfmadd231ps ymm14, ymm3, ymm1\n",
+            "vfmadd231ps ymm15, ymm3, ymm2",
+        )
+    };
+}
+
 /// C[0..4][0..24] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
 /// A panel (kc x 4, column by column) and a packed B panel (kc x 24, row by row): twelve
 /// 8-lane accumulators, three FMAs per broadcast element of A.
@@ -308,82 +352,10 @@ unsafe fn kernel(
             "jz 4f",
             "2:",
             "prefetcht0 [{a} + 256]",
-            "vmovups ymm0, [{b}]",
-            "vmovups ymm1, [{b} + 0*96 + 32]",
-            "vmovups ymm2, [{b} + 0*96 + 64]",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16]",
-            "vfmadd231ps ymm4, ymm3, ymm0",
-            "vfmadd231ps ymm5, ymm3, ymm1",
-            "vfmadd231ps ymm6, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 4]",
-            "vfmadd231ps ymm7, ymm3, ymm0",
-            "vfmadd231ps ymm8, ymm3, ymm1",
-            "vfmadd231ps ymm9, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 8]",
-            "vfmadd231ps ymm10, ymm3, ymm0",
-            "vfmadd231ps ymm11, ymm3, ymm1",
-            "vfmadd231ps ymm12, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 12]",
-            "vfmadd231ps ymm13, ymm3, ymm0",
-            "vfmadd231ps ymm14, ymm3, ymm1",
-            "vfmadd231ps ymm15, ymm3, ymm2",
-            "vmovups ymm0, [{b} + 1*96]",
-            "vmovups ymm1, [{b} + 1*96 + 32]",
-            "vmovups ymm2, [{b} + 1*96 + 64]",
-            "vbroadcastss ymm3, dword ptr [{a} + 1*16]",
-            "vfmadd231ps ymm4, ymm3, ymm0",
-            "vfmadd231ps ymm5, ymm3, ymm1",
-            "vfmadd231ps ymm6, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 1*16 + 4]",
-            "vfmadd231ps ymm7, ymm3, ymm0",
-            "vfmadd231ps ymm8, ymm3, ymm1",
-            "vfmadd231ps ymm9, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 1*16 + 8]",
-            "vfmadd231ps ymm10, ymm3, ymm0",
-            "vfmadd231ps ymm11, ymm3, ymm1",
-            "vfmadd231ps ymm12, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 1*16 + 12]",
-            "vfmadd231ps ymm13, ymm3, ymm0",
-            "vfmadd231ps ymm14, ymm3, ymm1",
-            "vfmadd231ps ymm15, ymm3, ymm2",
-            "vmovups ymm0, [{b} + 2*96]",
-            "vmovups ymm1, [{b} + 2*96 + 32]",
-            "vmovups ymm2, [{b} + 2*96 + 64]",
-            "vbroadcastss ymm3, dword ptr [{a} + 2*16]",
-            "vfmadd231ps ymm4, ymm3, ymm0",
-            "vfmadd231ps ymm5, ymm3, ymm1",
-            "vfmadd231ps ymm6, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 2*16 + 4]",
-            "vfmadd231ps ymm7, ymm3, ymm0",
-            "vfmadd231ps ymm8, ymm3, ymm1",
-            "vfmadd231ps ymm9, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 2*16 + 8]",
-            "vfmadd231ps ymm10, ymm3, ymm0",
-            "vfmadd231ps ymm11, ymm3, ymm1",
-            "vfmadd231ps ymm12, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 2*16 + 12]",
-            "vfmadd231ps ymm13, ymm3, ymm0",
-            "vfmadd231ps ymm14, ymm3, ymm1",
-            "vfmadd231ps ymm15, ymm3, ymm2",
-            "vmovups ymm0, [{b} + 3*96]",
-            "vmovups ymm1, [{b} + 3*96 + 32]",
-            "vmovups ymm2, [{b} + 3*96 + 64]",
-            "vbroadcastss ymm3, dword ptr [{a} + 3*16]",
-            "vfmadd231ps ymm4, ymm3, ymm0",
-            "vfmadd231ps ymm5, ymm3, ymm1",
-            "vfmadd231ps ymm6, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 3*16 + 4]",
-            "vfmadd231ps ymm7, ymm3, ymm0",
-            "vfmadd231ps ymm8, ymm3, ymm1",
-            "vfmadd231ps ymm9, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 3*16 + 8]",
-            "vfmadd231ps ymm10, ymm3, ymm0",
-            "vfmadd231ps ymm11, ymm3, ymm1",
-            "vfmadd231ps ymm12, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 3*16 + 12]",
-            "vfmadd231ps ymm13, ymm3, ymm0",
-            "vfmadd231ps ymm14, ymm3, ymm1",
-            "vfmadd231ps ymm15, ymm3, ymm2",
+            step!(0),
+            step!(1),
+            step!(2),
+            step!(3),
             "add {a}, 64",
             "add {b}, 384",
             "dec {k}",
@@ -392,25 +364,7 @@ unsafe fn kernel(
             "test {r}, {r}",
             "jz 3f",
             "5:",
-            "vmovups ymm0, [{b}]",
-            "vmovups ymm1, [{b} + 0*96 + 32]",
-            "vmovups ymm2, [{b} + 0*96 + 64]",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16]",
-            "vfmadd231ps ymm4, ymm3, ymm0",
-            "vfmadd231ps ymm5, ymm3, ymm1",
-            "vfmadd231ps ymm6, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 4]",
-            "vfmadd231ps ymm7, ymm3, ymm0",
-            "vfmadd231ps ymm8, ymm3, ymm1",
-            "vfmadd231ps ymm9, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 8]",
-            "vfmadd231ps ymm10, ymm3, ymm0",
-            "vfmadd231ps ymm11, ymm3, ymm1",
-            "vfmadd231ps ymm12, ymm3, ymm2",
-            "vbroadcastss ymm3, dword ptr [{a} + 0*16 + 12]",
-            "vfmadd231ps ymm13, ymm3, ymm0",
-            "vfmadd231ps ymm14, ymm3, ymm1",
-            "vfmadd231ps ymm15, ymm3, ymm2",
+            step!(0),
             "add {a}, 16",
             "add {b}, 96",
             "dec {r}",
@@ -496,30 +450,25 @@ mod tests {
             (4, NC + 21, 5),
             (9, groups_n, groups_k),
         ];
-        for threads in [1, 3, 4, 6, 8, 12, 16] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
-                for (s, &(m, n, k)) in shapes.iter().enumerate() {
-                    let a: Vec<f32> = fill(m * k, 11 + s as u64, -1.0, 1.0);
-                    let b: Vec<f32> = fill(k * n, 23 + s as u64, -1.0, 1.0);
-                    let want = reference(&a, &b, (m, n, k));
-                    // Stale values in C must be overwritten, not added to.
-                    let mut c = vec![f32::NAN; m * n];
-                    sgemm(&a, &b, &mut c, (m, n, k));
-                    for (idx, (&got, &want)) in c.iter().zip(&want).enumerate() {
-                        assert!(
-                            (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
-                            "{threads} threads, {m}x{n}x{k}: c[{}, {}] = {got}, want {want}",
-                            idx / n,
-                            idx % n
-                        );
-                    }
+        crate::test_util::on_thread_counts(|| {
+            let threads = rayon::current_num_threads();
+            for (s, &(m, n, k)) in shapes.iter().enumerate() {
+                let a: Vec<f32> = fill(m * k, 11 + s as u64, -1.0, 1.0);
+                let b: Vec<f32> = fill(k * n, 23 + s as u64, -1.0, 1.0);
+                let want = reference(&a, &b, (m, n, k));
+                // Stale values in C must be overwritten, not added to.
+                let mut c = vec![f32::NAN; m * n];
+                sgemm(&a, &b, &mut c, (m, n, k));
+                for (idx, (&got, &want)) in c.iter().zip(&want).enumerate() {
+                    assert!(
+                        (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                        "{threads} threads, {m}x{n}x{k}: c[{}, {}] = {got}, want {want}",
+                        idx / n,
+                        idx % n
+                    );
                 }
-            });
-        }
+            }
+        });
     }
 
     #[test]
