@@ -17,8 +17,6 @@ const MR: usize = 4;
 /// of A per 12 FMAs where 6 x 16 needs 6; on Zen 3 the microkernel alone ran at ~89 GFLOP/s
 /// per core in L1 against ~70 for 6 x 16.
 const NR: usize = 24;
-/// 8-lane vectors per row of a tile.
-const NV: usize = NR / 8;
 /// Depth of a packed block: a KC x NR panel of B (18 KiB) stays in a 32 KiB L1d while the
 /// microkernel walks down the A block (at KC = 256, 24 KiB, the kernel lost a quarter).
 const KC: usize = 192;
@@ -90,27 +88,44 @@ thread_local! {
     static PACK_B: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Packs rows `pc..pc + kc` and columns `jc..jc + nc` of B (row stride `n`) into panels of NR
-/// columns, each kc x NR row by row, the last one padded with zeros; in parallel by panel.
+/// Packs rows `pc..pc + kc` of B (row stride `n`), from column `jc` on, into the panels of NR
+/// columns that `dst` holds (`dst.len() / (kc * NR)` of them, the first one starting at column
+/// `jc + first_panel * NR`), each kc x NR row by row; columns at and past `jc + nc` are zeros.
+/// The panels are filled row after row: B's rows are read in contiguous stretches of up to
+/// 768 bytes (a run of eight panels), where packing one panel at a time read 96 bytes per row
+/// and came back for the rest of each cache line after it had left (packing by panel, with a
+/// memcpy call per row, took 10 % of a one-thread product at n = 661).
 #[cfg(target_arch = "x86_64")]
 fn pack_b(
     b: &[f32],
     n: usize,
     (pc, kc): (usize, usize),
     (jc, nc): (usize, usize),
+    first_panel: usize,
     dst: &mut [f32],
 ) {
-    dst.par_chunks_mut(kc * NR)
-        .enumerate()
-        .for_each(|(panel, dst)| {
-            let j0 = jc + panel * NR;
-            let cols = NR.min(jc + nc - j0);
-            for (p, row) in dst.chunks_exact_mut(NR).enumerate() {
-                let src = &b[(pc + p) * n + j0..][..cols];
-                row[..cols].copy_from_slice(src);
-                row[cols..].fill(0.0);
+    let panel_len = kc * NR;
+    let j_run = jc + first_panel * NR;
+    for p in 0..kc {
+        let src_row = &b[(pc + p) * n..][..jc + nc];
+        for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
+            let j0 = j_run + g * NR;
+            let row = &mut panel[p * NR..][..NR];
+            match src_row.get(j0..j0 + NR) {
+                // Fixed-size copies: inlined vector moves, not a memcpy call per row.
+                Some(src) => {
+                    <&mut [f32; NR]>::try_from(row)
+                        .expect("NR floats")
+                        .copy_from_slice(src);
+                }
+                None => {
+                    let cols = (jc + nc).saturating_sub(j0).min(NR);
+                    row[..cols].copy_from_slice(&src_row[j0..j0 + cols]);
+                    row[cols..].fill(0.0);
+                }
             }
-        });
+        }
+    }
 }
 
 /// Packs the `rows` x kc block of A starting at `a` (row stride `k`, from column `pc`) into
@@ -120,6 +135,12 @@ fn pack_a(a: &[f32], k: usize, rows: usize, (pc, kc): (usize, usize), dst: &mut 
     for (panel, dst) in dst.chunks_exact_mut(kc * MR).enumerate() {
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
+        if valid == MR {
+            let src: [&[f32]; MR] = std::array::from_fn(|i| &a[(i0 + i) * k + pc..][..kc]);
+            // SAFETY: only called on the AVX2/FMA path (blocked), checked by sgemm.
+            unsafe { transpose_4_rows(src, dst) };
+            continue;
+        }
         for i in 0..MR {
             if i < valid {
                 let src = &a[(i0 + i) * k + pc..][..kc];
@@ -135,55 +156,254 @@ fn pack_a(a: &[f32], k: usize, rows: usize, (pc, kc): (usize, usize), dst: &mut 
     }
 }
 
+/// `dst[p * 4 + i] = rows[i][p]`, eight columns at a time by a 4 x 8 register transpose and
+/// four full-vector stores rather than four strided scalar stores per column.
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let kc = rows[0].len();
+    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * MR);
+    let body = kc - kc % 8;
+    for p in (0..body).step_by(8) {
+        // SAFETY: p + 8 <= kc floats in every row, and dst holds kc x 4 floats.
+        unsafe {
+            let r0 = _mm256_loadu_ps(rows[0].as_ptr().add(p));
+            let r1 = _mm256_loadu_ps(rows[1].as_ptr().add(p));
+            let r2 = _mm256_loadu_ps(rows[2].as_ptr().add(p));
+            let r3 = _mm256_loadu_ps(rows[3].as_ptr().add(p));
+            let t0 = _mm256_unpacklo_ps(r0, r1);
+            let t1 = _mm256_unpackhi_ps(r0, r1);
+            let t2 = _mm256_unpacklo_ps(r2, r3);
+            let t3 = _mm256_unpackhi_ps(r2, r3);
+            // Columns 0 | 4, 1 | 5, 2 | 6 and 3 | 7 of the four rows (one per 128-bit lane).
+            let c04 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let c15 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let c26 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let c37 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let out = dst.as_mut_ptr().add(p * MR);
+            _mm256_storeu_ps(out, _mm256_permute2f128_ps::<0x20>(c04, c15));
+            _mm256_storeu_ps(out.add(8), _mm256_permute2f128_ps::<0x20>(c26, c37));
+            _mm256_storeu_ps(out.add(16), _mm256_permute2f128_ps::<0x31>(c04, c15));
+            _mm256_storeu_ps(out.add(24), _mm256_permute2f128_ps::<0x31>(c26, c37));
+        }
+    }
+    for p in body..kc {
+        for (i, row) in rows.iter().enumerate() {
+            dst[p * MR + i] = row[p];
+        }
+    }
+}
+
+/// Run `index` of `units` units cut into `parts` runs whose sizes differ by at most one unit:
+/// equal shares let the threads finish together (cut into runs of 136 rows, 2383 rows gave two
+/// threads 9 and 8.5 runs' work in every depth block; even runs measured 1-7 % faster on two
+/// threads at n = 661 to 2383).
+fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> {
+    index * units / parts..(index + 1) * units / parts
+}
+
+/// One group of depth blocks of B packed together: columns `jc..jc + nc`, depths `pg..pg + kg`.
+#[cfg(target_arch = "x86_64")]
+struct Group {
+    jc: usize,
+    nc: usize,
+    pg: usize,
+    kg: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Group {
+    fn panels(&self) -> usize {
+        self.nc.div_ceil(NR)
+    }
+
+    fn blocks(&self) -> usize {
+        self.kg.div_ceil(KC)
+    }
+
+    /// Runs of up to eight panels per depth block: the packing's work items.
+    fn runs_per_block(&self) -> usize {
+        self.panels().div_ceil(8)
+    }
+
+    /// Floats of the packed group: its full depth blocks of KC rows and the last, shorter one.
+    fn packed_len(&self) -> usize {
+        self.panels() * NR * self.kg
+    }
+}
+
+/// Claims the next of `items` work items for this thread, or None when all are taken.
+#[cfg(target_arch = "x86_64")]
+fn claim(next: &std::sync::atomic::AtomicUsize, items: usize) -> Option<usize> {
+    let item = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (item < items).then_some(item)
+}
+
+/// Waits until `done` reaches `items`. Every unfinished item has been claimed by a thread that
+/// is running it, so the wait ends without this thread's help.
+#[cfg(target_arch = "x86_64")]
+fn wait_for(done: &std::sync::atomic::AtomicUsize, items: usize) {
+    let mut spins = 0u32;
+    while done.load(std::sync::atomic::Ordering::Acquire) < items {
+        spins += 1;
+        if spins < 1 << 16 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A pointer shared by the threads of one product, each writing only its own part of the
+/// buffer between two waits.
+#[cfg(target_arch = "x86_64")]
+struct Shared(*mut f32);
+
+#[cfg(target_arch = "x86_64")]
+impl Shared {
+    /// The pointer at `offset` floats (a method, so that closures capture the Sync wrapper).
+    ///
+    /// # Safety
+    /// `offset` stays inside the buffer.
+    unsafe fn at(&self, offset: usize) -> *mut f32 {
+        // SAFETY: as the caller promises.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+// SAFETY: the threads of a product write disjoint parts (packing runs, C's row runs), and a
+// buffer is read only after `wait_for` has seen every write to it released.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Send for Shared {}
+// SAFETY: as for Send.
+#[cfg(target_arch = "x86_64")]
+unsafe impl Sync for Shared {}
+
+/// Progress counters of one group, shared by the threads of a product.
+#[cfg(target_arch = "x86_64")]
+#[derive(Default)]
+struct Progress {
+    next_run: std::sync::atomic::AtomicUsize,
+    packed: std::sync::atomic::AtomicUsize,
+    next_task: std::sync::atomic::AtomicUsize,
+    computed: std::sync::atomic::AtomicUsize,
+}
+
 /// The blocked product: for each group of KC x NC blocks of B (as many as fit in
-/// [`PACKED_B_FLOATS`]), packed once and shared, every thread takes its own run of C's rows
-/// and, block after block, packs those rows of A and runs the microkernel over them.
+/// [`PACKED_B_FLOATS`]), packed once and shared, the threads take runs of C's rows and, block
+/// after block, pack those rows of A and run the microkernel over them.
+///
+/// The whole product is one parallel region: the threads claim the packing runs and then the
+/// row runs of every group from shared counters and wait for each other only between the
+/// packing and the products of a group and before its buffer is packed again. A fork-join per
+/// step (two per group) had the pool's threads fall asleep and wake up dozens of times per
+/// product; in a virtual machine a wake can take a millisecond. Claiming instead of a fixed
+/// share also evens out threads that run at different speeds. Every wait is for runs that a
+/// running thread has claimed, so a product finishes even if only one thread of the pool
+/// takes part.
 #[cfg(target_arch = "x86_64")]
 fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
     let threads = rayon::current_num_threads().max(1);
-    // An equal number of row blocks per thread, each at most about MC rows, in whole
-    // microkernel rows: the threads finish together.
-    let tasks = threads * m.div_ceil(threads * MC);
-    let rows_per_task = m.div_ceil(tasks).next_multiple_of(MR);
-    // Taken out of the thread-local while the pool runs: a worker that waits here may steal a
-    // task that calls sgemm itself, which then packs into a buffer of its own.
-    let mut pack_b_buf = Aligned(PACK_B.take());
+    // An equal number of row runs per thread, each at most about MC rows, in whole
+    // microkernel rows.
+    let row_panels = m.div_ceil(MR);
+    let tasks = (threads * m.div_ceil(threads * MC)).min(row_panels);
+    let mut groups = Vec::new();
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
         let block_len = nc.div_ceil(NR) * NR * KC;
-        // Depth blocks packed together, up to PACKED_B_FLOATS: one fork-join for their
-        // packing and one for their products, and each thread's rows of C stay in its cache
-        // from one depth block to the next.
-        let group = (PACKED_B_FLOATS / block_len).max(1) * KC;
-        for pg in (0..k).step_by(group) {
-            let kg = group.min(k - pg);
-            let packed_b = pack_b_buf.slice(nc.div_ceil(NR) * NR * kg);
-            packed_b
-                .par_chunks_mut(block_len)
-                .enumerate()
-                .for_each(|(blk, dst)| {
-                    let pc = pg + blk * KC;
-                    pack_b(b, n, (pc, KC.min(k - pc)), (jc, nc), dst)
-                });
-            let packed_b = &*packed_b;
-            c.par_chunks_mut(rows_per_task * n)
-                .zip(a.par_chunks(rows_per_task * k))
-                .for_each(|(c, a)| {
-                    let rows = c.len() / n;
-                    PACK_A.with_borrow_mut(|pack_a_buf| {
-                        for (blk, packed_b) in packed_b.chunks(block_len).enumerate() {
-                            let pc = pg + blk * KC;
-                            let kc = KC.min(k - pc);
-                            let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
-                            pack_a(a, k, rows, (pc, kc), packed_a);
-                            // SAFETY: has_avx2_fma() was checked by the caller; the panels
-                            // hold kc x MR and kc x NR floats, and the tile writes stay inside
-                            // c's rows 0..rows and columns jc..jc + nc.
-                            unsafe { macro_kernel(kc, packed_a, packed_b, c, n, jc, nc, pc == 0) }
-                        }
-                    });
-                });
+        // Depth blocks packed together, up to PACKED_B_FLOATS: each thread's rows of C stay in
+        // its cache from one depth block to the next.
+        let depth = (PACKED_B_FLOATS / block_len).max(1) * KC;
+        for pg in (0..k).step_by(depth) {
+            let kg = depth.min(k - pg);
+            groups.push(Group { jc, nc, pg, kg });
         }
+    }
+    let progress_by_group: Vec<Progress> = groups.iter().map(|_| Progress::default()).collect();
+    // Taken out of the thread-local while the pool runs: a worker that waits here may steal a
+    // task that calls sgemm itself, which then packs into a buffer of its own.
+    let mut pack_b_buf = Aligned(PACK_B.take());
+    let packed_len = groups.iter().map(Group::packed_len).max().unwrap_or(0);
+    let packed_b = Shared(pack_b_buf.slice(2 * packed_len).as_mut_ptr());
+    let c_shared = Shared(c.as_mut_ptr());
+    let take_part = || {
+        for (g, (group, progress)) in groups.iter().zip(&progress_by_group).enumerate() {
+            // Two buffers, by turns: a thread done with its rows of one group goes on to pack
+            // the next while the others finish theirs. The buffer packed here was last read
+            // by group g - 2, all of whose row runs this thread has seen finished (below).
+            let buffer = (g % 2) * packed_len;
+            let (runs, panels) = (group.runs_per_block(), group.panels());
+            let block_len = panels * NR * KC;
+            let items = group.blocks() * runs;
+            while let Some(item) = claim(&progress.next_run, items) {
+                let (blk, run) = (item / runs, item % runs);
+                let pc = group.pg + blk * KC;
+                let kc = KC.min(group.pg + group.kg - pc);
+                let run_panels = even_run(panels, runs, run);
+                // SAFETY: this run's panels of this block, inside the packed buffer
+                // (packed_len floats) and written by this thread only.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        packed_b.at(buffer + blk * block_len + run_panels.start * kc * NR),
+                        run_panels.len() * kc * NR,
+                    )
+                };
+                pack_b(b, n, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
+                progress
+                    .packed
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+            }
+            wait_for(&progress.packed, items);
+            // The previous group's products must be over before this group's add to the same
+            // rows of C (and before the group after this one packs over its buffer).
+            if let Some(previous) = g.checked_sub(1) {
+                wait_for(&progress_by_group[previous].computed, tasks);
+            }
+            // SAFETY: every run of the group is packed and released; nothing writes this
+            // buffer until every thread has seen all of this group's row runs finished.
+            let packed_group =
+                unsafe { std::slice::from_raw_parts(packed_b.at(buffer), group.packed_len()) };
+            while let Some(task) = claim(&progress.next_task, tasks) {
+                let panels = even_run(row_panels, tasks, task);
+                let first_row = panels.start * MR;
+                let rows = (panels.end * MR).min(m) - first_row;
+                // SAFETY: this task's rows of C, disjoint from every other task's; the
+                // previous group's writes to them were released and seen finished above.
+                let c =
+                    unsafe { std::slice::from_raw_parts_mut(c_shared.at(first_row * n), rows * n) };
+                let a = &a[first_row * k..];
+                PACK_A.with_borrow_mut(|pack_a_buf| {
+                    for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
+                        let pc = group.pg + blk * KC;
+                        let kc = KC.min(k - pc);
+                        let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
+                        pack_a(a, k, rows, (pc, kc), packed_a);
+                        // SAFETY: has_avx2_fma() was checked by the caller; the panels hold
+                        // kc x MR and kc x NR floats, and the tile writes stay inside c's
+                        // rows 0..rows and columns jc..jc + nc.
+                        unsafe {
+                            macro_kernel(kc, packed_a, packed_b, c, n, group.jc, group.nc, pc == 0)
+                        }
+                    }
+                });
+                progress
+                    .computed
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+            }
+        }
+        if let Some(last) = progress_by_group.last() {
+            wait_for(&last.computed, tasks);
+        }
+    };
+    if threads == 1 {
+        take_part();
+    } else {
+        (0..threads).into_par_iter().for_each(|_| take_part());
     }
     PACK_B.set(pack_b_buf.0);
 }
@@ -203,12 +423,27 @@ unsafe fn macro_kernel(
     nc: usize,
     overwrite: bool,
 ) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
     let rows = c.len() / ldc;
-    for (jp, b_panel) in packed_b.chunks_exact(kc * NR).enumerate() {
+    let a_panels = packed_a.len() / (kc * MR);
+    let b_panels = packed_b.chunks_exact(kc * NR);
+    let b_panel_lines = kc * NR / 16;
+    // The next B panel is fetched into L2 a few lines per tile while this one is in use, so
+    // that its first tiles do not wait on L3 (4 % of a one-thread product at n = 2048). Into
+    // L2, not L1: both panels together would not fit in L1 (1-2 % better than into L1).
+    let lines_per_tile = b_panel_lines.div_ceil(a_panels);
+    let count = b_panels.len();
+    for (jp, b_panel) in b_panels.enumerate() {
         let j0 = jc + jp * NR;
         let cols = NR.min(jc + nc - j0);
+        let next_b = packed_b[(jp + 1).min(count - 1) * kc * NR..].as_ptr();
+        let next_lines = if jp + 1 < count { b_panel_lines } else { 0 };
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
+            for line in ip * lines_per_tile..((ip + 1) * lines_per_tile).min(next_lines) {
+                // SAFETY: prefetches do not fault; the line lies in the next panel.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(next_b.add(line * 16).cast()) };
+            }
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
                 // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c.
@@ -328,9 +563,10 @@ unsafe fn kernel(
     }
     // The loop in assembly: written with intrinsics, LLVM spilled an accumulator of this tile
     // to the stack (all sixteen vector registers are in use) and the kernel ran at half speed.
-    let mut acc = [_mm256_setzero_ps(); MR * NV];
+    // The accumulators go straight into C from their registers, not through a stack array
+    // (1-3 % of a one-thread product at n = 661 and 2048).
     // SAFETY: the loop reads kc x 4 floats from a and kc x 24 from b (the panels' sizes),
-    // writes only registers, and stores the twelve accumulators into acc (12 x 32 bytes).
+    // writes only registers, then reads (unless overwrite) and writes the 4 x 24 tile of c.
     unsafe {
         std::arch::asm!(
             "vxorps ymm4, ymm4, ymm4",
@@ -370,44 +606,49 @@ unsafe fn kernel(
             "dec {r}",
             "jnz 5b",
             "3:",
-            "vmovups [{acc}], ymm4",
-            "vmovups [{acc} + 32], ymm5",
-            "vmovups [{acc} + 64], ymm6",
-            "vmovups [{acc} + 96], ymm7",
-            "vmovups [{acc} + 128], ymm8",
-            "vmovups [{acc} + 160], ymm9",
-            "vmovups [{acc} + 192], ymm10",
-            "vmovups [{acc} + 224], ymm11",
-            "vmovups [{acc} + 256], ymm12",
-            "vmovups [{acc} + 288], ymm13",
-            "vmovups [{acc} + 320], ymm14",
-            "vmovups [{acc} + 352], ymm15",
+            // Rows 0 and 1 at c and c + ldc, rows 2 and 3 at c2 and c2 + ldc.
+            "lea {c2}, [{c} + 2*{ldc}]",
+            "test {overwrite}, {overwrite}",
+            "jnz 6f",
+            "vaddps ymm4, ymm4, [{c}]",
+            "vaddps ymm5, ymm5, [{c} + 32]",
+            "vaddps ymm6, ymm6, [{c} + 64]",
+            "vaddps ymm7, ymm7, [{c} + {ldc}]",
+            "vaddps ymm8, ymm8, [{c} + {ldc} + 32]",
+            "vaddps ymm9, ymm9, [{c} + {ldc} + 64]",
+            "vaddps ymm10, ymm10, [{c2}]",
+            "vaddps ymm11, ymm11, [{c2} + 32]",
+            "vaddps ymm12, ymm12, [{c2} + 64]",
+            "vaddps ymm13, ymm13, [{c2} + {ldc}]",
+            "vaddps ymm14, ymm14, [{c2} + {ldc} + 32]",
+            "vaddps ymm15, ymm15, [{c2} + {ldc} + 64]",
+            "6:",
+            "vmovups [{c}], ymm4",
+            "vmovups [{c} + 32], ymm5",
+            "vmovups [{c} + 64], ymm6",
+            "vmovups [{c} + {ldc}], ymm7",
+            "vmovups [{c} + {ldc} + 32], ymm8",
+            "vmovups [{c} + {ldc} + 64], ymm9",
+            "vmovups [{c2}], ymm10",
+            "vmovups [{c2} + 32], ymm11",
+            "vmovups [{c2} + 64], ymm12",
+            "vmovups [{c2} + {ldc}], ymm13",
+            "vmovups [{c2} + {ldc} + 32], ymm14",
+            "vmovups [{c2} + {ldc} + 64], ymm15",
             a = inout(reg) a => _,
             b = inout(reg) b => _,
             k = inout(reg) kc => _,
             r = out(reg) _,
-            acc = in(reg) acc.as_mut_ptr(),
+            c = in(reg) c,
+            ldc = in(reg) ldc * 4,
+            c2 = out(reg) _,
+            overwrite = in(reg) overwrite as usize,
             out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
             out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
             out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
             out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
         );
-    }
-    for i in 0..MR {
-        for v in 0..NV {
-            let sum = acc[i * NV + v];
-            // SAFETY: row i of the tile, NR floats, is valid for reads and writes.
-            unsafe {
-                let dst = c.add(i * ldc + 8 * v);
-                let value = if overwrite {
-                    sum
-                } else {
-                    _mm256_add_ps(sum, _mm256_loadu_ps(dst))
-                };
-                _mm256_storeu_ps(dst, value);
-            }
-        }
     }
 }
 
@@ -449,6 +690,9 @@ mod tests {
             (300, 9, 11),
             (4, NC + 21, 5),
             (9, groups_n, groups_k),
+            // Several groups and several row runs: one group's products may not overlap the
+            // previous group's on the same rows.
+            (40, groups_n, groups_k),
         ];
         crate::test_util::on_thread_counts(|| {
             let threads = rayon::current_num_threads();
@@ -469,6 +713,114 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// The packed layouts element by element: A's panels column by column, B's row by row,
+    /// both padded with zeros (depths around the transpose's eight columns, and B's runs of
+    /// panels with a partial last panel).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn packed_panels_hold_their_elements_and_zero_padding() {
+        if !has_avx2_fma() {
+            return;
+        }
+        let (m, k) = (11, 45);
+        let a: Vec<f32> = fill(m * k, 3, -1.0, 1.0);
+        for (pc, kc) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)] {
+            let mut packed = vec![f32::NAN; m.div_ceil(MR) * MR * kc];
+            pack_a(&a, k, m, (pc, kc), &mut packed);
+            for (idx, &got) in packed.iter().enumerate() {
+                let (panel, p, i) = (idx / (kc * MR), idx % (kc * MR) / MR, idx % MR);
+                let row = panel * MR + i;
+                let want = if row < m { a[row * k + pc + p] } else { 0.0 };
+                assert_eq!(got, want, "A kc {kc}: panel {panel}, depth {p}, row {i}");
+            }
+        }
+        let (k, n) = (9, 20 * NR + 5);
+        let b: Vec<f32> = fill(k * n, 4, -1.0, 1.0);
+        // (depths, columns, the run of panels packed): whole ranges and runs inside them, the
+        // last panel partial or not.
+        let cases = [
+            ((0, 9), (0, n), 0..21),
+            ((2, 5), (3, NR - 1), 0..1),
+            ((1, 8), (NR + 2, 9 * NR + 1), 0..10),
+            ((1, 8), (NR + 2, 9 * NR + 1), 3..7),
+            ((1, 8), (NR + 2, 9 * NR + 1), 7..10),
+        ];
+        for ((pc, kc), (jc, nc), panels) in cases {
+            let mut packed = vec![f32::NAN; panels.len() * NR * kc];
+            pack_b(&b, n, (pc, kc), (jc, nc), panels.start, &mut packed);
+            for (idx, &got) in packed.iter().enumerate() {
+                let (panel, p, j) = (idx / (kc * NR), idx % (kc * NR) / NR, idx % NR);
+                let col = (panels.start + panel) * NR + j;
+                let want = if col < nc {
+                    b[(pc + p) * n + jc + col]
+                } else {
+                    0.0
+                };
+                assert_eq!(got, want, "B nc {nc}: panel {panel}, depth {p}, column {j}");
+            }
+        }
+    }
+
+    /// The threads of a product wait for each other only on work already claimed: a product
+    /// whose pool's other threads are all busy elsewhere still finishes, on one thread.
+    #[test]
+    fn a_product_finishes_when_the_other_threads_of_its_pool_are_busy() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let (m, n, k) = (2 * MC + 3, 3 * NR + 1, 2 * KC + 5);
+        let a: Vec<f32> = fill(m * k, 7, -1.0, 1.0);
+        let b: Vec<f32> = fill(k * n, 8, -1.0, 1.0);
+        let want = reference(&a, &b, (m, n, k));
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(4)
+                .build()
+                .unwrap();
+            let (busy, done) = (AtomicUsize::new(0), AtomicBool::new(false));
+            let mut c = vec![f32::NAN; m * n];
+            pool.scope(|scope| {
+                for _ in 0..3 {
+                    scope.spawn(|_| {
+                        busy.fetch_add(1, Ordering::SeqCst);
+                        while !done.load(Ordering::SeqCst) {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    });
+                }
+                while busy.load(Ordering::SeqCst) < 3 {
+                    std::thread::yield_now();
+                }
+                sgemm(&a, &b, &mut c, (m, n, k));
+                done.store(true, Ordering::SeqCst);
+            });
+            sender.send(c).unwrap();
+        });
+        let c = receiver
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the product waited for threads that were busy elsewhere");
+        for (idx, (&got, &want)) in c.iter().zip(&want).enumerate() {
+            assert!(
+                (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                "c[{}, {}] = {got}, want {want}",
+                idx / n,
+                idx % n
+            );
+        }
+    }
+
+    #[test]
+    fn even_runs_cover_every_unit_once_and_differ_by_at_most_one() {
+        for (units, parts) in [(596, 18), (1, 1), (7, 7), (10, 3), (165, 2)] {
+            let runs: Vec<_> = (0..parts).map(|i| even_run(units, parts, i)).collect();
+            assert_eq!(runs[0].start, 0);
+            assert_eq!(runs[parts - 1].end, units);
+            assert!(runs.windows(2).all(|w| w[0].end == w[1].start));
+            let lens = runs.iter().map(|r| r.len());
+            let (shortest, longest) = (lens.clone().min().unwrap(), lens.max().unwrap());
+            assert!(longest - shortest <= 1, "{units} in {parts}: {runs:?}");
+        }
     }
 
     #[test]
