@@ -670,6 +670,18 @@ mod tests {
         c
     }
 
+    /// C against the f64 reference, within f32 rounding over a depth of k.
+    fn assert_close(c: &[f32], want: &[f64], (n, k): (usize, usize), context: &str) {
+        for (idx, (&got, &want)) in c.iter().zip(want).enumerate() {
+            assert!(
+                (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                "{context}: c[{}, {}] = {got}, want {want}",
+                idx / n,
+                idx % n
+            );
+        }
+    }
+
     /// Shapes around every block edge (MR, NR, KC, MC, a group of packed depth blocks and a
     /// row split across threads), each against the f64 triple loop in pools of 1 to 16 threads.
     #[test]
@@ -703,14 +715,12 @@ mod tests {
                 // Stale values in C must be overwritten, not added to.
                 let mut c = vec![f32::NAN; m * n];
                 sgemm(&a, &b, &mut c, (m, n, k));
-                for (idx, (&got, &want)) in c.iter().zip(&want).enumerate() {
-                    assert!(
-                        (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
-                        "{threads} threads, {m}x{n}x{k}: c[{}, {}] = {got}, want {want}",
-                        idx / n,
-                        idx % n
-                    );
-                }
+                assert_close(
+                    &c,
+                    &want,
+                    (n, k),
+                    &format!("{threads} threads, {m}x{n}x{k}"),
+                );
             }
         });
     }
@@ -800,14 +810,7 @@ mod tests {
         let c = receiver
             .recv_timeout(std::time::Duration::from_secs(60))
             .expect("the product waited for threads that were busy elsewhere");
-        for (idx, (&got, &want)) in c.iter().zip(&want).enumerate() {
-            assert!(
-                (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
-                "c[{}, {}] = {got}, want {want}",
-                idx / n,
-                idx % n
-            );
-        }
+        assert_close(&c, &want, (n, k), "one of four threads");
     }
 
     #[test]
