@@ -615,24 +615,24 @@ mod tests {
         let same = |got: f32, want: f32| {
             got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan())
         };
+        // (name, the vectorised loop, the scalar function it must match bit for bit)
+        type Pair = (&'static str, fn(&[f32], &mut [f32]), fn(f32) -> f32);
+        let pairs: [Pair; 2] = [
+            ("sigmoid", sigmoid, <f32 as Elem>::sigmoid::<true>),
+            ("tanh", tanh, <f32 as Elem>::tanh::<true>),
+        ];
         crate::test_util::on_thread_counts(|| {
             let threads = rayon::current_num_threads();
             let mut c = vec![0f32; x.len()];
-            sigmoid(&x, &mut c);
-            for (&c, &x) in c.iter().zip(&x) {
-                let want = <f32 as Elem>::sigmoid::<true>(x);
-                assert!(
-                    same(c, want),
-                    "{threads} threads: sigmoid({x}) = {c}, want {want}"
-                );
-            }
-            tanh(&x, &mut c);
-            for (&c, &x) in c.iter().zip(&x) {
-                let want = <f32 as Elem>::tanh::<true>(x);
-                assert!(
-                    same(c, want),
-                    "{threads} threads: tanh({x}) = {c}, want {want}"
-                );
+            for (name, vectorised, scalar) in pairs {
+                vectorised(&x, &mut c);
+                for (&c, &x) in c.iter().zip(&x) {
+                    let want = scalar(x);
+                    assert!(
+                        same(c, want),
+                        "{threads} threads: {name}({x}) = {c}, want {want}"
+                    );
+                }
             }
         });
         for len in 0..=100 {

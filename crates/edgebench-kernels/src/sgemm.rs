@@ -25,10 +25,9 @@ const KC: usize = 192;
 const MC: usize = 144;
 /// Columns of a packed B block: KC x NC floats (3 MiB) are shared by all threads from L3.
 const NC: usize = 4096;
-/// Most floats of B packed at once (2 MiB): when B is narrow, several depth blocks share one
-/// fork-join for their packing and one for their products, and a thread's rows of C stay in
-/// its cache from one block to the next (two threads at n = 661: 117 -> 128 GFLOP/s, medians
-/// of six alternating rounds). An 8 MiB limit measured 4-6 % slower at n = 2048, where the
+/// Most floats of B packed at once (2 MiB): when B is narrow, several depth blocks are packed
+/// as one group, and a thread's rows of C stay in its cache from one block to the next (two
+/// threads at n = 661: 117 -> 128 GFLOP/s, medians of six alternating rounds). An 8 MiB limit measured 4-6 % slower at n = 2048, where the
 /// blocks packed first are likelier to have left the cache before they are used.
 const PACKED_B_FLOATS: usize = 1 << 19;
 
@@ -119,8 +118,8 @@ fn pack_b(
                         .copy_from_slice(src);
                 }
                 None => {
-                    let cols = (jc + nc).saturating_sub(j0).min(NR);
-                    row[..cols].copy_from_slice(&src_row[j0..j0 + cols]);
+                    let cols = jc + nc - j0;
+                    row[..cols].copy_from_slice(&src_row[j0..]);
                     row[cols..].fill(0.0);
                 }
             }
@@ -206,6 +205,12 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
     index * units / parts..(index + 1) * units / parts
 }
 
+/// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
+#[cfg(target_arch = "x86_64")]
+fn depth_block_len(nc: usize) -> usize {
+    nc.div_ceil(NR) * NR * KC
+}
+
 /// One group of depth blocks of B packed together: columns `jc..jc + nc`, depths `pg..pg + kg`.
 #[cfg(target_arch = "x86_64")]
 struct Group {
@@ -223,6 +228,11 @@ impl Group {
 
     fn blocks(&self) -> usize {
         self.kg.div_ceil(KC)
+    }
+
+    /// Floats of one full depth block (KC rows) of the packed group.
+    fn block_len(&self) -> usize {
+        depth_block_len(self.nc)
     }
 
     /// Runs of up to eight panels per depth block: the packing's work items.
@@ -298,11 +308,13 @@ struct Progress {
 /// after block, pack those rows of A and run the microkernel over them.
 ///
 /// The whole product is one parallel region: the threads claim the packing runs and then the
-/// row runs of every group from shared counters and wait for each other only between the
-/// packing and the products of a group and before its buffer is packed again. A fork-join per
-/// step (two per group) had the pool's threads fall asleep and wake up dozens of times per
-/// product; in a virtual machine a wake can take a millisecond. Claiming instead of a fixed
-/// share also evens out threads that run at different speeds. Every wait is for runs that a
+/// row runs of every group from shared counters, and wait for each other only between the
+/// packing and the products of a group, and before adding to rows of C that the previous
+/// group's products are still writing (B has two buffers, used by turns). With a fork-join
+/// per step, two per group, the pool's threads fall asleep and are woken dozens of times per
+/// product, and a woken vCPU can be slow to come back: after a 250 ms pause two threads ran
+/// n = 661 at 67 GFLOP/s that way against 119 in one region (2-core EPYC VM). Claiming
+/// instead of a fixed share also evens out threads that run at different speeds. Every wait is for runs that a
 /// running thread has claimed, so a product finishes even if only one thread of the pool
 /// takes part.
 #[cfg(target_arch = "x86_64")]
@@ -315,7 +327,7 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
     let mut groups = Vec::new();
     for jc in (0..n).step_by(NC) {
         let nc = NC.min(n - jc);
-        let block_len = nc.div_ceil(NR) * NR * KC;
+        let block_len = depth_block_len(nc);
         // Depth blocks packed together, up to PACKED_B_FLOATS: each thread's rows of C stay in
         // its cache from one depth block to the next.
         let depth = (PACKED_B_FLOATS / block_len).max(1) * KC;
@@ -337,16 +349,16 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
             // the next while the others finish theirs. The buffer packed here was last read
             // by group g - 2, all of whose row runs this thread has seen finished (below).
             let buffer = (g % 2) * packed_len;
-            let (runs, panels) = (group.runs_per_block(), group.panels());
-            let block_len = panels * NR * KC;
+            let (runs, panels, block_len) =
+                (group.runs_per_block(), group.panels(), group.block_len());
             let items = group.blocks() * runs;
             while let Some(item) = claim(&progress.next_run, items) {
                 let (blk, run) = (item / runs, item % runs);
                 let pc = group.pg + blk * KC;
                 let kc = KC.min(group.pg + group.kg - pc);
                 let run_panels = even_run(panels, runs, run);
-                // SAFETY: this run's panels of this block, inside the packed buffer
-                // (packed_len floats) and written by this thread only.
+                // SAFETY: this run's panels of this block, inside this group's buffer
+                // (packed_len floats from `buffer`) and written by this thread only.
                 let dst = unsafe {
                     std::slice::from_raw_parts_mut(
                         packed_b.at(buffer + blk * block_len + run_panels.start * kc * NR),
@@ -432,17 +444,16 @@ unsafe fn macro_kernel(
     // that its first tiles do not wait on L3 (4 % of a one-thread product at n = 2048). Into
     // L2, not L1: both panels together would not fit in L1 (1-2 % better than into L1).
     let lines_per_tile = b_panel_lines.div_ceil(a_panels);
-    let count = b_panels.len();
     for (jp, b_panel) in b_panels.enumerate() {
         let j0 = jc + jp * NR;
         let cols = NR.min(jc + nc - j0);
-        let next_b = packed_b[(jp + 1).min(count - 1) * kc * NR..].as_ptr();
-        let next_lines = if jp + 1 < count { b_panel_lines } else { 0 };
+        let next_b = &packed_b[((jp + 1) * kc * NR).min(packed_b.len())..];
+        let next_lines = b_panel_lines.min(next_b.len() / 16);
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
             for line in ip * lines_per_tile..((ip + 1) * lines_per_tile).min(next_lines) {
                 // SAFETY: prefetches do not fault; the line lies in the next panel.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(next_b.add(line * 16).cast()) };
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(next_b.as_ptr().add(line * 16).cast()) };
             }
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
