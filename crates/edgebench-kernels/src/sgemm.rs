@@ -199,8 +199,8 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
 
 /// Run `index` of `units` units cut into `parts` runs whose sizes differ by at most one unit:
 /// equal shares let the threads finish together (cut into runs of 136 rows, 2383 rows gave two
-/// threads 9 and 8.5 runs' work in every depth block; even runs measured 1-7 % faster on two
-/// threads at n = 661 to 2383).
+/// threads 9 and 8.5 runs' work in every depth block; even runs measured 0-7 % faster on two
+/// threads at n = 661 to 2383, over five sets of rounds).
 fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> {
     index * units / parts..(index + 1) * units / parts
 }
