@@ -606,19 +606,30 @@ fn long_run(dir: &Path, db: &Path) -> std::process::Child {
         .unwrap()
 }
 
+/// `dir/data/bench.db` holding one trial, where `data` can be bind-mounted read-only; None
+/// (said by `skip_or_fail`) where this host cannot.
+fn db_in_a_folder_to_mount_read_only(
+    dir: &std::path::Path,
+) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let data = dir.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("bench.db");
+    one_trial_db(dir, &db);
+    if !read_only_mount_works(&data) {
+        common::skip_or_fail(
+            "this host cannot bind-mount a folder read-only (needs root and unshare)",
+        );
+        return None;
+    }
+    Some((data, db))
+}
+
 #[test]
 fn reading_commands_work_on_a_database_in_a_read_only_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let db = data.join("bench.db");
-    one_trial_db(dir.path(), &db);
-    if !read_only_mount_works(&data) {
-        eprintln!(
-            "skipped: this host cannot bind-mount a folder read-only (needs root and unshare)"
-        );
+    let Some((data, db)) = db_in_a_folder_to_mount_read_only(dir.path()) else {
         return;
-    }
+    };
     let before = std::fs::read(&db).unwrap();
     let out = dir.path().join("out");
     let o = |s: &str| std::ffi::OsString::from(s);
@@ -939,4 +950,217 @@ fn a_resumed_sweep_names_the_real_status_of_a_skipped_crashed_trial() {
         "{err}"
     );
     assert!(!err.contains("already ok"), "{err}");
+}
+
+/// The files SQLite or a sweep would create beside `db` that exist.
+fn files_beside(db: &Path) -> Vec<PathBuf> {
+    ["-wal", "-shm", "-journal", ".lock"]
+        .iter()
+        .map(|suffix| with_suffix(db, suffix))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Copies of a one-trial database in `dir`, each with the root page of one of `tables`
+/// damaged.
+fn damaged_copies(dir: &Path, tables: &[&str]) -> Vec<(String, PathBuf)> {
+    let pristine = dir.join("pristine.db");
+    one_trial_db(dir, &pristine);
+    tables
+        .iter()
+        .map(|table| {
+            let db = dir.join(format!("{table}.db"));
+            std::fs::copy(&pristine, &db).unwrap();
+            damage_table(&db, table);
+            (table.to_string(), db)
+        })
+        .collect()
+}
+
+/// `out` refused the damaged `db`: exit 2, saying it is damaged and how to recover, no rows
+/// printed, nothing created beside it, its bytes as they were.
+fn assert_refused_as_damaged(what: &str, out: &std::process::Output, db: &Path, bytes: &[u8]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{what}: {}",
+        common::describe(out)
+    );
+    assert!(
+        err.contains(&db.display().to_string())
+            && err.contains("damaged")
+            && err.contains(".recover")
+            && !err.contains("not an edgebench"),
+        "{what}: {err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{what} printed rows of a damaged file"
+    );
+    assert_eq!(files_beside(db), Vec::<PathBuf>::new(), "{what}");
+    assert_eq!(
+        std::fs::read(db).unwrap(),
+        bytes,
+        "{what} modified the file"
+    );
+}
+
+#[test]
+fn reading_commands_refuse_damage_in_any_table_with_exit_2_creating_nothing_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = [
+        "meta",
+        "iterations",
+        "power_samples",
+        "trial_output",
+        "run_provenance",
+    ];
+    for (table, db) in damaged_copies(dir.path(), &tables) {
+        let bytes = std::fs::read(&db).unwrap();
+        let out = |name: &str| dir.path().join(format!("{table}-{name}"));
+        let d = db.to_str().unwrap().to_string();
+        let commands: Vec<Vec<String>> = vec![
+            vec!["results".into(), "--db".into(), d.clone()],
+            vec!["results".into(), "--json".into(), "--db".into(), d.clone()],
+            vec!["provenance".into(), "--db".into(), d.clone()],
+            vec![
+                "snapshot".into(),
+                out("snap.db").display().to_string(),
+                "--db".into(),
+                d.clone(),
+            ],
+            vec![
+                "export".into(),
+                "csv".into(),
+                "--out".into(),
+                out("csv").display().to_string(),
+                "--db".into(),
+                d.clone(),
+            ],
+            vec![
+                "report".into(),
+                d.clone(),
+                "--out".into(),
+                out("report").display().to_string(),
+            ],
+            vec![
+                "merge".into(),
+                d.clone(),
+                "--into".into(),
+                out("merged.db").display().to_string(),
+            ],
+        ];
+        for args in &commands {
+            let o = edgebench(dir.path()).args(args).output().unwrap();
+            assert_refused_as_damaged(&format!("{table}: {args:?}"), &o, &db, &bytes);
+        }
+        assert!(!out("snap.db").exists() && !out("merged.db").exists());
+    }
+}
+
+/// A study log folder with one Caffe log, for `import logs`.
+fn caffe_log_folder(dir: &Path) -> PathBuf {
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    std::fs::write(
+        logs.join("train_alexnet_CPU_001.log"),
+        "I1222 14:03:21.000000  2471 solver.cpp:218] Iteration 0 (0 iter/s, 0.5s/2 iters), loss = 6.9\n",
+    )
+    .unwrap();
+    logs
+}
+
+#[test]
+fn import_refuses_a_damaged_database_with_exit_2_creating_nothing_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = caffe_log_folder(dir.path());
+    for (table, db) in damaged_copies(dir.path(), &["meta", "iterations"]) {
+        let bytes = std::fs::read(&db).unwrap();
+        let out = edgebench(dir.path())
+            .args(["import", "logs"])
+            .arg(&logs)
+            .args(["--parser", "caffe", "--engine", "caffe", "--db"])
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert_refused_as_damaged(&format!("{table}: import"), &out, &db, &bytes);
+    }
+}
+
+/// Needs the sweep to call `Store::check_existing` before it takes the sweep lock.
+#[test]
+fn run_refuses_a_damaged_database_with_exit_2_before_creating_its_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    for (table, db) in damaged_copies(dir.path(), &["meta", "iterations"]) {
+        let bytes = std::fs::read(&db).unwrap();
+        let out = edgebench(dir.path())
+            .args(["run", "--net", "alexnet", "--batch", "1", "--images", "1"])
+            .arg("--db")
+            .arg(&db)
+            .output()
+            .unwrap();
+        assert_refused_as_damaged(&format!("{table}: run"), &out, &db, &bytes);
+    }
+}
+
+/// `out` refused to write `db`: exit 2, one sentence naming the file, the reason once, and what
+/// to do.
+fn assert_refused_as_unwritable(what: &str, out: &std::process::Output, db: &Path) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{what}: {}",
+        common::describe(out)
+    );
+    assert!(
+        err.contains(&format!("cannot write {}", db.display())) && err.contains("--db"),
+        "{what}: {err}"
+    );
+    assert_eq!(
+        err.matches("read-only file system").count(),
+        1,
+        "{what}: {err}"
+    );
+}
+
+#[test]
+fn run_and_import_into_a_database_they_cannot_write_exit_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((data, db)) = db_in_a_folder_to_mount_read_only(dir.path()) else {
+        return;
+    };
+    // The first run left its (unlocked) lock file.
+    let beside = files_beside(&db);
+    let logs = caffe_log_folder(dir.path());
+    let o = std::ffi::OsStr::new;
+    let import = [
+        o("import"),
+        o("logs"),
+        logs.as_os_str(),
+        o("--parser"),
+        o("caffe"),
+        o("--engine"),
+        o("caffe"),
+        o("--db"),
+        db.as_os_str(),
+    ];
+    let out = edgebench_with_read_only(dir.path(), &data, &import);
+    assert_refused_as_unwritable("import", &out, &db);
+    let run = [
+        o("run"),
+        o("--net"),
+        o("alexnet"),
+        o("--batch"),
+        o("1"),
+        o("--images"),
+        o("1"),
+        o("--force"),
+        o("--db"),
+        db.as_os_str(),
+    ];
+    let out = edgebench_with_read_only(dir.path(), &data, &run);
+    assert_refused_as_unwritable("run", &out, &db);
+    assert_eq!(files_beside(&db), beside);
 }

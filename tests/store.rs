@@ -4,7 +4,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use common::fixtures::{damage_table, iter, key, run_info, sidecars_absent, summary};
 use edgebench::record::Metrics;
@@ -426,6 +426,7 @@ fn results_json_has_every_key() {
         // schema v5: power scope, trials too short for the sensor
         "power_scope",
         "power_low_samples",
+        "power_few_readings",
         "power_note",
         // schema v6: workloads
         "workload",
@@ -461,7 +462,7 @@ fn results_json_has_every_key() {
 /// Cost of one record_iteration (one transaction) on a temp file. The bound is loose on
 /// purpose: it catches a missing WAL/synchronous setting (an fsync per step), not jitter.
 #[test]
-fn record_iteration_is_cheap() {
+fn thousands_of_iterations_are_each_recorded_once() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = Store::open(&dir.path().join("bench.db")).unwrap();
     let run = s
@@ -471,14 +472,15 @@ fn record_iteration_is_cheap() {
     let t = s
         .begin_trial(run, &key("alexnet", "cpu", 8), n, 0, "t")
         .unwrap();
-    let start = Instant::now();
     for i in 0..n {
         s.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
     }
-    let us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
-    eprintln!("record_iteration: {us:.1} µs per call over {n} calls");
     assert_eq!(s.results().unwrap()[0].iterations, n);
-    assert!(us < 2_000.0, "record_iteration took {us:.1} µs per call");
+    assert_eq!(
+        s.iterations(t).unwrap().len(),
+        n,
+        "one row per recorded iteration"
+    );
 }
 
 /// `edgebench results` may run while a sweep writes; neither side may get SQLITE_BUSY.
@@ -646,6 +648,7 @@ fn power_figures_samples_and_rail_energies_round_trip() {
     assert_eq!(r.board.as_deref(), Some("orin-nx"));
     assert_eq!(r.power_incomplete, Some(false));
     assert_eq!(r.power_low_samples, Some(3));
+    assert_eq!(r.power_few_readings, Some(true));
     assert_eq!(
         r.power_note.as_deref(),
         Some("hwmon3: No such file or directory")
@@ -711,13 +714,11 @@ fn damaged_file_is_refused_untouched_by_writers_and_readers() {
         assert_eq!(snapshot(p), before, "{} was modified", p.display());
         assert!(sidecars_absent(p));
     }
-    // Readers: the run and trial tables are checked on open; the whole file on verify().
-    let err = Store::open_readonly(&path).unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
-    let reader = Store::open_readonly(&iterations_damaged).unwrap();
-    assert_eq!(reader.results().unwrap().len(), 3);
-    let err = reader.verify().unwrap_err();
-    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    // Readers check the whole file on open, not only the tables they read first.
+    for p in [&path, &iterations_damaged] {
+        let err = Store::open_readonly(p).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    }
     let err = edgebench::store::snapshot(&path, &dir.path().join("copy.db")).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
     assert!(!dir.path().join("copy.db").exists());
@@ -1013,4 +1014,215 @@ fn v7_file_gains_the_gpu_peak_column_null_for_its_trials() {
         .map(|r| r.peak_gpu_bytes)
         .collect();
     assert_eq!(peaks, [None, Some(7 << 20)]);
+}
+
+/// A closed database (no -wal left) with rows in every table a run with power fills.
+fn every_table_db(path: &Path) {
+    use edgebench::power::PowerSeries;
+    use edgebench::provenance::Provenance;
+    let mut s = Store::open(path).unwrap();
+    let run = s
+        .begin_run(&run_info(
+            "55555555-5555-4555-8555-555555555555",
+            "jetson-nano",
+            "2025-01-31T12:00:00Z",
+        ))
+        .unwrap();
+    s.record_provenance(
+        run,
+        &Provenance([("os.kernel".to_string(), "4.9.253-tegra".to_string())].into()),
+    )
+    .unwrap();
+    let t = s
+        .begin_trial(run, &key("alexnet", "cpu", 1), 2, 0, "2025-01-31T12:00:01Z")
+        .unwrap();
+    for i in 0..2 {
+        s.record_iteration(t, &iter(i, 6.9, 0.1)).unwrap();
+    }
+    s.record_power_samples(
+        t,
+        &[PowerSeries {
+            source: "ina3221 1-0040",
+            rail: "VDD_IN",
+            t_ns: &[0, 1000],
+            volts: &[Some(5.0); 2],
+            amps: &[Some(1.5); 2],
+            watts: &[7.5; 2],
+        }],
+    )
+    .unwrap();
+    s.record_output(t, "stdout tail", "stderr tail").unwrap();
+    s.record_memory(
+        t,
+        Some(false),
+        Some(1 << 30),
+        &edgebench::store::MemoryColumns::default(),
+    )
+    .unwrap();
+    s.finish_trial(t, &summary("ok")).unwrap();
+    s.finish_run(run, "2025-01-31T12:10:00Z", "ok").unwrap();
+}
+
+/// The files SQLite or a sweep would create beside `path` that exist.
+fn files_beside(path: &Path) -> Vec<String> {
+    ["-wal", "-shm", "-journal", ".lock"]
+        .iter()
+        .map(|suffix| format!("{}{suffix}", path.display()))
+        .filter(|p| Path::new(p).exists())
+        .collect()
+}
+
+#[test]
+fn damage_in_any_table_is_refused_by_every_opener_with_nothing_created_beside_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let pristine = dir.path().join("pristine.db");
+    every_table_db(&pristine);
+    for table in [
+        "meta",
+        "runs",
+        "trials",
+        "iterations",
+        "power_samples",
+        "trial_output",
+        "run_provenance",
+        "trial_memory",
+    ] {
+        let path = dir.path().join(format!("{table}.db"));
+        std::fs::copy(&pristine, &path).unwrap();
+        damage_table(&path, table);
+        let before = snapshot(&path);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let copy = dir.path().join(format!("{table}-copy.db"));
+        let refusals = [
+            ("open", Store::open(&path).unwrap_err()),
+            ("open_readonly", Store::open_readonly(&path).unwrap_err()),
+            ("check_existing", Store::check_existing(&path).unwrap_err()),
+            (
+                "snapshot",
+                edgebench::store::snapshot(&path, &copy).unwrap_err(),
+            ),
+        ];
+        for (opener, err) in refusals {
+            assert!(
+                matches!(err, StoreError::Corrupt { .. }) && err.is_bad_input(),
+                "{table}, {opener}: {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(
+                msg.contains("damaged") && msg.contains(".recover"),
+                "{table}, {opener}: {msg}"
+            );
+        }
+        assert_eq!(snapshot(&path), before, "{table}: the file was modified");
+        assert_eq!(files_beside(&path), Vec::<String>::new(), "{table}");
+        assert!(!copy.exists(), "{table}");
+    }
+    // The same checks pass a whole file, and its first reader or writer leaves it whole.
+    Store::check_existing(&pristine).unwrap();
+    assert_eq!(files_beside(&pristine), Vec::<String>::new());
+    assert_eq!(
+        Store::open_readonly(&pristine)
+            .unwrap()
+            .results()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(Store::open(&pristine).unwrap().results().unwrap().len(), 1);
+}
+
+/// `path` made unwritable, for root too where the file system allows (`chattr +i`), until
+/// dropped; None where this host cannot.
+struct Unwritable(std::path::PathBuf);
+
+impl Unwritable {
+    fn new(path: &Path) -> Option<Unwritable> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = if path.is_dir() { 0o555 } else { 0o444 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let _ = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let guard = Unwritable(path.to_path_buf());
+        let probe = path.join("probe");
+        let writable = if path.is_dir() {
+            let made = std::fs::File::create(&probe).is_ok();
+            let _ = std::fs::remove_file(&probe);
+            made
+        } else {
+            std::fs::OpenOptions::new().append(true).open(path).is_ok()
+        };
+        (!writable).then_some(guard)
+    }
+}
+
+impl Drop for Unwritable {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .stderr(std::process::Stdio::null())
+            .status();
+        let mode = if self.0.is_dir() { 0o755 } else { 0o644 };
+        let _ = std::fs::set_permissions(&self.0, std::fs::Permissions::from_mode(mode));
+    }
+}
+
+#[test]
+fn a_database_that_cannot_be_written_is_refused_naming_it_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let assert_refused = |err: StoreError, path: &Path, says: &str| {
+        assert!(
+            matches!(err, StoreError::NotWritable { .. }) && err.is_bad_input(),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("cannot write {}", path.display()))
+                && msg.contains(says)
+                && msg.contains("--db"),
+            "{msg}"
+        );
+    };
+
+    // The file itself, in a folder that can be written.
+    let file_db = dir.path().join("file.db");
+    every_table_db(&file_db);
+    let Some(guard) = Unwritable::new(&file_db) else {
+        common::skip_or_fail("this host cannot make a file unwritable for this user");
+        return;
+    };
+    assert_refused(Store::open(&file_db).unwrap_err(), &file_db, "file.db");
+    assert_refused(
+        Store::check_existing(&file_db).unwrap_err(),
+        &file_db,
+        "file.db",
+    );
+    assert_eq!(files_beside(&file_db), Vec::<String>::new());
+    drop(guard);
+
+    // Its folder, where -wal, -shm and .lock would go, for an existing file and a new one.
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).unwrap();
+    let db = folder.join("bench.db");
+    every_table_db(&db);
+    let Some(guard) = Unwritable::new(&folder) else {
+        common::skip_or_fail("this host cannot make a folder unwritable for this user");
+        return;
+    };
+    let says = format!("its folder {}", folder.display());
+    assert_refused(Store::open(&db).unwrap_err(), &db, &says);
+    assert_refused(Store::check_existing(&db).unwrap_err(), &db, &says);
+    let new = folder.join("new.db");
+    assert_refused(Store::open(&new).unwrap_err(), &new, &says);
+    assert_refused(Store::check_existing(&new).unwrap_err(), &new, &says);
+    assert_eq!(files_beside(&db), Vec::<String>::new());
+    assert!(!new.exists());
+    drop(guard);
+    // Once writable, the same file opens.
+    Store::check_existing(&db).unwrap();
+    Store::open(&db).unwrap();
 }

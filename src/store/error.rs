@@ -58,6 +58,14 @@ pub enum StoreError {
     WalUnreadable { path: PathBuf },
 
     #[error(
+        "cannot write {} ({reason}): edgebench needs write access to the file and to its \
+         folder, for the -wal, -shm and .lock files beside it; run as a user who has it, or \
+         pass --db with a file in a folder you can write",
+        path.display()
+    )]
+    NotWritable { path: PathBuf, reason: String },
+
+    #[error(
         "database {} does not exist; check the path, or run `edgebench run` first to create it",
         path.display()
     )]
@@ -98,6 +106,13 @@ pub enum StoreError {
         source: std::io::Error,
     },
 
+    #[error(
+        "{} was {how} while edgebench was writing to it: the results written since are in no \
+         file a path names",
+        path.display()
+    )]
+    Lost { path: PathBuf, how: &'static str },
+
     #[error("SQLite error on {}: {source}; {hint}", path.display())]
     Sqlite {
         path: PathBuf,
@@ -122,6 +137,7 @@ impl StoreError {
                 | Exists { .. }
                 | Corrupt { .. }
                 | WalUnreadable { .. }
+                | NotWritable { .. }
         )
     }
 }

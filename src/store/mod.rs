@@ -7,6 +7,7 @@
 //! Recent rows live in `<file>-wal` until a checkpoint; the store checkpoints after each
 //! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 
+mod check;
 mod error;
 mod import;
 pub mod lock;
@@ -14,6 +15,7 @@ mod memory;
 mod merge;
 mod output;
 mod provenance;
+mod recovery;
 pub mod schema;
 mod snapshot;
 mod status;
@@ -145,6 +147,10 @@ pub struct ResultRow {
     pub power_gap_s: Option<f64>,
     /// Sensor updates inside the measured interval, set only when fewer than 10 (schema v5).
     pub power_low_samples: Option<i64>,
+    /// Whether the trial's energy rests on too few sensor readings (`power_low_samples` set),
+    /// whatever their count, 0 included; null without a power record, or one stored before
+    /// schema v5.
+    pub power_few_readings: Option<bool>,
     /// Why the power record is incomplete (the failing sensor and its error); schema v5.
     pub power_note: Option<String>,
     pub board: Option<String>,
@@ -196,6 +202,8 @@ impl ResultRow {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// The file the path named when it was opened (see [`Store::check_still_at_path`]).
+    identity: Option<recovery::FileIdentity>,
 }
 
 impl std::fmt::Debug for Store {
@@ -207,8 +215,9 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Opens (creating if absent) a database for writing and brings its schema up to date.
     ///
-    /// A file that is not SQLite, is SQLite but not ours, or has a newer schema is refused
-    /// before anything is written to it.
+    /// A file that is not SQLite, is SQLite but not ours, has a newer schema, is damaged, or
+    /// cannot be written (nor the files SQLite keeps beside it created) is refused before
+    /// anything is written to it or created beside it.
     pub fn open(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -217,6 +226,12 @@ impl Store {
                 source,
             })?;
         }
+        // Refused files get no -wal and -shm beside them.
+        let prechecked = check::precheck(&path)?;
+        check::check_writable(
+            &path,
+            &[check::beside(&path, "-wal"), check::beside(&path, "-shm")],
+        )?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -227,10 +242,10 @@ impl Store {
         // foreign file.
         let found = inspect(&conn, &path)?;
         check_not_newer(&path, found)?;
-        if found > 0 {
+        if found > 0 && !matches!(prechecked, check::Precheck::Checked(_)) {
             // A write to a damaged file (even a `failed` run row) spreads the damage and
             // buries it; the whole-file check costs one read of the file, once per open.
-            quick_check(&conn, &path, &[])?;
+            quick_check(&conn, &path)?;
         }
 
         let mode: String = conn
@@ -243,7 +258,7 @@ impl Store {
         conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
             .map_err(sql_err(&path))?;
         migrate(&mut conn, &path, found)?;
-        let store = Store { conn, path };
+        let store = Store::from_parts(conn, path);
         if found < SCHEMA_VERSION {
             // Keep the schema in the main file too; see `checkpoint`.
             store.checkpoint();
@@ -254,36 +269,24 @@ impl Store {
     /// Opens an existing database read-only (for `results`/`export`); never creates or
     /// upgrades it, and needs no write access to the file or its folder.
     ///
-    /// Checks the run and trial tables for damage (`PRAGMA quick_check` on them only: they
-    /// are small, while the per-iteration and power-sample tables can be most of a large
-    /// file); [`Store::verify`] checks the whole file for readers of every row.
+    /// Checks the whole file for damage (`PRAGMA quick_check`: one read of every page), so
+    /// that no command shows part of a damaged file as if it were whole; a refused file gets
+    /// no `-wal` or `-shm` beside it.
     pub fn open_readonly(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
+        let prechecked = check::precheck(&path)?;
+        if let check::Precheck::Checked(found) = prechecked {
+            check_readable_version(&path, found)?;
+        }
         let conn = open_read_connection(&path)?;
         let found = inspect(&conn, &path)?;
-        if found == 0 {
-            return Err(StoreError::Foreign {
-                path,
-                reason: "it is empty; no edgebench run has written to it yet".into(),
-            });
+        check_readable_version(&path, found)?;
+        if !matches!(prechecked, check::Precheck::Checked(_)) {
+            quick_check(&conn, &path)?;
         }
-        check_not_newer(&path, found)?;
-        if found < SCHEMA_VERSION {
-            return Err(StoreError::NeedsUpgrade {
-                path,
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        quick_check(&conn, &path, SUMMARY_TABLES)?;
         conn.execute_batch("PRAGMA foreign_keys=ON;")
             .map_err(sql_err(&path))?;
-        Ok(Store { conn, path })
-    }
-
-    /// Checks the whole file for damage (`PRAGMA quick_check`: one read of every page).
-    pub fn verify(&self) -> Result<()> {
-        quick_check(&self.conn, &self.path, &[])
+        Ok(Store::from_parts(conn, path))
     }
 
     pub fn path(&self) -> &Path {
@@ -476,7 +479,7 @@ impl Store {
     }
 
     /// A trial whose power could not be measured at all (its sensor lost): no energy, flagged
-    /// incomplete with the whole unmeasured time as its gap.
+    /// incomplete with the whole unmeasured time as its gap, and as resting on 0 readings.
     pub fn record_power_unmeasured(
         &mut self,
         trial_id: i64,
@@ -486,7 +489,7 @@ impl Store {
         self.conn
             .execute(
                 "UPDATE trials SET power_samples = 0, power_incomplete = 1, power_gap_s = ?2, \
-                 power_note = ?3 WHERE id = ?1",
+                 power_low_samples = 0, power_note = ?3 WHERE id = ?1",
                 params![trial_id, gap_s, note],
             )
             .map_err(sql_err(&self.path))?;
@@ -745,6 +748,13 @@ impl Store {
                     throttled: r.get(39)?,
                     throttle_note: r.get(40)?,
                     power_low_samples: r.get(41)?,
+                    // A power record (power_samples) of a run with a scope (schema v5) had its
+                    // readings counted.
+                    power_few_readings: r
+                        .get::<_, Option<i64>>(30)?
+                        .zip(r.get::<_, Option<String>>(42)?)
+                        .map(|_| r.get::<_, Option<i64>>(41).map(|n| n.is_some()))
+                        .transpose()?,
                     power_scope: r.get(42)?,
                     power_note: r.get(43)?,
                     workload: r.get(44)?,
@@ -959,59 +969,29 @@ fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
     Ok(u32::try_from(v).unwrap_or(u32::MAX))
 }
 
-/// The tables `results` reads: one row per run or trial, small next to the per-iteration ones.
-const SUMMARY_TABLES: &[&str] = &[
-    "runs",
-    "trials",
-    "trial_memory",
-    "trial_rail_energy",
-    "trial_clocks",
-];
-
-/// `PRAGMA quick_check` of `tables` (those present; all of the file if empty). A damaged file
-/// is [`StoreError::Corrupt`], naming what SQLite found.
-fn quick_check(conn: &Connection, path: &Path, tables: &[&str]) -> Result<()> {
+/// `PRAGMA quick_check` of the whole file (one read of every page). A damaged file is
+/// [`StoreError::Corrupt`], naming what SQLite found.
+fn quick_check(conn: &Connection, path: &Path) -> Result<()> {
     let corrupt = |detail: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
-    let run = |sql: &str| -> Result<()> {
-        let found = conn
-            .prepare(sql)
-            .and_then(|mut st| {
-                st.query_map([], |r| r.get::<_, String>(0))?
-                    .take(3)
-                    .collect::<rusqlite::Result<Vec<String>>>()
-            })
-            .map_err(|e| match e.sqlite_error_code() {
-                Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => {
-                    corrupt(e.to_string())
-                }
-                _ => sql_err(path)(e),
-            })?;
-        match found.as_slice() {
-            [ok] if ok == "ok" => Ok(()),
-            [] => Err(corrupt("quick_check returned nothing".into())),
-            problems => Err(corrupt(problems.join("; "))),
-        }
-    };
-    if tables.is_empty() {
-        return run("PRAGMA quick_check");
+    let found = conn
+        .prepare("PRAGMA quick_check")
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get::<_, String>(0))?
+                .take(3)
+                .collect::<rusqlite::Result<Vec<String>>>()
+        })
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => corrupt(e.to_string()),
+            _ => sql_err(path)(e),
+        })?;
+    match found.as_slice() {
+        [ok] if ok == "ok" => Ok(()),
+        [] => Err(corrupt("quick_check returned nothing".into())),
+        problems => Err(corrupt(problems.join("; "))),
     }
-    for table in tables {
-        let present: bool = conn
-            .query_row(
-                "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                [table],
-                |r| r.get(0),
-            )
-            .map_err(sql_err(path))?;
-        if present {
-            // A table name, not a value: it comes from the constant list above.
-            run(&format!("PRAGMA quick_check(\"{table}\")"))?;
-        }
-    }
-    Ok(())
 }
 
 /// Opens an existing file for reading without needing write access to it or its folder.
@@ -1076,6 +1056,25 @@ fn immutable_uri(path: &Path) -> String {
     uri
 }
 
+/// What [`Store::open_readonly`] can read: an edgebench file of exactly this schema version.
+fn check_readable_version(path: &Path, found: u32) -> Result<()> {
+    if found == 0 {
+        return Err(StoreError::Foreign {
+            path: path.to_path_buf(),
+            reason: "it is empty; no edgebench run has written to it yet".into(),
+        });
+    }
+    check_not_newer(path, found)?;
+    if found < SCHEMA_VERSION {
+        return Err(StoreError::NeedsUpgrade {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
 fn check_not_newer(path: &Path, found: u32) -> Result<()> {
     if found > SCHEMA_VERSION {
         return Err(StoreError::TooNew {
@@ -1121,7 +1120,7 @@ fn inspect(conn: &Connection, path: &Path) -> Result<u32> {
             [],
             |r| r.get(0),
         )
-        .map_err(sql_err(path))?;
+        .map_err(not_sqlite)?;
     if !has_meta {
         return Err(foreign("it has tables but no `meta` table"));
     }
@@ -1133,7 +1132,14 @@ fn inspect(conn: &Connection, path: &Path) -> Result<u32> {
             |r| r.get(0),
         )
         .optional()
-        .map_err(|_| foreign("its `meta` table is not edgebench's"))?;
+        .map_err(|e| match e.sqlite_error_code() {
+            // Damage to the table's pages is not a different application's table.
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("its `meta` table cannot be read: {e}"),
+            },
+            _ => foreign("its `meta` table is not edgebench's"),
+        })?;
     match app.as_deref() {
         Some(schema::APPLICATION) => {}
         Some(other) => {

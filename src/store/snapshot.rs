@@ -11,23 +11,32 @@ use std::time::{Duration, Instant};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
+use super::check::{precheck, Precheck};
 use super::{
     check_not_newer, inspect, open_read_connection, sql_err, Result, StoreError, BUSY_TIMEOUT,
 };
 
 /// Opens `path` read-only and checks it is an edgebench database of a version this binary
 /// understands (older is fine: it is copied as it is). Returns the connection and version.
+/// A refused file gets no `-wal` or `-shm` beside it.
 pub(super) fn open_source(path: &Path) -> Result<(Connection, u32)> {
+    if let Precheck::Checked(0) = precheck(path)? {
+        return Err(empty(path));
+    }
     let conn = open_read_connection(path)?;
     let found = inspect(&conn, path)?;
     if found == 0 {
-        return Err(StoreError::Foreign {
-            path: path.to_path_buf(),
-            reason: "it is empty; no edgebench run has written to it yet".into(),
-        });
+        return Err(empty(path));
     }
     check_not_newer(path, found)?;
     Ok((conn, found))
+}
+
+fn empty(path: &Path) -> StoreError {
+    StoreError::Foreign {
+        path: path.to_path_buf(),
+        reason: "it is empty; no edgebench run has written to it yet".into(),
+    }
 }
 
 /// Copies `src` (an edgebench database, possibly being written by another process) to `out`,

@@ -13,6 +13,7 @@
 //! counts them), iterations planned 0 (as for any command), no power, memory or clock record
 //! (`power_note` says so), `exit_code` and `wall_time_s` null, and `imported_log` the file read.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
@@ -27,6 +28,10 @@ use crate::stats;
 use crate::store::{
     ImportOutcome, ImportedTrial, RunInfo, Store, TrialKey, TrialStatus, TrialSummary,
 };
+
+/// Bytes read from a log at a time: logs are read a line at a time, never whole (a study's log
+/// can be hundreds of megabytes).
+const LOG_BUFFER: usize = 64 << 10;
 
 /// The file naming of the study scripts, for messages.
 pub const LOG_NAME_PATTERN: &str = "train_{net}_{CPU|GPU}_{batch}.log";
@@ -111,15 +116,15 @@ pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
             }
             Some(Ok(identity)) => identity,
         };
-        let text = match std::fs::read(&path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
             Err(e) => {
                 problems.push(format!("{name}: cannot read: {e}"));
                 continue;
             }
         };
         let parser = Parser::from_name(parser_name)?;
-        match read_log(&text, parser) {
+        match read_log(BufReader::with_capacity(LOG_BUFFER, file), parser) {
             Ok((iterations, _)) if iterations.is_empty() => problems.push(format!(
                 "{name}: no {parser_name} step line with a time (is --parser right?)"
             )),
@@ -337,36 +342,100 @@ fn glog_ns(line: &str) -> Option<i64> {
     Some(seconds * 1_000_000_000 + field("us")? * 1000)
 }
 
-/// A log's iterations, and how many step lines had no time to give.
-pub fn read_log(text: &str, mut parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
-    const YEAR_NS: i64 = 366 * 86_400 * 1_000_000_000;
-    let mut origin = None;
-    let mut year_offset = 0;
-    let mut last_stamp = None;
-    // Instants count from the first timestamp, or from 0 for a log without any.
-    let mut tracker = StepTracker::new(0, None);
-    // Where the next line without a timestamp ends: after the previous one, by its own time.
-    let mut cursor_ns = 0i64;
-    let mut last_step = None;
-    let mut iterations = Vec::new();
-    let mut untimed = 0;
-    for (number, line) in text.split(['\n', '\r']).enumerate() {
+/// A log's iterations, and how many step lines had no time to give. The log is read a line at
+/// a time: what is kept is its step records and the line being parsed. Lines end at `\n` or
+/// `\r` (progress bars redraw with `\r`), bytes that are not UTF-8 read as U+FFFD, and lines
+/// are numbered from 1 in that sense for errors.
+pub fn read_log(mut log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
+    let mut lines = LogLines::new(parser);
+    let mut chunk = Vec::new();
+    let mut number = 0usize;
+    // Whether the next byte starts a line: an empty log, or one ending in `\n`, ends with an
+    // empty line.
+    let mut at_line_start = true;
+    let mut feed = |segment: &[u8]| {
+        number += 1;
+        lines
+            .feed(&String::from_utf8_lossy(segment))
+            .with_context(|| format!("line {number}"))
+    };
+    loop {
+        chunk.clear();
+        if log.read_until(b'\n', &mut chunk).context("cannot read")? == 0 {
+            if at_line_start {
+                feed(b"")?;
+            }
+            break;
+        }
+        let body = match chunk.strip_suffix(b"\n") {
+            Some(body) => {
+                at_line_start = true;
+                body
+            }
+            None => {
+                at_line_start = false;
+                &chunk[..]
+            }
+        };
+        for segment in body.split(|&b| b == b'\r') {
+            feed(segment)?;
+        }
+    }
+    Ok((lines.iterations, lines.untimed))
+}
+
+/// The state of [`read_log`] between lines.
+struct LogLines {
+    parser: Parser,
+    origin: Option<i64>,
+    year_offset: i64,
+    last_stamp: Option<i64>,
+    /// Instants count from the first timestamp, or from 0 for a log without any.
+    tracker: StepTracker,
+    /// Where the next line without a timestamp ends: after the previous one, by its own time.
+    cursor_ns: i64,
+    last_step: Option<usize>,
+    iterations: Vec<TrackedStep>,
+    untimed: usize,
+}
+
+impl LogLines {
+    fn new(parser: Parser) -> LogLines {
+        LogLines {
+            parser,
+            origin: None,
+            year_offset: 0,
+            last_stamp: None,
+            tracker: StepTracker::new(0, None),
+            cursor_ns: 0,
+            last_step: None,
+            iterations: Vec::new(),
+            untimed: 0,
+        }
+    }
+
+    fn feed(&mut self, line: &str) -> Result<()> {
+        const YEAR_NS: i64 = 366 * 86_400 * 1_000_000_000;
         let stamp = glog_ns(line).map(|ns| {
             // A run across New Year goes on counting.
-            if last_stamp.is_some_and(|last| ns + year_offset < last) {
-                year_offset += YEAR_NS;
+            if self
+                .last_stamp
+                .is_some_and(|last| ns + self.year_offset < last)
+            {
+                self.year_offset += YEAR_NS;
             }
-            let ns = ns + year_offset;
-            last_stamp = Some(ns);
-            ns - *origin.get_or_insert(ns)
+            let ns = ns + self.year_offset;
+            self.last_stamp = Some(ns);
+            ns - *self.origin.get_or_insert(ns)
         });
-        let event = parser
-            .parse(line)
-            .with_context(|| format!("line {}", number + 1))?;
-        let Some(event) = event else { continue };
+        let Some(event) = self.parser.parse(line)? else {
+            return Ok(());
+        };
         // Caffe prints a step's learning rate just after its loss line: the rate of that step
         // (the running tracker can only give it to the steps after).
-        if let (LogEvent::LearningRate { step, lr }, Some(last)) = (&event, iterations.last_mut()) {
+        if let (LogEvent::LearningRate { step, lr }, Some(last)) =
+            (&event, self.iterations.last_mut())
+        {
             let last: &mut TrackedStep = last;
             if last.record.step == *step {
                 last.record.lr = *lr;
@@ -375,30 +444,30 @@ pub fn read_log(text: &str, mut parser: Parser) -> Result<(Vec<TrackedStep>, usi
         let read_ns = match (&event, stamp) {
             (_, Some(ns)) => ns,
             (LogEvent::Step(s), None) => {
-                let steps = match last_step {
+                let steps = match self.last_step {
                     Some(prev) if s.step > prev => s.step - prev,
-                    Some(_) => continue,
+                    Some(_) => return Ok(()),
                     None => 1,
                 };
                 match s.time_s {
                     Some(t) if t.is_finite() && t >= 0.0 => {
-                        cursor_ns + (t * steps as f64 * 1e9).round() as i64
+                        self.cursor_ns + (t * steps as f64 * 1e9).round() as i64
                     }
                     _ => {
-                        untimed += 1;
-                        continue;
+                        self.untimed += 1;
+                        return Ok(());
                     }
                 }
             }
-            (LogEvent::LearningRate { .. }, None) => cursor_ns,
+            (LogEvent::LearningRate { .. }, None) => self.cursor_ns,
         };
-        if let Some(step) = tracker.feed(event, read_ns) {
-            cursor_ns = step.record.t_end_ns;
-            last_step = Some(step.record.step);
-            iterations.push(step);
+        if let Some(step) = self.tracker.feed(event, read_ns) {
+            self.cursor_ns = step.record.t_end_ns;
+            self.last_step = Some(step.record.step);
+            self.iterations.push(step);
         }
+        Ok(())
     }
-    Ok((iterations, untimed))
 }
 
 #[cfg(test)]
@@ -537,5 +606,90 @@ INFO:tensorflow:Stopping Training.
         assert!(err.contains("cannot read the log folder"), "{err}");
         let err = format!("{:#}", import_dir(empty.path(), "mxnet").unwrap_err());
         assert!(err.contains("unknown log parser 'mxnet'"), "{err}");
+    }
+
+    /// A log made a line at a time as it is read, counting the bytes taken from it.
+    struct LazyLog<I> {
+        lines: I,
+        line: Vec<u8>,
+        at: usize,
+        taken: usize,
+    }
+
+    impl<I: Iterator<Item = String>> std::io::Read for LazyLog<I> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = {
+                let have = self.fill_buf()?;
+                let n = have.len().min(buf.len());
+                buf[..n].copy_from_slice(&have[..n]);
+                n
+            };
+            self.consume(n);
+            Ok(n)
+        }
+    }
+
+    impl<I: Iterator<Item = String>> BufRead for LazyLog<I> {
+        fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+            if self.at == self.line.len() {
+                if let Some(next) = self.lines.next() {
+                    self.line = next.into_bytes();
+                    self.at = 0;
+                }
+            }
+            Ok(&self.line[self.at..])
+        }
+
+        fn consume(&mut self, n: usize) {
+            self.at += n;
+            self.taken += n;
+        }
+    }
+
+    #[test]
+    fn a_log_is_parsed_as_it_is_read_never_read_whole() {
+        let good = |i: usize| format!("EDGEBENCH step={i} loss=2.5 time=0.125\n");
+        let bad = "EDGEBENCH step=x loss=2.5\n".to_string();
+        // Some 7 MB after the bad line; a reader that took the whole log would take them all.
+        let lines = (0..1000)
+            .map(good)
+            .chain(std::iter::once(bad.clone()))
+            .chain((1001..200_000).map(good));
+        let mut log = LazyLog {
+            lines,
+            line: Vec::new(),
+            at: 0,
+            taken: 0,
+        };
+        let err = format!("{:#}", read_log(&mut log, Parser::Edgebench).unwrap_err());
+        assert!(
+            err.starts_with("line 1001: ") && err.contains("'x'"),
+            "{err}"
+        );
+        let through_bad: usize = (0..1000).map(|i| good(i).len()).sum::<usize>() + bad.len();
+        assert_eq!(log.taken, through_bad);
+
+        // A whole log read the same way gives every step.
+        let mut log = LazyLog {
+            lines: (0..200_000).map(good),
+            line: Vec::new(),
+            at: 0,
+            taken: 0,
+        };
+        let (steps, untimed) = read_log(&mut log, Parser::Edgebench).unwrap();
+        assert_eq!((steps.len(), untimed), (200_000, 0));
+        assert_eq!(steps[199_999].record.t_end_ns, 200_000 * 125_000_000);
+    }
+
+    #[test]
+    fn log_lines_end_at_either_line_break_and_the_last_needs_none() {
+        let log: &[u8] = b"EDGEBENCH step=1 loss=3 time=0.5\r\n\
+            EDGEBENCH step=2 loss=2 time=0.5 note=\xff\rEDGEBENCH step=3 loss=1 time=0.5";
+        let (steps, _) = read_log(log, Parser::Edgebench).unwrap();
+        let read: Vec<(usize, f64)> = steps
+            .iter()
+            .map(|s| (s.record.step, s.record.loss))
+            .collect();
+        assert_eq!(read, [(1, 3.0), (2, 2.0), (3, 1.0)]);
     }
 }
