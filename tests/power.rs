@@ -275,6 +275,7 @@ fn thor_run_is_board_scope_from_the_ina238_and_flags_trials_too_short_for_it() {
         assert_eq!(rails.keys().collect::<Vec<_>>(), ["VIN"], "{r}");
         let few = r["power_low_samples"].as_i64().expect("flagged");
         assert!((0..10).contains(&few), "{r}");
+        assert_eq!(r["power_few_readings"], true, "{r}");
     }
     let c = Connection::open(&db).unwrap();
     let (scope, flagged): (String, i64) = c
@@ -500,51 +501,87 @@ fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
     );
 }
 
-fn cpu_seconds() -> f64 {
-    // SAFETY: rusage is plain integers, for which all-zero bytes are valid.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we own.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-/// The sampler's own CPU cost on the Orin NX tree (CPU seconds per wall second while the test
-/// thread sleeps). A measurement for the README, not a check:
-/// `cargo test --release --test power -- --ignored --nocapture sampler_cpu_cost`
+/// `power_few_readings` flags a trial whose energy rests on fewer than 10 sensor readings
+/// whatever their count: 0 too (a JSON reader takes a count of 0 for false), and a trial whose
+/// sensor gave no reading at all.
 #[test]
-#[ignore = "measurement, run by hand"]
-fn sampler_cpu_cost() {
-    use edgebench::config::PowerConfig;
-    use edgebench::host::HostPaths;
-    use edgebench::power::PowerMonitor;
+fn every_trial_with_too_few_readings_is_flagged_zero_included() {
+    use common::fixtures::{iter, key, run_info, summary};
+    use edgebench::power::{TrialPower, TrialPowerRecord};
+    use edgebench::store::Store;
     let dir = tempfile::tempdir().unwrap();
-    let sys = dir.path().join("sys");
-    orin_nx_power(&sys);
-    let host = HostPaths {
-        sysfs: sys,
-        procfs: "/proc".into(),
-        rootfs: "/".into(),
+    let db = dir.path().join("few.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = s
+        .begin_run(&run_info("r-few", "orin-nx", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    s.set_run_power(run, "orin-nx", "VDD_IN", None).unwrap();
+    s.set_run_power_scope(run, "module").unwrap();
+    let measured = |low_samples: Option<usize>| {
+        TrialPowerRecord::Measured(TrialPower {
+            energy_j: 0.5,
+            avg_power_w: 7.5,
+            energy_per_image_j: 0.5,
+            edp_js: 0.03,
+            dynamic_energy_j: None,
+            samples: low_samples.unwrap_or(40),
+            rate_hz: None,
+            jitter_s: None,
+            incomplete: false,
+            gap_s: 0.0,
+            low_samples,
+            note: None,
+            rails: vec![("VDD_IN".into(), 0.5, true)],
+            iterations: vec![],
+        })
     };
-    for rate_hz in [None, Some(1000.0)] {
-        let cfg = PowerConfig {
-            rate_hz,
-            ..Default::default()
-        };
-        let m = PowerMonitor::for_run(&host, &cfg).unwrap();
-        let (cpu0, t0) = (cpu_seconds(), std::time::Instant::now());
-        let h = m.start();
-        std::thread::sleep(std::time::Duration::from_secs(5));
-        let s = h.stop();
-        let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
-        let n = s.series[0].t_ns.len();
-        println!(
-            "rate {:?}: {n} samples in {wall:.2} s ({:.0} Hz), sampler CPU {:.3} % of one core",
-            rate_hz.map_or("default (update_interval 7 ms)".to_string(), |r| format!(
-                "{r} Hz"
-            )),
-            n as f64 / wall,
-            100.0 * cpu / wall
-        );
+    let records = [
+        // No sensor update inside the measured window: the energy comes from the readings
+        // around it.
+        measured(Some(0)),
+        measured(Some(3)),
+        measured(None),
+        TrialPowerRecord::Unmeasured {
+            gap_s: 0.07,
+            note: Some("hwmon3: No such file or directory".into()),
+        },
+        // No measured iteration: no power record.
+        TrialPowerRecord::Nothing,
+    ];
+    for (batch, record) in records.iter().enumerate() {
+        let trial = s
+            .begin_trial(
+                run,
+                &key("alexnet", "cpu", batch + 1),
+                1,
+                0,
+                "2025-01-31T12:00:01Z",
+            )
+            .unwrap();
+        s.record_iteration(trial, &iter(0, 6.9, 0.1)).unwrap();
+        s.record_power(trial, record).unwrap();
+        s.finish_trial(trial, &summary("ok")).unwrap();
     }
+    drop(s);
+    let rows = results(dir.path(), &db);
+    let got: Vec<(Value, Value)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["power_low_samples"].clone(),
+                r["power_few_readings"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Value::from(0), Value::from(true)),
+            (Value::from(3), Value::from(true)),
+            (Value::Null, Value::from(false)),
+            (Value::from(0), Value::from(true)),
+            (Value::Null, Value::Null),
+        ],
+        "{rows:#?}"
+    );
 }

@@ -49,15 +49,32 @@ impl PowerMonitor {
         )
     }
 
+    /// Counts a trial marked power_incomplete, for the warning at the run's end; `error` is its
+    /// recording's first failed read.
+    pub(super) fn count_incomplete(&self, error: Option<&str>) {
+        let mut h = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        h.incomplete_trials += 1;
+        if h.first_error.is_none() {
+            h.first_error = error.map(str::to_string);
+        }
+    }
+
     /// The warning for the end of a run whose trials lost power readings; None if none did.
     pub fn run_warning(&self) -> Option<String> {
         let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
-        let error = h.first_error.as_ref()?;
+        if h.incomplete_trials == 0 {
+            return None;
+        }
+        let error = h
+            .first_error
+            .as_ref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
         Some(format!(
-            "power readings failed during {} trial(s) ({error}); {}. Those trials are marked \
+            "power readings failed during {} trial(s){error}; {}. Those trials are marked \
              power_incomplete: their energy covers only the time with readings, power_gap_s is \
              the time without",
-            h.recordings_with_errors,
+            h.incomplete_trials,
             if h.recovered {
                 "the sensor was reading again by the last trial"
             } else {
@@ -106,9 +123,12 @@ mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::PowerConfig;
     use crate::power::hwmon::fixtures::{self, host};
-    use crate::power::{energy, trial_energy, PowerMonitor};
+    use crate::power::{
+        energy, trial_energy, PowerMonitor, PowerSource, Reading, TrialPowerRecord,
+    };
     use crate::record::IterationRecord;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     #[test]
@@ -201,6 +221,124 @@ mod tests {
             "{} J",
             e.energy_j
         );
-        assert!(m.run_warning().unwrap().contains("reading again"));
+        let record = m.assess_trial(&s, &[rec], 0, 1, None);
+        assert!(
+            matches!(&record, TrialPowerRecord::Measured(p) if p.incomplete),
+            "{record:?}"
+        );
+        let warning = m.run_warning().unwrap();
+        assert!(
+            warning.contains("during 1 trial(s)") && warning.contains("reading again"),
+            "{warning}"
+        );
+    }
+
+    /// A source that fails its reads while `fail` is set, counting every read.
+    struct Switchable {
+        fail: Arc<AtomicBool>,
+        reads: Arc<AtomicUsize>,
+        rails: Vec<String>,
+    }
+
+    impl PowerSource for Switchable {
+        fn describe(&self) -> String {
+            "switchable".into()
+        }
+        fn rails(&self) -> &[String] {
+            &self.rails
+        }
+        fn read(&mut self) -> anyhow::Result<Vec<Reading>> {
+            let failing = self.fail.load(Ordering::SeqCst);
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            anyhow::ensure!(!failing, "EIO");
+            Ok(vec![Reading {
+                volts: None,
+                amps: None,
+                watts: 5.0,
+            }])
+        }
+        fn default_period(&self) -> Duration {
+            Duration::from_millis(1)
+        }
+    }
+
+    #[test]
+    fn the_run_warning_counts_only_trials_marked_power_incomplete() {
+        let root = tempfile::tempdir().unwrap();
+        fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
+        let mut m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let (fail, reads) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        );
+        let source: Box<dyn PowerSource> = Box::new(Switchable {
+            fail: Arc::clone(&fail),
+            reads: Arc::clone(&reads),
+            rails: vec!["VDD_IN".into()],
+        });
+        m.sources = vec![(Arc::new(Mutex::new(source)), Duration::from_millis(1))];
+        m.total = vec![("switchable".into(), "VDD_IN".into())];
+        // Waits for `n` more reads: a read counted after a switch of `fail` may have looked
+        // before it, the ones after it did not.
+        let after_reads = |n: usize| {
+            let target = reads.load(Ordering::SeqCst) + n;
+            while reads.load(Ordering::SeqCst) < target {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let iteration = |a: i64, b: i64| IterationRecord {
+            step: 0,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.1,
+            data_s: 0.0,
+            step_s: 0.0,
+            t_start_ns: a,
+            t_end_ns: b,
+        };
+
+        // Reads fail only before the measured interval (as while a worker starts): the trial is
+        // complete, though its recording had failed reads.
+        fail.store(true, Ordering::SeqCst);
+        let h = m.start();
+        after_reads(3);
+        fail.store(false, Ordering::SeqCst);
+        after_reads(3);
+        let a = monotonic_ns();
+        after_reads(5);
+        let b = monotonic_ns();
+        after_reads(3);
+        let s = h.stop();
+        assert!(s.lost.is_some(), "the recording had failed reads");
+        let record = m.assess_trial(&s, &[iteration(a, b)], 0, 1, None);
+        assert!(
+            matches!(&record, TrialPowerRecord::Measured(p) if !p.incomplete),
+            "{record:?}"
+        );
+        assert_eq!(m.run_warning(), None);
+
+        // Reads fail inside the measured interval: this trial is marked power_incomplete.
+        let h = m.start();
+        after_reads(3);
+        let a = monotonic_ns();
+        after_reads(3);
+        fail.store(true, Ordering::SeqCst);
+        after_reads(3);
+        fail.store(false, Ordering::SeqCst);
+        after_reads(3);
+        let b = monotonic_ns();
+        after_reads(3);
+        let s = h.stop();
+        let record = m.assess_trial(&s, &[iteration(a, b)], 0, 1, None);
+        assert!(
+            matches!(&record, TrialPowerRecord::Measured(p) if p.incomplete),
+            "{record:?}"
+        );
+        let warning = m.run_warning().expect("a trial lost readings");
+        assert!(
+            warning.contains("during 1 trial(s) (switchable: EIO)")
+                && warning.contains("reading again"),
+            "{warning}"
+        );
     }
 }

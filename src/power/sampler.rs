@@ -40,10 +40,12 @@ pub struct Samples {
 /// What went wrong with the sensors over a run, for the warning at its end.
 #[derive(Debug, Default)]
 pub struct Health {
-    /// The first failure seen, with its source.
+    /// The failure behind the first trial marked power_incomplete, with its source.
     pub first_error: Option<String>,
-    /// Trial recordings that had failed reads.
-    pub recordings_with_errors: usize,
+    /// Trials marked power_incomplete: readings missing inside their measured interval. A
+    /// recording's failed reads outside that interval (while the worker starts, after the
+    /// last iteration) leave the trial complete and are not counted.
+    pub incomplete_trials: usize,
     /// Whether the last recording ended with its sources reading again.
     pub recovered: bool,
 }
@@ -216,15 +218,11 @@ impl RecordingHandle {
                 Err(_) => tracing::warn!("a power sampler thread panicked; its samples are lost"),
             }
         }
-        out.lost = first_error.clone();
-        if let (Some(health), Some(error)) = (&self.health, first_error) {
-            let mut h = health.lock().unwrap_or_else(|e| e.into_inner());
-            h.first_error.get_or_insert(error);
-            h.recordings_with_errors += 1;
-            h.recovered = !failing_at_end;
-        } else if let Some(health) = &self.health {
-            let mut h = health.lock().unwrap_or_else(|e| e.into_inner());
-            h.recovered = true;
+        out.lost = first_error;
+        // Which trials lost readings is known once their samples are assessed
+        // (PowerMonitor::assess_trial), not here.
+        if let Some(health) = &self.health {
+            health.lock().unwrap_or_else(|e| e.into_inner()).recovered = !failing_at_end;
         }
         out.total = out
             .series

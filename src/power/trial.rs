@@ -49,6 +49,7 @@ impl PowerMonitor {
         let Some(e) = e else {
             return match energy::unmeasured_s(samples, iterations, warmup) {
                 Some(gap_s) => {
+                    self.count_incomplete(samples.lost.as_deref());
                     tracing::warn!(
                         "trial power not measured: no readings in {gap_s:.3} s of the measured \
                          interval{reason}; energy left empty, trial marked power_incomplete"
@@ -62,6 +63,7 @@ impl PowerMonitor {
             };
         };
         if e.incomplete {
+            self.count_incomplete(samples.lost.as_deref());
             tracing::warn!(
                 "trial power incomplete: {:.3} s of the {:.3} s measured interval without \
                  readings{reason}; the energy covers the rest",
