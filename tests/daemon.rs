@@ -1,6 +1,6 @@
 //! The daemon as systemd runs it: sd_notify messages captured on a local NOTIFY_SOCKET,
 //! SIGTERM mid-sweep and a restart that redoes only the interrupted trial, SIGHUP reloads, and
-//! the unit file verified by systemd-analyze.
+//! the unit file verified and its exposure scored by systemd-analyze.
 
 mod common;
 
@@ -185,18 +185,34 @@ fn sighup_reloads_the_config_and_a_bad_one_is_kept_out() {
     );
 }
 
+/// Whether systemd-analyze runs here; when it does not, the test has been skipped (failed
+/// under CI) and the caller returns.
+fn systemd_analyze_runs() -> bool {
+    match Command::new("systemd-analyze").arg("--version").output() {
+        Ok(out) => {
+            assert!(out.status.success(), "systemd-analyze --version: {out:?}");
+            true
+        }
+        Err(e) => {
+            common::skip_or_fail(&format!(
+                "systemd-analyze does not run ({e}): install the systemd package"
+            ));
+            false
+        }
+    }
+}
+
+fn shipped_unit() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/edgebench.service")
+}
+
 #[test]
 fn unit_file_passes_systemd_analyze_verify() {
-    let Ok(out) = Command::new("systemd-analyze").arg("--version").output() else {
-        eprintln!("skipped: systemd-analyze is not installed");
+    if !systemd_analyze_runs() {
         return;
-    };
-    assert!(out.status.success());
+    }
     let dir = tempfile::tempdir().unwrap();
-    let unit = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/edgebench.service"),
-    )
-    .unwrap();
+    let unit = std::fs::read_to_string(shipped_unit()).unwrap();
     assert!(unit.contains("Type=notify") && unit.contains("ProtectSystem=strict"));
     // verify checks that ExecStart exists: point it at the binary under test.
     let unit = unit.replace("/usr/local/bin/edgebench", env!("CARGO_BIN_EXE_edgebench"));
@@ -211,6 +227,45 @@ fn unit_file_passes_systemd_analyze_verify() {
     assert!(
         out.status.success() && stderr.trim().is_empty(),
         "systemd-analyze verify: {stderr}"
+    );
+}
+
+/// The exposure `systemd-analyze security` gives the shipped unit, read offline from the file
+/// (no unit installed, no running manager needed).
+fn exposure(unit: &Path) -> f64 {
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(unit)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "→ Overall exposure level for edgebench.service: 1.7 OK 🙂"
+    text.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("Overall exposure level for ")?;
+            rest.split_once(": ")?
+                .1
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| {
+            panic!("no exposure level in systemd-analyze security's output: {out:?}\n{text}")
+        })
+}
+
+#[test]
+fn unit_file_security_exposure_is_at_most_2_5() {
+    if !systemd_analyze_runs() {
+        return;
+    }
+    let unit = shipped_unit();
+    let score = exposure(&unit);
+    assert!(
+        score <= 2.5,
+        "systemd-analyze security --offline=yes {}: exposure {score}, above 2.5",
+        unit.display()
     );
 }
 
