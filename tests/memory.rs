@@ -1,11 +1,13 @@
 //! Memory, for real: worker processes that crash or are OOM-killed cost one trial, and a trial
 //! pushed into swap by a cgroup cap is flagged. The cgroup tests need root and a memory
 //! cgroup (and, for the swap test, active swap: `.ci/run` turns on a swap file); where the host
-//! does not allow them they print why and pass without asserting.
+//! does not allow them they fail under CI and say they did not run elsewhere.
 
 mod common;
 
-use common::{cgroup_unusable, children, describe, edgebench, results, signal, wait_for};
+use common::{
+    cgroup_unusable, children, describe, edgebench, results, signal, skip_or_fail, wait_for,
+};
 use edgebench::host::HostPaths;
 use edgebench::memory::procfs::ProcReader;
 use rusqlite::Connection;
@@ -126,9 +128,9 @@ fn a_trial_that_cannot_fit_is_skipped_before_it_runs() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
     // 1 MiB cannot hold AlexNet's 61 M parameters: predicted not to fit, so not run. The cap
-    // is only read for the estimate here; --mem-limit also needs a cgroup, so skip without one.
+    // is only read for the estimate here; --mem-limit also needs a cgroup.
     if let Some(why) = cgroup_unusable() {
-        eprintln!("skipped: memory cgroup unusable: {why}");
+        skip_or_fail(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let out = edgebench(dir.path())
@@ -159,7 +161,7 @@ fn a_trial_that_cannot_fit_is_skipped_before_it_runs() {
 #[test]
 fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
     if let Some(why) = cgroup_unusable() {
-        eprintln!("skipped: memory cgroup unusable: {why}");
+        skip_or_fail(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -204,14 +206,16 @@ fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
 #[test]
 fn a_trial_pushed_into_swap_is_flagged() {
     if let Some(why) = cgroup_unusable() {
-        eprintln!("skipped: memory cgroup unusable: {why}");
+        skip_or_fail(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let swap = ProcReader::new(&HostPaths::default())
         .meminfo()
         .map_or(0, |m| m.swap_free);
     if swap < 1 << 30 {
-        eprintln!("skipped: needs at least 1 GiB of free swap (.ci/run turns on a swap file); have {swap} bytes");
+        skip_or_fail(&format!(
+            "needs at least 1 GiB of free swap (.ci/run turns on a swap file); have {swap} bytes"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -607,19 +607,14 @@ fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
 
 /// A whole training step on the GPU (im2col + cuBLAS convolutions, the kernels crate's CUDA
 /// pooling and LRN) gives the CPU's loss and first-layer weight gradient, same weights and batch.
-/// Run with `cargo test --features cuda --test models cuda_` on a machine with an NVIDIA GPU (a
-/// build without a GPU skips it with a message).
+/// Built with the `cuda` feature only, and run by hand on a machine with an NVIDIA GPU:
+/// `cargo test --features cuda --test models -- --ignored cuda_`.
 #[cfg(feature = "cuda")]
 #[test]
+#[ignore = "needs a CUDA device"]
 fn cuda_training_loss_matches_cpu() {
     use rand::Rng;
-    let dev = match Device::new_cuda(0) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("skipped: no CUDA device ({e})");
-            return;
-        }
-    };
+    let dev = Device::new_cuda(0).expect("a CUDA device");
     let to_vec = |t: &Tensor| -> Vec<f64> {
         t.flatten_all()
             .unwrap()

@@ -1631,9 +1631,10 @@ mod tests {
         }
     }
 
-    /// Net-sized layers (slow in debug builds): `-- --ignored`.
+    /// Net-sized layers, checked natively by hand (their run under qemu-user is too slow for
+    /// CI's aarch64 pass): `cargo test -p edgebench-kernels net_sized -- --ignored`.
     #[test]
-    #[ignore]
+    #[ignore = "net-sized layers: run by hand with -- --ignored"]
     fn net_sized_layers_match_candle() {
         let layers: [Case; 6] = [
             ([2, 32, 14, 14], [128, 32, 5, 5], p(1, 2, 1, true)),
@@ -1648,9 +1649,14 @@ mod tests {
                 let v = vars(c, i as u64, dtype);
                 let (y, g) = grads(conv2d, &v, c.2);
                 let (y_ref, g_ref) = grads(conv2d_candle, &v, c.2);
-                println!("{i} {dtype:?} y {:.2e}", max_rel(&y, &y_ref));
-                for k in 0..3 {
-                    println!("{i} {dtype:?} d{k} {:.2e}", max_rel(&g[k], &g_ref[k]));
+                // f32: sums of up to 2304 products round differently in the two orders (up to
+                // 4e-5 measured on x86_64); f64 differs by under 1e-13.
+                let tol = if dtype == DType::F64 { 1e-12 } else { 2e-4 };
+                let e = max_rel(&y, &y_ref);
+                assert!(e < tol, "layer {i} {dtype:?}: forward differs by {e}");
+                for (k, name) in ["x", "w", "b"].iter().enumerate() {
+                    let e = max_rel(&g[k], &g_ref[k]);
+                    assert!(e < tol, "layer {i} {dtype:?}: d{name} differs by {e}");
                 }
             }
         }
