@@ -326,6 +326,10 @@ pub struct ExecArgs {
     /// End the command after this long (SIGTERM, then SIGKILL), e.g. 30m: the trial is failed.
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<edgebench::config::Timeout>,
+    /// Run the command as this account (edgebench must run as root), so the command cannot
+    /// touch edgebench's files; by default it runs as edgebench's own user.
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
     #[command(flatten)]
     pub sweep: SweepArgs,
     /// The command and its arguments, after `--`; {net}, {batch}, {device}, {images} and
@@ -349,6 +353,7 @@ impl ExecArgs {
             command: self.command.clone(),
             parser: self.parser.clone(),
             timeout: None,
+            user: self.user.clone(),
         });
         o.timeout = self.timeout;
         // One trial unless the flags ask for a sweep: no net, the CPU, batch not known.

@@ -85,6 +85,11 @@ pub struct ExecEntry {
     /// e.g. "30m".
     #[serde(default)]
     pub timeout: Option<Timeout>,
+    /// The account the command runs as, e.g. `user = "bench"`, when edgebench runs as root
+    /// (the daemon): a framework's script then cannot touch edgebench's files. None: the
+    /// command runs as edgebench itself.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 /// A duration written like `90s`, `15m`, `1h 30m` or `600` (seconds), parsed once.

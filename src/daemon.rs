@@ -119,6 +119,7 @@ async fn sweep(
             retry_failed: false,
             host: &host,
             stop: &flag,
+            abort: None,
             on_trial: Some(&status),
             wait_for_lock: Some(&mut waiting),
         })

@@ -96,7 +96,9 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             Ok(0)
         }
         Command::Results { db, json } => {
-            let rows = Store::open_readonly(&db).map_err(input)?.results()?;
+            let rows = Store::open_readonly(&db)
+                .and_then(|store| store.results())
+                .map_err(input)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else if rows.is_empty() {
@@ -142,9 +144,8 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             compare,
             trace,
         } => {
+            // Opening checks the whole file: a report reads every row.
             let store = Store::open_readonly(&db).map_err(input)?;
-            // A report reads every row, so the whole file is checked first.
-            store.verify().map_err(input)?;
             for path in report::build::build(&store, &out, format, compare, trace.as_deref())? {
                 println!("wrote {}", path.display());
             }
@@ -154,12 +155,17 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             let recorded: Vec<(String, edgebench::provenance::Provenance)> = match db {
                 Some(db) => {
                     let store = Store::open_readonly(&db).map_err(input)?;
-                    let mut runs: Vec<String> =
-                        store.results()?.into_iter().map(|r| r.run_id).collect();
+                    let mut runs: Vec<String> = store
+                        .results()
+                        .map_err(input)?
+                        .into_iter()
+                        .map(|r| r.run_id)
+                        .collect();
                     runs.dedup();
                     runs.into_iter()
                         .map(|run| Ok((run.clone(), store.provenance(&run)?)))
-                        .collect::<Result<_, store::StoreError>>()?
+                        .collect::<Result<_, store::StoreError>>()
+                        .map_err(input)?
                 }
                 None => vec![("now".into(), edgebench::provenance::capture(host))],
             };
@@ -264,7 +270,6 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
         }) => import_logs(&dir, &parser, &engine, from, &db, host),
         Command::Export(ExportCommand::Csv { db, out, machine }) => {
             let store = Store::open_readonly(&db).map_err(input)?;
-            store.verify().map_err(input)?;
             let machine = machine.unwrap_or_else(|| host.hostname());
             for path in report::csv::export_csv(&store, &out, &machine)? {
                 println!("wrote {}", path.display());
@@ -372,6 +377,46 @@ fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
     );
 }
 
+/// How long a second interrupt waits for the sweep to record the trial it ends before the
+/// process exits regardless.
+const ABORT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// SIGINT/SIGTERM: the first asks the sweep to stop at the next iteration boundary (`stop`);
+/// the second ends the trial now (`abort`): the sweep kills the worker and everything the
+/// trial started and records it `interrupted`. Should the sweep not get there within
+/// [`ABORT_DEADLINE`], the trial's processes are killed from here and the process exits 130.
+fn watch_interrupts(
+    stop: &Arc<AtomicBool>,
+    abort: &Arc<AtomicBool>,
+    host: &HostPaths,
+) -> std::io::Result<()> {
+    use std::sync::atomic::Ordering;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])?;
+    let (stop, abort, host) = (Arc::clone(stop), Arc::clone(abort), host.clone());
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if !stop.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            if !abort.swap(true, Ordering::SeqCst) {
+                eprintln!(
+                    "second interrupt: ending the trial now (its processes are killed) and exiting"
+                );
+            }
+            let host = host.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(ABORT_DEADLINE);
+                runner::end_active_trial(&host);
+                std::process::exit(130);
+            });
+        }
+    });
+    Ok(())
+}
+
 fn run(
     args: &SweepArgs,
     overrides: edgebench::config::Overrides,
@@ -383,11 +428,8 @@ fn run(
     // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
     // lock, the idle baseline, a trial) and the command exits 130.
     let stop = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // A second signal while stopping exits at once.
-        signal_hook::flag::register_conditional_shutdown(signal, 130, Arc::clone(&stop))?;
-        signal_hook::flag::register(signal, Arc::clone(&stop))?;
-    }
+    let abort = Arc::new(AtomicBool::new(false));
+    watch_interrupts(&stop, &abort, host)?;
     tracing::info!("config: {origin}");
     let mut waiting = |held: &store::LockError| {
         if let store::LockError::Held { holder, lock, .. } = held {
@@ -403,6 +445,7 @@ fn run(
         retry_failed: args.retry_failed,
         host,
         stop: &stop,
+        abort: Some(&abort),
         on_trial: None,
         wait_for_lock: match args.wait {
             true => Some(&mut waiting),

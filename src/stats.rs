@@ -20,6 +20,37 @@ pub fn median_iqr(values: &[f64]) -> Option<(f64, f64)> {
     ))
 }
 
+/// How far above the trial's median step time a step may take before it is flagged as a
+/// stall (SIGSTOP, a swap storm, a thermal emergency): a stall multiplies a step's time, noise
+/// does not.
+pub const STALL_FACTOR: f64 = 10.0;
+
+/// A stall must also cost this much more than the median: a 1 ms operator step preempted for
+/// 15 ms is scheduling noise, not a stall.
+pub const STALL_MIN_EXCESS_S: f64 = 1.0;
+
+/// The steps of `step_s` far above its median (more than [`STALL_FACTOR`] times it and at
+/// least [`STALL_MIN_EXCESS_S`] longer): their count and words about the longest; None when
+/// there is none.
+pub fn stalls(step_s: &[f64]) -> Option<(usize, String)> {
+    let (median, _) = median_iqr(step_s)?;
+    let stalled = |s: f64| s > STALL_FACTOR * median && s - median >= STALL_MIN_EXCESS_S;
+    let count = step_s.iter().filter(|&&s| stalled(s)).count();
+    let (index, longest) = step_s
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, s)| stalled(s))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some((
+        count,
+        format!(
+            "measured step {index} took {longest:.2} s, {:.0}x the median {median:.3} s",
+            longest / median.max(f64::MIN_POSITIVE)
+        ),
+    ))
+}
+
 /// A loss the studies would have flagged: negative (Caffe's overfitting bug) or not finite.
 pub fn loss_is_anomalous(loss: f64) -> bool {
     !loss.is_finite() || loss < 0.0
@@ -106,6 +137,23 @@ pub fn time_summary(step_s: &[f64], warmup: usize, batch: usize) -> Option<TimeS
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_step_far_above_the_median_is_a_stall_and_noise_is_not() {
+        let mut steps = vec![0.5; 20];
+        assert_eq!(stalls(&steps), None);
+        // A worker stopped for 20 s in step 7.
+        steps[7] = 20.4;
+        let (count, why) = stalls(&steps).unwrap();
+        assert_eq!(count, 1);
+        assert!(why.contains("step 7") && why.contains("20.40 s"), "{why}");
+        // Tiny steps preempted for a few milliseconds are not stalls, however many times longer.
+        let mut tiny = vec![0.001; 20];
+        tiny[3] = 0.05;
+        assert_eq!(stalls(&tiny), None);
+        assert_eq!(stalls(&[]), None);
+    }
+
     use super::*;
 
     #[test]

@@ -58,20 +58,55 @@ pub const PARENT_PID_ENV: &str = "EDGEBENCH_PARENT_PID";
 /// Exit code of a worker whose parent was already gone when it started.
 const ORPHANED: i32 = 3;
 
-/// Asks the kernel to SIGKILL this process when its parent dies: a worker only trains for
-/// the parent that records its iterations, and one left behind by a `kill -9` of the parent
-/// would hold the CPU (and skew the next sweep) for the rest of its trial. The worker holds
-/// nothing worth saving; the parent has every iteration it reported. Returns false if the
-/// parent is already gone (it died before the request took effect).
+/// The signal the kernel sends this process when its parent dies (PR_SET_PDEATHSIG). Not
+/// SIGKILL: the worker must first end the command it runs, whose children would otherwise live
+/// on (reparented to init) and run beside the next sweep's.
+const PARENT_DIED: i32 = libc::SIGUSR2;
+
+/// Asks the kernel to signal this process when its parent dies, and ends the trial then: a
+/// worker only trains for the parent that records its iterations, and one left behind by a
+/// `kill -9` of the parent would hold the CPU (and skew the next sweep) for the rest of its
+/// trial. The worker holds nothing worth saving; the parent has every iteration it reported.
+/// Returns false if the parent is already gone (it died before the request took effect).
 fn die_with_parent() -> bool {
+    // The handler first, so the signal never finds the default action (which ends the worker
+    // but not its command).
+    let signal = match signal_hook::iterator::Signals::new([PARENT_DIED]) {
+        Ok(mut signals) => {
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    end_trial_and_exit();
+                }
+            });
+            PARENT_DIED
+        }
+        // Without a handler the worker at least dies with its parent.
+        Err(_) => libc::SIGKILL,
+    };
     // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag on this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong) };
     let expected = std::env::var(PARENT_PID_ENV)
         .ok()
         .and_then(|p| p.parse::<libc::pid_t>().ok());
     // SAFETY: getppid(2) cannot fail.
     let parent = unsafe { libc::getppid() };
     expected.is_none_or(|pid| pid == parent)
+}
+
+/// The parent is gone: SIGKILL the command's process group and everything else in the trial's
+/// cgroup (processes that left the group), then exit without a word, since nobody reads it.
+fn end_trial_and_exit() -> ! {
+    if let Some(pgid) = crate::workloads::exec::command::running_group() {
+        let _ = crate::workloads::exec::command::signal_group(pgid, libc::SIGKILL);
+    }
+    if let Some(dir) = std::env::var_os(crate::workloads::exec::command::TRIAL_CGROUP_ENV) {
+        crate::memory::cgroup::kill_members(std::path::Path::new(&dir), Some(std::process::id()));
+    }
+    eprintln!(
+        "edgebench worker: the edgebench process running this trial is gone; ended the trial"
+    );
+    // SAFETY: _exit(2) ends the process at once; nothing is left to flush or unwind.
+    unsafe { libc::_exit(ORPHANED) }
 }
 
 /// The worker process's whole life; returns its exit code.

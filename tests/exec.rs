@@ -413,7 +413,7 @@ timeout = "2m"
 #[test]
 fn a_command_that_overflows_its_memory_limit_is_oom() {
     if let Some(why) = common::cgroup_unusable() {
-        eprintln!("skipped: memory cgroup unusable: {why}");
+        common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1007,4 +1007,331 @@ fn report_shows_each_engine_with_its_speedup_and_unmeasured_energy() {
     // No engine other than edgebench's was measured: no per-engine energy plots.
     assert!(!host.join("edp_engines.svg").exists());
     assert!(host.join("loss_tx1_caffe.csv").exists());
+}
+
+/// `edgebench exec --db DB -- sh -c SCRIPT`, started in a process group of its own (like a
+/// shell's job), output captured.
+fn spawn_exec(dir: &Path, db: &Path, flags: &[&str], script: &str) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    edgebench(dir)
+        .arg("exec")
+        .arg("--db")
+        .arg(db)
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The pid a script wrote to `file`, once it has.
+fn pid_from(file: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if !common::alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The trial cgroups `edgebench-<pid>-*` that the edgebench process `pid` made beside this
+/// test's own memory cgroup.
+fn trial_cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    let parent = edgebench::memory::cgroup::locate(&Default::default()).unwrap();
+    std::fs::read_dir(&parent.dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("edgebench-{pid}-"))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn a_command_flooding_its_output_is_not_oom_under_a_tight_memory_limit() {
+    if let Some(why) = common::cgroup_unusable() {
+        return common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("flood.db");
+    // 200 MB of output through the parser; the command itself needs about 2 MB. The console
+    // copy of the output is not this test's business.
+    let out = edgebench(dir.path())
+        .args([
+            "exec",
+            "--db",
+            arg(&db),
+            "--mem-limit",
+            "64M",
+            "--mem-swap-limit",
+            "0",
+        ])
+        .args(["--parser", "edgebench", "--", "sh", "-c"])
+        .arg(
+            "yes abcdefghijklmnopqrstuvwxyz0123456789 | head -n 5600000; \
+             echo 'EDGEBENCH step=2 loss=0.5'",
+        )
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["iterations"], 1, "{r}");
+}
+
+#[test]
+fn kill_9_of_edgebench_ends_every_process_its_command_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("k9.db");
+    let pidfile = dir.path().join("sleep.pid");
+    // A wrapper script's child, like bench/study/caffe.sh's framework: not the group leader.
+    let script = format!("sleep 322 & echo $! > {}; wait; true", pidfile.display());
+    let mut child = spawn_exec(dir.path(), &db, &[], &script);
+    let sleeper = pid_from(&pidfile);
+    common::signal(child.id(), libc::SIGKILL);
+    child.wait().unwrap();
+    assert!(
+        gone_within(sleeper, Duration::from_secs(10)),
+        "the command's child {sleeper} outlived edgebench"
+    );
+}
+
+#[test]
+fn a_sweep_after_kill_9_kills_what_a_dead_trial_left_and_removes_its_cgroup() {
+    if let Some(why) = common::cgroup_unusable() {
+        return common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stale.db");
+    let pidfile = dir.path().join("sleep.pid");
+    // The child leaves the command's process group: only the trial's cgroup still holds it.
+    let script = format!(
+        "setsid sleep 323 & echo $! > {}; wait; true",
+        pidfile.display()
+    );
+    let child = spawn_exec(dir.path(), &db, &[], &script);
+    let edgebench_pid = child.id();
+    let sleeper = pid_from(&pidfile);
+    // edgebench and its worker at once, as an OOM kill of the session or a power cut of the
+    // terminal would: nobody is left to clean up.
+    // SAFETY: kill(2) on the process group the test created.
+    unsafe { libc::kill(-(edgebench_pid as i32), libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), None, "{}", describe(&out));
+    let stale = trial_cgroups_of(edgebench_pid);
+    assert_eq!(stale.len(), 1, "{stale:?}");
+
+    let next = exec(dir.path(), &db, &["--name", "next"], &["true"]);
+    assert_eq!(next.status.code(), Some(0), "{}", describe(&next));
+    assert!(
+        String::from_utf8_lossy(&next.stderr).contains("removed 1 trial cgroup"),
+        "{}",
+        describe(&next)
+    );
+    assert!(
+        gone_within(sleeper, Duration::from_secs(5)),
+        "{sleeper} still runs"
+    );
+    assert!(!stale[0].exists(), "{} was not removed", stale[0].display());
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows[0]["status"], "interrupted", "{}", rows[0]);
+    assert_eq!(rows[1]["status"], "ok", "{}", rows[1]);
+}
+
+#[test]
+fn a_second_interrupt_kills_a_command_that_ignores_signals_and_records_the_trial_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("twice.db");
+    let pidfile = dir.path().join("sleep.pid");
+    let script = format!(
+        "trap '' INT TERM; sleep 316 & echo $! > {}; wait; sleep 316",
+        pidfile.display()
+    );
+    let child = spawn_exec(dir.path(), &db, &[], &script);
+    let sleeper = pid_from(&pidfile);
+    common::signal(child.id(), libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(300));
+    let second = Instant::now();
+    common::signal(child.id(), libc::SIGINT);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(2),
+        "{:?}\n{}",
+        second.elapsed(),
+        describe(&out)
+    );
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert!(
+        gone_within(sleeper, Duration::from_secs(2)),
+        "the command's {sleeper} outlived the second interrupt"
+    );
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows[0]["status"], "interrupted", "{}", rows[0]);
+    assert!(
+        rows[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("second interrupt"),
+        "{}",
+        rows[0]
+    );
+    assert_eq!(
+        count(&db, "SELECT COUNT(*) FROM runs WHERE status = 'running'"),
+        0
+    );
+}
+
+#[test]
+fn a_database_deleted_during_a_run_is_reported_and_its_results_kept_in_a_recovery_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("del.db");
+    // Two trials (batch 1 and 2) of one second each.
+    let child = spawn_exec(
+        dir.path(),
+        &db,
+        &["--batch", "1,2", "--name", "nap"],
+        "sleep 1; echo {batch} > /dev/null",
+    );
+    wait_for(
+        &db,
+        "SELECT COUNT(*) FROM trials",
+        1,
+        Duration::from_secs(60),
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = db.as_os_str().to_owned();
+        path.push(suffix);
+        let _ = std::fs::remove_file(path);
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("was deleted while edgebench was writing to it"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("trial(s) run"));
+    let copy = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().contains("del.db.recovered-"))
+        .unwrap_or_else(|| panic!("no recovery copy: {}", describe(&out)));
+    assert!(stderr.contains(&*copy.to_string_lossy()), "{stderr}");
+    assert!(!db.exists());
+    let rows = results(dir.path(), &copy);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "ok", "{}", rows[0]);
+    assert_eq!(
+        count(
+            &copy,
+            "SELECT COUNT(*) FROM runs WHERE status = 'interrupted'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn a_command_runs_as_the_user_its_entry_names_and_an_unknown_user_is_refused() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return common::skip_or_fail("switching to another user needs root");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("user.db");
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let out = exec(
+        dir.path(),
+        &db,
+        &["--user", "nobody"],
+        &["sh", "-c", "id -u; id -g; echo \"$HOME\""],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let said: Vec<String> = tail(&db, "stdout").lines().map(String::from).collect();
+    assert_eq!(
+        said,
+        [
+            nobody.uid.to_string(),
+            nobody.gid.to_string(),
+            nobody.dir.display().to_string()
+        ]
+    );
+
+    let out = exec(dir.path(), &db, &["--user", "no-such-user-here"], &["true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("user 'no-such-user-here' does not exist"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_step_that_stalls_far_beyond_the_median_flags_the_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stall.db");
+    // Step 8 waits 1.6 s where the others take 0.05 s: a stopped process or a swap storm.
+    let script = "for i in 0 1 2 3 4 5 6 7 8 9 10 11; do \
+        if [ $i = 8 ]; then sleep 1.6; else sleep 0.05; fi; \
+        echo \"EDGEBENCH step=$i loss=1\"; done";
+    let out = exec(
+        dir.path(),
+        &db,
+        &["--parser", "edgebench"],
+        &["sh", "-c", script],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("STALL"),
+        "{}",
+        describe(&out)
+    );
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["stalled_steps"], 1, "{r}");
+    assert!(r["stall_note"].as_str().unwrap().contains("1.6"), "{r}");
+
+    // An even trial is not flagged, and says so (0, not null).
+    let db = dir.path().join("even.db");
+    let out = exec(
+        dir.path(),
+        &db,
+        &["--parser", "edgebench"],
+        &[
+            "sh",
+            "-c",
+            "for i in 0 1 2 3 4 5; do sleep 0.05; echo \"EDGEBENCH step=$i loss=1\"; done",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["stalled_steps"], 0, "{r}");
+    assert_eq!(r["stall_note"], Value::Null, "{r}");
 }

@@ -193,7 +193,7 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
     let db = dir.path().join("ops.db");
     let config = dir.path().join("ops.toml");
     std::fs::write(&config, "[ops]\nmin_executions = 3\nmin_time_s = 0.05\n").unwrap();
-    ok(edgebench(dir.path())
+    let out = ok(edgebench(dir.path())
         .args(["run", "--config"])
         .arg(&config)
         .args([
@@ -208,6 +208,9 @@ fn ops_sweep_reports_rates_and_efficiencies_against_the_measured_roofs() {
         .arg(&db)
         .output()
         .unwrap());
+    // The roofs are measured once per sweep: each measurement costs seconds.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("measuring the peaks").count(), 1, "{stderr}");
     let rows = results(dir.path(), &db);
     assert_eq!(rows.len(), 3);
     for (r, op) in rows.iter().zip(["add", "dot", "tanh"]) {

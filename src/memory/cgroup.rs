@@ -167,26 +167,85 @@ impl TrialCgroup {
     /// SIGKILLs every process still in the cgroup: what a trial's command started and left
     /// behind (a daemonised child) must not run on into the next trial.
     pub fn kill_remaining(&self) -> usize {
-        let mut killed = 0;
-        for _ in 0..50 {
-            let pids: Vec<i32> = std::fs::read_to_string(self.dir.join("cgroup.procs"))
-                .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect();
-            if pids.is_empty() {
-                break;
+        kill_members(&self.dir, None)
+    }
+}
+
+/// SIGKILLs every process in the cgroup at `dir` but `except`, again until none is left (a
+/// process may fork while it is being killed); returns how many were killed.
+pub fn kill_members(dir: &Path, except: Option<u32>) -> usize {
+    let mut killed = 0;
+    for _ in 0..50 {
+        let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|&p: &i32| Some(p as u32) != except)
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
             }
-            for pid in pids {
-                // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.
-                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                    killed += 1;
-                }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    killed
+}
+
+/// The pid of the edgebench process that made a trial or probe cgroup, from its name
+/// (`edgebench-<pid>-<trial>`, `edgebench-probe-<pid>`).
+fn owner_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("edgebench-")?;
+    let pid = match rest.strip_prefix("probe-") {
+        Some(pid) => pid,
+        None => {
+            let (pid, trial) = rest.split_once('-')?;
+            trial.parse::<u64>().ok()?;
+            pid
+        }
+    };
+    pid.parse().ok()
+}
+
+/// What [`remove_stale`] cleaned up.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StaleCleanup {
+    pub cgroups: usize,
+    pub processes: usize,
+}
+
+/// Removes the trial cgroups under `parent` whose edgebench process is gone (killed with
+/// -9, or ended by a second Ctrl-C before it could remove them), killing what still runs in
+/// them first. A cgroup whose owner lives belongs to another sweep and is left alone.
+pub fn remove_stale(parent: &CgroupParent, paths: &HostPaths) -> StaleCleanup {
+    let mut done = StaleCleanup::default();
+    let Ok(entries) = std::fs::read_dir(&parent.dir) else {
+        return done;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(owner) = name.to_str().and_then(owner_pid) else {
+            continue;
+        };
+        if owner == std::process::id() || paths.proc(&owner.to_string()).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        done.processes += kill_members(&dir, None);
+        // The killed processes leave the cgroup as they exit.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&dir).is_ok() {
+                done.cgroups += 1;
+                break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        killed
     }
+    done
 }
 
 impl Drop for TrialCgroup {
@@ -297,6 +356,56 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cg.oom_kills(), Some(2));
+    }
+
+    #[test]
+    fn stale_cgroups_are_named_by_their_owner() {
+        assert_eq!(owner_pid("edgebench-4242-17"), Some(4242));
+        assert_eq!(owner_pid("edgebench-probe-99"), Some(99));
+        for other in [
+            "edgebench-x-1",
+            "edgebench-12",
+            "user.slice",
+            "edgebench-12-a",
+        ] {
+            assert_eq!(owner_pid(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn only_cgroups_of_gone_owners_are_removed() {
+        let (_d, paths) = tree(true);
+        let parent = locate(&paths).unwrap();
+        let mine = std::process::id();
+        // A pid that the procfs tree does not list is a gone owner.
+        std::fs::create_dir_all(paths.proc(&mine.to_string())).unwrap();
+        std::fs::create_dir_all(paths.proc("8")).unwrap();
+        for name in [
+            "edgebench-7-1",
+            "edgebench-probe-7",
+            "edgebench-8-2",
+            "other",
+        ] {
+            std::fs::create_dir(parent.dir.join(name)).unwrap();
+        }
+        let live = format!("edgebench-{mine}-3");
+        std::fs::create_dir(parent.dir.join(&live)).unwrap();
+        let done = remove_stale(&parent, &paths);
+        assert_eq!(
+            done,
+            StaleCleanup {
+                cgroups: 2,
+                processes: 0
+            }
+        );
+        assert!(!parent.dir.join("edgebench-7-1").exists());
+        assert!(!parent.dir.join("edgebench-probe-7").exists());
+        assert!(parent.dir.join("other").exists());
+        assert!(
+            parent.dir.join("edgebench-8-2").exists(),
+            "its owner, pid 8, lives"
+        );
+        assert!(parent.dir.join(live).exists());
     }
 
     #[test]

@@ -82,6 +82,15 @@ pub fn parse_ppid(stat: &str) -> Option<u32> {
         .ok()
 }
 
+/// The process group id from /proc/<pid>/stat (field 5).
+pub fn parse_pgid(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
 /// /proc/pressure/memory totals (microseconds stalled), absent on Jetson L4T kernels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Psi {
@@ -224,6 +233,18 @@ impl ProcReader {
     /// gone. A process that left the tree (reparented to init) is no longer counted.
     pub fn process_tree(&self, pid: u32) -> Option<ProcMemory> {
         let root = self.process(pid)?;
+        let mut members = vec![root];
+        members.extend(
+            self.tree_pids(pid)
+                .into_iter()
+                .skip(1)
+                .filter_map(|child| self.process(child)),
+        );
+        ProcMemory::tree(&members)
+    }
+
+    /// `pid` first, then every process below it (at most [`MAX_TREE`]).
+    pub fn tree_pids(&self, pid: u32) -> Vec<u32> {
         // Without CONFIG_PROC_CHILDREN, every process's parent is read instead.
         let all = match self
             .paths
@@ -233,7 +254,7 @@ impl ProcReader {
             true => None,
             false => Some(self.parents()),
         };
-        let mut members = vec![root];
+        let mut members = vec![pid];
         let mut queue = vec![pid];
         while let Some(parent) = queue.pop() {
             let children = match &all {
@@ -248,13 +269,16 @@ impl ProcReader {
                 if members.len() >= MAX_TREE {
                     break;
                 }
-                if let Some(m) = self.process(child) {
-                    members.push(m);
-                    queue.push(child);
-                }
+                members.push(child);
+                queue.push(child);
             }
         }
-        ProcMemory::tree(&members)
+        members
+    }
+
+    /// The process group of `pid`; None once it is gone.
+    pub fn process_group(&self, pid: u32) -> Option<u32> {
+        parse_pgid(&self.read(&format!("{pid}/stat"))?)
     }
 
     /// The children of every thread of `pid` (/proc/<pid>/task/<tid>/children).
@@ -418,6 +442,7 @@ mod tests {
     fn parent_pid_after_a_hostile_command_name() {
         assert_eq!(parse_ppid("4242 (a) b) (c) S 17 4242 4242"), Some(17));
         assert_eq!(parse_ppid("garbage"), None);
+        assert_eq!(parse_pgid("4242 (a) b) (c) S 17 4240 4242"), Some(4240));
     }
 
     #[test]

@@ -98,6 +98,13 @@ pub fn table(rows: &[ResultRow]) -> String {
         if r.throttled == Some(true) {
             flags.push("THROTTLED".to_string());
         }
+        if r.metrics
+            .get("stalled_steps")
+            .and_then(|v| v.as_u64())
+            .is_some_and(|n| n > 0)
+        {
+            flags.push("STALL".to_string());
+        }
         if let Some(e) = &r.error {
             flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
         }

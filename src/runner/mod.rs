@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+pub use trial::end_active_trial;
 use trial::TrialContext;
 
 /// How often the clocks and temperatures are read during a trial: a thermal cap holds for
@@ -46,9 +47,11 @@ struct RunRequest<'a> {
     retry_failed: bool,
     host: &'a HostPaths,
     stop: &'a AtomicBool,
+    abort: Option<&'a AtomicBool>,
     on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
     power: Option<&'a PowerMonitor>,
     lock: &'a SweepLock,
+    prepared: Prepared,
 }
 
 /// What starts a sweep, from `edgebench run` or the daemon.
@@ -62,6 +65,9 @@ pub struct SweepRequest<'a> {
     pub host: &'a HostPaths,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
+    /// Set by a second SIGINT/SIGTERM: the current trial ends now (its worker and whatever
+    /// it started are killed), recorded `interrupted`.
+    pub abort: Option<&'a AtomicBool>,
     /// Told "trial k/n: ..." as each trial starts (the daemon's sd_notify STATUS line).
     pub on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
     /// While another sweep holds the database: None refuses at once; Some waits, telling
@@ -97,12 +103,17 @@ fn refused(error: impl Into<anyhow::Error>) -> SweepError {
 /// the database's sweep lock, the store, then the run. Returns with the lock released.
 pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     let config = req.config;
-    preflight(config, req.host).map_err(refused)?;
+    let prepared = preflight(config, req.host).map_err(refused)?;
     let power = match config.power.enabled {
         true => Some(PowerMonitor::for_run(req.host, &config.power).map_err(refused)?),
         false => None,
     };
     let db = config.db_path();
+    // A damaged, foreign or unwritable file is refused before its lock file is made beside it.
+    Store::check_existing(&db).map_err(|e| match e.is_bad_input() {
+        true => refused(e),
+        false => e.into(),
+    })?;
     let lock = match req.wait_for_lock {
         Some(waiting) => match SweepLock::acquire_waiting(&db, req.stop, waiting)? {
             Some(lock) => lock,
@@ -131,12 +142,18 @@ pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
             retry_failed: req.retry_failed,
             host: req.host,
             stop: req.stop,
+            abort: req.abort,
             on_trial: req.on_trial,
             power: power.as_ref(),
             lock: &lock,
+            prepared,
         },
         &mut store,
     )?;
+    // The summary is read from the open file: it must still be the one at the path.
+    if let Err(lost) = store.check_still_at_path() {
+        return Err(lost_database(&store, lost).into());
+    }
     outcome.results = latest_for_keys(store.results()?, &outcome.keys);
     Ok(outcome)
 }
@@ -211,10 +228,28 @@ fn progress_bar(enabled: bool) -> Option<ProgressBar> {
     })
 }
 
-/// Runs the sweep into `store`. Preflight errors return before the run is created.
+/// The database file was deleted or replaced while the sweep wrote to it: everything is
+/// copied from the open file to a recovery file beside it, and the error says where.
+fn lost_database(store: &Store, lost: crate::store::StoreError) -> anyhow::Error {
+    match store.write_recovery_copy() {
+        Ok(copy) => anyhow::anyhow!(
+            "{lost}. Every result of this database, this run's included, was copied from the \
+             still open file to {}; move it back with `mv {} {}`",
+            copy.display(),
+            copy.display(),
+            store.path().display()
+        ),
+        Err(e) => anyhow::anyhow!(
+            "{lost}. Copying the results from the still open file failed too ({e:#}): this \
+             run's results are lost"
+        ),
+    }
+}
+
+/// Runs the sweep into `store`.
 fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     let config = req.config;
-    let prepared = preflight(config, req.host)?;
+    let prepared = &req.prepared;
     let (runs, trials) = store.interrupt_unfinished(req.lock, UNFINISHED_NOTE)?;
     if runs + trials > 0 {
         tracing::warn!(
@@ -223,6 +258,18 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
             store.path().display()
         );
     }
+    let memory = memory_plan::plan(config, req.host)?;
+    if let Some(parent) = &memory.parent {
+        let stale = cgroup::remove_stale(parent, req.host);
+        if stale.cgroups > 0 {
+            tracing::warn!(
+                "removed {} trial cgroup(s) left by an edgebench process that ended without \
+                 cleaning up, and killed {} process(es) still running in them",
+                stale.cgroups,
+                stale.processes
+            );
+        }
+    }
     let done_status = store.statuses_by_key(TrialStatus::done_for_resume(req.retry_failed))?;
     let done: std::collections::HashSet<_> = done_status.keys().cloned().collect();
     let plan = plan::plan(&prepared.plan_input(config), &done, req.force);
@@ -230,9 +277,10 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         config,
         host: req.host,
         stop: req.stop,
+        abort: req.abort,
         power: None,
         stop_grace: Duration::from_secs_f64(config.sweep.stop_grace_s),
-        memory: memory_plan::plan(config, req.host)?,
+        memory,
     };
     let mut outcome = RunOutcome {
         skipped: plan.skipped.len(),
@@ -328,16 +376,24 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
             );
         }
         let status = trial::run_one(&ctx, store, run_id, trial, bar.as_ref());
+        let ended = |store: &mut Store, status: &str| {
+            store
+                .record_provenance(run_id, &provenance::capture_end(req.host))
+                .ok();
+            store.finish_run(run_id, &now(), status).ok();
+        };
         let status = match status {
             Ok(s) => s,
             Err(e) => {
-                store
-                    .record_provenance(run_id, &provenance::capture_end(req.host))
-                    .ok();
-                store.finish_run(run_id, &now(), "failed").ok();
+                ended(store, "failed");
                 return Err(e);
             }
         };
+        // Checked after every trial, so a lost file costs at most one trial's wait to notice.
+        if let Err(lost) = store.check_still_at_path() {
+            ended(store, "interrupted");
+            return Err(lost_database(store, lost));
+        }
         outcome.ran += 1;
         if status.counts_as_failed() {
             outcome.failed += 1;

@@ -86,9 +86,11 @@ pub(super) fn run_one(
     if let (Some((m, _, _)), 0) = (&ctx.power, warmup) {
         m.mark(true);
     }
-    let mut child = worker_command(ctx.config.train.threads)?
-        .spawn()
-        .context("cannot start the worker process")?;
+    let mut worker = worker_command(ctx.config.train.threads)?;
+    if let Some(cg) = &cgroup {
+        worker.env(exec::command::TRIAL_CGROUP_ENV, &cg.dir);
+    }
+    let mut child = worker.spawn().context("cannot start the worker process")?;
     let pid = child.id();
     // Into the cgroup before it has the job, so nothing it allocates escapes the cap.
     let cgroup = match cgroup.map(|cg| cg.add(pid).map(|_| cg)) {
@@ -104,6 +106,7 @@ pub(super) fn run_one(
         Job::Exec(_) => Watch::Tree(pid),
         _ => Watch::Process(pid),
     };
+    let _active = ActiveTrial::register(pid, cgroup.as_ref().map(|cg| cg.dir.clone()));
     let sampler = MemorySampler::start(ctx.host, watch, ctx.memory.interval)?;
     let clocks = ClockWatcher::start(ctx.host, CLOCK_INTERVAL)?;
     {
@@ -136,8 +139,15 @@ pub(super) fn run_one(
     let mut last = None;
     let mut stop_sent: Option<std::time::Instant> = None;
     let mut abandoned = false;
+    let mut aborted = false;
     let mut store_error = None;
     loop {
+        if !aborted && ctx.abort.is_some_and(|a| a.load(Ordering::SeqCst)) {
+            // A second interrupt: nothing waits for an iteration or a command's grace.
+            kill_worker_tree(ctx.host, pid, cgroup.as_ref().map(|cg| cg.dir.as_path()));
+            aborted = true;
+            abandoned = true;
+        }
         if ctx.stop.load(Ordering::SeqCst) {
             match stop_sent {
                 None => {
@@ -222,42 +232,52 @@ pub(super) fn run_one(
             trial.label
         );
     }
-    let (status, error) = if let (Some(outcome), Job::Exec(job)) = (&command, &trial.job) {
-        let timeout = job.timeout_s.map(Duration::from_secs_f64);
-        let (status, error) = outcome
-            .end
-            .status(oom_kills > 0, timeout, &outcome.stderr_tail);
-        (
-            TrialStatus::parse(status).expect("a command's end is a trial status"),
-            error,
-        )
-    } else if abandoned && last.is_none() {
-        (
+    let (status, error) =
+        if let (Some(outcome), Job::Exec(job), false) = (&command, &trial.job, aborted) {
+            let timeout = job.timeout_s.map(Duration::from_secs_f64);
+            let (status, error) = outcome
+                .end
+                .status(oom_kills > 0, timeout, &outcome.stderr_tail);
+            (
+                TrialStatus::parse(status).expect("a command's end is a trial status"),
+                error,
+            )
+        } else if aborted {
+            (
             TrialStatus::Interrupted,
-            Some(format!(
-                "stopped: the iteration in progress did not end within {:.1} s of the stop \
-                 request and was abandoned",
-                ctx.stop_grace.as_secs_f64()
-            )),
+            Some(
+                "stopped at once by a second interrupt: the worker and every process the trial \
+                 started were killed"
+                    .into(),
+            ),
         )
-    } else {
-        match classify(&WorkerEnd {
-            last,
-            status,
-            oom_kills,
-        }) {
-            // A worker that ended without a word while a stop was under way was ended by it
-            // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
-            // group): interrupted, so a resumed sweep runs it again, never a counted crash.
-            (TrialStatus::Crashed, Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
+        } else if abandoned && last.is_none() {
+            (
                 TrialStatus::Interrupted,
                 Some(format!(
-                    "stopped by an interrupt before the worker reported an end ({why})"
+                    "stopped: the iteration in progress did not end within {:.1} s of the stop \
+                 request and was abandoned",
+                    ctx.stop_grace.as_secs_f64()
                 )),
-            ),
-            other => other,
-        }
-    };
+            )
+        } else {
+            match classify(&WorkerEnd {
+                last,
+                status,
+                oom_kills,
+            }) {
+                // A worker that ended without a word while a stop was under way was ended by it
+                // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
+                // group): interrupted, so a resumed sweep runs it again, never a counted crash.
+                (TrialStatus::Crashed, Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
+                    TrialStatus::Interrupted,
+                    Some(format!(
+                        "stopped by an interrupt before the worker reported an end ({why})"
+                    )),
+                ),
+                other => other,
+            }
+        };
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
@@ -322,6 +342,11 @@ pub(super) fn run_one(
     if let Some(why) = &loss_anomaly {
         tracing::warn!("{} loss anomaly: {why}", trial.label);
     }
+    let measured_step_s: Vec<f64> = measured.iter().map(|r| r.step_s).collect();
+    let stall = stats::stalls(&measured_step_s);
+    if let Some((_, why)) = &stall {
+        tracing::warn!("{} STALL: {why}", trial.label);
+    }
     let mut summary = TrialSummary {
         status,
         error: error.clone(),
@@ -334,6 +359,17 @@ pub(super) fn run_one(
         loss_anomaly: loss_anomaly.is_some(),
         metrics: trial.job.metrics(measured),
     };
+    // Kept in the trial's figures, like its time: a stalled step is inside the mean.
+    let extra = &mut summary.metrics.extra;
+    extra.insert(
+        "stalled_steps".into(),
+        match &stall {
+            Some((n, _)) => (*n).into(),
+            None if measured.is_empty() => serde_json::Value::Null,
+            None => 0.into(),
+        },
+    );
+    extra.insert("stall_note".into(), stall.map(|(_, why)| why).into());
     if let Job::Exec(_) = &trial.job {
         let extra = &mut summary.metrics.extra;
         match &command {
@@ -425,10 +461,69 @@ fn empty_summary(status: TrialStatus, error: Option<String>) -> TrialSummary {
     }
 }
 
+/// SIGKILLs a worker and everything below it: the process groups of its descendants (a
+/// command's group holds children whose parent already died), the descendants themselves, the
+/// worker, then whatever is left in the trial's cgroup (processes that left the group).
+fn kill_worker_tree(host: &HostPaths, worker: u32, cgroup: Option<&std::path::Path>) {
+    let procs = ProcReader::new(host);
+    // Collected before anything dies: a killed parent's children are reparented to init.
+    let pids = procs.tree_pids(worker);
+    // SAFETY: getpgrp(2) cannot fail.
+    let own_group = unsafe { libc::getpgrp() } as u32;
+    let mut groups: Vec<u32> = pids
+        .iter()
+        .filter_map(|&p| procs.process_group(p))
+        .filter(|&g| g != own_group && g > 1)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    for group in groups {
+        let _ = exec::command::signal_group(group, libc::SIGKILL);
+    }
+    for pid in pids.into_iter().rev() {
+        // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    if let Some(dir) = cgroup {
+        cgroup::kill_members(dir, None);
+    }
+}
+
+/// The trial running now, for [`end_active_trial`].
+struct ActiveTrial;
+
+static ACTIVE: std::sync::Mutex<Option<(u32, Option<std::path::PathBuf>)>> =
+    std::sync::Mutex::new(None);
+
+impl ActiveTrial {
+    fn register(worker: u32, cgroup: Option<std::path::PathBuf>) -> ActiveTrial {
+        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = Some((worker, cgroup));
+        ActiveTrial
+    }
+}
+
+impl Drop for ActiveTrial {
+    fn drop(&mut self) {
+        *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Kills the running trial's worker and everything it started, from any thread: for a process
+/// about to exit while the sweep's own thread cannot (stuck in a write); the trial's row is then
+/// left `running`, and the next sweep marks it interrupted.
+pub fn end_active_trial(host: &HostPaths) {
+    let active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some((worker, cgroup)) = active {
+        kill_worker_tree(host, worker, cgroup.as_deref());
+    }
+}
+
 pub(super) struct TrialContext<'a> {
     pub config: &'a Config,
     pub host: &'a HostPaths,
     pub stop: &'a AtomicBool,
+    /// A second interrupt: end the trial now.
+    pub abort: Option<&'a AtomicBool>,
     /// How long a stop waits for the iteration in progress before killing the worker.
     pub stop_grace: Duration,
     /// `--power`: the monitor, the run's idle baseline, and whether to keep every sample.

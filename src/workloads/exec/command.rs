@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -37,7 +37,7 @@ pub struct SweepValues {
 
 impl ExecEntry {
     /// Checks the entry before anything runs: a name, a program, known placeholders, a known
-    /// parser.
+    /// parser, an account that exists and that edgebench may switch to.
     pub fn validate(&self) -> Result<()> {
         let what = format!("[[exec]] entry '{}'", self.name);
         if self.name.trim().is_empty() {
@@ -56,6 +56,9 @@ impl ExecEntry {
         self.expand(&probe)?;
         if let Some(parser) = &self.parser {
             Parser::from_name(parser).with_context(|| what.clone())?;
+        }
+        if let Some(user) = &self.user {
+            RunAs::resolve(user).with_context(|| what.clone())?;
         }
         Ok(())
     }
@@ -184,11 +187,63 @@ impl TailBuffer {
     }
 }
 
+/// The process group of the command the worker is running now (0: none), for the handler that
+/// ends it when the edgebench process that started the trial dies.
+static RUNNING_GROUP: AtomicU32 = AtomicU32::new(0);
+
+/// The process group of the command running now in this process, if any.
+pub fn running_group() -> Option<u32> {
+    match RUNNING_GROUP.load(Ordering::SeqCst) {
+        0 => None,
+        pgid => Some(pgid),
+    }
+}
+
+/// A less privileged account to run a command as (`[[exec]] user`), resolved before the fork:
+/// the child may only make system calls between fork and exec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub name: String,
+    pub uid: libc::uid_t,
+    pub gid: libc::gid_t,
+    /// Supplementary groups (`video`, `i2c`, ... on a Jetson), as in /etc/group.
+    pub groups: Vec<libc::gid_t>,
+    pub home: std::path::PathBuf,
+}
+
+impl RunAs {
+    /// Looks the account up; running as another account needs root.
+    pub fn resolve(name: &str) -> Result<RunAs> {
+        let user = nix::unistd::User::from_name(name)
+            .with_context(|| format!("cannot look up user '{name}'"))?
+            .with_context(|| {
+                format!("user '{name}' does not exist: create it, or name an existing account")
+            })?;
+        let current = nix::unistd::geteuid();
+        if !current.is_root() && current != user.uid {
+            bail!(
+                "running commands as user '{name}' needs edgebench to run as root (it runs as \
+                 uid {current}); run it as root, or drop `user`"
+            );
+        }
+        let c_name = std::ffi::CString::new(name)?;
+        let groups = nix::unistd::getgrouplist(&c_name, user.gid)
+            .with_context(|| format!("cannot list the groups of user '{name}'"))?;
+        Ok(RunAs {
+            name: name.to_string(),
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            groups: groups.iter().map(|g| g.as_raw()).collect(),
+            home: user.dir,
+        })
+    }
+}
+
 /// Starts `argv` in a process group of its own (its pid is the group id), so ending the trial
 /// reaches every process it started. stdin is empty, stdout and stderr are piped.
 /// `PYTHONUNBUFFERED=1` (unless set) makes Python scripts write each line when printed, so
-/// lines are timestamped as they happen.
-pub fn spawn_in_group(argv: &[String]) -> Result<Child> {
+/// lines are timestamped as they happen. With `run_as`, the command runs as that account.
+pub fn spawn_in_group(argv: &[String], run_as: Option<&RunAs>) -> Result<Child> {
     let Some((program, args)) = argv.split_first() else {
         bail!("empty command: give the program to run and its arguments");
     };
@@ -198,9 +253,32 @@ pub fn spawn_in_group(argv: &[String]) -> Result<Child> {
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        // The worker's own setting is not the command's business.
+        .env_remove(TRIAL_CGROUP_ENV);
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         command.env("PYTHONUNBUFFERED", "1");
+    }
+    if let Some(user) = run_as {
+        command
+            .env("USER", &user.name)
+            .env("LOGNAME", &user.name)
+            .env("HOME", &user.home);
+        let (uid, gid, groups) = (user.uid, user.gid, user.groups.clone());
+        // SAFETY: setgroups(2), setgid(2) and setuid(2) are async-signal-safe; the group list
+        // was allocated before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                // Groups first: after setuid the process may no longer change them.
+                if libc::setgroups(groups.len() as _, groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     // The command must not outlive the process that watches it (a worker killed when a stop
     // takes too long); whatever it started is in its group and ended by the trial's cgroup.
@@ -211,10 +289,17 @@ pub fn spawn_in_group(argv: &[String]) -> Result<Child> {
             Ok(())
         });
     }
+    let as_user = run_as.map_or(String::new(), |u| format!(" as user '{}'", u.name));
     command.spawn().with_context(|| {
-        format!("cannot start `{program}` (is it installed and on PATH, or the path right?)")
+        format!(
+            "cannot start `{program}`{as_user} (is it installed and on PATH, or the path right?)"
+        )
     })
 }
+
+/// The worker's environment variable naming the trial's cgroup directory, so a worker whose
+/// parent died can end everything the trial started.
+pub const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
 
 /// Sends `signal` to every process of the group led by `pgid`. A group already gone is fine.
 pub fn signal_group(pgid: u32, signal: i32) -> std::io::Result<()> {
@@ -342,12 +427,14 @@ pub enum Stream {
 
 /// Copies a stream to `sink` as it arrives (progress bars' `\r` included), keeps its tail, and
 /// sends each line (ended by `\n` or `\r`) with the CLOCK_MONOTONIC instant it was read.
+/// `lines` is bounded: while the parser is behind, the pump stops reading and the command
+/// blocks on its full pipe, so a flood of output costs edgebench no memory.
 pub fn pump(
     stream: Stream,
     mut reader: impl Read + Send + 'static,
     mut sink: impl Write + Send + 'static,
     tail: Arc<Mutex<TailBuffer>>,
-    lines: mpsc::Sender<(Stream, String, i64)>,
+    lines: mpsc::SyncSender<(Stream, String, i64)>,
 ) -> JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 16 * 1024];
@@ -397,6 +484,8 @@ pub struct CommandSpec {
     /// Gives the epoch of step lines that carry none.
     pub steps_per_epoch: Option<usize>,
     pub echo: Echo,
+    /// The account to run the command as; None: edgebench's own.
+    pub run_as: Option<RunAs>,
 }
 
 /// Where the command's output is passed through to as it arrives.
@@ -435,6 +524,9 @@ pub struct CommandOutcome {
     pub parse_errors: Vec<String>,
 }
 
+/// Lines read but not yet parsed, per command: at most this many times [`MAX_LINE_BYTES`].
+pub const LINE_QUEUE: usize = 64;
+
 /// How often the command's state is looked at while no line arrives.
 const POLL: Duration = Duration::from_millis(20);
 /// How long output is still read after the command's group has ended.
@@ -450,15 +542,36 @@ const MAX_PARSE_ERRORS: usize = 10;
 /// is killed.
 pub fn run_command(
     spec: &CommandSpec,
-    mut parser: Option<Parser>,
+    parser: Option<Parser>,
     stop: &AtomicBool,
     emit: &mut dyn FnMut(&TrackedStep) -> Result<Control>,
 ) -> Result<CommandOutcome> {
     let started_ns = monotonic_ns();
     let started = Instant::now();
-    let mut child = spawn_in_group(&spec.argv)?;
+    let mut child = spawn_in_group(&spec.argv, spec.run_as.as_ref())?;
     let pgid = child.id();
-    let (tx, rx) = mpsc::channel();
+    RUNNING_GROUP.store(pgid, Ordering::SeqCst);
+    let outcome = watch_command(spec, parser, stop, emit, &mut child, started_ns, started);
+    if outcome.is_err() {
+        // Whatever went wrong here, the command must not run on unwatched.
+        let _ = signal_group(pgid, libc::SIGKILL);
+        let _ = child.wait();
+    }
+    RUNNING_GROUP.store(0, Ordering::SeqCst);
+    outcome
+}
+
+fn watch_command(
+    spec: &CommandSpec,
+    mut parser: Option<Parser>,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&TrackedStep) -> Result<Control>,
+    child: &mut Child,
+    started_ns: i64,
+    started: Instant,
+) -> Result<CommandOutcome> {
+    let pgid = child.id();
+    let (tx, rx) = mpsc::sync_channel(LINE_QUEUE);
     let stdout_tail = Arc::new(Mutex::new(TailBuffer::new(TAIL_BYTES)));
     let stderr_tail = Arc::new(Mutex::new(TailBuffer::new(TAIL_BYTES)));
     let pumps = [
@@ -531,7 +644,7 @@ pub fn run_command(
                 ended_by_us.get_or_insert(CommandEnd::TimedOut);
             }
             if ended_by_us.is_some() {
-                status = Some(end_group(&mut child, spec.grace)?);
+                status = Some(end_group(child, spec.grace)?);
                 drain_deadline = Some(Instant::now() + DRAIN);
             } else if let Some(exited) = child.try_wait()? {
                 // Leftover processes would hold the pipes open and outlive the trial.
@@ -585,6 +698,7 @@ mod tests {
             command: command.iter().map(|s| s.to_string()).collect(),
             parser: Some("edgebench".into()),
             timeout: None,
+            user: None,
         }
     }
 
@@ -670,7 +784,7 @@ mod tests {
 
     #[test]
     fn an_endless_line_is_cut_for_the_parser_but_kept_whole_in_the_tail() {
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(LINE_QUEUE);
         let tail = Arc::new(Mutex::new(TailBuffer::new(4 * MAX_LINE_BYTES)));
         let mut input = vec![b'x'; 3 * MAX_LINE_BYTES];
         input.extend_from_slice(b"\nEDGEBENCH step=1 loss=1\rlast");
@@ -687,6 +801,56 @@ mod tests {
         assert_eq!(lines[0], "x".repeat(MAX_LINE_BYTES));
         assert_eq!(lines[1..], ["EDGEBENCH step=1 loss=1", "last"]);
         assert_eq!(tail.lock().unwrap().total_bytes(), input.len() as u64);
+    }
+
+    /// A reader of `total` bytes of short lines that counts how far it has been read.
+    struct CountingFlood {
+        left: usize,
+        read: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Read for CountingFlood {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            const LINE: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789\n";
+            let n = buf.len().min(self.left) / LINE.len() * LINE.len();
+            for chunk in buf[..n].chunks_mut(LINE.len()) {
+                chunk.copy_from_slice(LINE);
+            }
+            self.left -= n;
+            self.read.fetch_add(n, Ordering::SeqCst);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_flooding_command_waits_for_the_parser_instead_of_queueing_its_output_in_memory() {
+        let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let total = 256 << 20;
+        let flood = CountingFlood {
+            left: total,
+            read: read.clone(),
+        };
+        let (tx, rx) = mpsc::sync_channel(LINE_QUEUE);
+        let tail = Arc::new(Mutex::new(TailBuffer::new(TAIL_BYTES)));
+        let pump = pump(Stream::Stdout, flood, std::io::sink(), tail, tx);
+        // Nobody parses: the pump must stall once the queue is full, not read on.
+        let mut last = usize::MAX;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while read.load(Ordering::SeqCst) != last && Instant::now() < deadline {
+            last = read.load(Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let stalled_at = read.load(Ordering::SeqCst);
+        // The queue's lines plus one read buffer, far from the 256 MiB on offer.
+        assert!(
+            stalled_at < 1 << 20,
+            "read {stalled_at} bytes ahead of the parser"
+        );
+        // Once the parser drains the queue, everything arrives.
+        let lines = rx.iter().count();
+        pump.join().unwrap();
+        assert_eq!(lines, total / 37);
+        assert_eq!(read.load(Ordering::SeqCst), total / 37 * 37);
     }
 
     #[test]
@@ -761,6 +925,7 @@ mod tests {
             grace: Duration::from_millis(300),
             steps_per_epoch: None,
             echo: Echo::Off,
+            run_as: None,
         }
     }
 
@@ -914,7 +1079,7 @@ mod tests {
     fn a_missing_program_is_named() {
         let err = format!(
             "{:#}",
-            spawn_in_group(&["/nonexistent/trainer".to_string()]).unwrap_err()
+            spawn_in_group(&["/nonexistent/trainer".to_string()], None).unwrap_err()
         );
         assert!(err.contains("cannot start `/nonexistent/trainer`"), "{err}");
     }

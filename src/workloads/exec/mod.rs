@@ -38,6 +38,9 @@ pub struct ExecJob {
     /// grace for the worker, so the worker still reports how the command ended.
     #[serde(default = "default_grace_s")]
     pub grace_s: f64,
+    /// The account the command runs as (`[[exec]] user`); None: the worker's own.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 fn default_grace_s() -> f64 {
@@ -96,6 +99,7 @@ pub fn expand_sweep(
                     timeout_s: entry.timeout.map(|t| t.0.as_secs_f64()),
                     steps_per_epoch,
                     grace_s: grace.as_secs_f64(),
+                    user: entry.user.clone(),
                 },
             ));
             seen.push((point, command));
@@ -205,6 +209,11 @@ pub fn run(
         // The worker's stdout carries its messages to the runner; the console gets both
         // streams through its stderr.
         echo: command::Echo::Stderr,
+        run_as: job
+            .user
+            .as_deref()
+            .map(command::RunAs::resolve)
+            .transpose()?,
     };
     command::run_command(&spec, parser, stop, &mut |step| emit(&step.record))
 }
@@ -254,6 +263,7 @@ mod tests {
             command: command.iter().map(|s| s.to_string()).collect(),
             parser: Some("caffe".into()),
             timeout: None,
+            user: None,
         }
     }
 
@@ -372,6 +382,7 @@ mod tests {
             timeout_s: Some(30.0),
             steps_per_epoch: None,
             grace_s: 1.0,
+            user: None,
         };
         let mut losses = Vec::new();
         let outcome = run(&job, &AtomicBool::new(false), &mut |r| {
