@@ -582,12 +582,13 @@ fn import_logs_of_study_folders_records_exec_trials_once() {
         ("edp_js", Value::Null),
         ("power_samples", Value::Null),
         ("power_note", "imported log: no power measured".into()),
-        ("iterations", 4.into()),
+        // Display lines at 0, 20 and 40; the line for 60 is the loss after training.
+        ("iterations", 3.into()),
         ("iterations_planned", 0.into()),
         ("warmup_iterations", 0.into()),
         ("wall_time_s", Value::Null),
         ("loss_first", 6.91.into()),
-        ("loss_last", 6.8.into()),
+        ("loss_last", 6.85.into()),
     ] {
         assert_eq!(gpu[key], want, "{key} in {gpu:#?}");
     }
@@ -596,9 +597,9 @@ fn import_logs_of_study_folders_records_exec_trials_once() {
         close(gpu["time_per_image_s"].as_f64().unwrap(), 0.25 / 16.0),
         "{gpu:#?}"
     );
-    // Iteration 0 (1 s) and 60 iterations of 0.25 s.
+    // Iteration 0 (1 s) and the 40 displayed after it at 0.25 s; the snapshot is no iteration.
     assert!(
-        close(gpu["total_time_s"].as_f64().unwrap(), 16.0),
+        close(gpu["total_time_s"].as_f64().unwrap(), 11.0),
         "{gpu:#?}"
     );
     assert!(gpu["imported_log"]
@@ -615,7 +616,7 @@ fn import_logs_of_study_folders_records_exec_trials_once() {
 
     // The iterations, with Caffe's learning rate on its own step and none from TensorFlow.
     let iterations = |sql: &str| count(&db, sql);
-    assert_eq!(iterations("SELECT count(*) FROM iterations"), 4 + 4 + 3);
+    assert_eq!(iterations("SELECT count(*) FROM iterations"), 3 + 3 + 3);
     assert_eq!(
         iterations(
             "SELECT count(*) FROM iterations i JOIN trials t ON t.id = i.trial_id \
@@ -842,14 +843,12 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
             "alexnet,CPU,016,0,6.92,4",
             "alexnet,CPU,016,20,6.9,2",
             "alexnet,CPU,016,40,6.87,2",
-            "alexnet,CPU,016,60,6.83,2",
             "alexnet,GPU,016,0,6.91,1",
             "alexnet,GPU,016,20,6.88,0.25",
             "alexnet,GPU,016,40,6.85,0.25",
-            "alexnet,GPU,016,60,6.8,0.25",
         ]
     );
-    // Per iteration: iteration 0's time and 60 more, over 61 iterations.
+    // Per iteration: iteration 0's time and the 40 displayed after it, over 41 iterations.
     let times = read(&after.join("times_tx1_caffe.csv"));
     let avg: Vec<(String, f64)> = times
         .lines()
@@ -861,9 +860,9 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
         .collect();
     assert_eq!(avg.len(), 2, "{times}");
     assert_eq!(avg[0].0, "alexnet,CPU,016");
-    assert!(close(avg[0].1, (4.0 + 60.0 * 2.0) / 61.0), "{times}");
+    assert!(close(avg[0].1, (4.0 + 40.0 * 2.0) / 41.0), "{times}");
     assert_eq!(avg[1].0, "alexnet,GPU,016");
-    assert!(close(avg[1].1, (1.0 + 60.0 * 0.25) / 61.0), "{times}");
+    assert!(close(avg[1].1, (1.0 + 40.0 * 0.25) / 41.0), "{times}");
 
     // A command measured here is an engine too: a script logging every 5th step, each
     // line with its time per step.
@@ -1334,4 +1333,79 @@ fn a_step_that_stalls_far_beyond_the_median_flags_the_trial() {
     let r = &results(dir.path(), &db)[0];
     assert_eq!(r["stalled_steps"], 0, "{r}");
     assert_eq!(r["stall_note"], Value::Null, "{r}");
+}
+
+#[test]
+fn a_live_caffe_run_records_its_display_lines_and_not_the_loss_line_after_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("caffe.db");
+    // max_iter 3, display 1: iterations 0, 1 and 2, then the snapshot and the final line.
+    let script = "p='I1222 14:03:21.000000  2471 solver.cpp:218]'; \
+        echo \"$p Iteration 0 (0 iter/s, 0.1s/1 iters), loss = 6.9\"; \
+        echo \"$p Iteration 1 (10 iter/s, 0.1s/1 iters), loss = 6.8\"; \
+        echo \"$p Iteration 2 (10 iter/s, 0.1s/1 iters), loss = 6.7\"; \
+        sleep 0.6; \
+        echo 'I1222 14:03:22.000000  2471 solver.cpp:447] Snapshotting to binary proto file x_iter_3.caffemodel'; \
+        echo 'I1222 14:03:22.100000  2471 solver.cpp:310] Iteration 3, loss = 6.6'; \
+        echo 'I1222 14:03:22.100100  2471 solver.cpp:315] Optimization Done.'";
+    let out = exec(
+        dir.path(),
+        &db,
+        &["--parser", "caffe", "--warmup", "0", "--batch", "4"],
+        &["sh", "-c", script],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let r = &results(dir.path(), &db)[0];
+    assert_eq!(r["iterations"], 3, "{r}");
+    assert_eq!(r["loss_last"], 6.7, "{r}");
+    // Three iterations of 0.1 s; the snapshot's 0.6 s is in none of them.
+    assert!(close(r["total_time_s"].as_f64().unwrap(), 0.3), "{r}");
+}
+
+#[test]
+fn the_caffe_study_wrapper_displays_every_iteration_with_its_own_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("caffe");
+    let models = root.join("models/bvlc_googlenet");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::create_dir_all(root.join("build/tools")).unwrap();
+    // BVLC GoogLeNet's solver settings that the study changes, and a Caffe that prints the
+    // solver it is given.
+    std::fs::write(
+        models.join("solver.prototxt"),
+        "net: \"models/bvlc_googlenet/train_val.prototxt\"\ndisplay: 40\naverage_loss: 40\n\
+         base_lr: 0.01\nmax_iter: 10000000\nsnapshot_prefix: \"models/bvlc_googlenet/x\"\n\
+         solver_mode: GPU\n",
+    )
+    .unwrap();
+    std::fs::write(
+        models.join("train_val.prototxt"),
+        "layer {\n  data_param {\n    batch_size: 32\n  }\n}\nlayer {\n  batch_size: 50\n}\n",
+    )
+    .unwrap();
+    let caffe = root.join("build/tools/caffe");
+    std::fs::write(&caffe, "#!/bin/sh\ncat \"${2#-solver=}\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&caffe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/study/caffe.sh");
+    let out = std::process::Command::new("sh")
+        .arg(&script)
+        .args(["googlenet", "cpu", "8", "1024", "2"])
+        .env("CAFFE_ROOT", &root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let solver = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "display: 1",
+        "average_loss: 1",
+        "max_iter: 256",
+        "solver_mode: CPU",
+        "base_lr: 0.01",
+    ] {
+        assert!(
+            solver.lines().any(|l| l == line),
+            "{line} not in:\n{solver}"
+        );
+    }
 }

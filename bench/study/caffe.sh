@@ -25,13 +25,18 @@ iterations=$(( (images / batch) * epochs ))
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The study's edits: solver mode and max_iter, the training batch_size (the first in the
-# model, the TRAIN data layer's); snapshots go to the scratch folder.
+# model, the TRAIN data layer's), and a display line for every iteration (the thesis, 4.1.2)
+# whose loss is that iteration's own (average_loss 1, not the BVLC GoogLeNet's mean of 40);
+# snapshots go to the scratch folder.
 sed -e "0,/batch_size: [0-9]\+/s//batch_size: $batch/" "$models/train_val.prototxt" > "$work/train_val.prototxt"
 sed -e "s/^solver_mode: [A-Z]\+/solver_mode: $mode/" \
     -e "s/^max_iter: [0-9]\+/max_iter: $iterations/" \
+    -e "s/^display: [0-9]\+/display: 1/" \
+    -e "s/^average_loss: [0-9]\+/average_loss: 1/" \
     -e "s|^net: .*|net: \"$work/train_val.prototxt\"|" \
     -e "s|^snapshot_prefix: .*|snapshot_prefix: \"$work/snapshot\"|" \
     "$models/solver.prototxt" > "$work/solver.prototxt"
 grep -q '^solver_mode:' "$work/solver.prototxt" || echo "solver_mode: $mode" >> "$work/solver.prototxt"
+grep -q '^display:' "$work/solver.prototxt" || echo "display: 1" >> "$work/solver.prototxt"
 cd "$root"
 GLOG_logtostderr=1 "$caffe" train -solver="$work/solver.prototxt"

@@ -3,7 +3,10 @@
 //!
 //! Formats:
 //! - `caffe`: the solver's display line `Iteration N (X iter/s, Ts/K iters), loss = L` (Caffe
-//!   1.0), the older and final form `Iteration N, loss = L`, and `Iteration N, lr = R`.
+//!   1.0), the older form `Iteration N, loss = L`, and `Iteration N, lr = R`. In a log that
+//!   has display lines with a rate, a line of the older form is the one Caffe prints after
+//!   training and its snapshot: the loss at `max_iter`, no training step, so not a record
+//!   (as annex C of the study ignores it).
 //! - `tensorflow`: TF-Slim's `global step N: loss = L (T sec/step)` (TF1), the Estimator's
 //!   `loss = L, step = N (T sec)`, and Keras' progress lines (`Epoch e/E`, then
 //!   `k/n [====>....] - ... - loss: L` and the epoch's last line with `Xms/step`).
@@ -86,10 +89,16 @@ pub enum LogEvent {
 /// covers the steps since its previous line.
 #[derive(Debug, Clone)]
 pub enum Parser {
-    Caffe,
+    Caffe(CaffeState),
     TensorFlow(TfState),
     Edgebench,
     Regex(Box<Regex>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct CaffeState {
+    /// A display line with a rate was seen: Caffe 1.0, whose rate-less loss line is the final one.
+    rated_display: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,7 +138,7 @@ impl Parser {
             return Ok(Parser::Regex(Box::new(re)));
         }
         match name {
-            "caffe" => Ok(Parser::Caffe),
+            "caffe" => Ok(Parser::Caffe(CaffeState::default())),
             "tensorflow" => Ok(Parser::TensorFlow(TfState::default())),
             "edgebench" => Ok(Parser::Edgebench),
             other => bail!("unknown log parser '{other}': expected {PARSER_NAMES}"),
@@ -148,7 +157,7 @@ impl Parser {
             line
         };
         match self {
-            Parser::Caffe => parse_caffe(line),
+            Parser::Caffe(state) => parse_caffe(state, line),
             Parser::TensorFlow(state) => parse_tensorflow(state, line),
             Parser::Edgebench => parse_edgebench(line),
             Parser::Regex(re) => parse_regex(re, line),
@@ -166,8 +175,9 @@ fn count(s: &str, what: &str, line: &str) -> Result<usize> {
         .map_err(|_| anyhow!("{what} '{s}' is not a whole number in log line: {line}"))
 }
 
-fn parse_caffe(line: &str) -> Result<Option<LogEvent>> {
+fn parse_caffe(state: &mut CaffeState, line: &str) -> Result<Option<LogEvent>> {
     if let Some(c) = CAFFE_DISPLAY.captures(line) {
+        state.rated_display = true;
         let step = count(&c["step"], "step", line)?;
         let rate = num(&c["rate"], "iter/s", line)?;
         let lapse = num(&c["lapse"], "seconds", line)?;
@@ -189,6 +199,10 @@ fn parse_caffe(line: &str) -> Result<Option<LogEvent>> {
         })));
     }
     if let Some(c) = CAFFE_LOSS.captures(line) {
+        if state.rated_display {
+            // The final line: its time since the last display line is the snapshot's.
+            return Ok(None);
+        }
         return Ok(Some(LogEvent::Step(StepLine {
             step: count(&c["step"], "step", line)?,
             loss: Some(num(&c["loss"], "loss", line)?),
@@ -450,23 +464,46 @@ mod tests {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
     }
 
-    /// A Caffe 1.0 solver log as glog writes it (`caffe train -log_dir=logs`, annex A).
+    /// A complete Caffe 1.0 solver log as glog writes it (`caffe train -log_dir=logs`, annex A):
+    /// the solver dump, display and lr lines, a test pass, the snapshot, the final loss line
+    /// and "Optimization Done.".
     const CAFFE_LOG: &str = "\
+Log file created at: 2017/12/22 14:03:20
+Running on machine: tegra-ubuntu
+Log line format: [IWEF]mmdd hh:mm:ss.uuuuuu threadid file:line] msg
+I1222 14:03:20.000000  2471 caffe.cpp:217] Using GPUs 0
+I1222 14:03:20.050000  2471 solver.cpp:48] Initializing solver from parameters:
+test_iter: 1
+test_interval: 40
+base_lr: 0.01
+display: 20
+max_iter: 60
+lr_policy: \"step\"
+snapshot_prefix: \"caffe_alexnet_train\"
 I1222 14:03:20.100000  2471 solver.cpp:57] Solver scaffolding done.
 I1222 14:03:20.200000  2471 solver.cpp:289] Solving AlexNet
+I1222 14:03:20.200100  2471 solver.cpp:290] Learning Rate Policy: step
+I1222 14:03:20.300000  2471 solver.cpp:347] Iteration 0, Testing net (#0)
+I1222 14:03:20.350000  2471 solver.cpp:414]     Test net output #0: accuracy = 0
+I1222 14:03:20.350100  2471 solver.cpp:414]     Test net output #1: loss = 6.9078 (* 1 = 6.9078 loss)
 I1222 14:03:21.372112  2471 solver.cpp:218] Iteration 0 (0 iter/s, 1.25s/20 iters), loss = 6.91092
 I1222 14:03:21.372215  2471 solver.cpp:237]     Train net output #0: loss = 6.91092 (* 1 = 6.91092 loss)
 I1222 14:03:21.372238  2471 sgd_solver.cpp:105] Iteration 0, lr = 0.01
 I1222 14:03:45.122112  2471 solver.cpp:218] Iteration 20 (0.842105 iter/s, 23.75s/20 iters), loss = 6.90775
 I1222 14:03:45.122200  2471 sgd_solver.cpp:105] Iteration 20, lr = 0.001
+I1222 14:04:08.800000  2471 solver.cpp:347] Iteration 40, Testing net (#0)
+I1222 14:04:08.850000  2471 solver.cpp:414]     Test net output #0: accuracy = 0
 I1222 14:04:08.872112  2471 solver.cpp:218] Iteration 40 (0.842105 iter/s, 23.75s/20 iters), loss = -nan
 I1222 14:04:30.000000  2471 solver.cpp:447] Snapshotting to binary proto file caffe_alexnet_train_iter_60.caffemodel
+I1222 14:04:30.400000  2471 sgd_solver.cpp:273] Snapshotting solver state to binary proto file caffe_alexnet_train_iter_60.solverstate
 I1222 14:04:30.500000  2471 solver.cpp:310] Iteration 60, loss = 6.1
 I1222 14:04:30.500100  2471 solver.cpp:330] Iteration 60, Testing net (#0)
-I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
+I1222 14:04:30.600000  2471 solver.cpp:414]     Test net output #0: accuracy = 0
+I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.
+I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
 
     #[test]
-    fn caffe_display_lines_give_step_loss_and_time_per_iteration() {
+    fn caffe_display_lines_are_the_steps_and_the_final_loss_line_is_not() {
         let mut p = Parser::from_name("caffe").unwrap();
         let events: Vec<LogEvent> = CAFFE_LOG
             .lines()
@@ -479,9 +516,11 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
                 _ => None,
             })
             .collect();
+        // Iterations 0..60 trained, displayed every 20; the line for 60 after the snapshot is
+        // the loss once training ended.
         assert_eq!(
             steps.iter().map(|s| s.step).collect::<Vec<_>>(),
-            [0, 20, 40, 60]
+            [0, 20, 40]
         );
         // The first line's rate is 0: its time is that of its single iteration.
         assert_eq!(steps[0].time_s, Some(1.25));
@@ -489,8 +528,6 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
         // 23.75 s for the 20 iterations since the previous display line.
         assert!(close(steps[1].time_s.unwrap(), 23.75 / 20.0));
         assert!(steps[2].loss.unwrap().is_nan());
-        // The final line has no time; the tracker uses the interval.
-        assert_eq!((steps[3].loss, steps[3].time_s), (Some(6.1), None));
         let lrs: Vec<(usize, f64)> = events
             .iter()
             .filter_map(|e| match e {
@@ -503,7 +540,7 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
 
     #[test]
     fn caffe_older_display_line_and_exponent_rates() {
-        let mut p = Parser::Caffe;
+        let mut p = Parser::Caffe(CaffeState::default());
         let s = step(
             &mut p,
             "I0512 10:11:12.345678 12345 solver.cpp:209] Iteration 100, loss = 5.5",
@@ -654,7 +691,7 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
     #[test]
     fn tracker_uses_the_log_time_or_else_the_interval_between_lines() {
         let mut t = StepTracker::new(1000 * MS, Some(2));
-        let mut p = Parser::Caffe;
+        let mut p = Parser::Caffe(CaffeState::default());
         let mut feed = |line: &str, at_ms: i64| {
             let event = p.parse(line).unwrap().unwrap();
             t.feed(event, at_ms * MS)
@@ -679,7 +716,15 @@ I1222 14:04:31.000000  2471 solver.cpp:315] Optimization Done.";
             (1700 * MS, 3700 * MS)
         );
         assert_eq!(second.record.epoch, 10);
-        // No time in the line: the 20 iterations share the interval since the last record.
+        // Caffe 1.0's loss line after training is no step.
+        assert!(p.parse("Iteration 60, loss = 5").unwrap().is_none());
+        // An older Caffe's display line has no time: the 20 iterations share the interval
+        // since the last record.
+        let mut older = Parser::Caffe(CaffeState::default());
+        let mut feed = |line: &str, at_ms: i64| {
+            let event = older.parse(line).unwrap().unwrap();
+            t.feed(event, at_ms * MS)
+        };
         let last = feed("Iteration 40, loss = 5", 5700).unwrap();
         assert!(close(last.record.step_s, 0.1));
         assert_eq!(last.record.t_start_ns, 3700 * MS);
