@@ -401,11 +401,12 @@ fn watch_interrupts(
             if !stop.swap(true, Ordering::SeqCst) {
                 continue;
             }
-            if !abort.swap(true, Ordering::SeqCst) {
-                eprintln!(
-                    "second interrupt: ending the trial now (its processes are killed) and exiting"
-                );
+            if abort.swap(true, Ordering::SeqCst) {
+                continue;
             }
+            eprintln!(
+                "second interrupt: ending the trial now (its processes are killed) and exiting"
+            );
             let host = host.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(ABORT_DEADLINE);

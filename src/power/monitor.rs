@@ -198,16 +198,7 @@ mod tests {
         );
         // The gap is the time without readings once, not counted twice, and the energy covers
         // only the measured rest at the fixture's 7.5 W.
-        let rec = IterationRecord {
-            step: 0,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.1,
-            data_s: 0.0,
-            step_s: 0.0,
-            t_start_ns: a,
-            t_end_ns: b,
-        };
+        let rec = span(a, b);
         let e = trial_energy(&s, &[rec], 0, 1, None).unwrap();
         let (gone, window) = ((back - lost) as f64 * 1e-9, (b - a) as f64 * 1e-9);
         assert!(
@@ -231,6 +222,20 @@ mod tests {
             warning.contains("during 1 trial(s)") && warning.contains("reading again"),
             "{warning}"
         );
+    }
+
+    /// One iteration from `a` to `b` (CLOCK_MONOTONIC ns), the measured interval of a trial.
+    fn span(a: i64, b: i64) -> IterationRecord {
+        IterationRecord {
+            step: 0,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.1,
+            data_s: 0.0,
+            step_s: 0.0,
+            t_start_ns: a,
+            t_end_ns: b,
+        }
     }
 
     /// A source that fails its reads while `fail` is set, counting every read.
@@ -286,16 +291,6 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(1));
             }
         };
-        let iteration = |a: i64, b: i64| IterationRecord {
-            step: 0,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.1,
-            data_s: 0.0,
-            step_s: 0.0,
-            t_start_ns: a,
-            t_end_ns: b,
-        };
 
         // Reads fail only before the measured interval (as while a worker starts): the trial is
         // complete, though its recording had failed reads.
@@ -310,7 +305,7 @@ mod tests {
         after_reads(3);
         let s = h.stop();
         assert!(s.lost.is_some(), "the recording had failed reads");
-        let record = m.assess_trial(&s, &[iteration(a, b)], 0, 1, None);
+        let record = m.assess_trial(&s, &[span(a, b)], 0, 1, None);
         assert!(
             matches!(&record, TrialPowerRecord::Measured(p) if !p.incomplete),
             "{record:?}"
@@ -329,7 +324,7 @@ mod tests {
         let b = monotonic_ns();
         after_reads(3);
         let s = h.stop();
-        let record = m.assess_trial(&s, &[iteration(a, b)], 0, 1, None);
+        let record = m.assess_trial(&s, &[span(a, b)], 0, 1, None);
         assert!(
             matches!(&record, TrialPowerRecord::Measured(p) if p.incomplete),
             "{record:?}"

@@ -232,18 +232,8 @@ pub(super) fn run_one(
             trial.label
         );
     }
-    let (status, error) =
-        if let (Some(outcome), Job::Exec(job), false) = (&command, &trial.job, aborted) {
-            let timeout = job.timeout_s.map(Duration::from_secs_f64);
-            let (status, error) = outcome
-                .end
-                .status(oom_kills > 0, timeout, &outcome.stderr_tail);
-            (
-                TrialStatus::parse(status).expect("a command's end is a trial status"),
-                error,
-            )
-        } else if aborted {
-            (
+    let (status, error) = if aborted {
+        (
             TrialStatus::Interrupted,
             Some(
                 "stopped at once by a second interrupt: the worker and every process the trial \
@@ -251,33 +241,42 @@ pub(super) fn run_one(
                     .into(),
             ),
         )
-        } else if abandoned && last.is_none() {
-            (
+    } else if let (Some(outcome), Job::Exec(job)) = (&command, &trial.job) {
+        let timeout = job.timeout_s.map(Duration::from_secs_f64);
+        let (status, error) = outcome
+            .end
+            .status(oom_kills > 0, timeout, &outcome.stderr_tail);
+        (
+            TrialStatus::parse(status).expect("a command's end is a trial status"),
+            error,
+        )
+    } else if abandoned && last.is_none() {
+        (
+            TrialStatus::Interrupted,
+            Some(format!(
+                "stopped: the iteration in progress did not end within {:.1} s of the stop \
+                 request and was abandoned",
+                ctx.stop_grace.as_secs_f64()
+            )),
+        )
+    } else {
+        match classify(&WorkerEnd {
+            last,
+            status,
+            oom_kills,
+        }) {
+            // A worker that ended without a word while a stop was under way was ended by it
+            // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
+            // group): interrupted, so a resumed sweep runs it again, never a counted crash.
+            (TrialStatus::Crashed, Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
                 TrialStatus::Interrupted,
                 Some(format!(
-                    "stopped: the iteration in progress did not end within {:.1} s of the stop \
-                 request and was abandoned",
-                    ctx.stop_grace.as_secs_f64()
+                    "stopped by an interrupt before the worker reported an end ({why})"
                 )),
-            )
-        } else {
-            match classify(&WorkerEnd {
-                last,
-                status,
-                oom_kills,
-            }) {
-                // A worker that ended without a word while a stop was under way was ended by it
-                // (our SIGTERM before it set up its handler, or Ctrl-C reaching the whole process
-                // group): interrupted, so a resumed sweep runs it again, never a counted crash.
-                (TrialStatus::Crashed, Some(why)) if ctx.stop.load(Ordering::SeqCst) => (
-                    TrialStatus::Interrupted,
-                    Some(format!(
-                        "stopped by an interrupt before the worker reported an end ({why})"
-                    )),
-                ),
-                other => other,
-            }
-        };
+            ),
+            other => other,
+        }
+    };
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
@@ -342,8 +341,8 @@ pub(super) fn run_one(
     if let Some(why) = &loss_anomaly {
         tracing::warn!("{} loss anomaly: {why}", trial.label);
     }
-    let measured_step_s: Vec<f64> = measured.iter().map(|r| r.step_s).collect();
-    let stall = stats::stalls(&measured_step_s);
+    // `measured` is the end of `iterations`.
+    let stall = stats::stalls(&step_s[step_s.len() - measured.len()..]);
     if let Some((_, why)) = &stall {
         tracing::warn!("{} STALL: {why}", trial.label);
     }

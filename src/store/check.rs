@@ -31,11 +31,32 @@ pub(super) enum Precheck {
     InUse,
 }
 
-/// Whether `path` changed between two looks: its identity, size, times and sidecars.
-#[derive(Debug, PartialEq)]
-struct FileState {
+/// Which file a path names: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileIdentity {
     dev: u64,
     ino: u64,
+}
+
+impl FileIdentity {
+    pub(super) fn of(path: &Path) -> Option<FileIdentity> {
+        std::fs::metadata(path).ok().map(|m| FileIdentity::from(&m))
+    }
+}
+
+impl From<&std::fs::Metadata> for FileIdentity {
+    fn from(m: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// Whether `path` changed between two looks: its identity, size, times and sidecars.
+#[derive(Debug, Clone, PartialEq)]
+struct FileState {
+    identity: FileIdentity,
     len: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
@@ -46,8 +67,7 @@ impl FileState {
     fn of(path: &Path) -> Option<FileState> {
         let m = std::fs::metadata(path).ok()?;
         Some(FileState {
-            dev: m.dev(),
-            ino: m.ino(),
+            identity: FileIdentity::from(&m),
             len: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
@@ -79,6 +99,15 @@ pub(super) fn precheck(path: &Path) -> Result<Precheck> {
     if before.in_use() {
         return Ok(Precheck::InUse);
     }
+    // A sweep looks before it takes its lock and again when it opens the file: one read of a
+    // large file is enough while nothing has changed it.
+    let mut last = LAST_READ.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, found)) = last
+        .as_ref()
+        .filter(|(p, state, _)| p == path && *state == before)
+    {
+        return Ok(Precheck::Checked(*found));
+    }
     let verdict = (|| {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -97,8 +126,13 @@ pub(super) fn precheck(path: &Path) -> Result<Precheck> {
     if FileState::of(path).as_ref() != Some(&before) {
         return Ok(Precheck::InUse);
     }
-    verdict.map(Precheck::Checked)
+    let found = verdict?;
+    *last = Some((path.to_path_buf(), before, found));
+    Ok(Precheck::Checked(found))
 }
+
+/// The last file [`precheck`] read whole and found sound, as it was then, with its version.
+static LAST_READ: std::sync::Mutex<Option<(PathBuf, FileState, u32)>> = std::sync::Mutex::new(None);
 
 /// Refuses, before anything is created, a database this process could not write: the file,
 /// those of `sidecars` that exist, and its folder when one of them is still to be created

@@ -203,7 +203,7 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     /// The file the path named when it was opened (see [`Store::check_still_at_path`]).
-    identity: Option<recovery::FileIdentity>,
+    identity: Option<check::FileIdentity>,
 }
 
 impl std::fmt::Debug for Store {
@@ -748,13 +748,7 @@ impl Store {
                     throttled: r.get(39)?,
                     throttle_note: r.get(40)?,
                     power_low_samples: r.get(41)?,
-                    // A power record (power_samples) of a run with a scope (schema v5) had its
-                    // readings counted.
-                    power_few_readings: r
-                        .get::<_, Option<i64>>(30)?
-                        .zip(r.get::<_, Option<String>>(42)?)
-                        .map(|_| r.get::<_, Option<i64>>(41).map(|n| n.is_some()))
-                        .transpose()?,
+                    power_few_readings: None,
                     power_scope: r.get(42)?,
                     power_note: r.get(43)?,
                     workload: r.get(44)?,
@@ -791,6 +785,12 @@ impl Store {
         }
         for row in &mut rows {
             row.rail_energy_j = by_trial.remove(&row.trial_rowid);
+            // A power record (power_samples) of a run with a scope (schema v5) had its
+            // readings counted.
+            row.power_few_readings = row
+                .power_samples
+                .and(row.power_scope.as_ref())
+                .map(|_| row.power_low_samples.is_some());
         }
         Ok(rows)
     }
@@ -1059,10 +1059,7 @@ fn immutable_uri(path: &Path) -> String {
 /// What [`Store::open_readonly`] can read: an edgebench file of exactly this schema version.
 fn check_readable_version(path: &Path, found: u32) -> Result<()> {
     if found == 0 {
-        return Err(StoreError::Foreign {
-            path: path.to_path_buf(),
-            reason: "it is empty; no edgebench run has written to it yet".into(),
-        });
+        return Err(empty_database(path));
     }
     check_not_newer(path, found)?;
     if found < SCHEMA_VERSION {
@@ -1073,6 +1070,14 @@ fn check_readable_version(path: &Path, found: u32) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A reader was given a database no run has written to yet.
+fn empty_database(path: &Path) -> StoreError {
+    StoreError::Foreign {
+        path: path.to_path_buf(),
+        reason: "it is empty; no edgebench run has written to it yet".into(),
+    }
 }
 
 fn check_not_newer(path: &Path, found: u32) -> Result<()> {

@@ -2,28 +2,12 @@
 //! which no path names any more, so everything would vanish when the sweep ends. The store
 //! notices (the path no longer names the file it opened) and copies the open file to a new one.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rusqlite::{Connection, MAIN_DB};
 
+use super::check::FileIdentity;
 use super::{Result, Store, StoreError};
-
-/// Which file a path names: device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct FileIdentity {
-    dev: u64,
-    ino: u64,
-}
-
-impl FileIdentity {
-    fn of(path: &Path) -> Option<FileIdentity> {
-        std::fs::metadata(path).ok().map(|m| FileIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
-        })
-    }
-}
 
 impl Store {
     pub(super) fn from_parts(conn: Connection, path: PathBuf) -> Store {

@@ -13,7 +13,8 @@ use rusqlite::Connection;
 
 use super::check::{precheck, Precheck};
 use super::{
-    check_not_newer, inspect, open_read_connection, sql_err, Result, StoreError, BUSY_TIMEOUT,
+    check_not_newer, empty_database, inspect, open_read_connection, sql_err, Result, StoreError,
+    BUSY_TIMEOUT,
 };
 
 /// Opens `path` read-only and checks it is an edgebench database of a version this binary
@@ -21,22 +22,15 @@ use super::{
 /// A refused file gets no `-wal` or `-shm` beside it.
 pub(super) fn open_source(path: &Path) -> Result<(Connection, u32)> {
     if let Precheck::Checked(0) = precheck(path)? {
-        return Err(empty(path));
+        return Err(empty_database(path));
     }
     let conn = open_read_connection(path)?;
     let found = inspect(&conn, path)?;
     if found == 0 {
-        return Err(empty(path));
+        return Err(empty_database(path));
     }
     check_not_newer(path, found)?;
     Ok((conn, found))
-}
-
-fn empty(path: &Path) -> StoreError {
-    StoreError::Foreign {
-        path: path.to_path_buf(),
-        reason: "it is empty; no edgebench run has written to it yet".into(),
-    }
 }
 
 /// Copies `src` (an edgebench database, possibly being written by another process) to `out`,
