@@ -68,3 +68,42 @@ pub struct Metrics {
     /// --json`; a null value keeps its key.
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+/// What one item of a workload's work is, so every figure "per item" says per what: an image
+/// of a CNN (edgebench's or an external engine's), a sample of the MLP, an execution of an
+/// operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkItem {
+    Image,
+    Sample,
+    Execution,
+}
+
+impl WorkItem {
+    /// The item of a trial of `workload` (`results --json`'s `workload`).
+    pub fn of_workload(workload: &str) -> WorkItem {
+        match workload {
+            "mlp" => WorkItem::Sample,
+            "ops" => WorkItem::Execution,
+            _ => WorkItem::Image,
+        }
+    }
+
+    /// The name as a unit, as in "ms/img".
+    pub fn unit(self) -> &'static str {
+        match self {
+            WorkItem::Image => "img",
+            WorkItem::Sample => "sample",
+            WorkItem::Execution => "exec",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkItem::Image => "image",
+            WorkItem::Sample => "sample",
+            WorkItem::Execution => "execution",
+        }
+    }
+}

@@ -77,6 +77,23 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
         );
         let edp = r["energy_j"].as_f64().unwrap() * r["total_time_s"].as_f64().unwrap();
         assert!(r["edp_js"].as_f64().unwrap() > 0.0 && edp > 0.0);
+        // Per item means per sample: the measured iterations (after the warm-up) of 8 samples.
+        let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+        let measured = 40.0 - f("warmup_iterations");
+        assert_eq!(r["item"], "sample", "{r}");
+        assert_eq!(r["items_per_iteration"], 8, "{r}");
+        assert!(r["energy_per_image_j"].is_null(), "no images: {r}");
+        let per_sample = f("energy_j") / (measured * 8.0);
+        assert!(
+            (f("energy_per_item_j") - per_sample).abs() < 1e-9 * per_sample.max(1.0),
+            "{r}"
+        );
+        assert!((f("time_per_item_s") - f("time_per_iteration_s") / 8.0).abs() < 1e-12);
+        assert!(
+            (f("edp_per_item_js") - f("energy_per_item_j") * f("time_per_item_s")).abs()
+                < 1e-15,
+            "{r}"
+        );
     }
     // The three styles compute the same model: the same loss curve to float tolerance.
     let c = Connection::open(&db).unwrap();
@@ -301,6 +318,14 @@ fn ops_energy_per_gflop_and_per_gbyte_with_power() {
     );
     assert!(
         (r["avg_power_w"].as_f64().unwrap() - 7.5).abs() < 1e-6,
+        "{r}"
+    );
+    // An item is one execution of the operator.
+    assert_eq!(r["item"], "execution", "{r}");
+    assert!(r["energy_per_image_j"].is_null(), "{r}");
+    let per_execution = r["energy_per_item_j"].as_f64().unwrap();
+    assert!(
+        (per_execution - energy / executions).abs() < 1e-9 * per_execution,
         "{r}"
     );
 }

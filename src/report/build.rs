@@ -204,22 +204,7 @@ pub fn tables(host: &str, picked: &Picked) -> Vec<Table> {
             rows: rs
                 .iter()
                 .map(|r| {
-                    let mut flags = Vec::new();
-                    if r.swap_pressure == Some(true) {
-                        flags.push("SWAP: time measures swap".to_string());
-                    }
-                    if r.throttled == Some(true) {
-                        flags.push("THROTTLED".to_string());
-                    }
-                    if let Some(n) = r.power_low_samples {
-                        flags.push(format!("energy from {n} sensor readings only"));
-                    }
-                    if r.loss_anomaly {
-                        flags.push("LOSS_ANOMALY".to_string());
-                    }
-                    if let Some(e) = &r.error {
-                        flags.push(e.lines().next().unwrap_or("").to_string());
-                    }
+                    let flags = super::trial_flags(r);
                     let speedup = (r.device == "cuda")
                         .then(|| sp.get(&(r.host.clone(), r.net.clone(), r.batch)))
                         .flatten()
@@ -257,16 +242,15 @@ fn markdown(host: &str, tables: &[Table]) -> String {
         s.push('\n');
     }
     s.push_str(LEGEND);
+    s.push(' ');
+    s.push_str(super::FLAGS_LEGEND);
     s.push('\n');
     s
 }
 
 const LEGEND: &str = "Time per image is the median step time / batch over the measured \
 iterations (warm-up excluded), ± the interquartile range / batch. A `-` is no value: the trial \
-did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured. \
-SWAP: the trial's own memory was paged out while it trained; its time measures the swap \
-device, not the board. THROTTLED: a clock changed, or dropped for temperature, while the trial \
-ran (`edgebench results --json` gives the reason in `throttle_note`).";
+did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured.";
 
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -302,7 +286,12 @@ fn html(host: &str, tables: &[Table], plots: &[PathBuf]) -> String {
         }
         s.push_str("</table>\n");
     }
-    let _ = writeln!(s, "<p>{}</p>", html_escape(LEGEND));
+    let _ = writeln!(
+        s,
+        "<p>{} {}</p>",
+        html_escape(LEGEND),
+        html_escape(super::FLAGS_LEGEND)
+    );
     for p in plots {
         if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
             let _ = writeln!(s, "<p><img src=\"{0}\" alt=\"{0}\"></p>", html_escape(name));

@@ -132,6 +132,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 "GPU/CPU",
                 "J/image",
                 "EDP J·s",
+                "EDP/image J·s",
                 "iterations",
                 "source",
                 "flags",
@@ -144,19 +145,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         .then(|| sp.get(&(engine.to_string(), r.net.clone(), r.batch)))
                         .flatten()
                         .copied();
-                    let mut flags = Vec::new();
-                    if r.swap_pressure == Some(true) {
-                        flags.push("SWAP: time measures swap".to_string());
-                    }
-                    if r.throttled == Some(true) {
-                        flags.push("THROTTLED".to_string());
-                    }
-                    if r.loss_anomaly {
-                        flags.push("LOSS_ANOMALY".to_string());
-                    }
-                    if let Some(e) = &r.error {
-                        flags.push(e.lines().next().unwrap_or("").to_string());
-                    }
+                    let flags = super::trial_flags(r);
                     vec![
                         r.net.clone(),
                         r.device.clone(),
@@ -166,8 +155,12 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(ok(r.time_per_image_spread_s), 1e3, 3),
                         fmt(ok(r.images_per_s), 1.0, 2),
                         fmt(speedup, 1.0, 2),
-                        energy(r, r.energy_per_image_j, 4),
+                        energy(r, r.energy_per_item_j, 4),
                         energy(r, r.edp_js, 4),
+                        match r.edp_per_item_js {
+                            Some(v) => format!("{v:.3e}"),
+                            None => energy(r, None, 0),
+                        },
                         // A command's step count is not known ahead (planned 0).
                         match r.iterations_planned {
                             0 => r.iterations.to_string(),

@@ -1,5 +1,6 @@
 //! The text summary table printed after a sweep and by `edgebench results`.
 
+use crate::record::WorkItem;
 use crate::store::ResultRow;
 use crate::store::TrialStatus;
 use std::collections::HashMap;
@@ -62,6 +63,18 @@ pub fn table(rows: &[ResultRow]) -> String {
     let speedup = speedups(rows);
     // Energy columns only when some trial was measured with --power.
     let energy = rows.iter().any(|r| r.energy_j.is_some());
+    // Per image where every trial's item is one; else each cell names its item.
+    let all_images = rows
+        .iter()
+        .all(|r| WorkItem::of_workload(&r.workload) == WorkItem::Image);
+    let (time_header, energy_header, edp_item_header) = match all_images {
+        true => ("ms/img", "J/img", "EDP/img J·s"),
+        false => ("ms/item", "J/item", "EDP/item J·s"),
+    };
+    let per_item = |v: String, r: &ResultRow| match (all_images, v.as_str()) {
+        (true, _) | (false, "-") => v,
+        (false, _) => format!("{v}/{}", WorkItem::of_workload(&r.workload).unit()),
+    };
     let mut header = vec![
         "host",
         "net",
@@ -69,7 +82,7 @@ pub fn table(rows: &[ResultRow]) -> String {
         "batch",
         "iters",
         "status",
-        "ms/img",
+        time_header,
         "±IQR",
         "img/s",
         "loss first→last",
@@ -77,45 +90,23 @@ pub fn table(rows: &[ResultRow]) -> String {
         "flags",
     ];
     if energy {
-        header.splice(10..10, ["W", "J/img", "EDP J·s", "scope"]);
+        header.splice(
+            10..10,
+            ["W", energy_header, "EDP J·s", edp_item_header, "scope"],
+        );
     }
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
-        let mut flags = Vec::new();
-        if r.loss_anomaly {
-            flags.push("LOSS_ANOMALY".to_string());
-        }
         let spoiled = r.swap_pressure == Some(true);
-        if spoiled {
-            flags.push("SWAP".to_string());
-        }
-        if r.power_incomplete == Some(true) {
-            flags.push("POWER_GAP".to_string());
-        }
-        if let Some(n) = r.power_low_samples {
-            flags.push(format!("FEW_READINGS({n})"));
-        }
-        if r.throttled == Some(true) {
-            flags.push("THROTTLED".to_string());
-        }
-        if r.metrics
-            .get("stalled_steps")
-            .and_then(|v| v.as_u64())
-            .is_some_and(|n| n > 0)
-        {
-            flags.push("STALL".to_string());
-        }
-        if let Some(e) = &r.error {
-            flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
-        }
+        let flags = super::trial_flags(r);
         let loss = match (r.loss_first, r.loss_last) {
             (Some(a), Some(b)) => format!("{a:.3}→{b:.3}"),
             _ => "-".into(),
         };
-        // Workloads without images show milliseconds per iteration.
-        let time = match (r.time_per_image_s, r.time_per_iteration_s) {
+        // A command whose batch is unknown has no item: milliseconds per iteration.
+        let time = match (r.time_per_item_s, r.time_per_iteration_s) {
             (None, Some(it)) => format!("{}/it", ms(Some(it))),
-            (per_image, _) => ms(per_image),
+            (per_item_s, _) => per_item(ms(per_item_s), r),
         };
         let mut line = vec![
             r.host.clone(),
@@ -154,8 +145,11 @@ pub fn table(rows: &[ResultRow]) -> String {
                 10..10,
                 [
                     f(r.avg_power_w, 2),
-                    f(r.energy_per_image_j, 4),
+                    per_item(f(r.energy_per_item_j, 4), r),
                     f(r.edp_js, 3),
+                    r.edp_per_item_js
+                        .map(|v| format!("{v:.3e}"))
+                        .unwrap_or_else(|| "-".into()),
                     r.power_scope.clone().unwrap_or_else(|| "-".into()),
                 ],
             );

@@ -24,6 +24,11 @@ pub const COMMON: &[&str] = &[
     "energy_j",
     "avg_power_w",
     "edp_js",
+    "item",
+    "items_per_iteration",
+    "time_per_item_s",
+    "energy_per_item_j",
+    "edp_per_item_js",
     "swap_pressure",
     "throttled",
     "peak_rss_bytes",
@@ -128,20 +133,7 @@ fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
 }
 
 fn flags(r: &ResultRow) -> String {
-    let mut f = Vec::new();
-    if r.swap_pressure == Some(true) {
-        f.push("SWAP".to_string());
-    }
-    if r.throttled == Some(true) {
-        f.push("THROTTLED".to_string());
-    }
-    if r.loss_anomaly {
-        f.push("LOSS_ANOMALY".to_string());
-    }
-    if let Some(e) = &r.error {
-        f.push(e.lines().next().unwrap_or("").to_string());
-    }
-    f.join("; ")
+    super::trial_flags(r).join("; ")
 }
 
 /// The MLP study's and the operator study's tables for one host's rows: per device, time,
@@ -177,6 +169,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 "GFLOP/s",
                 "J",
                 "W",
+                "mJ/sample",
                 "EDP J·s",
                 "GPU/CPU",
                 "EDP CPU/GPU",
@@ -200,6 +193,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(r.gflop_per_s, 1.0, 2),
                         fmt(r.energy_j, 1.0, 2),
                         fmt(r.avg_power_w, 1.0, 2),
+                        fmt(r.energy_per_item_j, 1e3, 4),
                         fmt(r.edp_js, 1.0, 2),
                         fmt(ratio(|x| x.time_per_iteration_s), 1.0, 2),
                         fmt(ratio(|x| x.edp_js), 1.0, 2),
@@ -230,6 +224,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 "% peak GB/s",
                 "% measured FLOP/s",
                 "% measured GB/s",
+                "mJ/execution",
                 "J/GFLOP",
                 "J/GB",
                 "flags",
@@ -250,6 +245,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(num(r, "pct_peak_bandwidth"), 1.0, 1),
                         fmt(num(r, "pct_measured_peak_flops"), 1.0, 1),
                         fmt(num(r, "pct_measured_peak_bandwidth"), 1.0, 1),
+                        fmt(r.energy_per_item_j, 1e3, 4),
                         fmt(num(r, "joule_per_gflop"), 1.0, 4),
                         fmt(num(r, "joule_per_gbyte"), 1.0, 4),
                         flags(r),

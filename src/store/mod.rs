@@ -37,7 +37,7 @@ pub use snapshot::snapshot;
 pub use status::TrialStatus;
 
 use crate::power::{PowerSeries, TrialPower, TrialPowerRecord};
-use crate::record::{IterationRecord, Metrics};
+use crate::record::{IterationRecord, Metrics, WorkItem};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -127,8 +127,22 @@ pub struct ResultRow {
     pub loss_anomaly: bool,
     pub energy_j: Option<f64>,
     pub avg_power_w: Option<f64>,
+    /// Joules per image; null for workloads whose items are not images (`item`).
     pub energy_per_image_j: Option<f64>,
     pub edp_js: Option<f64>,
+    /// What one item of the trial's work is: `image` (cnn, exec), `sample` (mlp), `execution`
+    /// (ops); the `*_per_item_*` figures count these.
+    pub item: Option<WorkItem>,
+    /// Items in one iteration: the batch of images, the MLP's N samples, 1 execution; null
+    /// when an external command's batch is not known.
+    pub items_per_iteration: Option<usize>,
+    /// Median step time per item.
+    pub time_per_item_s: Option<f64>,
+    /// Energy of the measured iterations per item.
+    pub energy_per_item_j: Option<f64>,
+    /// EDP per unit of work (`energy_per_item_j` × `time_per_item_s`): comparable across
+    /// trials of different lengths, unlike the trial's `edp_js`.
+    pub edp_per_item_js: Option<f64>,
     pub swap_pressure: Option<bool>,
     pub peak_rss_bytes: Option<i64>,
     /// The most GPU memory the trial's process had allocated at once (schema v8); None on
@@ -184,6 +198,35 @@ pub struct ResultRow {
 }
 
 impl ResultRow {
+    /// Fills the `*_per_item_*` figures from the stored ones. The `energy_per_image_j` column
+    /// holds energy per iteration for workloads without images (their power record counts
+    /// iterations), so theirs is divided by the items of an iteration and left out as "per
+    /// image".
+    pub(crate) fn derive_per_item(&mut self) {
+        let item = WorkItem::of_workload(&self.workload);
+        let per_iteration = match item {
+            WorkItem::Image => (self.batch > 0).then_some(self.batch),
+            WorkItem::Sample => Some(self.batch.max(1)),
+            WorkItem::Execution => Some(1),
+        };
+        let (time, energy) = match item {
+            WorkItem::Image => (self.time_per_image_s, self.energy_per_image_j),
+            WorkItem::Sample | WorkItem::Execution => {
+                let per_iteration_energy = self.energy_per_image_j.take();
+                let n = per_iteration.unwrap_or(1) as f64;
+                (
+                    self.time_per_iteration_s.map(|t| t / n),
+                    per_iteration_energy.map(|e| e / n),
+                )
+            }
+        };
+        self.item = Some(item);
+        self.items_per_iteration = per_iteration;
+        self.time_per_item_s = time;
+        self.energy_per_item_j = energy;
+        self.edp_per_item_js = energy.zip(time).map(|(e, t)| e * t);
+    }
+
     pub fn key(&self) -> TrialKey {
         TrialKey {
             workload: self.workload.clone(),
@@ -729,6 +772,11 @@ impl Store {
                     avg_power_w: r.get(23)?,
                     energy_per_image_j: r.get(24)?,
                     edp_js: r.get(25)?,
+                    item: None,
+                    items_per_iteration: None,
+                    time_per_item_s: None,
+                    energy_per_item_j: None,
+                    edp_per_item_js: None,
                     swap_pressure: r.get(26)?,
                     peak_rss_bytes: r.get(27)?,
                     peak_gpu_bytes: r.get(51)?,
@@ -791,6 +839,7 @@ impl Store {
                 .power_samples
                 .and(row.power_scope.as_ref())
                 .map(|_| row.power_low_samples.is_some());
+            row.derive_per_item();
         }
         Ok(rows)
     }

@@ -20,7 +20,7 @@ use crate::clock::monotonic_ns;
 use crate::record::Control;
 
 /// The placeholders a command may use, for help and error messages.
-pub const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}";
+pub const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}, {iterations}";
 
 pub use crate::config::ExecEntry;
 
@@ -33,6 +33,16 @@ pub struct SweepValues {
     pub device: String,
     pub images: usize,
     pub epochs: usize,
+}
+
+impl SweepValues {
+    /// Training steps of the sweep point: `(images / batch) * epochs`, as the studies' Caffe
+    /// and TF-Slim runs set `max_iter` and `max_number_of_steps`; 0 without a batch.
+    pub fn iterations(&self) -> usize {
+        self.images
+            .checked_div(self.batch)
+            .map_or(0, |steps| steps * self.epochs)
+    }
 }
 
 impl ExecEntry {
@@ -99,6 +109,9 @@ pub fn expand_arg(template: &str, values: &SweepValues) -> Result<String> {
                 "device" => out.push_str(&values.device),
                 "images" => out.push_str(&values.images.to_string()),
                 "epochs" => out.push_str(&values.epochs.to_string()),
+                // The studies' step count, (images / batch) x epochs, so every engine of a
+                // sweep point does the same work.
+                "iterations" => out.push_str(&values.iterations().to_string()),
                 _ => bail!(
                     "argument '{template}': unknown placeholder {{{name}}} (known: {PLACEHOLDERS}; \
                      write '{{{{' and '}}}}' for literal braces)"
@@ -710,6 +723,7 @@ mod tests {
             "{net}",
             "--batch_size={batch}",
             "--max_number_of_steps={images}x{epochs}",
+            "{iterations}",
             "--{device}",
             "-c",
             "print({{'a': 1}})",
@@ -723,6 +737,7 @@ mod tests {
                 "alexnet",
                 "--batch_size=16",
                 "--max_number_of_steps=1024x10",
+                "640",
                 "--cuda",
                 "-c",
                 "print({'a': 1})"

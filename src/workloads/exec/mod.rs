@@ -340,6 +340,11 @@ mod tests {
         assert_eq!(caffe.steps_per_epoch, Some(1024 / 16));
         assert_eq!(caffe.timeout_s, Some(6.0 * 3600.0));
         assert_eq!(point.epochs, 10);
+        // PyTorch trains the same steps as Caffe and TF-Slim at every point.
+        for (p, job) in jobs.iter().filter(|(_, j)| j.engine == "pytorch") {
+            let steps = (p.images / p.batch * p.epochs).to_string();
+            assert_eq!(job.command[4], steps, "{:?}", job.command);
+        }
         for (_, job) in &jobs {
             let program = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(&job.command[0]);
             assert!(
