@@ -155,7 +155,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(ok(r.time_per_image_spread_s), 1e3, 3),
                         fmt(ok(r.images_per_s), 1.0, 2),
                         fmt(speedup, 1.0, 2),
-                        energy(r, r.energy_per_item_j, 4),
+                        energy(r, r.energy_per_image_j, 4),
                         energy(r, r.edp_js, 4),
                         match r.edp_per_item_js {
                             Some(v) => format!("{v:.3e}"),
@@ -363,12 +363,13 @@ mod tests {
             stems(&[cnn.clone(), imported.clone()]),
             ["time_per_image_engines"]
         );
-        let measured = ResultRow {
+        let mut measured = ResultRow {
             energy_j: Some(4.0),
             energy_per_image_j: Some(0.25),
             edp_js: Some(8.0),
             ..exec_row("torch", "cpu", 16, Some(0.05))
         };
+        measured.derive_per_item();
         let rows = [cnn, imported, measured];
         assert_eq!(
             stems(&rows),
@@ -386,6 +387,7 @@ mod tests {
         assert_eq!(t[1].title, "Engine torch — tx1");
         assert_eq!(t[1].rows[0][col("J/image")], "0.2500");
         assert_eq!(t[1].rows[0][col("EDP J·s")], "8.0000");
+        assert_eq!(t[1].rows[0][col("EDP/image J·s")], "1.250e-2");
         assert_eq!(t[1].rows[0][col("source")], "measured");
     }
 
