@@ -185,8 +185,8 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
             threads,
             json,
         } => {
-            let report =
-                edgebench::workloads::ops::peaks::report(host, &device, threads).map_err(usage)?;
+            let report = edgebench::workloads::ops::peaks::report(host, &device, threads, true)
+                .map_err(usage)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

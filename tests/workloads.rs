@@ -90,8 +90,7 @@ fn mlp_sweep_of_every_style_records_agreeing_losses_energy_and_resumes() {
         );
         assert!((f("time_per_item_s") - f("time_per_iteration_s") / 8.0).abs() < 1e-12);
         assert!(
-            (f("edp_per_item_js") - f("energy_per_item_j") * f("time_per_item_s")).abs()
-                < 1e-15,
+            (f("edp_per_item_js") - f("energy_per_item_j") * f("time_per_item_s")).abs() < 1e-15,
             "{r}"
         );
     }

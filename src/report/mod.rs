@@ -13,8 +13,8 @@ pub use self::csv::export_csv;
 pub use models::models_text;
 
 use crate::store::{ResultRow, TrialStatus};
-use std::borrow::Cow;
 use std::borrow::Borrow;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// For each key, the trial standing for it among `rows` (oldest first), as the studies'
@@ -86,4 +86,6 @@ dropped for temperature, while the trial ran (`edgebench results --json` gives t
 `throttle_note`). POWER_GAP: the power sensor gave no readings for part of the measured \
 window; the energy leaves that part out. FEW_READINGS(n): the energy rests on n < 10 sensor \
 updates; measure longer. STALL: some steps took far longer than the trial's median \
-(`stall_note`). LOSS_ANOMALY: the loss diverged or did not change.";
+(`stall_note`). LOSS_ANOMALY: the loss diverged or did not change. CACHE: an operator above \
+100 % of the measured memory bandwidth; its working set was served from a cache, whose roof \
+is higher than memory's.";

@@ -248,7 +248,13 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(r.energy_per_item_j, 1e3, 4),
                         fmt(num(r, "joule_per_gflop"), 1.0, 4),
                         fmt(num(r, "joule_per_gbyte"), 1.0, 4),
-                        flags(r),
+                        {
+                            let mut f = super::trial_flags(r);
+                            if above_memory_roof(r) {
+                                f.insert(0, "CACHE".into());
+                            }
+                            f.join("; ")
+                        },
                     ]
                 })
                 .collect(),
@@ -262,110 +268,170 @@ fn roof(rate: Option<f64>, pct: Option<f64>) -> Option<f64> {
     Some(rate? * 100.0 / pct.filter(|p| *p > 0.0)?)
 }
 
-/// One roofline per device with operator trials (stem `roofline_<device>`): x arithmetic
-/// intensity (FLOP/byte), y GFLOP/s, both logarithmic; the measured compute roof (SGEMM) and
-/// bandwidth roof (the best STREAM rate the ops were judged against), and each op a line
-/// over its sizes.
+/// Whether an op ran faster than memory can feed it: above 100 % of the measured (STREAM)
+/// bandwidth, its working set was served from a cache, whose roof is higher than memory's.
+fn above_memory_roof(r: &ResultRow) -> bool {
+    num(r, "pct_measured_peak_bandwidth").is_some_and(|p| p > 100.0)
+}
+
+/// One roofline per device and dtype with operator trials (stem `roofline_<device>` for f32,
+/// `roofline_<device>_<dtype>` otherwise): x arithmetic intensity (FLOP/byte), y GFLOP/s, both
+/// logarithmic; the measured roofs (the dtype's GEMM, the best STREAM rate the ops were judged
+/// against) and the theoretical ones (the board's or the CPU's peaks), each op a line over its
+/// sizes, and ringed the points above the memory roof (their working set fits in a cache).
 pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let ops: Vec<&ResultRow> = rows
         .iter()
         .filter(|r| r.workload == "ops" && r.status == TrialStatus::Ok)
         .collect();
+    let ops = latest(&ops);
+    let mut groups: BTreeMap<(String, String), Vec<&ResultRow>> = BTreeMap::new();
+    for r in ops {
+        let dtype = match r.params.get("dtype") {
+            Some(Value::String(d)) => d.clone(),
+            _ => "f32".into(),
+        };
+        groups.entry((r.device.clone(), dtype)).or_default().push(r);
+    }
     let mut plots = Vec::new();
-    for device in ["cpu", "cuda"] {
-        let rs: Vec<&ResultRow> = latest(&ops)
-            .into_iter()
-            .filter(|r| r.device == device)
-            .collect();
+    for ((device, dtype), rs) in groups {
         let point = |r: &&ResultRow| Some((num(r, "intensity_flop_per_byte")?, r.gflop_per_s?));
-        let compute = rs
-            .iter()
-            .filter_map(|r| roof(r.gflop_per_s, num(r, "pct_measured_peak_flops")))
-            .fold(f64::NAN, f64::max);
-        let bandwidth = rs
-            .iter()
-            .filter_map(|r| roof(num(r, "gbyte_per_s"), num(r, "pct_measured_peak_bandwidth")))
-            .fold(f64::NAN, f64::max);
+        let best = |rate: fn(&ResultRow) -> Option<f64>, pct_key: &str| {
+            rs.iter()
+                .filter_map(|r| roof(rate(r), num(r, pct_key)))
+                .fold(f64::NAN, f64::max)
+        };
+        let compute = best(|r| r.gflop_per_s, "pct_measured_peak_flops");
+        let bandwidth = best(|r| num(r, "gbyte_per_s"), "pct_measured_peak_bandwidth");
+        let compute_theory = best(|r| r.gflop_per_s, "pct_peak_flops");
+        let bandwidth_theory = best(|r| num(r, "gbyte_per_s"), "pct_peak_bandwidth");
         let xs: Vec<f64> = rs.iter().filter_map(point).map(|(x, _)| x).collect();
         if xs.is_empty() {
             continue;
         }
         let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) / 4.0;
         let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) * 4.0;
-        let line = |label: String, pts: Vec<(f64, f64)>| Series {
-            label,
-            points: pts
-                .into_iter()
-                .map(|(x, y)| Point {
-                    x,
-                    y: Some(y),
-                    mark: Mark::Ok,
-                })
-                .collect(),
-            markers: false,
+        let gemm = match dtype.as_str() {
+            "f64" => "DGEMM",
+            _ => "SGEMM",
         };
         let mut series = Vec::new();
-        if compute.is_finite() {
-            let start = if bandwidth.is_finite() {
-                (compute / bandwidth).max(lo)
-            } else {
-                lo
-            };
-            series.push(line(
-                format!("SGEMM roof {compute:.1} GFLOP/s"),
-                vec![(start, compute), (hi.max(start), compute)],
-            ));
-        }
-        if bandwidth.is_finite() {
-            let ridge = if compute.is_finite() {
-                compute / bandwidth
-            } else {
-                hi
-            };
-            series.push(line(
-                format!("bandwidth roof {bandwidth:.1} GB/s"),
-                vec![
-                    (lo, bandwidth * lo),
-                    (ridge.max(lo), bandwidth * ridge.max(lo)),
-                ],
-            ));
+        for (compute, bandwidth, what) in [
+            (compute, bandwidth, "measured"),
+            (compute_theory, bandwidth_theory, "theoretical"),
+        ] {
+            series.extend(roof_lines(compute, bandwidth, lo, hi, what, gemm));
         }
         let mut names: Vec<String> = rs.iter().map(|r| text(r, "op")).collect();
-        names.dedup();
         names.sort();
         names.dedup();
         for name in names {
-            let pts: Vec<Point> = rs
+            let mut pts: Vec<(f64, f64)> = rs
                 .iter()
                 .filter(|r| text(r, "op") == name)
                 .filter_map(point)
-                .map(|(x, y)| Point {
-                    x,
-                    y: Some(y),
-                    mark: Mark::Ok,
-                })
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let sizes: Vec<String> = rs
+                .iter()
+                .filter(|r| text(r, "op") == name)
+                .map(|r| text(r, "mb"))
+                .filter(|mb| mb != "-")
                 .collect();
             series.push(Series {
-                label: name,
-                points: pts,
+                label: match sizes.is_empty() {
+                    true => name,
+                    false => format!("{name} ({} MB)", sizes.join(", ")),
+                },
+                points: pts
+                    .into_iter()
+                    .map(|(x, y)| Point {
+                        x,
+                        y: Some(y),
+                        mark: Mark::Ok,
+                    })
+                    .collect(),
                 markers: true,
             });
         }
+        let highlights = rs
+            .iter()
+            .filter(|r| above_memory_roof(r))
+            .filter_map(|r| {
+                let (x, y) = point(r)?;
+                Some((
+                    x,
+                    y,
+                    format!(
+                        "{} {} MB: {:.0} % of memory bandwidth (cache)",
+                        text(r, "op"),
+                        text(r, "mb"),
+                        num(r, "pct_measured_peak_bandwidth").unwrap_or(f64::NAN)
+                    ),
+                ))
+            })
+            .collect();
+        let stem = match dtype.as_str() {
+            "f32" => format!("roofline_{device}"),
+            _ => format!("roofline_{device}_{dtype}"),
+        };
         plots.push((
-            format!("roofline_{device}"),
+            stem,
             Plot {
-                title: format!("Roofline — operators on {device}, {host}"),
+                title: format!("Roofline — {dtype} operators on {device}, {host}"),
                 x_desc: "arithmetic intensity, FLOP/byte (log)".into(),
                 y_desc: "GFLOP/s (log)".into(),
                 x_axis: Axis::Log(10.0),
                 y_axis: Axis::Log(10.0),
                 series,
-                highlights: Vec::new(),
+                highlights,
                 vlines: Vec::new(),
             },
         ));
     }
     plots
+}
+
+/// The two lines of one roofline: the compute roof from the ridge point on, the bandwidth roof
+/// up to it; either left out when unknown (NaN).
+fn roof_lines(
+    compute: f64,
+    bandwidth: f64,
+    lo: f64,
+    hi: f64,
+    what: &str,
+    gemm: &str,
+) -> Vec<Series> {
+    let line = |label: String, pts: [(f64, f64); 2]| Series {
+        label,
+        points: pts
+            .into_iter()
+            .map(|(x, y)| Point {
+                x,
+                y: Some(y),
+                mark: Mark::Ok,
+            })
+            .collect(),
+        markers: false,
+    };
+    let ridge = compute / bandwidth;
+    let mut out = Vec::new();
+    if compute.is_finite() {
+        let start = if ridge.is_finite() { ridge.max(lo) } else { lo };
+        let label = match what {
+            "measured" => format!("{gemm} roof {compute:.1} GFLOP/s"),
+            _ => format!("{what} compute roof {compute:.1} GFLOP/s"),
+        };
+        out.push(line(label, [(start, compute), (hi.max(start), compute)]));
+    }
+    if bandwidth.is_finite() {
+        let end = if ridge.is_finite() { ridge.max(lo) } else { hi };
+        out.push(line(
+            format!("{what} bandwidth roof {bandwidth:.1} GB/s"),
+            [(lo, bandwidth * lo), (end, bandwidth * end)],
+        ));
+    }
+    out
 }
 
 /// Writes one file per workload other than `cnn` present in `rows`; returns their paths.
@@ -476,22 +542,55 @@ mod tests {
         };
         // add: 1/12 FLOP/byte at 1 GFLOP/s = 12 GB/s, 60 % of a 20 GB/s roof;
         // dot: 100 FLOP/byte at 40 GFLOP/s, 80 % of a 50 GFLOP/s roof.
-        let rows = [
+        let mut rows = vec![
             op("add", 1.0 / 12.0, 1.0, 2.0, 60.0),
             op("dot", 100.0, 40.0, 80.0, 1.0),
         ];
         let plots = roofline_plots("tx2", &rows);
         assert_eq!(plots.len(), 1);
+        assert!(plots[0].1.highlights.is_empty());
         let (stem, plot) = &plots[0];
         assert_eq!(stem, "roofline_cpu");
         let labels: Vec<&str> = plot.series.iter().map(|s| s.label.as_str()).collect();
         assert_eq!(labels[0], "SGEMM roof 50.0 GFLOP/s");
         // dot's bandwidth share implies 40 GB/s, add's 20: the roof is the higher one.
-        assert!(labels[1].starts_with("bandwidth roof"), "{labels:?}");
-        assert_eq!(&labels[2..], ["add", "dot"]);
+        assert!(
+            labels[1].starts_with("measured bandwidth roof"),
+            "{labels:?}"
+        );
+        assert_eq!(&labels[2..], ["add (8 MB)", "dot (8 MB)"]);
         let compute = plot.series[0].line();
         assert!(compute.iter().all(|&(_, y)| (y - 50.0).abs() < 1e-9));
         assert_eq!(plot.series[3].line(), vec![(100.0, 40.0)]);
+
+        // f64 ops get a roofline of their own under the DGEMM roof, beside the theoretical
+        // roofs; an op above the memory roof is ringed and flagged.
+        let f64_op = |name, intensity, gflops, pct_flops, pct_bw| {
+            let mut r = op(name, intensity, gflops, pct_flops, pct_bw);
+            r.params.insert("dtype".into(), "f64".into());
+            r.params_text = serde_json::to_string(&r.params).unwrap();
+            r.metrics
+                .insert("pct_peak_flops".into(), (pct_flops / 2.0).into());
+            r
+        };
+        rows.push(f64_op("scalar", 1.0 / 16.0, 2.0, 10.0, 180.0));
+        rows.push(f64_op("dot", 50.0, 10.0, 50.0, 1.0));
+        let plots = roofline_plots("tx2", &rows);
+        let stems: Vec<&str> = plots.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(stems, ["roofline_cpu", "roofline_cpu_f64"]);
+        let f64_plot = &plots[1].1;
+        let labels: Vec<&str> = f64_plot.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels[0], "DGEMM roof 20.0 GFLOP/s", "{labels:?}");
+        assert!(
+            labels.contains(&"theoretical compute roof 40.0 GFLOP/s"),
+            "{labels:?}"
+        );
+        assert_eq!(f64_plot.highlights.len(), 1);
+        assert!(f64_plot.highlights[0].2.starts_with("scalar 8 MB: 180 %"));
+        let t = tables("tx2", &rows);
+        let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
+        let flags: Vec<&str> = t[0].rows.iter().map(|r| r[col("flags")].as_str()).collect();
+        assert_eq!(flags, ["", "", "CACHE", ""]);
     }
 
     #[test]

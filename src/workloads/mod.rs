@@ -118,14 +118,17 @@ pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result
             Prepared::default()
         }
         WorkloadKind::Ops => {
-            ops::jobs(config)?;
-            tracing::info!("measuring the peaks (SGEMM, STREAM) the operators are judged against");
+            let jobs = ops::jobs(config)?;
+            // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
+            let dgemm = jobs.iter().any(|j| j.dtype == ops::Dtype::F64);
+            tracing::info!("measuring the peaks (GEMM, STREAM) the operators are judged against");
             Prepared {
                 dataset: String::new(),
                 peaks: Some(ops::peaks::report(
                     host,
                     &config.sweep.devices,
                     config.train.threads,
+                    dgemm,
                 )?),
             }
         }

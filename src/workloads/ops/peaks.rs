@@ -1,9 +1,10 @@
 //! The roofs of a roofline, per device: the theoretical compute and memory-bandwidth peaks
 //! (the board profile's figures; for a host without a profile the CPU's computed from
-//! /proc/cpuinfo and cpufreq) and the peaks measured on the host itself: a large SGEMM through
-//! the GEMM the ops workload's `dot` runs (`kernels::matmul`: edgebench's own AVX2/FMA kernel on
-//! x86-64 CPUs that have them, else the `gemm` crate, what candle's CPU matmul runs), so `dot`'s
-//! share of it is honest, and STREAM's copy and triad on all threads.
+//! /proc/cpuinfo and cpufreq) and the peaks measured on the host itself: a large SGEMM (and,
+//! for f64 ops, a DGEMM) through the GEMM the ops workload's `dot` runs (`kernels::matmul`:
+//! edgebench's own AVX2/FMA kernel on x86-64 CPUs that have them, else the `gemm` crate, what
+//! candle's CPU matmul runs), so `dot`'s share of it is honest, and STREAM's copy and triad on
+//! all threads.
 
 use super::{self as ops, Dtype, Roofs};
 use crate::board::BoardProfile;
@@ -20,6 +21,11 @@ use std::fmt::Write as _;
 pub struct MeasuredPeaks {
     /// Best f32 GEMM rate, GFLOP/s, of `sgemm_size`³ products.
     pub sgemm_gflops: f64,
+    /// Best f64 GEMM rate, of `sgemm_size / 2` cubed products (f64 runs at a fraction of the
+    /// f32 rate; a smaller product keeps the measurement short and still far out of cache):
+    /// the compute roof of f64 ops; measured where f64 ops run and by `edgebench peaks`.
+    #[serde(default)]
+    pub dgemm_gflops: Option<f64>,
     /// Best STREAM triad (a = b + q·c: two reads, one write), GB/s (10^9 bytes).
     pub triad_gbs: f64,
     /// Best STREAM copy (c = a: one read, one write), GB/s.
@@ -37,6 +43,8 @@ pub struct PeakSizes {
     pub sgemm_size: usize,
     pub stream_array_bytes: u64,
     pub repetitions: usize,
+    /// Whether to measure the f64 GEMM too.
+    pub dgemm: bool,
 }
 
 impl PeakSizes {
@@ -48,6 +56,7 @@ impl PeakSizes {
             sgemm_size: 2048,
             stream_array_bytes: (4 * llc).clamp(64 << 20, 512 << 20),
             repetitions: 8,
+            dgemm: true,
         }
     }
 }
@@ -104,22 +113,38 @@ fn best_of(repetitions: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-fn measure_cpu(sizes: PeakSizes) -> MeasuredPeaks {
-    let n = sizes.sgemm_size.max(64);
-    let a: Vec<f32> = ops::kernels::fill(n * n, 1, -1.0, 1.0);
-    let b: Vec<f32> = ops::kernels::fill(n * n, 2, -1.0, 1.0);
-    let mut c: Vec<f32> = vec![0.0; n * n];
+/// The side of the f64 GEMM measured beside an `sgemm_size` SGEMM.
+pub fn dgemm_size(sgemm_size: usize) -> usize {
+    (sgemm_size / 2).max(64)
+}
+
+/// Best seconds of an n³ GEMM in `T` through the ops' own `dot`.
+fn gemm_seconds<T: ops::Elem>(n: usize, repetitions: usize) -> f64 {
+    let a: Vec<T> = ops::kernels::fill(n * n, 1, -1.0, 1.0);
+    let b: Vec<T> = ops::kernels::fill(n * n, 2, -1.0, 1.0);
+    let mut c: Vec<T> = ops::kernels::fill(n * n, 0, 0.0, 0.0);
     ops::kernels::matmul(&a, &b, &mut c, (n, n, n));
-    let sgemm_s = best_of(sizes.repetitions, || {
+    let s = best_of(repetitions, || {
         ops::kernels::matmul(&a, &b, &mut c, (n, n, n))
     });
     std::hint::black_box(&c);
-    drop((a, b, c));
+    s
+}
+
+fn measure_cpu(sizes: PeakSizes) -> MeasuredPeaks {
+    let n = sizes.sgemm_size.max(64);
+    let gflops = |n: usize, s: f64| 2.0 * (n as f64).powi(3) / s * 1e-9;
+    let sgemm_gflops = gflops(n, gemm_seconds::<f32>(n, sizes.repetitions));
+    let dn = dgemm_size(n);
+    let dgemm_gflops = sizes
+        .dgemm
+        .then(|| gflops(dn, gemm_seconds::<f64>(dn, sizes.repetitions)));
 
     let len = (sizes.stream_array_bytes / 8) as usize;
     let (copy_s, triad_s) = stream_f64(len, sizes.repetitions);
     MeasuredPeaks {
-        sgemm_gflops: 2.0 * (n as f64).powi(3) / sgemm_s * 1e-9,
+        sgemm_gflops,
+        dgemm_gflops,
         triad_gbs: 24.0 * len as f64 / triad_s * 1e-9,
         copy_gbs: 16.0 * len as f64 / copy_s * 1e-9,
         sgemm_size: n,
@@ -175,6 +200,16 @@ fn measure_candle(device: &candle_core::Device, sizes: PeakSizes) -> Result<Meas
         })
     };
     let sgemm_s = timed(&mut || a.matmul(&b));
+    let dn = dgemm_size(n);
+    let dgemm_s = match sizes.dgemm {
+        true => {
+            let a = Tensor::rand(-1f64, 1f64, (dn, dn), device)?;
+            let b = Tensor::rand(-1f64, 1f64, (dn, dn), device)?;
+            Some(timed(&mut || a.matmul(&b)))
+        }
+        false => None,
+    };
+    let gflops = |n: usize, s: f64| 2.0 * (n as f64).powi(3) / s * 1e-9;
     let len = (sizes.stream_array_bytes / 4) as usize;
     let x = Tensor::zeros(len, DType::F32, device)?;
     let y = Tensor::ones(len, DType::F32, device)?;
@@ -184,7 +219,8 @@ fn measure_candle(device: &candle_core::Device, sizes: PeakSizes) -> Result<Meas
         return Err(e).context("measuring the device's peaks");
     }
     Ok(MeasuredPeaks {
-        sgemm_gflops: 2.0 * (n as f64).powi(3) / sgemm_s * 1e-9,
+        sgemm_gflops: gflops(n, sgemm_s),
+        dgemm_gflops: dgemm_s.map(|s| gflops(dn, s)),
         triad_gbs: 12.0 * len as f64 / triad_s * 1e-9,
         copy_gbs: 8.0 * len as f64 / copy_s * 1e-9,
         sgemm_size: n,
@@ -312,7 +348,7 @@ pub struct DevicePeaks {
 
 impl DevicePeaks {
     /// The roofs an op in `dtype` is judged against. f64 halves the CPU's theoretical FLOP
-    /// rate (half the SIMD lanes); the GPU's f64 rate and a measured DGEMM are not known.
+    /// rate (half the SIMD lanes); the GPU's theoretical f64 rate is not known.
     pub fn roofs(&self, dtype: Dtype) -> Roofs {
         let flops = |f32_peak: Option<f64>| match (dtype, self.device) {
             (Dtype::F32, _) => f32_peak,
@@ -324,7 +360,7 @@ impl DevicePeaks {
             peak_gbs: self.theoretical.bandwidth_gbs,
             measured_gflops: match dtype {
                 Dtype::F32 => Some(self.measured.sgemm_gflops),
-                Dtype::F64 => None,
+                Dtype::F64 => self.measured.dgemm_gflops,
             },
             measured_copy_gbs: Some(self.measured.copy_gbs),
             measured_triad_gbs: Some(self.measured.triad_gbs),
@@ -333,10 +369,18 @@ impl DevicePeaks {
 }
 
 /// Theoretical and measured peaks of each of `devices` on this host: the measurements run on
-/// `threads` threads (0 = all cores).
-pub fn report(host: &HostPaths, devices: &[DeviceKind], threads: usize) -> Result<PeaksReport> {
+/// `threads` threads (0 = all cores); the f64 GEMM only with `dgemm`.
+pub fn report(
+    host: &HostPaths,
+    devices: &[DeviceKind],
+    threads: usize,
+    dgemm: bool,
+) -> Result<PeaksReport> {
     let profile = crate::board::detect(host).profile;
-    let sizes = PeakSizes::for_host(host);
+    let sizes = PeakSizes {
+        dgemm,
+        ..PeakSizes::for_host(host)
+    };
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -389,6 +433,7 @@ impl PeaksReport {
                 }
             };
             put("sgemm_gflops", Some(d.measured.sgemm_gflops));
+            put("dgemm_gflops", d.measured.dgemm_gflops);
             put("triad_gbs", Some(d.measured.triad_gbs));
             put("copy_gbs", Some(d.measured.copy_gbs));
             put("theoretical_gflops", d.theoretical.gflops);
@@ -423,6 +468,14 @@ impl PeaksReport {
                     String::new()
                 }
             );
+            if let Some(dgemm) = m.dgemm_gflops {
+                let _ = writeln!(
+                    s,
+                    "  measured     dgemm {:>9.1} GFLOP/s ({}^3, f64)",
+                    dgemm,
+                    dgemm_size(m.sgemm_size)
+                );
+            }
             let share = |measured: f64, peak: Option<f64>| match peak {
                 Some(p) if p > 0.0 => format!("{:.0} %", 100.0 * measured / p),
                 _ => "-".into(),
@@ -536,6 +589,7 @@ mod tests {
     fn measured() -> MeasuredPeaks {
         MeasuredPeaks {
             sgemm_gflops: 300.0,
+            dgemm_gflops: Some(140.0),
             triad_gbs: 100.0,
             copy_gbs: 120.0,
             sgemm_size: 2048,
@@ -572,7 +626,7 @@ mod tests {
         assert_eq!(f32_roofs.measured_gbs_for(ops::Op::Tanh), Some(120.0));
         let f64_roofs = d.roofs(Dtype::F64);
         assert_eq!(f64_roofs.peak_gflops, Some(211.2));
-        assert_eq!(f64_roofs.measured_gflops, None);
+        assert_eq!(f64_roofs.measured_gflops, Some(140.0));
         assert_eq!(f64_roofs.peak_gbs, Some(204.8));
     }
 
@@ -596,6 +650,7 @@ mod tests {
             "422.4 GFLOP/s",
             "bandwidth     unknown",
             "sgemm     300.0 GFLOP/s (2048^3)",
+            "dgemm     140.0 GFLOP/s (1024^3, f64)",
             "copy 120.0 GB/s",
             "triad 100.0 GB/s",
             "compute 71 %",
@@ -612,10 +667,12 @@ mod tests {
             sgemm_size: 256,
             stream_array_bytes: 4 << 20,
             repetitions: 2,
+            dgemm: true,
         };
         let m = measure_peaks(DeviceKind::Cpu, sizes).unwrap();
         for (what, v) in [
             ("sgemm", m.sgemm_gflops),
+            ("dgemm", m.dgemm_gflops.unwrap()),
             ("copy", m.copy_gbs),
             ("triad", m.triad_gbs),
         ] {
