@@ -900,10 +900,10 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
     let measured = export("measured");
     assert_eq!(
         read(&measured.join("loss_tx1_torch.csv")),
-        "#network,mode,batch,step,loss,time\n\
-         alexnet,CPU,004,0,7,0.5\n\
-         alexnet,CPU,004,5,6,0.125\n\
-         alexnet,CPU,004,10,5,0.125\n"
+        "#network,mode,batch,step,loss,time\r\n\
+         alexnet,CPU,004,0,7,0.5\r\n\
+         alexnet,CPU,004,5,6,0.125\r\n\
+         alexnet,CPU,004,10,5,0.125\r\n"
     );
     let times = read(&measured.join("times_tx1_torch.csv"));
     let avg = first_avg_time(&times);
