@@ -19,7 +19,8 @@
 //! Written as the parser's Python `csv` module writes (annex C of the thesis,
 //! `bench/study/annex_c.py`), so that its files and these compare byte for byte: lines end in
 //! `\r\n`, an imported iteration's `loss` and `time` are the text its log wrote (`0.5000`),
-//! and `avg_time` is Python's `repr` of the float, summed in the records' order.
+//! and `avg_time` is Python's `repr` of the float, summed one record after the other (as `sum`
+//! did before Python 3.12).
 //! Other numbers are Rust's shortest form.
 
 use std::collections::BTreeMap;
