@@ -3,6 +3,7 @@
 //! every run.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -165,8 +166,12 @@ impl Default for MlpConfig {
 pub struct OpsConfig {
     /// `add`, `mul`, `dot`, `scalar`, `sigmoid`, `tanh`.
     pub ops: Vec<String>,
-    /// Megabytes (MiB) of data each op touches (dot: square matrices of that total).
+    /// Megabytes (MiB) of data each op touches (dot: square matrices of that total), for the
+    /// ops `mb_per_op` does not list.
     pub mb: Vec<f64>,
+    /// `[ops.mb_per_op]`: an op's own sizes, e.g. `dot = [5, 9, 17, 33, 65]` (the study sized
+    /// each op differently). `--mb` replaces these too.
+    pub mb_per_op: BTreeMap<String, Vec<f64>>,
     /// `f32` or `f64`.
     pub dtype: String,
     /// `edgebench` (the project's kernels) or `candle` (candle's own ops; always on cuda).
@@ -184,6 +189,7 @@ impl Default for OpsConfig {
                 .map(String::from)
                 .to_vec(),
             mb: vec![2.0, 8.0, 32.0],
+            mb_per_op: BTreeMap::new(),
             dtype: "f32".into(),
             engine: "edgebench".into(),
             min_executions: 10,
@@ -693,7 +699,11 @@ impl Config {
             }
         }
         set!(self.ops.ops, o.ops);
-        set!(self.ops.mb, o.mb);
+        if let Some(mb) = &o.mb {
+            // Sizes given on the command line are every op's.
+            self.ops.mb = mb.clone();
+            self.ops.mb_per_op.clear();
+        }
         set!(self.mlp.styles, o.styles);
         set!(self.mlp.sizes, o.sizes);
         set!(self.mlp.iterations, o.iterations);

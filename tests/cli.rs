@@ -144,7 +144,7 @@ fn small_sweep_records_every_iteration_resumes_and_exports() {
     assert!(rows.iter().any(|l| l.starts_with("alexnet,CPU,001,")));
     assert!(rows.iter().any(|l| l.starts_with("googlenet,CPU,002,")));
     let times = std::fs::read_to_string(out_dir.join("times_testbox_edgebench.csv")).unwrap();
-    assert!(times.starts_with("#network,mode,batch,avg_time\n"));
+    assert!(times.starts_with("#network,mode,batch,avg_time\r\n"));
     assert_eq!(times.lines().count(), 5);
 }
 

@@ -833,6 +833,19 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
         assert_eq!(read(&after.join(name)), read(&before.join(name)), "{name}");
     }
     assert!(!before.join("loss_tx1_caffe.csv").exists());
+    // The trials' own file is each engine's, with the net and batch that tell them apart.
+    assert!(!after.join("exec_tx1_edgebench.csv").exists());
+    let exec_caffe = read(&after.join("exec_tx1_caffe.csv"));
+    assert!(
+        exec_caffe.starts_with("#host,net,device,batch,"),
+        "{exec_caffe}"
+    );
+    assert_eq!(
+        exec_caffe.matches("tx1,alexnet,").count(),
+        2,
+        "{exec_caffe}"
+    );
+    assert!(read(&after.join("exec_tx1_tensorflow.csv")).contains("\ntx1,googlenet,cpu,8,"));
 
     let loss = read(&after.join("loss_tx1_caffe.csv"));
     let lines: Vec<&str> = loss.lines().collect();
@@ -887,10 +900,10 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
     let measured = export("measured");
     assert_eq!(
         read(&measured.join("loss_tx1_torch.csv")),
-        "#network,mode,batch,step,loss,time\n\
-         alexnet,CPU,004,0,7,0.5\n\
-         alexnet,CPU,004,5,6,0.125\n\
-         alexnet,CPU,004,10,5,0.125\n"
+        "#network,mode,batch,step,loss,time\r\n\
+         alexnet,CPU,004,0,7,0.5\r\n\
+         alexnet,CPU,004,5,6,0.125\r\n\
+         alexnet,CPU,004,10,5,0.125\r\n"
     );
     let times = read(&measured.join("times_tx1_torch.csv"));
     let avg = first_avg_time(&times);

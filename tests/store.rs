@@ -988,7 +988,7 @@ fn v7_file_gains_the_gpu_peak_column_null_for_its_trials() {
     ));
     let mut s = Store::open(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 8);
+    assert_eq!(SCHEMA_VERSION, 9);
     let rows = s.results().unwrap();
     assert_eq!(
         (
@@ -1014,6 +1014,52 @@ fn v7_file_gains_the_gpu_peak_column_null_for_its_trials() {
         .map(|r| r.peak_gpu_bytes)
         .collect();
     assert_eq!(peaks, [None, Some(7 << 20)]);
+}
+
+/// v9 adds the logged text of an iteration: a v8 file's iterations have none, and its CSV
+/// export writes their numbers.
+#[test]
+fn v8_file_gains_the_logged_text_columns_null_for_its_iterations() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        for m in &edgebench::store::schema::MIGRATIONS[..8] {
+            c.execute_batch(m.sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO meta VALUES ('schema_version', '8'); PRAGMA user_version = 8;
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'tx1', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
+             INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
+               iterations_planned, iterations_done, warmup_iterations, status, started_at)
+             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 16, 'd', 2, 2, 0, 'ok',
+               '2025-01-01T00:00:01Z');
+             INSERT INTO iterations VALUES (1, 0, 0, 6.9, 0.01, 0.001, 0.5, 10, 20, NULL);
+             INSERT INTO iterations VALUES (1, 1, 0, 6.8, 0.01, 0.001, 0.25, 20, 30, NULL);",
+        )
+        .unwrap();
+    }
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    drop(s);
+    let texts: Vec<(Option<String>, Option<String>)> = Connection::open(&path)
+        .unwrap()
+        .prepare("SELECT loss_text, step_s_text FROM iterations ORDER BY step")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(texts, [(None, None), (None, None)]);
+    let ro = Store::open_readonly(&path).unwrap();
+    let files = edgebench::report::csv::export_csv(&ro, &dir.path().join("csv"), "tx1").unwrap();
+    let loss = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(
+        loss.ends_with("alexnet,CPU,008,0,6.9,0.5\r\nalexnet,CPU,008,1,6.8,0.25\r\n"),
+        "{loss}"
+    );
 }
 
 /// A closed database (no -wal left) with rows in every table a run with power fills.

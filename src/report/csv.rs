@@ -15,6 +15,13 @@
 //!
 //! `mode` is `CPU` for device `cpu` and `GPU` for `cuda`; `batch` is zero-padded to 3 digits.
 //! The `edgebench` files are always written; another engine's only when it has trials.
+//!
+//! Written as the parser's Python `csv` module writes (annex C of the thesis,
+//! `bench/study/annex_c.py`), so that its files and these compare byte for byte: lines end in
+//! `\r\n`, an imported iteration's `loss` and `time` are the text its log wrote (`0.5000`),
+//! and `avg_time` is Python's `repr` of the float, summed one record after the other (as `sum`
+//! did before Python 3.12).
+//! Other numbers are Rust's shortest form.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -80,25 +87,59 @@ pub fn export_csv_rows(
 /// The loss and times files' text of one engine's trials.
 fn engine_files(store: &Store, rows: Vec<ResultRow>) -> anyhow::Result<(String, String)> {
     let chosen = choose_trials(rows);
-    let mut loss = String::from(LOSS_HEADER);
-    loss.push('\n');
-    let mut times = String::from(TIMES_HEADER);
-    times.push('\n');
+    let mut loss = format!("{LOSS_HEADER}{EOL}");
+    let mut times = format!("{TIMES_HEADER}{EOL}");
     for ((net, mode, batch), row) in &chosen {
         let iters = store.iterations(row.trial_rowid)?;
         if iters.is_empty() {
             continue;
         }
-        for it in &iters {
+        let logged = store.logged_text(row.trial_rowid)?;
+        for (i, it) in iters.iter().enumerate() {
+            let text = logged.get(i);
+            let value = text.and_then(|t| t.loss.clone());
+            let step_s = text.and_then(|t| t.step_s.clone());
             loss.push_str(&format!(
-                "{net},{mode},{batch:03},{},{},{}\n",
-                it.step, it.loss, it.step_s
+                "{net},{mode},{batch:03},{},{},{}{EOL}",
+                it.step,
+                value.unwrap_or_else(|| it.loss.to_string()),
+                step_s.unwrap_or_else(|| it.step_s.to_string()),
             ));
         }
-        let avg = avg_time(&row.workload, &iters);
-        times.push_str(&format!("{net},{mode},{batch:03},{avg}\n"));
+        let avg = py_repr(avg_time(&row.workload, &iters));
+        times.push_str(&format!("{net},{mode},{batch:03},{avg}{EOL}"));
     }
     Ok((loss, times))
+}
+
+/// Python's `csv` writer ends its lines so.
+const EOL: &str = "\r\n";
+
+/// `x` as Python 3's `repr` (and so `str` and the `csv` module) writes it: the shortest digits
+/// that read back as `x`, as Rust's formatting finds them, laid out as Python does: an
+/// exponent of two digits or more with its sign below 1e-4 and from 1e16 on, `.0` on a whole
+/// number.
+pub(crate) fn py_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("LowerExp writes an exponent");
+    let exp: i32 = exp.parse().expect("LowerExp writes a whole exponent");
+    if (-4..16).contains(&exp) {
+        let fixed = x.to_string();
+        if fixed.contains('.') {
+            fixed
+        } else {
+            fixed + ".0"
+        }
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    }
 }
 
 /// Mean seconds per iteration of a trial's records. edgebench records every step, so the
@@ -212,6 +253,27 @@ mod tests {
         let own = [rec(0, 1.0), rec(1, 0.25), rec(2, 0.25)];
         assert_eq!(avg_time("cnn", &own), 1.5 / 3.0);
         assert_eq!(avg_time("exec", &own), 1.5 / 3.0);
+    }
+
+    #[test]
+    fn floats_as_python_writes_them() {
+        for (x, python) in [
+            (0.5, "0.5"),
+            (2.0, "2.0"),
+            (-0.0, "-0.0"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e-4, "0.0001"),
+            (1e-5, "1e-05"),
+            (-2.5e-7, "-2.5e-07"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (1.2345678901234567e123, "1.2345678901234567e+123"),
+            (5e-324, "5e-324"),
+            (f64::NAN, "nan"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(py_repr(x), python, "{x:e}");
+        }
     }
 
     #[test]

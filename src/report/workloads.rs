@@ -1,10 +1,13 @@
-//! The workloads beside the CNN training (`mlp`, `ops`): one CSV per workload,
-//! `<workload>_<machine>_edgebench.csv`, one row per trial key (the latest `ok` trial, else the
-//! latest, as the studies' files choose), with the common figures and then the workload's own
-//! parameters and metrics as columns, in the names `results --json` uses.
+//! The workloads beside the CNN training (`mlp`, `ops`, `exec`): one CSV per workload and
+//! engine, `<workload>_<machine>_<engine>.csv` (`edgebench` for what edgebench computes itself,
+//! the framework for `exec`, e.g. `exec_tx1_caffe.csv`), one row per trial key (the latest `ok`
+//! trial, else the latest, as the studies' files choose), with the common figures (for `exec`
+//! also `net` and `batch`, which tell its trials apart) and then the workload's own parameters
+//! and metrics as columns, in the names `results --json` uses.
 
 use crate::report::build::Table;
 use crate::report::csv::write_atomic;
+use crate::report::engines::{engine_of, file_name_part, OWN};
 use crate::report::plots::{Axis, Mark, Plot, Point, Series};
 use crate::store::{ResultRow, TrialStatus};
 use serde_json::Value;
@@ -100,6 +103,15 @@ pub fn csv_text(rows: &[&ResultRow]) -> String {
     let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
     let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     let mut columns: Vec<String> = COMMON.iter().map(|c| c.to_string()).collect();
+    if rows.iter().any(|r| r.workload == "exec") {
+        // A command's trials differ by net and batch, which its parameters do not hold.
+        columns.splice(1..1, ["net".to_string()]);
+        let after_device = columns
+            .iter()
+            .position(|c| c == "device")
+            .map_or(0, |i| i + 1);
+        columns.insert(after_device, "batch".to_string());
+    }
     columns.extend(params.into_iter().cloned());
     columns.extend(metrics.into_iter().cloned());
     let mut out = format!("#{}\n", columns.join(","));
@@ -434,15 +446,20 @@ fn roof_lines(
     out
 }
 
-/// Writes one file per workload other than `cnn` present in `rows`; returns their paths.
+/// Writes one file per workload other than `cnn` and engine present in `rows`; returns their
+/// paths.
 pub fn export(rows: &[ResultRow], out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let mut by_workload: BTreeMap<&str, Vec<&ResultRow>> = BTreeMap::new();
+    let mut by_file: BTreeMap<(&str, String), Vec<&ResultRow>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.workload != "cnn") {
-        by_workload.entry(r.workload.as_str()).or_default().push(r);
+        let engine = engine_of(r).unwrap_or_else(|| OWN.to_string());
+        by_file
+            .entry((r.workload.as_str(), file_name_part(&engine)))
+            .or_default()
+            .push(r);
     }
     let mut written = Vec::new();
-    for (workload, rows) in by_workload {
-        let path = out_dir.join(format!("{workload}_{machine}_edgebench.csv"));
+    for ((workload, engine), rows) in by_file {
+        let path = out_dir.join(format!("{workload}_{machine}_{engine}.csv"));
         write_atomic(&path, csv_text(&rows))?;
         written.push(path);
     }
@@ -591,6 +608,55 @@ mod tests {
         let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
         let flags: Vec<&str> = t[0].rows.iter().map(|r| r[col("flags")].as_str()).collect();
         assert_eq!(flags, ["", "", "CACHE", ""]);
+    }
+
+    #[test]
+    fn exec_files_per_engine_with_net_and_batch() {
+        let exec = |engine: &str, net: &str, batch: usize| {
+            let params: serde_json::Map<String, Value> =
+                serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
+            ResultRow {
+                workload: "exec".into(),
+                net: net.into(),
+                device: "cuda".into(),
+                batch,
+                status: TrialStatus::Ok,
+                host: "tx1".into(),
+                params_text: serde_json::to_string(&params).unwrap(),
+                params,
+                ..Default::default()
+            }
+        };
+        let rows = [
+            exec("caffe", "alexnet", 16),
+            exec("caffe", "googlenet", 32),
+            exec("tensorflow", "alexnet", 16),
+            mlp_row("tensors", TrialStatus::Ok, 0.5),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let written = export(&rows, dir.path(), "tx1").unwrap();
+        let names: Vec<String> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "exec_tx1_caffe.csv",
+                "exec_tx1_tensorflow.csv",
+                "mlp_tx1_edgebench.csv"
+            ]
+        );
+        let caffe = std::fs::read_to_string(&written[0]).unwrap();
+        let lines: Vec<&str> = caffe.lines().collect();
+        assert_eq!(lines.len(), 3, "{caffe}");
+        let header: Vec<&str> = lines[0].trim_start_matches('#').split(',').collect();
+        assert_eq!(header[..4], ["host", "net", "device", "batch"]);
+        assert!(lines[1].starts_with("tx1,alexnet,cuda,16,"), "{caffe}");
+        assert!(lines[2].starts_with("tx1,googlenet,cuda,32,"), "{caffe}");
+        // Other workloads keep their columns.
+        let mlp = std::fs::read_to_string(&written[2]).unwrap();
+        assert!(mlp.starts_with("#host,device,status,"), "{mlp}");
     }
 
     #[test]

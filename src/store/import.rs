@@ -17,6 +17,16 @@ pub struct ImportedTrial {
     pub summary: TrialSummary,
     /// Stored as `trials.power_note`; the power columns stay NULL (nothing was sampled).
     pub power_note: String,
+    /// Each iteration's loss and time as the log wrote them (`iterations.loss_text`,
+    /// `step_s_text`), in the order of `iterations`; may be empty.
+    pub(crate) logged: Vec<LoggedText>,
+}
+
+/// An iteration's loss and step time as its log wrote them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LoggedText {
+    pub(crate) loss: Option<String>,
+    pub(crate) step_s: Option<String>,
 }
 
 /// What [`Store::import_run`] wrote.
@@ -182,8 +192,20 @@ fn write(
                 int(trial.iterations.len()),
                 trial.power_note
             ])?;
-        for rec in &trial.iterations {
+        for (i, rec) in trial.iterations.iter().enumerate() {
             super::insert_iteration(tx, trial_id, rec)?;
+            if let Some(text) = trial.logged.get(i).filter(|t| **t != LoggedText::default()) {
+                tx.prepare_cached(
+                    "UPDATE iterations SET loss_text = ?3, step_s_text = ?4 \
+                     WHERE trial_id = ?1 AND step = ?2",
+                )?
+                .execute(params![
+                    trial_id,
+                    int(rec.step),
+                    text.loss,
+                    text.step_s
+                ])?;
+            }
         }
     }
     Ok(())
@@ -248,6 +270,7 @@ mod tests {
                 metrics: Metrics::default(),
             },
             power_note: "imported log: no power measured".into(),
+            logged: Vec::new(),
         }
     }
 
@@ -287,6 +310,31 @@ mod tests {
         assert_eq!(out.already, [(1, "tx1".into(), "r3".into())]);
         assert_eq!((count(&store, "runs"), count(&store, "trials")), (2, 3));
         assert_eq!(count(&store, "iterations"), 6);
+    }
+
+    #[test]
+    fn logged_text_is_kept_beside_the_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("t.db")).unwrap();
+        let mut t = trial(16, &[0, 1, 2], 0.5);
+        t.logged = vec![
+            LoggedText {
+                loss: Some("0.5000".into()),
+                step_s: Some("0.500".into()),
+            },
+            LoggedText::default(),
+            LoggedText {
+                loss: Some("5e-01".into()),
+                step_s: None,
+            },
+        ];
+        store
+            .import_run(&run("r1", "tx1"), &Provenance::default(), &[t.clone()])
+            .unwrap();
+        let id = store.results().unwrap()[0].trial_rowid;
+        assert_eq!(store.logged_text(id).unwrap(), t.logged);
+        let steps = |r: &[IterationRecord]| r.iter().map(|r| (r.step, r.loss)).collect::<Vec<_>>();
+        assert_eq!(steps(&store.iterations(id).unwrap()), steps(&t.iterations));
     }
 
     #[test]

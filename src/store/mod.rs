@@ -28,6 +28,7 @@ use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Tran
 use serde::{Deserialize, Serialize};
 
 pub use error::StoreError;
+pub(crate) use import::LoggedText;
 pub use import::{ImportOutcome, ImportedTrial};
 pub use lock::{LockError, SweepLock};
 pub use memory::MemoryColumns;
@@ -864,6 +865,27 @@ impl Store {
                     step_s: r.get(5)?,
                     t_start_ns: r.get(6)?,
                     t_end_ns: r.get(7)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(sql_err(&self.path))?;
+        Ok(rows)
+    }
+
+    /// Each iteration's loss and step time as its log wrote them, in the order of
+    /// [`Store::iterations`]; empty texts for iterations that were measured, not imported.
+    pub(crate) fn logged_text(&self, trial_id: i64) -> Result<Vec<LoggedText>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT loss_text, step_s_text FROM iterations WHERE trial_id = ?1 ORDER BY step",
+            )
+            .map_err(sql_err(&self.path))?;
+        let rows = st
+            .query_map([trial_id], |r| {
+                Ok(LoggedText {
+                    loss: r.get(0)?,
+                    step_s: r.get(1)?,
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())

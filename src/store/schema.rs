@@ -227,6 +227,16 @@
 //! | column | type | meaning |
 //! |--------|------|---------|
 //! | `peak_gpu_bytes` | INTEGER | peak GPU memory allocated at once by the trial's process, bytes; NULL on the CPU or unmeasured |
+//!
+//! # Version 9: numbers as a log wrote them
+//!
+//! Added to `iterations` (NULL unless the iteration was imported from a log that gave it; the
+//! CSV export repeats them, as the studies' parser copied them, e.g. `0.5000`):
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `loss_text` | TEXT | the loss as written |
+//! | `step_s_text` | TEXT | the step's seconds as written, when they are `step_s` unscaled |
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -270,6 +280,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 8,
         sql: V8_GPU_MEMORY,
+    },
+    Migration {
+        version: 9,
+        sql: V9_LOGGED_TEXT,
     },
 ];
 
@@ -468,6 +482,12 @@ CREATE TABLE trial_output (
 /// v8: the trial's peak GPU memory (see the table docs above).
 const V8_GPU_MEMORY: &str = "
 ALTER TABLE trials ADD COLUMN peak_gpu_bytes INTEGER;
+";
+
+/// v9: an imported iteration's loss and time as its log wrote them.
+const V9_LOGGED_TEXT: &str = "
+ALTER TABLE iterations ADD COLUMN loss_text TEXT;
+ALTER TABLE iterations ADD COLUMN step_s_text TEXT;
 ";
 
 #[cfg(test)]

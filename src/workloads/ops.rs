@@ -446,11 +446,32 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial {
     }
 }
 
-/// The `[ops]` table's jobs, devices outermost, then ops, then sizes; bad names and sizes are
-/// refused naming the key and its flag. No roofs yet.
+/// The `[ops]` table's jobs, devices outermost, then ops, then sizes (the op's own
+/// `ops.mb_per_op` entry, else `ops.mb`); bad names and sizes are refused naming the key and
+/// its flag. No roofs yet.
 pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
     let o = &config.ops;
-    if o.ops.is_empty() || o.mb.is_empty() {
+    let mut per_op: Vec<(Op, &[f64], String)> = Vec::new();
+    for (name, sizes) in &o.mb_per_op {
+        let key = format!("ops.mb_per_op.{name}");
+        let op = Op::parse(name).with_context(|| key.clone())?;
+        if sizes.is_empty() {
+            anyhow::bail!("{key} must name at least one size");
+        }
+        per_op.push((op, sizes, key));
+    }
+    let sizes_of = |op: Op| -> (&[f64], String) {
+        match per_op.iter().find(|(o, ..)| *o == op) {
+            Some((_, sizes, key)) => (sizes, key.clone()),
+            None => (&o.mb, "ops.mb (--mb)".to_string()),
+        }
+    };
+    let ops = o
+        .ops
+        .iter()
+        .map(|name| Op::parse(name).context("ops.ops (--op)"))
+        .collect::<Result<Vec<Op>>>()?;
+    if ops.is_empty() || ops.iter().any(|&op| sizes_of(op).0.is_empty()) {
         anyhow::bail!("ops.ops (--op) and ops.mb (--mb) must each name at least one value");
     }
     let dtype = Dtype::parse(&o.dtype).context("ops.dtype")?;
@@ -466,10 +487,10 @@ pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
     }
     let mut jobs = Vec::new();
     for &device in &config.sweep.devices {
-        for name in &o.ops {
-            let op = Op::parse(name).context("ops.ops (--op)")?;
-            for &mb in &o.mb {
-                let shape = shape_for_mb(op, dtype, mb).context("ops.mb (--mb)")?;
+        for &op in &ops {
+            let (sizes, key) = sizes_of(op);
+            for &mb in sizes {
+                let shape = shape_for_mb(op, dtype, mb).with_context(|| key.clone())?;
                 let mut job = OpsJob::new(op, dtype, shape, Some(mb), device);
                 if device == DeviceKind::Cpu {
                     job.engine = engine;
@@ -871,6 +892,79 @@ mod tests {
             parse_size(Op::Add, Dtype::F64, "300x200").unwrap(),
             (Shape::Elements(60_000), None)
         );
+    }
+
+    fn sizes_by_op(config: &crate::config::Config) -> Vec<(Op, Vec<f64>)> {
+        let mut sizes: Vec<(Op, Vec<f64>)> = Vec::new();
+        for job in jobs(config).unwrap() {
+            match sizes.iter_mut().find(|(op, _)| *op == job.op) {
+                Some((_, mb)) => mb.push(job.mb.unwrap()),
+                None => sizes.push((job.op, vec![job.mb.unwrap()])),
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn each_op_has_its_own_sizes_or_the_common_ones() {
+        let path = std::path::Path::new("ops.toml");
+        let config = |text: &str| crate::config::Config::from_toml(text, path).unwrap();
+        let c = config(
+            "[ops]\nops = [\"add\", \"dot\", \"tanh\"]\nmb = [2, 4]\n\
+             [ops.mb_per_op]\ndot = [5, 9]\nmul = [6]\n",
+        );
+        assert_eq!(
+            sizes_by_op(&c),
+            [
+                (Op::Add, vec![2.0, 4.0]),
+                (Op::Dot, vec![5.0, 9.0]),
+                (Op::Tanh, vec![2.0, 4.0])
+            ]
+        );
+        // --mb gives every op its sizes; --op keeps an op's own.
+        let mut every = c.clone();
+        every.apply(&crate::config::Overrides {
+            mb: Some(vec![3.0]),
+            ..Default::default()
+        });
+        assert!(sizes_by_op(&every).iter().all(|(_, mb)| *mb == [3.0]));
+        let mut dot = c.clone();
+        dot.apply(&crate::config::Overrides {
+            ops: Some(vec!["dot".into()]),
+            ..Default::default()
+        });
+        assert_eq!(sizes_by_op(&dot), [(Op::Dot, vec![5.0, 9.0])]);
+
+        for (text, says) in [
+            ("[ops.mb_per_op]\nexp = [2]\n", "ops.mb_per_op.exp"),
+            ("[ops.mb_per_op]\ndot = []\n", "ops.mb_per_op.dot must name"),
+            ("[ops.mb_per_op]\ndot = [0]\n", "ops.mb_per_op.dot"),
+        ] {
+            let err = format!("{:#}", jobs(&config(text)).unwrap_err());
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+
+    /// config/ops.toml is the whole study in one run: add and mul over 6 to 96 MB, dot over
+    /// 5 to 65 MB, the others over 2 MB to 1 GB in powers of two.
+    #[test]
+    fn the_shipped_config_runs_the_whole_study() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ops.toml"));
+        let c = crate::config::Config::load(path).unwrap();
+        let doubling = |from: f64, n: i32| (0..n).map(|i| from * 2f64.powi(i)).collect();
+        let plus_one = |v: Vec<f64>| v.into_iter().map(|mb| mb + 1.0).collect();
+        let study: Vec<(Op, Vec<f64>)> = vec![
+            (Op::Add, doubling(6.0, 5)),
+            (Op::Mul, doubling(6.0, 5)),
+            (Op::Dot, plus_one(doubling(4.0, 5))),
+            (Op::Scalar, doubling(2.0, 10)),
+            (Op::Sigmoid, doubling(2.0, 10)),
+            (Op::Tanh, doubling(2.0, 10)),
+        ];
+        assert_eq!(sizes_by_op(&c), study);
+        // What the run records as its config reads back the same.
+        let again = crate::config::Config::from_toml(&c.to_toml(), path).unwrap();
+        assert_eq!(again.ops, c.ops);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::provenance::Provenance;
 use crate::record::{IterationRecord, Metrics};
 use crate::stats;
 use crate::store::{
-    ImportOutcome, ImportedTrial, RunInfo, Store, TrialKey, TrialStatus, TrialSummary,
+    ImportOutcome, ImportedTrial, LoggedText, RunInfo, Store, TrialKey, TrialStatus, TrialSummary,
 };
 
 /// Bytes read from a log at a time: logs are read a line at a time, never whole (a study's log
@@ -327,6 +327,14 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
         },
         iterations: records,
         power_note: POWER_NOTE.to_string(),
+        logged: log
+            .iterations
+            .iter()
+            .map(|s| LoggedText {
+                loss: s.text.loss.clone(),
+                step_s: s.text.time.clone(),
+            })
+            .collect(),
     }
 }
 

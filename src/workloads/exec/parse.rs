@@ -72,6 +72,16 @@ pub struct StepLine {
     pub epoch: Option<usize>,
     /// Learning rate from this step on, when the line says.
     pub lr: Option<f64>,
+    /// The loss and time as the line writes them, for exports that must repeat the log.
+    pub(crate) text: Logged,
+}
+
+/// A step line's numbers as written (e.g. TF-Slim's `0.5000`, which no float formatting gives
+/// back). `time` only where it is the line's own seconds per step, unscaled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Logged {
+    pub(crate) loss: Option<String>,
+    pub(crate) time: Option<String>,
 }
 
 /// What a log line carries.
@@ -196,6 +206,10 @@ fn parse_caffe(state: &mut CaffeState, line: &str) -> Result<Option<LogEvent>> {
             images: None,
             epoch: None,
             lr: None,
+            text: Logged {
+                loss: Some(c["loss"].to_string()),
+                time: (iterations <= 1.0).then(|| c["lapse"].to_string()),
+            },
         })));
     }
     if let Some(c) = CAFFE_LOSS.captures(line) {
@@ -210,6 +224,10 @@ fn parse_caffe(state: &mut CaffeState, line: &str) -> Result<Option<LogEvent>> {
             images: None,
             epoch: None,
             lr: None,
+            text: Logged {
+                loss: Some(c["loss"].to_string()),
+                time: None,
+            },
         })));
     }
     if let Some(c) = CAFFE_LR.captures(line) {
@@ -230,6 +248,10 @@ fn parse_tensorflow(state: &mut TfState, line: &str) -> Result<Option<LogEvent>>
             images: None,
             epoch: None,
             lr: None,
+            text: Logged {
+                loss: Some(c["loss"].to_string()),
+                time: Some(c["time"].to_string()),
+            },
         })));
     }
     if let Some(c) = TF_ESTIMATOR.captures(line) {
@@ -249,6 +271,10 @@ fn parse_tensorflow(state: &mut TfState, line: &str) -> Result<Option<LogEvent>>
             images: None,
             epoch: None,
             lr: None,
+            text: Logged {
+                loss: Some(c["loss"].to_string()),
+                time: None,
+            },
         })));
     }
     if let Some(c) = KERAS_EPOCH.captures(line) {
@@ -283,6 +309,7 @@ fn parse_tensorflow(state: &mut TfState, line: &str) -> Result<Option<LogEvent>>
             images: None,
             epoch: Some(epoch),
             lr: None,
+            text: Logged::default(),
         })));
     }
     Ok(None)
@@ -295,19 +322,24 @@ fn parse_edgebench(line: &str) -> Result<Option<LogEvent>> {
     }
     let (mut step, mut loss, mut time_s, mut images, mut epoch, mut lr) =
         (None, None, None, None, None, None);
+    let mut text = Logged::default();
     for token in tokens {
         let Some((key, value)) = token.split_once('=') else {
             bail!("'{token}' is not key=value in EDGEBENCH line: {line}");
         };
         match key {
             "step" => step = Some(count(value, "step", line)?),
-            "loss" => loss = Some(num(value, "loss", line)?),
+            "loss" => {
+                loss = Some(num(value, "loss", line)?);
+                text.loss = Some(value.to_string());
+            }
             "time" => {
                 let t = num(value, "time", line)?;
                 if !(t >= 0.0 && t.is_finite()) {
                     bail!("time '{value}' must be seconds >= 0 in EDGEBENCH line: {line}");
                 }
                 time_s = Some(t);
+                text.time = Some(value.to_string());
             }
             "images" => images = Some(count(value, "images", line)?),
             "epoch" => epoch = Some(count(value, "epoch", line)?),
@@ -328,6 +360,7 @@ fn parse_edgebench(line: &str) -> Result<Option<LogEvent>> {
         images,
         epoch,
         lr,
+        text,
     })))
 }
 
@@ -348,6 +381,10 @@ fn parse_regex(re: &Regex, line: &str) -> Result<Option<LogEvent>> {
         .name("images")
         .map(|m| count(m.as_str(), "images", line))
         .transpose()?;
+    let text = Logged {
+        loss: c.name("loss").map(|m| m.as_str().to_string()),
+        time: c.name("time").map(|m| m.as_str().to_string()),
+    };
     Ok(Some(LogEvent::Step(StepLine {
         step,
         loss,
@@ -355,6 +392,7 @@ fn parse_regex(re: &Regex, line: &str) -> Result<Option<LogEvent>> {
         images,
         epoch: None,
         lr: None,
+        text,
     })))
 }
 
@@ -370,6 +408,8 @@ pub struct TrackedStep {
     pub steps: usize,
     /// Images per iteration, when the line says.
     pub images: Option<usize>,
+    /// The line's loss and time as written; `time` only when it is the record's `step_s`.
+    pub(crate) text: Logged,
 }
 
 /// Turns parsed log lines, each with the CLOCK_MONOTONIC instant it was read, into iteration
@@ -416,12 +456,16 @@ impl StepTracker {
         };
         // Records never overlap, so energy over them is not counted twice.
         let t_end_ns = read_ns.max(since_ns);
+        let mut text = line.text;
         let (step_s, t_start_ns) = match line.time_s {
             Some(t) if t.is_finite() && t >= 0.0 => {
                 let span_ns = (t * steps as f64 * 1e9).round() as i64;
                 (t, (t_end_ns - span_ns).max(since_ns))
             }
-            _ => ((t_end_ns - since_ns) as f64 * 1e-9 / steps as f64, since_ns),
+            _ => {
+                text.time = None;
+                ((t_end_ns - since_ns) as f64 * 1e-9 / steps as f64, since_ns)
+            }
         };
         let epoch = line
             .epoch
@@ -441,6 +485,7 @@ impl StepTracker {
             },
             steps,
             images: line.images,
+            text,
         })
     }
 }
@@ -528,6 +573,24 @@ I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
         // 23.75 s for the 20 iterations since the previous display line.
         assert!(close(steps[1].time_s.unwrap(), 23.75 / 20.0));
         assert!(steps[2].loss.unwrap().is_nan());
+        // As written: the time only where it is the step's own (one iteration), not 20's.
+        assert_eq!(
+            steps.iter().map(|s| s.text.clone()).collect::<Vec<_>>(),
+            [
+                Logged {
+                    loss: Some("6.91092".into()),
+                    time: Some("1.25".into()),
+                },
+                Logged {
+                    loss: Some("6.90775".into()),
+                    time: None,
+                },
+                Logged {
+                    loss: Some("-nan".into()),
+                    time: None,
+                },
+            ]
+        );
         let lrs: Vec<(usize, f64)> = events
             .iter()
             .filter_map(|e| match e {
@@ -575,6 +638,16 @@ I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
             "I1222 14:03:21.372112 140234 learning.py:507] global step 11: loss = 6.9011 (0.498 sec/step)",
         );
         assert_eq!((s.step, s.time_s), (11, Some(0.498)));
+        // `%.4f` and `%.3f` as written, trailing zeros included.
+        let s = step(
+            &mut p,
+            "INFO:tensorflow:global step 12: loss = 0.5000 (1.000 sec/step)",
+        );
+        assert_eq!((s.loss, s.time_s), (Some(0.5), Some(1.0)));
+        assert_eq!(
+            (s.text.loss.as_deref(), s.text.time.as_deref()),
+            (Some("0.5000"), Some("1.000"))
+        );
         none(&mut p, "INFO:tensorflow:Recording summary at step 10.");
         none(&mut p, "INFO:tensorflow:global_step/sec: 1.95");
     }
@@ -642,6 +715,10 @@ I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
                 images: Some(16),
                 epoch: None,
                 lr: None,
+                text: Logged {
+                    loss: Some("2.25".into()),
+                    time: Some("0.125".into()),
+                },
             }
         );
         let s = step(&mut p, "EDGEBENCH step=4 loss=nan");
@@ -743,6 +820,7 @@ I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
                 images: Some(8),
                 epoch: None,
                 lr: None,
+                text: Logged::default(),
             })
         };
         // No time and no previous line: the interval since the command started.
