@@ -1,5 +1,7 @@
 //! The text summary table printed after a sweep and by `edgebench results`.
 
+use super::aggregate;
+use crate::stats::Spread;
 use crate::store::ResultRow;
 use crate::store::TrialStatus;
 use std::collections::HashMap;
@@ -57,11 +59,23 @@ fn ms(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// `mean±half` of a repeated figure, scaled and with `d` decimals; `-` below 2 repetitions.
+fn mean_ci(s: Option<&Spread>, scale: f64, d: usize) -> String {
+    match s.and_then(|s| Some((s.mean, s.ci95_half()?))) {
+        Some((mean, half)) => format!("{:.d$}±{:.d$}", mean * scale, half * scale),
+        None => "-".into(),
+    }
+}
+
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
     let speedup = speedups(rows);
     // Energy columns only when some trial was measured with --power.
     let energy = rows.iter().any(|r| r.energy_j.is_some());
+    let aggregates = aggregate::by_group(rows);
+    // Repetition columns only when some key has two measured repetitions: a sweep without
+    // `repeat` prints as it always has.
+    let repeated = aggregates.values().any(|a| a.n >= 2);
     let mut header = vec![
         "host",
         "net",
@@ -78,6 +92,17 @@ pub fn table(rows: &[ResultRow]) -> String {
     ];
     if energy {
         header.splice(10..10, ["W", "J/img", "EDP J·s", "scope"]);
+    }
+    if repeated {
+        header.splice(8..8, ["mean±CI95"]);
+        header.insert(4, "rep");
+        if energy {
+            let at = header
+                .iter()
+                .position(|h| *h == "scope")
+                .expect("energy columns");
+            header.insert(at, "J mean±CI95");
+        }
     }
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
@@ -104,6 +129,10 @@ pub fn table(rows: &[ResultRow]) -> String {
             .is_some_and(|n| n > 0)
         {
             flags.push("STALL".to_string());
+        }
+        let repeat = &aggregates[&aggregate::group_of(r)];
+        if repeat.spread_flag {
+            flags.push("SPREAD".to_string());
         }
         if let Some(e) = &r.error {
             flags.push(format!("error: {}", e.lines().next().unwrap_or("")));
@@ -160,6 +189,28 @@ pub fn table(rows: &[ResultRow]) -> String {
                 ],
             );
         }
+        if repeated {
+            // The per-item time as the time column shows it: per image, else per step.
+            let time = match repeat.time_per_image_s {
+                Some(_) => mean_ci(repeat.time(), 1e3, 2),
+                None => match mean_ci(repeat.time(), 1e3, 2).as_str() {
+                    "-" => "-".into(),
+                    t => format!("{t}/it"),
+                },
+            };
+            line.splice(8..8, [time]);
+            line.insert(4, r.repetition.to_string());
+            if energy {
+                // Per image where there is one, else the whole trial's joules.
+                let d = if repeat.energy_per_image_j.is_some() {
+                    4
+                } else {
+                    3
+                };
+                let at = line.len() - 3;
+                line.insert(at, mean_ci(repeat.energy(), 1.0, d));
+            }
+        }
         lines.push(line);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -206,6 +257,14 @@ pub fn table(rows: &[ResultRow]) -> String {
             "FEW_READINGS(n): fewer than 10 power-sensor updates fell inside the trial's measured \
              window (fewest: {fewest}); its energy rests on too few readings. Measure longer: \
              more images or epochs\n"
+        ));
+    }
+    if repeated {
+        out.push_str(&format!(
+            "mean±CI95: the mean over the key's ok repetitions and the half-width of its 95 % \
+             confidence interval (Student's t); SPREAD: time or energy varies by more than \
+             {:.0} % (coefficient of variation) between them\n",
+            aggregate::SPREAD_CV * 100.0
         ));
     }
     if rows.iter().any(|r| r.throttled == Some(true)) {

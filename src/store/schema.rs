@@ -227,6 +227,14 @@
 //! | column | type | meaning |
 //! |--------|------|---------|
 //! | `peak_gpu_bytes` | INTEGER | peak GPU memory allocated at once by the trial's process, bytes; NULL on the CPU or unmeasured |
+//!
+//! # Version 9: repetitions
+//!
+//! Added to `trials`:
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `repetition` | INTEGER NOT NULL DEFAULT 1 | which repetition of its key the trial is (1-based, `[sweep] repeat`); 1 for trials stored before repetitions |
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -270,6 +278,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 8,
         sql: V8_GPU_MEMORY,
+    },
+    Migration {
+        version: 9,
+        sql: V9_REPETITION,
     },
 ];
 
@@ -468,6 +480,11 @@ CREATE TABLE trial_output (
 /// v8: the trial's peak GPU memory (see the table docs above).
 const V8_GPU_MEMORY: &str = "
 ALTER TABLE trials ADD COLUMN peak_gpu_bytes INTEGER;
+";
+
+/// v9: the repetition index of a trial (see the table docs above).
+const V9_REPETITION: &str = "
+ALTER TABLE trials ADD COLUMN repetition INTEGER NOT NULL DEFAULT 1 CHECK (repetition >= 1);
 ";
 
 #[cfg(test)]
