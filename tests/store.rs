@@ -1248,8 +1248,8 @@ fn v8_file_gains_repetitions_its_trials_the_first() {
              VALUES ('r1', 'orin', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
              INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
                iterations_planned, iterations_done, warmup_iterations, status, started_at)
-             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 16, 'synthetic', 2, 0, 0, 'ok',
-               '2025-01-01T00:00:01Z');",
+             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 256, 'synthetic:224x224:seed=1', 2, 0, 0,
+               'ok', '2025-01-01T00:00:01Z');",
         )
         .unwrap();
         let has = |c: &Connection| -> bool { c.prepare("SELECT repetition FROM trials").is_ok() };

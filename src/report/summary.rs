@@ -319,4 +319,34 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn repeated_keys_show_mean_and_interval_and_a_spread_flag() {
+        let rep = |repetition: usize, tpi: f64| ResultRow {
+            repetition,
+            params_text: "{}".into(),
+            ..row("cnn", "", "cpu", tpi)
+        };
+        // One run per key: the table has no repetition columns.
+        let single = table(&[rep(1, 0.01)]);
+        assert!(
+            !single.contains("mean±CI95") && !single.contains("rep"),
+            "{single}"
+        );
+        let rows = [rep(1, 0.010), rep(2, 0.012), rep(3, 0.020)];
+        let text = table(&rows);
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.contains("rep") && header.contains("mean±CI95"),
+            "{text}"
+        );
+        let s = crate::stats::spread(&[0.010, 0.012, 0.020]).unwrap();
+        let cell = format!("{:.2}±{:.2}", s.mean * 1e3, s.ci95_half().unwrap() * 1e3);
+        let lines: Vec<&str> = text.lines().skip(1).take(3).collect();
+        for line in &lines {
+            // 10, 12 and 20 ms vary by far more than 5 %.
+            assert!(line.contains(&cell) && line.contains("SPREAD"), "{text}");
+        }
+        assert!(text.contains("SPREAD: time or energy varies"), "{text}");
+    }
 }
