@@ -276,6 +276,10 @@ pub struct SweepArgs {
     /// Warm-up iterations per trial, stored but excluded from time per image.
     #[arg(long)]
     pub warmup: Option<usize>,
+    /// Runs of every trial key, each its own stored trial, round-robin across keys; results
+    /// give each key's mean and 95 % confidence interval (default 1).
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<usize>,
     /// Results database (default ./edgebench.db).
     #[arg(long, env = "EDGEBENCH_DB")]
     pub db: Option<PathBuf>,
@@ -390,6 +394,7 @@ impl SweepArgs {
             epochs: self.epochs,
             images: self.images,
             warmup_iterations: self.warmup,
+            repeat: self.repeat,
             db: self.db.clone(),
             threads: self.threads,
             mem_limit: self.mem_limit,

@@ -26,6 +26,9 @@ pub const MAX_THREADS: usize = 1024;
 pub const MIN_MEMORY_LIMIT: u64 = 1 << 20;
 /// Longest a stop may wait for the current iteration, and the longest idle baseline, seconds.
 pub const MAX_WAIT_S: f64 = 3600.0;
+/// Most repetitions of one trial key: far above what a study runs, low enough that a typo
+/// (an extra zero or two) is refused instead of planning a sweep of weeks.
+pub const MAX_REPEAT: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -259,6 +262,9 @@ pub struct Sweep {
     /// On SIGINT/SIGTERM the current iteration may finish for this long; then the worker is
     /// killed and the trial is still `interrupted` (systemd waits 10 s by default).
     pub stop_grace_s: f64,
+    /// Runs of every trial key, each a fresh worker and its own stored trial, round-robin
+    /// across keys (repetition 1 of every key, then repetition 2, ...).
+    pub repeat: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -581,6 +587,7 @@ impl Default for Sweep {
             images: 16,
             warmup_iterations: 2,
             stop_grace_s: 8.0,
+            repeat: 1,
         }
     }
 }
@@ -637,6 +644,7 @@ pub struct Overrides {
     pub epochs: Option<usize>,
     pub images: Option<usize>,
     pub warmup_iterations: Option<usize>,
+    pub repeat: Option<usize>,
     pub dataset: Option<PathBuf>,
     pub db: Option<PathBuf>,
     pub threads: Option<usize>,
@@ -713,6 +721,7 @@ impl Config {
         set!(s.epochs, o.epochs);
         set!(s.images, o.images);
         set!(s.warmup_iterations, o.warmup_iterations);
+        set!(s.repeat, o.repeat);
         set!(self.train.threads, o.threads);
         set!(self.train.tf32, o.tf32);
         if o.mem_limit.is_some() {
@@ -772,6 +781,12 @@ impl Config {
         if !(s.stop_grace_s >= 0.0 && s.stop_grace_s <= MAX_WAIT_S) {
             return Err(invalid(format!(
                 "sweep.stop_grace_s must be a number of seconds between 0 and {MAX_WAIT_S}"
+            )));
+        }
+        if !(1..=MAX_REPEAT).contains(&s.repeat) {
+            return Err(invalid(format!(
+                "sweep.repeat (--repeat) = {} is out of range; use 1 to {MAX_REPEAT}",
+                s.repeat
             )));
         }
         if s.epochs == 0 {

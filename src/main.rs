@@ -100,7 +100,10 @@ fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
                 .and_then(|store| store.results())
                 .map_err(input)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report::results_json(&rows)?)?
+                );
             } else if rows.is_empty() {
                 println!("no trials in {}", db.display());
             } else {

@@ -135,6 +135,99 @@ pub fn time_summary(step_s: &[f64], warmup: usize, batch: usize) -> Option<TimeS
     })
 }
 
+/// Two-sided 95 % quantiles of Student's t (0.975 one-sided) for 1 to 30 degrees of freedom.
+const T95: [f64; 30] = [
+    12.706204736,
+    4.302652730,
+    3.182446305,
+    2.776445105,
+    2.570581836,
+    2.446911851,
+    2.364624252,
+    2.306004135,
+    2.262157163,
+    2.228138852,
+    2.200985160,
+    2.178812830,
+    2.160368656,
+    2.144786688,
+    2.131449546,
+    2.119905299,
+    2.109815578,
+    2.100922040,
+    2.093024054,
+    2.085963447,
+    2.079613845,
+    2.073873068,
+    2.068657610,
+    2.063898562,
+    2.059538553,
+    2.055529439,
+    2.051830516,
+    2.048407142,
+    2.045229642,
+    2.042272456,
+];
+
+/// The 0.975 quantile of Student's t with `dof` degrees of freedom (`dof` >= 1): the table up
+/// to 30, beyond it the Cornish-Fisher expansion around the normal quantile (within 2e-6 of
+/// the exact value from 31 on, where the table stops).
+pub(crate) fn t95(dof: usize) -> f64 {
+    if let Some(&t) = dof.checked_sub(1).and_then(|i| T95.get(i)) {
+        return t;
+    }
+    let z: f64 = 1.959_963_984_540_054;
+    let v = dof as f64;
+    z + (z.powi(3) + z) / (4.0 * v)
+        + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * v * v)
+        + (3.0 * z.powi(7) + 19.0 * z.powi(5) + 17.0 * z.powi(3) - 15.0 * z) / (384.0 * v.powi(3))
+}
+
+/// Repeated measurements of one quantity summarised: what a mean of repetitions is worth.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub(crate) struct Spread {
+    pub(crate) n: usize,
+    pub(crate) mean: f64,
+    pub(crate) median: f64,
+    /// Sample standard deviation (n - 1 in the denominator); None below 2 values.
+    pub(crate) sd: Option<f64>,
+    /// 95 % confidence interval of the mean, mean -+ t(0.975, n - 1) * sd / sqrt(n); None
+    /// below 2 values.
+    pub(crate) ci95_low: Option<f64>,
+    pub(crate) ci95_high: Option<f64>,
+    /// Coefficient of variation, sd / |mean|; None below 2 values or for a zero mean.
+    pub(crate) cv: Option<f64>,
+}
+
+impl Spread {
+    /// Half the width of the confidence interval (the "±" of mean ± CI).
+    pub(crate) fn ci95_half(&self) -> Option<f64> {
+        Some((self.ci95_high? - self.ci95_low?) / 2.0)
+    }
+}
+
+/// Summarises `values` (non-finite ones left out); None when none is left.
+pub(crate) fn spread(values: &[f64]) -> Option<Spread> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let n = finite.len();
+    let (median, _) = median_iqr(&finite)?;
+    let mean = finite.iter().sum::<f64>() / n as f64;
+    let sd = (n >= 2).then(|| {
+        let ss: f64 = finite.iter().map(|v| (v - mean).powi(2)).sum();
+        (ss / (n - 1) as f64).sqrt()
+    });
+    let half = sd.map(|sd| t95(n - 1) * sd / (n as f64).sqrt());
+    Some(Spread {
+        n,
+        mean,
+        median,
+        sd,
+        ci95_low: half.map(|h| mean - h),
+        ci95_high: half.map(|h| mean + h),
+        cv: sd.filter(|_| mean != 0.0).map(|sd| sd / mean.abs()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -209,5 +302,46 @@ mod tests {
         assert!(loss_is_anomalous(f64::INFINITY));
         assert!(!loss_is_anomalous(0.0));
         assert!(!loss_is_anomalous(6.9));
+    }
+
+    #[test]
+    fn spread_matches_pythons_statistics_and_students_t() {
+        // python3: statistics.mean([1, 2, 4]) = 2.3333..., statistics.stdev = 1.5275252316519468;
+        // t(0.975, 2) = 4.302652730, so the half-width is 4.302652730 * sd / sqrt(3).
+        let s = spread(&[4.0, 1.0, 2.0]).unwrap();
+        assert_eq!(s.n, 3);
+        assert!((s.mean - 7.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.median, 2.0);
+        let sd = s.sd.unwrap();
+        assert!((sd - 1.5275252316519468).abs() < 1e-12);
+        let half = 4.302652730 * sd / 3f64.sqrt();
+        assert!((s.ci95_low.unwrap() - (7.0 / 3.0 - half)).abs() < 1e-9);
+        assert!((s.ci95_high.unwrap() - (7.0 / 3.0 + half)).abs() < 1e-9);
+        assert!((s.ci95_half().unwrap() - half).abs() < 1e-9);
+        assert!((s.cv.unwrap() - sd / (7.0 / 3.0)).abs() < 1e-12);
+        // One value has a mean and a median but no spread; a NaN is not a value.
+        let one = spread(&[0.5, f64::NAN]).unwrap();
+        assert_eq!((one.n, one.mean, one.median), (1, 0.5, 0.5));
+        assert_eq!((one.sd, one.ci95_low, one.cv), (None, None, None));
+        assert_eq!(spread(&[]), None);
+        // Identical values: no spread at all, the interval is the mean itself.
+        let same = spread(&[2.0; 4]).unwrap();
+        assert_eq!(
+            (same.sd, same.ci95_low, same.ci95_high, same.cv),
+            (Some(0.0), Some(2.0), Some(2.0), Some(0.0))
+        );
+        // A zero mean has no coefficient of variation.
+        assert_eq!(spread(&[-1.0, 1.0]).unwrap().cv, None);
+    }
+
+    #[test]
+    fn students_t_from_the_table_and_beyond_it() {
+        assert_eq!(t95(1), 12.706204736);
+        assert_eq!(t95(30), 2.042272456);
+        // Exact values (numerical inversion of the t CDF): 31 -> 2.0395134, 120 -> 1.9799304.
+        assert!((t95(31) - 2.0395134).abs() < 1e-5);
+        assert!((t95(120) - 1.9799304).abs() < 1e-6);
+        // Decreasing towards the normal quantile.
+        assert!((1..200).all(|d| t95(d) > t95(d + 1) && t95(d + 1) > 1.959_963));
     }
 }

@@ -434,6 +434,8 @@ fn out_of_range_numbers_are_refused_before_the_database_is_created() {
             "sample_interval_ms",
         ),
         (&[], "[sweep]\nstop_grace_s = 1e300\n", "stop_grace_s"),
+        (&["--repeat", "0"], "", "--repeat"),
+        (&[], "[sweep]\nrepeat = 100000\n", "sweep.repeat"),
     ];
     for (flags, toml, named) in cases {
         let mut cmd = edgebench(dir.path());

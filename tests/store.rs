@@ -434,6 +434,8 @@ fn results_json_has_every_key() {
         "time_per_iteration_spread_s",
         "total_time_s",
         "gflop_per_s",
+        // schema v9: repetitions
+        "repetition",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, expected.into_iter().collect::<BTreeSet<_>>());
@@ -988,7 +990,6 @@ fn v7_file_gains_the_gpu_peak_column_null_for_its_trials() {
     ));
     let mut s = Store::open(&path).unwrap();
     assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 9);
     let rows = s.results().unwrap();
     assert_eq!(
         (
@@ -1271,4 +1272,85 @@ fn a_database_that_cannot_be_written_is_refused_naming_it_before_anything_is_cre
     // Once writable, the same file opens.
     Store::check_existing(&db).unwrap();
     Store::open(&db).unwrap();
+}
+
+/// v9 adds `trials.repetition`: a v8 file's trials become repetition 1 of their keys (resume
+/// counts them so), a trial written after the upgrade keeps its own index, and a snapshot and
+/// a merge carry the index.
+#[test]
+fn v8_file_gains_repetitions_its_trials_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v8.db");
+    {
+        let c = Connection::open(&path).unwrap();
+        for m in &edgebench::store::schema::MIGRATIONS[..8] {
+            c.execute_batch(m.sql).unwrap();
+        }
+        c.execute_batch(
+            "INSERT INTO meta VALUES ('schema_version', '8'); PRAGMA user_version = 8;
+             INSERT INTO runs (uuid, host, started_at, status, config_toml, edgebench_version,
+               git_commit, candle_version, cpu_threads, os)
+             VALUES ('r1', 'orin', '2025-01-01T00:00:00Z', 'finished', '', '0.1.0', 'x', '0.11', 4, 'L');
+             INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset,
+               iterations_planned, iterations_done, warmup_iterations, status, started_at)
+             VALUES ('t1', 1, 'alexnet', 'cpu', 8, 1, 256, 'synthetic:224x224:seed=1', 2, 0, 0,
+               'ok', '2025-01-01T00:00:01Z');",
+        )
+        .unwrap();
+        let has = |c: &Connection| -> bool { c.prepare("SELECT repetition FROM trials").is_ok() };
+        assert!(!has(&c), "a v8 file has no repetition yet");
+    }
+    assert!(matches!(
+        Store::open_readonly(&path),
+        Err(StoreError::NeedsUpgrade { found: 8, .. })
+    ));
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.schema_version().unwrap(), SCHEMA_VERSION);
+    let old = key("alexnet", "cpu", 8);
+    let rows = s.results().unwrap();
+    assert_eq!((rows[0].trial_id.as_str(), rows[0].repetition), ("t1", 1));
+    let run = s
+        .begin_run(&run_info("r2", "orin", "2025-01-02T00:00:00Z"))
+        .unwrap();
+    let t = s.begin_repetition(run, &old, 3, 1, 0, "t").unwrap();
+    s.finish_trial(t, &summary("ok")).unwrap();
+    let failed = s.begin_repetition(run, &old, 2, 1, 0, "t").unwrap();
+    s.finish_trial(failed, &summary("failed")).unwrap();
+    let by_rep = s.statuses_by_repetition(&[TrialStatus::Ok]).unwrap();
+    let reps: BTreeSet<usize> = by_rep
+        .keys()
+        .filter(|(k, _)| *k == old)
+        .map(|(_, r)| *r)
+        .collect();
+    assert_eq!(reps, [1, 3].into());
+    // Per key, the failed repetition does not hide the ok ones.
+    assert_eq!(
+        s.statuses_by_key(&[TrialStatus::Ok, TrialStatus::Failed])
+            .unwrap()[&old],
+        TrialStatus::Ok
+    );
+    drop(s);
+    let repetitions = |p: &Path| -> Vec<(String, usize)> {
+        let mut v: Vec<(String, usize)> = Store::open_readonly(p)
+            .unwrap()
+            .results()
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.status.to_string(), r.repetition))
+            .collect();
+        v.sort();
+        v
+    };
+    let expected = vec![
+        ("failed".to_string(), 2),
+        ("ok".into(), 1),
+        ("ok".into(), 3),
+    ];
+    assert_eq!(repetitions(&path), expected);
+    let snap = dir.path().join("snap.db");
+    edgebench::store::snapshot(&path, &snap).unwrap();
+    assert_eq!(repetitions(&snap), expected);
+    let merged = dir.path().join("merged.db");
+    edgebench::store::merge(&[snap], &merged).unwrap();
+    assert_eq!(repetitions(&merged), expected);
 }

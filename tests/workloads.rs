@@ -174,6 +174,8 @@ fn the_study_configs_plan_the_studies() {
         .iter()
         .all(|j| j.iterations == 500 && j.learning_rate == 1e-6));
     assert_eq!(mlp.sweep.warmup_iterations, 0);
+    // The MLP study reports means of 10 runs; the others ran each configuration once.
+    assert_eq!(mlp.sweep.repeat, 10);
     let ops = Config::load(&root.join("config/ops.toml")).unwrap();
     ops.validate("config/ops.toml").unwrap();
     // add and mul at 5 sizes, dot at 5, scalar, sigmoid and tanh at 10: the study in one run.
@@ -181,6 +183,10 @@ fn the_study_configs_plan_the_studies() {
         edgebench::workloads::ops::jobs(&ops).unwrap().len(),
         2 * 5 + 5 + 3 * 10
     );
+    for once in ["ops", "paper", "frameworks"] {
+        let c = Config::load(&root.join(format!("config/{once}.toml"))).unwrap();
+        assert_eq!(c.sweep.repeat, 1, "{once}");
+    }
 }
 
 #[test]
@@ -355,4 +361,118 @@ fn peaks_prints_theoretical_and_measured_roofs() {
         text.contains("theoretical") && text.contains("measured"),
         "{text}"
     );
+}
+
+/// `--repeat 3` of two keys: six trials, repetition 1 of both keys, then 2, then 3; a resume
+/// after an interruption runs only the repetitions missing; `results --json` gives every trial
+/// its key's mean and 95 % confidence interval over the ok repetitions.
+#[test]
+fn repeated_sweep_interleaves_repetitions_resumes_the_missing_and_aggregates() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx_power(&sys);
+    let db = dir.path().join("repeat.db");
+    let sweep = |repeat: &str| {
+        let mut cmd = edgebench(dir.path());
+        cmd.args(["run", "--workload", "mlp", "--style", "tensors,autograd"])
+            .args(["--size", TINY, "--iterations", "5", "--repeat", repeat])
+            .args(["--power", "--sysfs"])
+            .arg(&sys)
+            .arg("--db")
+            .arg(&db);
+        String::from_utf8_lossy(&ok(cmd.output().unwrap()).stdout).into_owned()
+    };
+    let out = sweep("3");
+    assert!(out.contains("6 trial(s) run, 0 already done"), "{out}");
+    // The summary table shows the keys' means with their intervals.
+    assert!(out.contains("mean±CI95"), "{out}");
+    let c = Connection::open(&db).unwrap();
+    let order = |c: &Connection| -> Vec<(String, i64, String)> {
+        c.prepare("SELECT params, repetition, started_at FROM trials ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let trials = order(&c);
+    assert_eq!(trials.len(), 6);
+    let reps: Vec<i64> = trials.iter().map(|t| t.1).collect();
+    assert_eq!(reps, [1, 1, 2, 2, 3, 3]);
+    // Two keys, alternating; started in that order.
+    let (a, b) = (&trials[0].0, &trials[1].0);
+    assert_ne!(a, b);
+    for (i, t) in trials.iter().enumerate() {
+        assert_eq!(&t.0, [a, b][i % 2], "trial {i}");
+    }
+    assert!(trials.windows(2).all(|w| w[0].2 <= w[1].2), "{trials:?}");
+
+    let rows = results(dir.path(), &db);
+    assert_eq!(rows.len(), 6);
+    for r in &rows {
+        assert_eq!(r["status"], "ok", "{r}");
+        let repeat = &r["repeat"];
+        assert_eq!(repeat["n"], 3, "{r}");
+        assert!(repeat["spread_flag"].is_boolean(), "{r}");
+        // An MLP item is a sample.
+        assert!(repeat["time_per_item_s"]["mean"].as_f64().is_some(), "{r}");
+        let same_key: Vec<&serde_json::Value> =
+            rows.iter().filter(|o| o["style"] == r["style"]).collect();
+        assert_eq!(same_key.len(), 3);
+        for figure in [
+            "time_per_item_s",
+            "time_per_iteration_s",
+            "energy_per_item_j",
+            "energy_j",
+            "edp_js",
+            "edp_per_item_js",
+        ] {
+            let s = &repeat[figure];
+            let f = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{figure}.{k}: {r}"));
+            let values: Vec<f64> = same_key
+                .iter()
+                .map(|o| o[figure].as_f64().unwrap())
+                .collect();
+            let mean = values.iter().sum::<f64>() / 3.0;
+            assert!(
+                (f("mean") - mean).abs() <= 1e-9 * mean.abs(),
+                "{figure}: {r}"
+            );
+            assert!(
+                f("ci95_low") <= f("mean") && f("mean") <= f("ci95_high"),
+                "{r}"
+            );
+            assert!(f("sd") >= 0.0 && f("cv") >= 0.0 && s["n"] == 3, "{r}");
+            let (lo, hi) = values
+                .iter()
+                .fold((f64::MAX, f64::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            assert!(lo <= f("median") && f("median") <= hi, "{r}");
+        }
+    }
+
+    // An interrupted sweep: the first key's repetition 3 was stopped, the second key's
+    // repetition 2 never started.
+    c.execute_batch(&format!(
+        "PRAGMA foreign_keys = ON;
+         UPDATE trials SET status = 'interrupted' WHERE repetition = 3 AND params = '{a}';
+         DELETE FROM trials WHERE repetition = 2 AND params = '{b}';"
+    ))
+    .unwrap();
+    let out = sweep("3");
+    assert!(out.contains("2 trial(s) run, 4 already done"), "{out}");
+    let resumed = order(&c);
+    assert_eq!(resumed.len(), 7);
+    // Round-robin still: the missing repetition 2 before the missing repetition 3.
+    let new: Vec<(&str, i64)> = resumed[5..].iter().map(|t| (t.0.as_str(), t.1)).collect();
+    assert_eq!(new, [(b.as_str(), 2), (a.as_str(), 3)]);
+    let rows = results(dir.path(), &db);
+    // The interrupted trial is listed, not counted.
+    assert_eq!(
+        rows.iter().filter(|r| r["status"] == "interrupted").count(),
+        1
+    );
+    assert!(rows.iter().all(|r| r["repeat"]["n"] == 3), "{rows:?}");
+    // One run per key asks for repetition 1 only, done for both keys.
+    let out = sweep("1");
+    assert!(out.contains("0 trial(s) run, 2 already done"), "{out}");
 }

@@ -1,6 +1,7 @@
 //! Reports from the store: the summary table, the models listing, the studies' CSV files,
 //! engines (frameworks) side by side.
 
+pub mod aggregate;
 pub mod build;
 pub mod csv;
 pub mod engines;
@@ -10,6 +11,7 @@ pub mod summary;
 pub mod workloads;
 
 pub use self::csv::export_csv;
+pub use aggregate::results_json;
 pub use models::models_text;
 
 use crate::store::{ResultRow, TrialStatus};

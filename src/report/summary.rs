@@ -1,6 +1,8 @@
 //! The text summary table printed after a sweep and by `edgebench results`.
 
 use crate::record::WorkItem;
+use super::aggregate;
+use crate::stats::Spread;
 use crate::store::ResultRow;
 use crate::store::TrialStatus;
 use std::collections::HashMap;
@@ -58,6 +60,14 @@ fn ms(v: Option<f64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// `mean±half` of a repeated figure, scaled and with `d` decimals; `-` below 2 repetitions.
+fn mean_ci(s: Option<&Spread>, scale: f64, d: usize) -> String {
+    match s.and_then(|s| Some((s.mean, s.ci95_half()?))) {
+        Some((mean, half)) => format!("{:.d$}±{:.d$}", mean * scale, half * scale),
+        None => "-".into(),
+    }
+}
+
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
     let speedup = speedups(rows);
@@ -75,6 +85,10 @@ pub fn table(rows: &[ResultRow]) -> String {
         (true, _) | (false, "-") => v,
         (false, _) => format!("{v}/{}", WorkItem::of_workload(&r.workload).unit()),
     };
+    let aggregates = aggregate::by_group(rows);
+    // Repetition columns only when some key has two measured repetitions: a sweep without
+    // `repeat` prints as it always has.
+    let repeated = aggregates.values().any(|a| a.n >= 2);
     let mut header = vec![
         "host",
         "net",
@@ -95,10 +109,25 @@ pub fn table(rows: &[ResultRow]) -> String {
             ["W", energy_header, "EDP J·s", edp_item_header, "scope"],
         );
     }
+    if repeated {
+        header.splice(8..8, ["mean±CI95"]);
+        header.insert(4, "rep");
+        if energy {
+            let at = header
+                .iter()
+                .position(|h| *h == "scope")
+                .expect("energy columns");
+            header.insert(at, "J mean±CI95");
+        }
+    }
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         let spoiled = r.swap_pressure == Some(true);
-        let flags = super::trial_flags(r);
+        let mut flags = super::trial_flags(r);
+        let repeat = &aggregates[&aggregate::group_of(r)];
+        if repeat.spread_flag {
+            flags.push("SPREAD".into());
+        }
         let loss = match (r.loss_first, r.loss_last) {
             (Some(a), Some(b)) => format!("{a:.3}→{b:.3}"),
             _ => "-".into(),
@@ -154,6 +183,28 @@ pub fn table(rows: &[ResultRow]) -> String {
                 ],
             );
         }
+        if repeated {
+            // The per-item time as the time column shows it: per image, else per step.
+            let time = match repeat.time_per_item_s {
+                Some(_) => per_item(mean_ci(repeat.time(), 1e3, 2), r),
+                None => match mean_ci(repeat.time(), 1e3, 2).as_str() {
+                    "-" => "-".into(),
+                    t => format!("{t}/it"),
+                },
+            };
+            line.splice(8..8, [time]);
+            line.insert(4, r.repetition.to_string());
+            if energy {
+                // Per image where there is one, else the whole trial's joules.
+                let d = if repeat.energy_per_item_j.is_some() {
+                    4
+                } else {
+                    3
+                };
+                let at = line.len() - 3;
+                line.insert(at, mean_ci(repeat.energy(), 1.0, d));
+            }
+        }
         lines.push(line);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -200,6 +251,14 @@ pub fn table(rows: &[ResultRow]) -> String {
             "FEW_READINGS(n): fewer than 10 power-sensor updates fell inside the trial's measured \
              window (fewest: {fewest}); its energy rests on too few readings. Measure longer: \
              more images or epochs\n"
+        ));
+    }
+    if repeated {
+        out.push_str(&format!(
+            "mean±CI95: the mean over the key's ok repetitions and the half-width of its 95 % \
+             confidence interval (Student's t); SPREAD: time or energy varies by more than \
+             {:.0} % (coefficient of variation) between them\n",
+            aggregate::SPREAD_CV * 100.0
         ));
     }
     if rows.iter().any(|r| r.throttled == Some(true)) {
@@ -253,5 +312,35 @@ mod tests {
             cuda.contains("pytorch alexnet") && cuda.contains("10.0x"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn repeated_keys_show_mean_and_interval_and_a_spread_flag() {
+        let rep = |repetition: usize, tpi: f64| ResultRow {
+            repetition,
+            params_text: "{}".into(),
+            ..row("cnn", "", "cpu", tpi)
+        };
+        // One run per key: the table has no repetition columns.
+        let single = table(&[rep(1, 0.01)]);
+        assert!(
+            !single.contains("mean±CI95") && !single.contains("rep"),
+            "{single}"
+        );
+        let rows = [rep(1, 0.010), rep(2, 0.012), rep(3, 0.020)];
+        let text = table(&rows);
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.contains("rep") && header.contains("mean±CI95"),
+            "{text}"
+        );
+        let s = crate::stats::spread(&[0.010, 0.012, 0.020]).unwrap();
+        let cell = format!("{:.2}±{:.2}", s.mean * 1e3, s.ci95_half().unwrap() * 1e3);
+        let lines: Vec<&str> = text.lines().skip(1).take(3).collect();
+        for line in &lines {
+            // 10, 12 and 20 ms vary by far more than 5 %.
+            assert!(line.contains(&cell) && line.contains("SPREAD"), "{text}");
+        }
+        assert!(text.contains("SPREAD: time or energy varies"), "{text}");
     }
 }

@@ -35,9 +35,10 @@ pub struct RunOutcome {
     pub skipped: usize,
     pub failed: usize,
     pub interrupted: bool,
-    /// The keys of every trial the sweep covers, run now or done before.
+    /// The keys of every trial the sweep covers, run now or done before, each once.
     pub keys: Vec<TrialKey>,
-    /// The newest result of each of those keys, in the sweep's order (filled by [`sweep`]).
+    /// The newest result of each repetition of those keys, in the sweep's order (filled by
+    /// [`sweep`]).
     pub results: Vec<ResultRow>,
 }
 
@@ -158,18 +159,20 @@ pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     Ok(outcome)
 }
 
-/// The newest trial of every key this sweep covers, in the sweep's order.
+/// The newest trial of every repetition of every key this sweep covers, in the sweep's
+/// order, repetitions in order.
 fn latest_for_keys(rows: Vec<ResultRow>, keys: &[TrialKey]) -> Vec<ResultRow> {
-    let mut latest: std::collections::HashMap<TrialKey, ResultRow> =
-        std::collections::HashMap::new();
+    let index: std::collections::HashMap<&TrialKey, usize> =
+        keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
+    let mut latest: std::collections::BTreeMap<(usize, usize), ResultRow> =
+        std::collections::BTreeMap::new();
     // results() is ordered oldest first, so a later row replaces an earlier one.
     for row in rows {
-        let key = row.key();
-        if keys.contains(&key) {
-            latest.insert(key, row);
+        if let Some(&k) = index.get(&row.key()) {
+            latest.insert((k, row.repetition), row);
         }
     }
-    keys.iter().filter_map(|k| latest.remove(k)).collect()
+    latest.into_values().collect()
 }
 
 /// The error text of a run's trial found still `running` when the next sweep takes the lock.
@@ -270,7 +273,10 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
             );
         }
     }
-    let done_status = store.statuses_by_key(TrialStatus::done_for_resume(req.retry_failed))?;
+    // Resume counts per repetition: each repetition of a key is done, or not, as one trial
+    // of a key without repetitions would be.
+    let done_status =
+        store.statuses_by_repetition(TrialStatus::done_for_resume(req.retry_failed))?;
     let done: std::collections::HashSet<_> = done_status.keys().cloned().collect();
     let plan = plan::plan(&prepared.plan_input(config), &done, req.force);
     let mut ctx = TrialContext {
@@ -284,17 +290,20 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     };
     let mut outcome = RunOutcome {
         skipped: plan.skipped.len(),
-        keys: plan
-            .skipped
-            .iter()
-            .chain(&plan.to_run)
-            .map(|t| t.key.clone())
-            .collect(),
+        keys: plan.skipped.iter().chain(&plan.to_run).fold(
+            Vec::new(),
+            |mut keys: Vec<TrialKey>, t| {
+                if !keys.contains(&t.key) {
+                    keys.push(t.key.clone());
+                }
+                keys
+            },
+        ),
         ..Default::default()
     };
     for t in &plan.skipped {
         let db = store.path().display();
-        match done_status.get(&t.key) {
+        match done_status.get(&(t.key.clone(), t.repetition)) {
             Some(status) if status.is_failure() => tracing::info!(
                 "{} already ended {status} in {db}; not rerun (use --retry-failed to rerun it)",
                 t.label

@@ -38,7 +38,14 @@ pub(super) fn run_one(
         0 => ctx.config.sweep.warmup_iterations,
         n => stats::effective_warmup(ctx.config.sweep.warmup_iterations, n),
     };
-    let trial_id = store.begin_trial(run_id, &trial.key, planned, warmup, &now())?;
+    let trial_id = store.begin_repetition(
+        run_id,
+        &trial.key,
+        trial.repetition,
+        planned,
+        warmup,
+        &now(),
+    )?;
     let mut memory = MemoryColumns {
         mem_estimate_bytes: Some(trial.memory_estimate_bytes as i64),
         mem_limit_bytes: ctx.memory.limit.map(|l| l as i64),

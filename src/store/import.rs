@@ -184,7 +184,7 @@ fn write(
     for trial in new.iter().map(|&i| &trials[i]) {
         // Nothing ran here: the trial starts and ends when the import writes it.
         let at = &trial.summary.ended_at;
-        let trial_id = super::insert_trial(tx, run_id, &trial.key, 0, 0, at)?;
+        let trial_id = super::insert_trial(tx, run_id, &trial.key, 1, 0, 0, at)?;
         super::write_summary(tx, trial_id, &trial.summary)?;
         tx.prepare_cached("UPDATE trials SET iterations_done = ?2, power_note = ?3 WHERE id = ?1")?
             .execute(params![

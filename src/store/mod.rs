@@ -112,6 +112,8 @@ pub struct ResultRow {
     pub epochs: usize,
     pub images: usize,
     pub dataset: String,
+    /// Which repetition of its key the trial is, from 1 (`[sweep] repeat`; schema v9).
+    pub repetition: usize,
     /// Iterations recorded (`trials.iterations_done`).
     pub iterations: usize,
     pub iterations_planned: usize,
@@ -379,7 +381,8 @@ impl Store {
         Ok(())
     }
 
-    /// Inserts a trial with status `running` and a fresh UUID; returns its row id.
+    /// Inserts a trial with status `running` and a fresh UUID, the first repetition of its
+    /// key; returns its row id.
     pub fn begin_trial(
         &mut self,
         run_id: i64,
@@ -388,10 +391,31 @@ impl Store {
         warmup_iterations: usize,
         started_at: &str,
     ) -> Result<i64> {
+        self.begin_repetition(
+            run_id,
+            key,
+            1,
+            iterations_planned,
+            warmup_iterations,
+            started_at,
+        )
+    }
+
+    /// [`Store::begin_trial`] for repetition `repetition` (from 1) of its key.
+    pub fn begin_repetition(
+        &mut self,
+        run_id: i64,
+        key: &TrialKey,
+        repetition: usize,
+        iterations_planned: usize,
+        warmup_iterations: usize,
+        started_at: &str,
+    ) -> Result<i64> {
         insert_trial(
             &self.conn,
             run_id,
             key,
+            repetition,
             iterations_planned,
             warmup_iterations,
             started_at,
@@ -650,42 +674,53 @@ impl Store {
         &self,
         statuses: &[TrialStatus],
     ) -> Result<HashMap<TrialKey, TrialStatus>> {
+        Ok(fold_statuses(
+            self.trial_statuses()?,
+            statuses,
+            |(key, _)| key,
+        ))
+    }
+
+    /// [`Store::statuses_by_key`] per (key, repetition): what resume counts as done when
+    /// every key runs several times.
+    pub fn statuses_by_repetition(
+        &self,
+        statuses: &[TrialStatus],
+    ) -> Result<HashMap<(TrialKey, usize), TrialStatus>> {
+        Ok(fold_statuses(self.trial_statuses()?, statuses, |slot| slot))
+    }
+
+    /// Every trial's (key, repetition) and status, oldest first.
+    fn trial_statuses(&self) -> Result<Vec<((TrialKey, usize), TrialStatus)>> {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT net, device, batch, epochs, images, dataset, status, workload, params \
-                 FROM trials ORDER BY id",
+                "SELECT net, device, batch, epochs, images, dataset, status, workload, params, \
+                 repetition FROM trials ORDER BY id",
             )
             .map_err(sql_err(&self.path))?;
         let rows = st
             .query_map([], |r| {
                 Ok((
-                    TrialKey {
-                        workload: r.get(7)?,
-                        net: r.get(0)?,
-                        device: r.get(1)?,
-                        batch: uint(r, 2)?,
-                        epochs: uint(r, 3)?,
-                        images: uint(r, 4)?,
-                        dataset: r.get(5)?,
-                        params: r.get(8)?,
-                    },
+                    (
+                        TrialKey {
+                            workload: r.get(7)?,
+                            net: r.get(0)?,
+                            device: r.get(1)?,
+                            batch: uint(r, 2)?,
+                            epochs: uint(r, 3)?,
+                            images: uint(r, 4)?,
+                            dataset: r.get(5)?,
+                            params: r.get(8)?,
+                        },
+                        uint(r, 9)?,
+                    ),
                     r.get::<_, TrialStatus>(6)?,
                 ))
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(sql_err(&self.path))?;
-        let mut by_key: HashMap<TrialKey, TrialStatus> = HashMap::new();
-        for (key, status) in rows {
-            if !statuses.contains(&status) {
-                continue;
-            }
-            let slot = by_key.entry(key).or_insert(status);
-            if *slot != TrialStatus::Ok {
-                *slot = status;
-            }
-        }
-        Ok(by_key)
+        Ok(rows)
     }
 
     /// Marks every run and trial still `running` as `interrupted`, the trials with `note` as
@@ -739,7 +774,7 @@ impl Store {
                  t.power_gap_s, r.board, r.power_total, r.baseline_power_w, r.baseline_s, \
                  t.throttled, t.throttle_note, t.power_low_samples, r.power_scope, t.power_note, \
                  t.workload, t.params, t.time_per_iteration_s, t.time_per_iteration_spread_s, \
-                 t.total_time_s, t.gflop_per_s, t.metrics, t.peak_gpu_bytes \
+                 t.total_time_s, t.gflop_per_s, t.metrics, t.peak_gpu_bytes, t.repetition \
                  FROM trials t JOIN runs r ON r.id = t.run_id \
                  ORDER BY r.started_at, r.id, t.id",
             )
@@ -756,6 +791,7 @@ impl Store {
                     epochs: uint(r, 6)?,
                     images: uint(r, 7)?,
                     dataset: r.get(8)?,
+                    repetition: uint(r, 52)?,
                     iterations: uint(r, 9)?,
                     iterations_planned: uint(r, 10)?,
                     warmup_iterations: uint(r, 11)?,
@@ -906,6 +942,26 @@ impl Store {
     }
 }
 
+/// For every group (of `rows`, oldest first) with a trial whose status is one of `statuses`:
+/// `ok` if any of them is `ok`, else the latest one's.
+fn fold_statuses<K: std::hash::Hash + Eq>(
+    rows: Vec<((TrialKey, usize), TrialStatus)>,
+    statuses: &[TrialStatus],
+    group: impl Fn((TrialKey, usize)) -> K,
+) -> HashMap<K, TrialStatus> {
+    let mut by_group: HashMap<K, TrialStatus> = HashMap::new();
+    for (slot, status) in rows {
+        if !statuses.contains(&status) {
+            continue;
+        }
+        let found = by_group.entry(group(slot)).or_insert(status);
+        if *found != TrialStatus::Ok {
+            *found = status;
+        }
+    }
+    by_group
+}
+
 fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
     move |source| StoreError::Sqlite {
         path: path.to_path_buf(),
@@ -953,6 +1009,7 @@ fn insert_trial(
     conn: &Connection,
     run_id: i64,
     key: &TrialKey,
+    repetition: usize,
     iterations_planned: usize,
     warmup_iterations: usize,
     started_at: &str,
@@ -960,8 +1017,8 @@ fn insert_trial(
     conn.prepare_cached(
         "INSERT INTO trials (uuid, run_id, net, device, batch, epochs, images, dataset, \
          iterations_planned, iterations_done, warmup_iterations, status, started_at, \
-         workload, params) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11, ?12, ?13)",
+         workload, params, repetition) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, 'running', ?11, ?12, ?13, ?14)",
     )?
     .execute(params![
         uuid::Uuid::new_v4().to_string(),
@@ -977,6 +1034,7 @@ fn insert_trial(
         started_at,
         key.workload,
         key.params,
+        int(repetition),
     ])?;
     Ok(conn.last_insert_rowid())
 }

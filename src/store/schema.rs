@@ -237,6 +237,14 @@
 //! |--------|------|---------|
 //! | `loss_text` | TEXT | the loss as written |
 //! | `step_s_text` | TEXT | the step's seconds as written, when they are `step_s` unscaled |
+//!
+//! # Version 10: repetitions
+//!
+//! Added to `trials`:
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `repetition` | INTEGER NOT NULL DEFAULT 1 | which repetition of its key the trial is (1-based, `[sweep] repeat`); 1 for trials stored before repetitions |
 
 /// Value of `meta.application` that marks a file as ours.
 pub const APPLICATION: &str = "edgebench";
@@ -284,6 +292,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 9,
         sql: V9_LOGGED_TEXT,
+    },
+    Migration {
+        version: 10,
+        sql: V10_REPETITION,
     },
 ];
 
@@ -488,6 +500,11 @@ ALTER TABLE trials ADD COLUMN peak_gpu_bytes INTEGER;
 const V9_LOGGED_TEXT: &str = "
 ALTER TABLE iterations ADD COLUMN loss_text TEXT;
 ALTER TABLE iterations ADD COLUMN step_s_text TEXT;
+";
+
+/// v10: the repetition index of a trial (see the table docs above).
+const V10_REPETITION: &str = "
+ALTER TABLE trials ADD COLUMN repetition INTEGER NOT NULL DEFAULT 1 CHECK (repetition >= 1);
 ";
 
 #[cfg(test)]

@@ -113,6 +113,7 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
                     iterations: (s.images / batch) * s.epochs,
                     items_per_iteration: Some(batch),
                     memory_estimate_bytes: estimate::estimate(net, batch).total_bytes,
+                    repetition: 1,
                     job: super::Job::Cnn(job),
                 });
             }

@@ -430,6 +430,7 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
             iterations: job.iterations,
             items_per_iteration: None,
             memory_estimate_bytes: memory_estimate(job.style, &job.size),
+            repetition: 1,
             job: super::Job::Mlp(job),
         })
         .collect()

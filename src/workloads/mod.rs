@@ -62,6 +62,9 @@ pub struct PlannedTrial {
     pub items_per_iteration: Option<usize>,
     /// Predicted peak memory of the worker.
     pub memory_estimate_bytes: u64,
+    /// Which run of its key this is, from 1: the workloads plan 1, the sweep's plan the
+    /// others (`[sweep] repeat`).
+    pub repetition: usize,
 }
 
 /// What planning needs beside the config: what [`prepare`] found.

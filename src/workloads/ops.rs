@@ -442,6 +442,7 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial {
         iterations: job.warmup + job.min_executions,
         items_per_iteration: None,
         memory_estimate_bytes: memory_estimate(&job),
+        repetition: 1,
         job: super::Job::Ops(job),
     }
 }

@@ -170,6 +170,7 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
                 iterations: 0,
                 items_per_iteration: (point.batch > 0).then_some(point.batch),
                 memory_estimate_bytes: 0,
+                repetition: 1,
                 job: super::Job::Exec(job),
             }
         })
