@@ -281,7 +281,7 @@ mod tests {
             // Each device's command differs (`--device={device}`).
             params.insert("command".into(), serde_json::json!(["train", device]));
         }
-        ResultRow {
+        let mut r = ResultRow {
             host: "tx2".into(),
             workload: workload.into(),
             net: "alexnet".into(),
@@ -291,7 +291,9 @@ mod tests {
             time_per_image_s: Some(tpi),
             params,
             ..Default::default()
-        }
+        };
+        r.derive_per_item();
+        r
     }
 
     #[test]
