@@ -393,6 +393,12 @@ fn results_json_has_every_key() {
         "avg_power_w",
         "energy_per_image_j",
         "edp_js",
+        // per item of work, derived from the columns
+        "item",
+        "items_per_iteration",
+        "time_per_item_s",
+        "energy_per_item_j",
+        "edp_per_item_js",
         "swap_pressure",
         "peak_rss_bytes",
         // schema v8
@@ -434,7 +440,7 @@ fn results_json_has_every_key() {
         "time_per_iteration_spread_s",
         "total_time_s",
         "gflop_per_s",
-        // schema v9: repetitions
+        // schema v10: repetitions
         "repetition",
     ];
     let keys: BTreeSet<&str> = obj.keys().map(String::as_str).collect();
