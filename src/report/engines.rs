@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::report::build::Table;
-use crate::report::plots::{Axis, Mark, Plot, Point, Series};
+use crate::report::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::store::{ResultRow, TrialStatus};
 
 /// The engine of edgebench's own trainer.
@@ -225,6 +225,7 @@ fn batch_series(picked: &Picked, value: impl Fn(&ResultRow) -> Option<f64>) -> V
             x: *batch as f64,
             y: (r.status == TrialStatus::Ok).then(|| value(r)).flatten(),
             mark: Mark::of(r),
+            err: None,
         });
     }
     by.into_iter()
@@ -236,16 +237,23 @@ fn batch_series(picked: &Picked, value: impl Fn(&ResultRow) -> Option<f64>) -> V
         .collect()
 }
 
-fn batch_plot(title: String, y_desc: &str, y_axis: Axis, series: Vec<Series>) -> Plot {
+fn batch_plot(
+    title: String,
+    (y_desc, y_unit): (&str, Unit),
+    y_axis: Axis,
+    series: Vec<Series>,
+    caption: &str,
+) -> Plot {
     Plot {
         title,
         x_desc: "batch size".into(),
         y_desc: y_desc.into(),
+        y_unit,
         x_axis: Axis::Log(2.0),
         y_axis,
         series,
-        highlights: Vec::new(),
-        vlines: Vec::new(),
+        caption: caption.into(),
+        ..Default::default()
     }
 }
 
@@ -261,9 +269,11 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
         "time_per_image_engines".to_string(),
         batch_plot(
             format!("Time per image vs batch per engine — {host}"),
-            "time per image (s, log)",
+            ("time per image", Unit::Seconds),
             Axis::Log(10.0),
             batch_series(&picked, |r| r.time_per_image_s),
+            "Time per image against batch size, one line per engine, net and device; an engine \
+             whose output gave no time is in the no-value row.",
         ),
     )];
     let sp = speedups(&picked);
@@ -274,6 +284,7 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                 x: *batch as f64,
                 y: Some(*s),
                 mark: Mark::Ok,
+                err: None,
             });
         }
         let series = by
@@ -288,9 +299,11 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
             "speedup_engines".to_string(),
             batch_plot(
                 format!("GPU-over-CPU speedup vs batch per engine — {host}"),
-                "GPU-over-CPU speedup (x)",
+                ("GPU-over-CPU speedup (x)", Unit::None),
                 Axis::Linear,
                 series,
+                "CPU time per image over GPU time per image of the same engine, net, batch and \
+                 work.",
             ),
         ));
     }
@@ -309,22 +322,65 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
             "energy_per_image_engines".to_string(),
             batch_plot(
                 format!("Energy per image vs batch per engine — {host}"),
-                "energy per image (J)",
+                ("energy per image", Unit::Joules),
                 Axis::Linear,
                 batch_series(&with_energy, |r| r.energy_per_image_j),
+                "Energy per image against batch size, one line per engine, net and device.",
             ),
         ));
         out.push((
             "edp_engines".to_string(),
             batch_plot(
                 format!("Energy-delay product vs batch per engine — {host}"),
-                "EDP (J·s, log)",
+                ("EDP", Unit::JouleSeconds),
                 Axis::Log(10.0),
                 batch_series(&with_energy, |r| r.edp_js),
+                "Energy-delay product against batch size, one line per engine, net and device.",
             ),
         ));
     }
     out
+}
+
+/// The thesis' loss figures (its Graphs 5.1-5.5) for every engine other than edgebench's
+/// (whose own are `loss_<net>_<device>`): loss against iteration per batch, one figure per
+/// (engine, net, device), stem `loss_<engine>_<net>_<device>`.
+pub fn loss_plots(
+    store: &crate::store::Store,
+    host: &str,
+    rows: &[ResultRow],
+) -> anyhow::Result<Vec<(String, Plot)>> {
+    let picked = pick(rows);
+    let groups: BTreeSet<(&str, &str, &str)> = picked
+        .keys()
+        .filter(|(engine, ..)| engine != OWN)
+        .map(|(e, n, d, _)| (e.as_str(), n.as_str(), d.as_str()))
+        .collect();
+    let mut out = Vec::new();
+    for (engine, net, device) in groups {
+        let trials = picked
+            .iter()
+            .filter(|((e, n, d, _), _)| e == engine && n == net && d == device)
+            .map(|((.., batch), r)| (*batch, r));
+        let series = crate::report::build::loss_by_batch(store, trials)?;
+        if series.is_empty() {
+            continue;
+        }
+        let safe = crate::report::build::safe_name;
+        out.push((
+            format!(
+                "loss_{}_{}_{}",
+                file_name_part(engine),
+                safe(net),
+                safe(device)
+            ),
+            crate::report::build::loss_plot(
+                format!("Loss vs iteration — {engine}, {net} on {device}, {host}"),
+                series,
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
