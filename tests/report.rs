@@ -707,8 +707,9 @@ fn browser_check(page: &Path, images: usize) {
         serde_json::json!([]),
         "elements wider than the window: {v}"
     );
+    let width = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {v}"));
     assert!(
-        v["scroll"].as_u64() <= v["client"].as_u64(),
+        width("scroll") <= width("client"),
         "the page scrolls sideways: {v}"
     );
 }

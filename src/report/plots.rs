@@ -575,7 +575,8 @@ impl ValueFormatter<f64> for Ticked {
 
 /// One legend row: what is drawn before its text, and the text.
 enum Key {
-    Series(usize),
+    /// The series' index, and whether its points have markers.
+    Series(usize, bool),
     Mark(Mark),
     Number(usize),
     Text,
@@ -822,7 +823,7 @@ where
         .series
         .iter()
         .enumerate()
-        .map(|(i, s)| (Key::Series(i), s.label.clone()))
+        .map(|(i, s)| (Key::Series(i, s.markers), s.label.clone()))
         .collect();
     if kinds.iter().any(|k| *k != Mark::Ok) {
         keys.extend(
@@ -886,13 +887,15 @@ where
         }
         let mid = y + size as i32 / 2 + 1;
         match key {
-            Key::Series(i) => {
+            Key::Series(i, markers) => {
                 let colour = colour_of(*i);
                 area.draw(&PathElement::new(
                     vec![(6, mid), (32, mid)],
                     colour.stroke_width(2),
                 ))?;
-                area.draw(&series_marker(shape_of(*i), (19, mid), colour, true))?;
+                if *markers {
+                    area.draw(&series_marker(shape_of(*i), (19, mid), colour, true))?;
+                }
             }
             Key::Mark(m) if m.valued() => {
                 let grey = RGBColor(0x55, 0x55, 0x55).to_rgba();
@@ -908,8 +911,8 @@ where
                 area.draw(&Circle::new((19, mid), 9, BLACK.stroke_width(2)))?;
                 area.draw(&Text::new(
                     k.to_string(),
-                    (15, mid - size as i32 / 2),
-                    style.clone(),
+                    (19, mid),
+                    style.clone().pos(Pos::new(HPos::Center, VPos::Center)),
                 ))?;
             }
             Key::Text => {}
