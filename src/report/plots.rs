@@ -300,7 +300,7 @@ pub(crate) fn ticks(lo: f64, hi: f64, axis: Axis) -> Vec<f64> {
     }
     match axis {
         Axis::Linear => linear(lo, hi),
-        Axis::Log(b) if b == 2.0 => {
+        Axis::Log(2.0) => {
             let (a, z) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
             let stride = ((z - a + 1) as f64 / 12.0).ceil().max(1.0) as usize;
             (a..=z).step_by(stride).map(|k| 2f64.powi(k)).collect()
