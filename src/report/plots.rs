@@ -63,6 +63,9 @@ pub const PALETTE: [RGBColor; 7] = [
     RGBColor(0x00, 0x00, 0x00),
 ];
 
+/// Markers along a line drawn without one per point.
+const SPARSE_MARKERS: usize = 8;
+
 /// Width of the legend panel right of the data.
 const LEGEND_W: u32 = 280;
 
@@ -148,7 +151,8 @@ pub(crate) fn shown(p: &Point, axis: Axis) -> Result<f64, Mark> {
 pub struct Series {
     pub label: String,
     pub points: Vec<Point>,
-    /// Draw a marker per point (off for loss curves: thousands of points).
+    /// Draw a marker per point (off for loss curves: thousands of points; a few markers along
+    /// the line then tell it apart).
     pub markers: bool,
 }
 
@@ -575,8 +579,7 @@ impl ValueFormatter<f64> for Ticked {
 
 /// One legend row: what is drawn before its text, and the text.
 enum Key {
-    /// The series' index, and whether its points have markers.
-    Series(usize, bool),
+    Series(usize),
     Mark(Mark),
     Number(usize),
     Text,
@@ -760,6 +763,20 @@ where
             .filter(|(x, y)| xa.usable(*x) && ya.usable(*y))
             .map(|(x, y)| (xa.fwd(x), fy_val(y)))
             .collect();
+        // A line without a marker per point (a loss curve) still carries its shape, at a few
+        // points spread along it, offset per series so that equal curves stay apart.
+        if !s.markers && !line.is_empty() {
+            let n = line.len();
+            let mut at: Vec<usize> = (0..SPARSE_MARKERS)
+                .map(|k| (k * n / SPARSE_MARKERS + i * n / (SPARSE_MARKERS * 7)) % n)
+                .collect();
+            at.dedup();
+            for k in at {
+                chart
+                    .plotting_area()
+                    .draw(&series_marker(shape_of(i), line[k], colour, true))?;
+            }
+        }
         chart.draw_series(LineSeries::new(line, colour.stroke_width(2)))?;
         for p in s.points.iter().filter(|p| xa.usable(p.x)) {
             let x = xa.fwd(p.x);
@@ -823,7 +840,7 @@ where
         .series
         .iter()
         .enumerate()
-        .map(|(i, s)| (Key::Series(i, s.markers), s.label.clone()))
+        .map(|(i, s)| (Key::Series(i), s.label.clone()))
         .collect();
     if kinds.iter().any(|k| *k != Mark::Ok) {
         keys.extend(
@@ -887,15 +904,13 @@ where
         }
         let mid = y + size as i32 / 2 + 1;
         match key {
-            Key::Series(i, markers) => {
+            Key::Series(i) => {
                 let colour = colour_of(*i);
                 area.draw(&PathElement::new(
                     vec![(6, mid), (32, mid)],
                     colour.stroke_width(2),
                 ))?;
-                if *markers {
-                    area.draw(&series_marker(shape_of(*i), (19, mid), colour, true))?;
-                }
+                area.draw(&series_marker(shape_of(*i), (19, mid), colour, true))?;
             }
             Key::Mark(m) if m.valued() => {
                 let grey = RGBColor(0x55, 0x55, 0x55).to_rgba();
@@ -1070,6 +1085,30 @@ mod tests {
             lines.join(" "),
             text.split_whitespace().collect::<Vec<_>>().join(" ")
         );
+    }
+
+    #[test]
+    fn lines_without_point_markers_still_carry_their_shape() {
+        let curve = |label: &str| Series {
+            label: label.into(),
+            points: (1..=100)
+                .map(|i| pt(i as f64, Some(7.0 / i as f64), Mark::Ok))
+                .collect(),
+            markers: false,
+        };
+        let plot = Plot {
+            series: vec![curve("batch 4"), curve("batch 8")],
+            ..Default::default()
+        };
+        let svg = String::from_utf8(render(&plot, Format::Svg).unwrap()).unwrap();
+        // The first series' filled circles: along its line, and its legend key.
+        let c = PALETTE[0];
+        let fill = format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        assert_eq!(svg.matches(&fill).count(), SPARSE_MARKERS + 1);
+        // The second series, equal to the first, has its own shape (a square).
+        let c = PALETTE[1];
+        let fill = format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+        assert_eq!(svg.matches(&fill).count(), SPARSE_MARKERS + 1);
     }
 
     #[test]
