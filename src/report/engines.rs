@@ -1,7 +1,7 @@
 //! Engines as a series: the frameworks measured with `edgebench exec` or imported from their
 //! logs beside edgebench's own trainer (the `cnn` workload, engine `edgebench`). Per engine:
-//! time per image against batch, GPU-over-CPU speedup per (net, batch), and energy and EDP
-//! where they were measured.
+//! time per image against batch, GPU-over-CPU speedup per (net, batch), loss against iteration
+//! per (net, device), and energy and EDP where they were measured.
 //!
 //! Each (engine, net, device, batch) is one point: the latest `ok` trial, else the latest (as
 //! the CNN tables choose).

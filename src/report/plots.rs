@@ -642,10 +642,13 @@ where
     };
 
     let xt: Vec<f64> = if plot.x_categories.is_empty() {
-        ticks(xa.back(x0), xa.back(x1), xa)
-            .into_iter()
-            .map(|v| xa.fwd(v))
-            .collect()
+        let mut t = ticks(xa.back(x0), xa.back(x1), xa);
+        // Counts (iterations) have no iteration 1.5.
+        let whole: Vec<f64> = t.iter().copied().filter(|v| v.fract() == 0.0).collect();
+        if xa == Axis::Linear && all().all(|p| p.x.fract() == 0.0) && whole.len() >= 2 {
+            t = whole;
+        }
+        t.into_iter().map(|v| xa.fwd(v)).collect()
     } else {
         (0..plot.x_categories.len()).map(|i| i as f64).collect()
     };
@@ -1109,6 +1112,23 @@ mod tests {
         let c = PALETTE[1];
         let fill = format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
         assert_eq!(svg.matches(&fill).count(), SPARSE_MARKERS + 1);
+    }
+
+    #[test]
+    fn a_count_axis_has_whole_ticks() {
+        let plot = |xs: &[f64]| Plot {
+            series: vec![Series {
+                label: "batch 4".into(),
+                points: xs.iter().map(|x| pt(*x, Some(3.0), Mark::Ok)).collect(),
+                markers: false,
+            }],
+            ..Default::default()
+        };
+        // Iterations 1 and 2 get 1-2-5 steps of 0.2, of which only the whole ones are drawn.
+        let counts = String::from_utf8(render(&plot(&[1.0, 2.0]), Format::Svg).unwrap()).unwrap();
+        assert!(counts.contains(">\n2\n<") && !counts.contains(">\n1.2\n<"));
+        let reals = String::from_utf8(render(&plot(&[1.0, 2.5]), Format::Svg).unwrap()).unwrap();
+        assert!(reals.contains(">\n1.5\n<"), "{reals}");
     }
 
     #[test]
