@@ -122,7 +122,8 @@ pub enum Command {
         db: PathBuf,
         #[arg(long)]
         out: PathBuf,
-        /// Plot files: svg, or png (960x620 bitmaps, text in the bundled DejaVu Sans).
+        /// Plot files: svg with a PDF of each beside it (for a paper), or png (960x620
+        /// bitmaps, text in the bundled DejaVu Sans).
         #[arg(long, value_enum, default_value_t = edgebench::report::plots::Format::Svg)]
         format: edgebench::report::plots::Format,
         /// Also draw every host on shared plots (DIR/compare/).

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use common::fixtures::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
 use common::{arg, run_edgebench};
 use edgebench::report::export_csv;
+use edgebench::report::plots::PALETTE;
 use edgebench::store::{merge, MemoryColumns, Store};
-use plotters::style::{Color, Palette, Palette99};
 use rusqlite::Connection;
 
 /// A board with every kind of point: swap-spoiled, throttled, OOM, skipped, failed, and energy.
@@ -139,6 +139,13 @@ fn report_files_match_the_database() {
         for f in &files {
             let len = std::fs::metadata(d.join(f)).map(|m| m.len()).unwrap_or(0);
             assert!(len > 0, "{host}: {f} missing or empty");
+            if f.ends_with(".svg") {
+                let pdf = std::fs::read(d.join(f).with_extension("pdf")).unwrap_or_default();
+                assert!(
+                    pdf.starts_with(b"%PDF-"),
+                    "{host}: {f} has no PDF beside it"
+                );
+            }
         }
 
         // The Markdown table's numbers are the DB's.
@@ -201,7 +208,11 @@ fn report_files_match_the_database() {
 
         // The time plot: one line per net x device through its timed points.
         let svg = std::fs::read_to_string(d.join("time_per_image.svg")).unwrap();
-        let series = edgebench::report::build::batch_series(&picked, "", |r| r.time_per_image_s);
+        let host_rows: Vec<_> = rows.iter().filter(|r| r.host == host).cloned().collect();
+        let repetitions = edgebench::report::aggregate::Repetitions::of(&host_rows);
+        let series = edgebench::report::build::batch_series(&picked, &repetitions, "", |r| {
+            r.time_per_image_s
+        });
         let lines = polylines(&svg);
         for s in &series {
             let n = s.line().len();
@@ -329,8 +340,11 @@ fn report_draws_png_plots_with_text() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
 
-    // The same plots as the SVG report, each a .png instead of a .svg.
-    let svg_files = tree(&svg_out);
+    // The same plots as the SVG report, each a .png instead of a .svg (and its .pdf).
+    let svg_files: Vec<PathBuf> = tree(&svg_out)
+        .into_iter()
+        .filter(|p| p.extension().is_none_or(|e| e != "pdf"))
+        .collect();
     let png_files = tree(&png_out);
     let plots: Vec<&PathBuf> = svg_files
         .iter()
@@ -386,13 +400,12 @@ fn report_draws_png_plots_with_text() {
         // Every series colour of the SVG (lines and markers) is drawn in the PNG too.
         let svg_text = std::fs::read_to_string(svg_out.join(svg)).unwrap();
         let mut drawn = 0;
-        for i in 0..20 {
-            let c = Palette99::pick(i).to_rgba();
+        for c in PALETTE {
             if svg_text.contains(&format!("\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2)) {
                 drawn += 1;
                 assert!(
                     colours.contains(&[c.0, c.1, c.2]),
-                    "{path:?}: series {i}'s colour {c:?} not drawn"
+                    "{path:?}: series colour {c:?} not drawn"
                 );
             }
         }
@@ -494,4 +507,217 @@ fn csv_export_rejects_path_like_machine_name() {
     let s = Store::open(&dir.path().join("bench.db")).unwrap();
     assert!(export_csv(&s, dir.path(), "../evil").is_err());
     assert!(export_csv(&s, dir.path(), "").is_err());
+}
+
+/// A board with no CNN trial: an imported engine (one batch without a time, as an exec whose
+/// output gave none), its loss curves, and the MLP study on both devices; nvpmodel recorded.
+fn engines_board(path: &Path, host: &str) {
+    let mut s = Store::open(path).unwrap();
+    let run = s
+        .begin_run(&board_run(host, "2025-03-04T00:00:00Z"))
+        .unwrap();
+    let mut p = edgebench::provenance::Provenance::default();
+    p.0.insert("nvpmodel".into(), "MAXN (mode 0)".into());
+    p.0.insert("board".into(), "jetson-orin-nano".into());
+    s.record_provenance(run, &p).unwrap();
+    let exec = |net: &str, device: &str, batch: usize| edgebench::store::TrialKey {
+        workload: "exec".into(),
+        params: r#"{"command":[],"engine":"caffe"}"#.into(),
+        ..board_key(net, device, batch)
+    };
+    trial(&mut s, run, &exec("alexnet", "cpu", 4), 3, "ok", Some(0.02));
+    trial(&mut s, run, &exec("alexnet", "cpu", 8), 3, "ok", None);
+    trial(
+        &mut s,
+        run,
+        &exec("alexnet", "cuda", 4),
+        3,
+        "ok",
+        Some(0.005),
+    );
+    for (size, n) in [("large", 64), ("small", 8)] {
+        for device in ["cpu", "cuda"] {
+            let k = edgebench::store::TrialKey {
+                workload: "mlp".into(),
+                params: format!(
+                    r#"{{"d_in":30,"d_out":5,"h":4,"n":{n},"size":"{size}","style":"tensors"}}"#
+                ),
+                ..board_key("mlp", device, n)
+            };
+            trial(&mut s, run, &k, 3, "ok", Some(0.001 * n as f64));
+        }
+    }
+    s.finish_run(run, "2025-03-05T00:10:00Z", "finished")
+        .unwrap();
+}
+
+/// Every `href="..."` and `src="..."` of a page.
+fn links(html: &str, attr: &str) -> Vec<String> {
+    let key = format!("{attr}=\"");
+    html.split(key.as_str())
+        .skip(1)
+        .filter_map(|p| p.split('"').next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn report_figures_for_a_paper() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("results.db");
+    engines_board(&db, "orin");
+    let out = dir.path().join("report");
+    let o = run_edgebench(dir.path(), &["report", arg(&db), "--out", arg(&out)]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d = out.join("orin");
+    let files: Vec<String> = tree(&d)
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+
+    // No CNN trial: no CNN figure or CSV file, rather than an empty one.
+    for absent in [
+        "time_per_image.svg",
+        "speedup.svg",
+        "edp.svg",
+        "loss_orin_edgebench.csv",
+        "times_orin_edgebench.csv",
+    ] {
+        assert!(!files.iter().any(|f| f == absent), "{absent} in {files:?}");
+    }
+    // The engine's figures, its loss per (net, device) and the MLP study's, each with a PDF.
+    for want in [
+        "time_per_image_engines.svg",
+        "speedup_engines.svg",
+        "loss_caffe_alexnet_cpu.svg",
+        "loss_caffe_alexnet_cuda.svg",
+        "mlp_time.svg",
+    ] {
+        assert!(files.iter().any(|f| f == want), "{want} not in {files:?}");
+        let pdf = std::fs::read(d.join(want).with_extension("pdf")).unwrap();
+        assert!(pdf.starts_with(b"%PDF-"), "{want}: no PDF beside it");
+    }
+    let svgs = files.iter().filter(|f| f.ends_with(".svg")).count();
+    let pdfs = files.iter().filter(|f| f.ends_with(".pdf")).count();
+    assert_eq!(svgs, pdfs, "{files:?}");
+
+    // The batch without a time is in the no-value row, not drawn as the fastest point.
+    let time = std::fs::read_to_string(d.join("time_per_image_engines.svg")).unwrap();
+    assert!(
+        time.contains(">\nno value\n<"),
+        "no row for the missing value"
+    );
+    // Filled markers of the cpu line (the first colour): batch 4 and its legend key only.
+    let c = PALETTE[0];
+    let fill = format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2);
+    assert_eq!(time.matches(&fill).count(), 2, "{time}");
+    // Loss against iteration: one vertex per iteration.
+    let loss = std::fs::read_to_string(d.join("loss_caffe_alexnet_cpu.svg")).unwrap();
+    assert!(polylines(&loss).iter().filter(|n| **n == 3).count() >= 2);
+    // The MLP sizes in order of work, as named ticks.
+    let mlp = std::fs::read_to_string(d.join("mlp_time.svg")).unwrap();
+    let tick = |t: &str| mlp.find(&format!(">\n{t}\n<")).unwrap();
+    let (small, large) = (tick("small"), tick("large"));
+    assert!(small < large, "sizes out of order");
+    assert!(mlp.contains("tensors cpu") && mlp.contains("tensors cuda"));
+
+    // summary.html: every figure in a <figure> with its caption (what, where, when), every
+    // file of the report linked. The trials began on 2025-02-01 (`trial` in the fixtures).
+    let html = std::fs::read_to_string(d.join("summary.html")).unwrap();
+    let srcs = links(&html, "src");
+    assert_eq!(srcs.len(), svgs, "{srcs:?}");
+    assert_eq!(html.matches("<figcaption>").count(), svgs);
+    for caption in html.split("<figcaption>").skip(1) {
+        let caption = &caption[..caption.find("</figcaption>").unwrap()];
+        for part in [
+            "Host orin",
+            "jetson-orin-nano",
+            "MAXN (mode 0)",
+            "2025-02-01",
+        ] {
+            assert!(caption.contains(part), "caption lacks {part}: {caption}");
+        }
+    }
+    let hrefs = links(&html, "href");
+    for f in files.iter().filter(|f| *f != "summary.html") {
+        assert!(hrefs.contains(f), "{f} not linked from summary.html");
+    }
+
+    browser_check(&d.join("summary.html"), srcs.len());
+}
+
+/// Loads `page` in headless Chromium, 800 px wide (narrower than a figure), and asserts that
+/// every image loaded and nothing is wider than the window.
+fn browser_check(page: &Path, images: usize) {
+    let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(chromium) = chromium else {
+        common::skip_or_fail("no chromium to load summary.html (Debian: apt-get install chromium)");
+        return;
+    };
+    // The page as written, with a script that writes its verdict into the DOM after load.
+    let check = page.with_file_name("summary_check.html");
+    let script = "<script>window.addEventListener('load', () => {\
+        const imgs = [...document.images];\
+        const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0))\
+            .map(i => i.getAttribute('src'));\
+        const wide = [...document.querySelectorAll('body *')]\
+            .filter(e => !e.parentElement.closest('div.table'))\
+            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5)\
+            .map(e => e.tagName);\
+        const v = {images: imgs.length, broken, wide,\
+            scroll: document.documentElement.scrollWidth,\
+            client: document.documentElement.clientWidth};\
+        const pre = document.createElement('pre');\
+        pre.id = 'verdict';\
+        pre.textContent = 'VER' + 'DICT:' + JSON.stringify(v);\
+        document.body.appendChild(pre);});</script>";
+    let html = std::fs::read_to_string(page).unwrap();
+    std::fs::write(&check, html.replace("</body>", &format!("{script}</body>"))).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--window-size=800,900",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", check.display()))
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let verdict = dom
+        .split("VERDICT:")
+        .nth(1)
+        .and_then(|v| v.split("</pre>").next())
+        .unwrap_or_else(|| {
+            panic!(
+                "no verdict from chromium:\n{dom}\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+    let v: serde_json::Value = serde_json::from_str(verdict).unwrap();
+    assert_eq!(v["images"], images, "{v}");
+    assert_eq!(
+        v["broken"],
+        serde_json::json!([]),
+        "images that did not load: {v}"
+    );
+    assert_eq!(
+        v["wide"],
+        serde_json::json!([]),
+        "elements wider than the window: {v}"
+    );
+    let width = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert!(
+        width("scroll") <= width("client"),
+        "the page scrolls sideways: {v}"
+    );
 }

@@ -55,9 +55,9 @@ impl KeyAggregate {
     }
 }
 
-/// One aggregate per (host, key) of `rows` (oldest first), in the order the keys first appear.
-/// A repetition run more than once (`--force`) counts with its newest `ok` trial.
-pub(crate) fn aggregate(rows: &[ResultRow]) -> Vec<KeyAggregate> {
+/// The newest `ok` trial of each repetition of each (host, key) among `rows` (oldest first),
+/// and the groups in the order they first appear.
+fn ok_repetitions(rows: &[ResultRow]) -> (Vec<Group>, HashMap<Group, BTreeMap<usize, &ResultRow>>) {
     let mut order: Vec<Group> = Vec::new();
     let mut repetitions: HashMap<Group, BTreeMap<usize, &ResultRow>> = HashMap::new();
     for row in rows {
@@ -70,6 +70,78 @@ pub(crate) fn aggregate(rows: &[ResultRow]) -> Vec<KeyAggregate> {
             slot.insert(row.repetition, row);
         }
     }
+    (order, repetitions)
+}
+
+/// The repetitions of every key, for figures: a point stands for its key's mean with the 95 %
+/// confidence interval as its error bar.
+pub struct Repetitions<'a> {
+    by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>>,
+}
+
+impl<'a> Repetitions<'a> {
+    pub fn of(rows: &'a [ResultRow]) -> Repetitions<'a> {
+        Repetitions {
+            by_group: ok_repetitions(rows).1,
+        }
+    }
+
+    /// `value` of `row` as a figure draws it: with two or more `ok` repetitions of its key
+    /// measuring it, their mean and its 95 % confidence interval; else the row's own value.
+    pub fn point(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+    ) -> (Option<f64>, Option<(f64, f64)>) {
+        let values: Vec<f64> = self
+            .by_group
+            .get(&group_of(row))
+            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
+            .unwrap_or_default();
+        match stats::spread(&values) {
+            Some(s) if s.n >= 2 && row.status == TrialStatus::Ok => {
+                (Some(s.mean), s.ci95_low.zip(s.ci95_high))
+            }
+            _ => (value(row), None),
+        }
+    }
+}
+
+impl Repetitions<'_> {
+    /// Whether some key has two or more `ok` repetitions: tables add a mean ± CI column then.
+    pub(crate) fn any_repeated(&self) -> bool {
+        self.by_group.values().any(|reps| reps.len() >= 2)
+    }
+
+    /// "mean ± CI half-width (n)" of `value` over `row`'s key's `ok` repetitions, scaled, or
+    /// `-` with fewer than two.
+    pub(crate) fn mean_ci_cell(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+        scale: f64,
+        digits: usize,
+    ) -> String {
+        let values: Vec<f64> = self
+            .by_group
+            .get(&group_of(row))
+            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
+            .unwrap_or_default();
+        match stats::spread(&values).and_then(|s| Some((s.mean, s.ci95_half()?, s.n))) {
+            Some((mean, half, n)) => format!(
+                "{:.digits$} ± {:.digits$} ({n})",
+                mean * scale,
+                half * scale
+            ),
+            None => "-".into(),
+        }
+    }
+}
+
+/// One aggregate per (host, key) of `rows` (oldest first), in the order the keys first appear.
+/// A repetition run more than once (`--force`) counts with its newest `ok` trial.
+pub(crate) fn aggregate(rows: &[ResultRow]) -> Vec<KeyAggregate> {
+    let (order, repetitions) = ok_repetitions(rows);
     order
         .into_iter()
         .map(|group| {

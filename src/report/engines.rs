@@ -1,7 +1,7 @@
 //! Engines as a series: the frameworks measured with `edgebench exec` or imported from their
 //! logs beside edgebench's own trainer (the `cnn` workload, engine `edgebench`). Per engine:
-//! time per image against batch, GPU-over-CPU speedup per (net, batch), and energy and EDP
-//! where they were measured.
+//! time per image against batch, GPU-over-CPU speedup per (net, batch), loss against iteration
+//! per (net, device), and energy and EDP where they were measured.
 //!
 //! Each (engine, net, device, batch) is one point: the latest `ok` trial, else the latest (as
 //! the CNN tables choose).
@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::report::build::Table;
-use crate::report::plots::{Axis, Mark, Plot, Point, Series};
+use crate::report::aggregate::Repetitions;
+use crate::report::build::{sci, with_mean_column, Table};
+use crate::report::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::store::{ResultRow, TrialStatus};
 
 /// The engine of edgebench's own trainer.
@@ -113,6 +114,8 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     }
     let picked = pick(rows);
     let sp = speedups(&picked);
+    let repetitions = Repetitions::of(rows);
+    let repeated = repetitions.any_repeated();
     let mut by_engine: BTreeMap<&str, Vec<&ResultRow>> = BTreeMap::new();
     for ((engine, ..), r) in &picked {
         by_engine.entry(engine.as_str()).or_default().push(r);
@@ -121,22 +124,27 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     for (engine, rs) in by_engine.iter().filter(|(e, _)| **e != OWN) {
         out.push(Table {
             title: format!("Engine {engine} — {host}"),
-            header: vec![
-                "net",
-                "device",
-                "batch",
-                "status",
-                "ms/image",
-                "± IQR ms",
-                "images/s",
-                "GPU/CPU",
-                "J/image",
-                "EDP J·s",
-                "EDP/image J·s",
-                "iterations",
-                "source",
-                "flags",
-            ],
+            header: with_mean_column(
+                vec![
+                    "net",
+                    "device",
+                    "batch",
+                    "status",
+                    "ms/image",
+                    "± IQR ms",
+                    "images/s",
+                    "GPU/CPU",
+                    "J/image",
+                    "EDP J·s",
+                    "EDP/image J·s",
+                    "iterations",
+                    "source",
+                    "flags",
+                ],
+                repeated,
+                5,
+                || "mean ± CI95 ms",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
@@ -146,7 +154,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         .flatten()
                         .copied();
                     let flags = super::trial_flags(r);
-                    vec![
+                    let row = vec![
                         r.net.clone(),
                         r.device.clone(),
                         r.batch.to_string(),
@@ -158,7 +166,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         energy(r, r.energy_per_image_j, 4),
                         energy(r, r.edp_js, 4),
                         match r.edp_per_item_js {
-                            Some(v) => format!("{v:.3e}"),
+                            Some(_) => sci(r.edp_per_item_js),
                             None => energy(r, None, 0),
                         },
                         // A command's step count is not known ahead (planned 0).
@@ -171,7 +179,9 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                             false => "measured".to_string(),
                         },
                         flags.join("; "),
-                    ]
+                    ];
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_image_s, 1e3, 3);
+                    with_mean_column(row, repeated, 5, mean)
                 })
                 .collect(),
         });
@@ -210,14 +220,21 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     out
 }
 
-/// One series per (engine, net, device) of `value` against batch.
-fn batch_series(picked: &Picked, value: impl Fn(&ResultRow) -> Option<f64>) -> Vec<Series> {
+/// One series per (engine, net, device) of `value` against batch: a repeated key's mean with
+/// its confidence interval.
+fn batch_series(
+    picked: &Picked,
+    repetitions: &Repetitions,
+    value: impl Fn(&ResultRow) -> Option<f64>,
+) -> Vec<Series> {
     let mut by: BTreeMap<(&str, &str, &str), Vec<Point>> = BTreeMap::new();
     for ((engine, net, device, batch), r) in picked {
+        let (y, err) = repetitions.point(r, &value);
         by.entry((engine, net, device)).or_default().push(Point {
             x: *batch as f64,
-            y: (r.status == TrialStatus::Ok).then(|| value(r)).flatten(),
+            y: (r.status == TrialStatus::Ok).then_some(y).flatten(),
             mark: Mark::of(r),
+            err,
         });
     }
     by.into_iter()
@@ -229,16 +246,23 @@ fn batch_series(picked: &Picked, value: impl Fn(&ResultRow) -> Option<f64>) -> V
         .collect()
 }
 
-fn batch_plot(title: String, y_desc: &str, y_axis: Axis, series: Vec<Series>) -> Plot {
+fn batch_plot(
+    title: String,
+    (y_desc, y_unit): (&str, Unit),
+    y_axis: Axis,
+    series: Vec<Series>,
+    caption: &str,
+) -> Plot {
     Plot {
         title,
         x_desc: "batch size".into(),
         y_desc: y_desc.into(),
+        y_unit,
         x_axis: Axis::Log(2.0),
         y_axis,
         series,
-        highlights: Vec::new(),
-        vlines: Vec::new(),
+        caption: caption.into(),
+        ..Default::default()
     }
 }
 
@@ -250,13 +274,16 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
         return Vec::new();
     }
     let picked = pick(rows);
+    let repetitions = Repetitions::of(rows);
     let mut out = vec![(
         "time_per_image_engines".to_string(),
         batch_plot(
             format!("Time per image vs batch per engine — {host}"),
-            "time per image (s, log)",
+            ("time per image", Unit::Seconds),
             Axis::Log(10.0),
-            batch_series(&picked, |r| r.time_per_image_s),
+            batch_series(&picked, &repetitions, |r| r.time_per_image_s),
+            "Time per image against batch size, one line per engine, net and device; an engine \
+             whose output gave no time is in the no-value row.",
         ),
     )];
     let sp = speedups(&picked);
@@ -267,6 +294,7 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                 x: *batch as f64,
                 y: Some(*s),
                 mark: Mark::Ok,
+                err: None,
             });
         }
         let series = by
@@ -281,9 +309,11 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
             "speedup_engines".to_string(),
             batch_plot(
                 format!("GPU-over-CPU speedup vs batch per engine — {host}"),
-                "GPU-over-CPU speedup (x)",
+                ("GPU-over-CPU speedup (x)", Unit::None),
                 Axis::Linear,
                 series,
+                "CPU time per image over GPU time per image of the same engine, net, batch and \
+                 work.",
             ),
         ));
     }
@@ -298,26 +328,88 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
             .filter(|((engine, ..), _)| measured.contains(engine.as_str()))
             .map(|(k, r)| (k.clone(), r.clone()))
             .collect();
+        // Numbered: energies resting on fewer than 10 sensor readings.
+        let few_readings: Vec<(f64, f64, String)> = with_energy
+            .iter()
+            .filter_map(|((engine, net, device, batch), r)| {
+                let n = r.power_low_samples?;
+                let (y, _) = repetitions.point(r, |r| r.energy_per_image_j);
+                Some((
+                    *batch as f64,
+                    y?,
+                    format!("{engine} {net} {device}: {n} sensor readings"),
+                ))
+            })
+            .collect();
         out.push((
             "energy_per_image_engines".to_string(),
-            batch_plot(
-                format!("Energy per image vs batch per engine — {host}"),
-                "energy per image (J)",
-                Axis::Linear,
-                batch_series(&with_energy, |r| r.energy_per_image_j),
-            ),
+            Plot {
+                highlights: few_readings,
+                ..batch_plot(
+                    format!("Energy per image vs batch per engine — {host}"),
+                    ("energy per image", Unit::Joules),
+                    Axis::Linear,
+                    batch_series(&with_energy, &repetitions, |r| r.energy_per_image_j),
+                    "Energy per image against batch size, one line per engine, net and device; \
+                     numbered: energies from few sensor readings.",
+                )
+            },
         ));
         out.push((
             "edp_engines".to_string(),
             batch_plot(
-                format!("Energy-delay product vs batch per engine — {host}"),
-                "EDP (J·s, log)",
+                format!("Energy-delay product per image vs batch per engine — {host}"),
+                ("EDP per image", Unit::JouleSeconds),
                 Axis::Log(10.0),
-                batch_series(&with_energy, |r| r.edp_js),
+                batch_series(&with_energy, &repetitions, |r| r.edp_per_item_js),
+                "Energy per image times time per image (J/img x s/img), comparable across \
+                 engines and batches whatever the length of each run, one line per engine, net \
+                 and device.",
             ),
         ));
     }
     out
+}
+
+/// The thesis' loss figures (its Graphs 5.1-5.5) for every engine other than edgebench's
+/// (whose own are `loss_<net>_<device>`): loss against iteration per batch, one figure per
+/// (engine, net, device), stem `loss_<engine>_<net>_<device>`.
+pub fn loss_plots(
+    store: &crate::store::Store,
+    host: &str,
+    rows: &[ResultRow],
+) -> anyhow::Result<Vec<(String, Plot)>> {
+    let picked = pick(rows);
+    let groups: BTreeSet<(&str, &str, &str)> = picked
+        .keys()
+        .filter(|(engine, ..)| engine != OWN)
+        .map(|(e, n, d, _)| (e.as_str(), n.as_str(), d.as_str()))
+        .collect();
+    let mut out = Vec::new();
+    for (engine, net, device) in groups {
+        let trials = picked
+            .iter()
+            .filter(|((e, n, d, _), _)| e == engine && n == net && d == device)
+            .map(|((.., batch), r)| (*batch, r));
+        let series = crate::report::build::loss_by_batch(store, trials)?;
+        if series.is_empty() {
+            continue;
+        }
+        let safe = crate::report::build::safe_name;
+        out.push((
+            format!(
+                "loss_{}_{}_{}",
+                file_name_part(engine),
+                safe(net),
+                safe(device)
+            ),
+            crate::report::build::loss_plot(
+                format!("Loss vs iteration — {engine}, {net} on {device}, {host}"),
+                series,
+            ),
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

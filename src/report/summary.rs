@@ -1,7 +1,7 @@
 //! The text summary table printed after a sweep and by `edgebench results`.
 
-use crate::record::WorkItem;
 use super::aggregate;
+use crate::record::WorkItem;
 use crate::stats::Spread;
 use crate::store::ResultRow;
 use crate::store::TrialStatus;

@@ -5,10 +5,11 @@
 //! also `net` and `batch`, which tell its trials apart) and then the workload's own parameters
 //! and metrics as columns, in the names `results --json` uses.
 
-use crate::report::build::Table;
+use crate::report::aggregate::Repetitions;
+use crate::report::build::{with_mean_column, Table};
 use crate::report::csv::write_atomic;
 use crate::report::engines::{engine_of, file_name_part, OWN};
-use crate::report::plots::{Axis, Mark, Plot, Point, Series};
+use crate::report::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::store::{ResultRow, TrialStatus};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -154,6 +155,8 @@ fn flags(r: &ResultRow) -> String {
 pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
+    let repetitions = Repetitions::of(rows);
+    let repeated = repetitions.any_repeated();
     let mlp = latest(&of("mlp"));
     // The same trial on the CPU, for the GPU rows' ratios.
     let on_cpu = |r: &ResultRow| {
@@ -171,22 +174,27 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         }
         out.push(Table {
             title: format!("MLP study on {device} — {host}"),
-            header: vec![
-                "size",
-                "style",
-                "status",
-                "ms/iteration",
-                "± IQR ms",
-                "total s",
-                "GFLOP/s",
-                "J",
-                "W",
-                "mJ/sample",
-                "EDP J·s",
-                "GPU/CPU",
-                "EDP CPU/GPU",
-                "flags",
-            ],
+            header: with_mean_column(
+                vec![
+                    "size",
+                    "style",
+                    "status",
+                    "ms/iteration",
+                    "± IQR ms",
+                    "total s",
+                    "GFLOP/s",
+                    "J",
+                    "W",
+                    "mJ/sample",
+                    "EDP J·s",
+                    "GPU/CPU",
+                    "EDP CPU/GPU",
+                    "flags",
+                ],
+                repeated,
+                4,
+                || "mean ± CI95 ms",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
@@ -195,7 +203,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         .flatten();
                     let ratio =
                         |f: fn(&ResultRow) -> Option<f64>| cpu.and_then(|c| Some(f(c)? / f(r)?));
-                    vec![
+                    let row = vec![
                         text(r, "size"),
                         text(r, "style"),
                         r.status.to_string(),
@@ -210,7 +218,9 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(ratio(|x| x.time_per_iteration_s), 1.0, 2),
                         fmt(ratio(|x| x.edp_js), 1.0, 2),
                         flags(r),
-                    ]
+                    ];
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 2);
+                    with_mean_column(row, repeated, 4, mean)
                 })
                 .collect(),
         });
@@ -223,28 +233,33 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         }
         out.push(Table {
             title: format!("Operators on {device} — {host}"),
-            header: vec![
-                "op",
-                "status",
-                "dtype",
-                "MiB",
-                "ms/execution",
-                "GFLOP/s",
-                "GB/s",
-                "FLOP/byte",
-                "% peak FLOP/s",
-                "% peak GB/s",
-                "% measured FLOP/s",
-                "% measured GB/s",
-                "mJ/execution",
-                "J/GFLOP",
-                "J/GB",
-                "flags",
-            ],
+            header: with_mean_column(
+                vec![
+                    "op",
+                    "status",
+                    "dtype",
+                    "MiB",
+                    "ms/execution",
+                    "GFLOP/s",
+                    "GB/s",
+                    "FLOP/byte",
+                    "% peak FLOP/s",
+                    "% peak GB/s",
+                    "% measured FLOP/s",
+                    "% measured GB/s",
+                    "mJ/execution",
+                    "J/GFLOP",
+                    "J/GB",
+                    "flags",
+                ],
+                repeated,
+                5,
+                || "mean ± CI95 ms",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
-                    vec![
+                    let row = vec![
                         text(r, "op"),
                         r.status.to_string(),
                         text(r, "dtype"),
@@ -267,10 +282,162 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                             }
                             f.join("; ")
                         },
-                    ]
+                    ];
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 3);
+                    with_mean_column(row, repeated, 5, mean)
                 })
                 .collect(),
         });
+    }
+    out
+}
+
+/// The MLP study's figures (stems `mlp_time`, `mlp_energy`, `mlp_edp`): time per iteration,
+/// energy and EDP per size (in order of work), one line per style and device, so CPU and GPU
+/// sit side by side; energy and EDP only where measured.
+pub fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+    let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "mlp").collect();
+    let mlp = latest(&mlp);
+    let repetitions = Repetitions::of(rows);
+    // Sizes by multiply-adds per iteration, named sizes (small < medium < large) agreeing.
+    let work = |r: &ResultRow| {
+        let n = |k| num(r, k).unwrap_or(0.0);
+        n("n") * (n("d_in") * n("h") + n("h") * n("d_out"))
+    };
+    let mut sizes: Vec<(f64, String)> = mlp.iter().map(|r| (work(r), text(r, "size"))).collect();
+    sizes.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+    let mut names: Vec<String> = sizes.into_iter().map(|(_, n)| n).collect();
+    let mut seen = BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    let figure = |stem: &str, what: &str, unit: Unit, value: fn(&ResultRow) -> Option<f64>| {
+        let mut by: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
+        for r in &mlp {
+            let Some(x) = names.iter().position(|n| *n == text(r, "size")) else {
+                continue;
+            };
+            let (y, err) = repetitions.point(r, value);
+            by.entry((text(r, "style"), r.device.clone()))
+                .or_default()
+                .push(Point {
+                    x: x as f64,
+                    y: (r.status == TrialStatus::Ok).then_some(y).flatten(),
+                    mark: Mark::of(r),
+                    err,
+                });
+        }
+        let series = by
+            .into_iter()
+            .map(|((style, device), points)| Series {
+                label: format!("{style} {device}"),
+                points,
+                markers: true,
+            })
+            .collect();
+        (
+            stem.to_string(),
+            Plot {
+                title: format!("MLP study: {what} per size, CPU and GPU — {host}"),
+                x_desc: "network size".into(),
+                y_desc: what.into(),
+                y_unit: unit,
+                x_axis: Axis::Linear,
+                y_axis: Axis::Log(10.0),
+                x_categories: names.clone(),
+                series,
+                caption: format!(
+                    "MLP study: {what} of each style on each device, per network size."
+                ),
+                ..Default::default()
+            },
+        )
+    };
+    let mut out = vec![figure(
+        "mlp_time",
+        "time per iteration",
+        Unit::Seconds,
+        |r| r.time_per_iteration_s,
+    )];
+    if mlp.iter().any(|r| r.energy_j.is_some()) {
+        out.push(figure("mlp_energy", "energy", Unit::Joules, |r| r.energy_j));
+        out.push(figure("mlp_edp", "EDP", Unit::JouleSeconds, |r| r.edp_js));
+    }
+    out
+}
+
+/// The operator study's figures per device (stems `ops_mflops_<device>`, `ops_peak_<device>`):
+/// MFLOP/s and % of the peak FLOP/s of each op (one line per op and dtype) against its size in
+/// MB, both logarithmic; a trial that did not finish is in the no-value row.
+pub fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+    let ops: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "ops").collect();
+    let ops = latest(&ops);
+    let repetitions = Repetitions::of(rows);
+    // A GEMM's size is its three f32 matrices; the other ops name theirs.
+    let size_mb = |r: &ResultRow| {
+        num(r, "mb").or_else(|| {
+            let (m, n, k) = (num(r, "m")?, num(r, "n")?, num(r, "k")?);
+            Some((m * k + k * n + m * n) * 4.0 / 1e6)
+        })
+    };
+    let pct =
+        |r: &ResultRow| num(r, "pct_peak_flops").or_else(|| num(r, "pct_measured_peak_flops"));
+    let mut out = Vec::new();
+    for device in ["cpu", "cuda"] {
+        let rs: Vec<&ResultRow> = ops.iter().copied().filter(|r| r.device == device).collect();
+        let series = |value: &dyn Fn(&ResultRow) -> Option<f64>| -> Vec<Series> {
+            let mut by: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
+            for r in &rs {
+                let Some(x) = size_mb(r) else { continue };
+                let (y, err) = repetitions.point(r, value);
+                by.entry((text(r, "op"), text(r, "dtype")))
+                    .or_default()
+                    .push(Point {
+                        x,
+                        y: (r.status == TrialStatus::Ok).then_some(y).flatten(),
+                        mark: Mark::of(r),
+                        err,
+                    });
+            }
+            by.into_iter()
+                .map(|((op, dtype), points)| Series {
+                    label: format!("{op} {dtype}"),
+                    points,
+                    markers: true,
+                })
+                .collect()
+        };
+        let plot = |title: String, y_desc: &str, series: Vec<Series>, caption: &str| Plot {
+            title,
+            x_desc: "size (MB, log)".into(),
+            y_desc: y_desc.into(),
+            x_axis: Axis::Log(10.0),
+            y_axis: Axis::Log(10.0),
+            series,
+            caption: caption.into(),
+            ..Default::default()
+        };
+        out.push((
+            format!("ops_mflops_{device}"),
+            plot(
+                format!("Operators on {device}: MFLOP/s per op and size — {host}"),
+                "MFLOP/s",
+                series(&|r| r.gflop_per_s.map(|g| g * 1e3)),
+                "Operator study: the rate of each op and data type against its size.",
+            ),
+        ));
+        let shares = series(&pct);
+        // Without any share (no peak known) the figure would be a row of missing values.
+        if shares.iter().any(|s| !s.line().is_empty()) {
+            out.push((
+                format!("ops_peak_{device}"),
+                plot(
+                    format!("Operators on {device}: % of peak FLOP/s per op and size — {host}"),
+                    "% of peak FLOP/s",
+                    shares,
+                    "Operator study: each op's rate as a share of the device's peak FLOP/s \
+                     (the data sheet's, else the measured SGEMM rate), against its size.",
+                ),
+            ));
+        }
     }
     out
 }
@@ -361,6 +528,7 @@ pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                         x,
                         y: Some(y),
                         mark: Mark::Ok,
+                        err: None,
                     })
                     .collect(),
                 markers: true,
@@ -397,7 +565,12 @@ pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                 y_axis: Axis::Log(10.0),
                 series,
                 highlights,
-                vlines: Vec::new(),
+                caption: format!(
+                    "Each {dtype} operator's rate against its arithmetic intensity, one line over \
+                     its sizes, under the measured roofs ({gemm}, STREAM) and the theoretical \
+                     ones; ringed: above the memory roof (the working set fits in a cache)."
+                ),
+                ..Default::default()
             },
         ));
     }
@@ -422,6 +595,7 @@ fn roof_lines(
                 x,
                 y: Some(y),
                 mark: Mark::Ok,
+                err: None,
             })
             .collect(),
         markers: false,
@@ -667,5 +841,49 @@ mod tests {
             "\"say \"\"x\"\"\""
         );
         assert_eq!(cell(Some(&Value::Null)), "");
+    }
+
+    fn op_row(op: &str, mb: u32, status: TrialStatus, gflops: Option<f64>) -> ResultRow {
+        let params: serde_json::Map<String, Value> =
+            serde_json::from_str(&format!(r#"{{"op":"{op}","dtype":"f32","mb":{mb}}}"#)).unwrap();
+        let metrics: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"pct_peak_flops":12.5}"#).unwrap();
+        ResultRow {
+            workload: "ops".into(),
+            net: "ops".into(),
+            device: "cpu".into(),
+            status,
+            host: "tx2".into(),
+            gflop_per_s: gflops,
+            params_text: serde_json::to_string(&params).unwrap(),
+            params,
+            metrics,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn operator_figures_per_op_and_size_in_mflops() {
+        let rows = [
+            op_row("add", 8, TrialStatus::Ok, Some(0.5)),
+            op_row("add", 32, TrialStatus::Ok, Some(0.75)),
+            op_row("add", 128, TrialStatus::Oom, None),
+        ];
+        let plots = ops_plots("tx2", &rows);
+        let stems: Vec<&str> = plots.iter().map(|(s, _)| s.as_str()).collect();
+        assert!(stems.contains(&"ops_mflops_cpu") && stems.contains(&"ops_peak_cpu"));
+        // No cuda trial: its figures have nothing to draw (the report leaves them out).
+        for (stem, p) in &plots {
+            if stem.ends_with("cuda") {
+                assert!(!crate::report::plots::has_points(p), "{stem}");
+            }
+        }
+        let (_, rate) = &plots[0];
+        assert_eq!(rate.series.len(), 1);
+        let s = &rate.series[0];
+        assert_eq!(s.label, "add f32");
+        assert_eq!(s.line(), [(8.0, 500.0), (32.0, 750.0)]);
+        // The OOM trial is a point without a value, not left out.
+        assert!(s.points.iter().any(|p| p.x == 128.0 && p.y.is_none()));
     }
 }
