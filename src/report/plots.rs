@@ -859,7 +859,10 @@ where
             .map(|(n, (.., t))| (Key::Number(n + 1), t.clone())),
     );
     if all().any(|p| p.err.is_some()) {
-        keys.push((Key::Text, "whiskers: lowest to highest repetition".into()));
+        keys.push((
+            Key::Text,
+            "whiskers: 95 % confidence interval of the mean over repetitions".into(),
+        ));
     }
     draw_legend(&legend_area, &keys)?;
     root.present()?;

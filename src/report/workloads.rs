@@ -559,8 +559,8 @@ pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
             stem,
             Plot {
                 title: format!("Roofline — {dtype} operators on {device}, {host}"),
-                x_desc: "arithmetic intensity, FLOP/byte (log)".into(),
-                y_desc: "GFLOP/s (log)".into(),
+                x_desc: "arithmetic intensity, FLOP/byte".into(),
+                y_desc: "GFLOP/s".into(),
                 x_axis: Axis::Log(10.0),
                 y_axis: Axis::Log(10.0),
                 series,
