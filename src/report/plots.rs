@@ -252,6 +252,9 @@ pub struct Plot {
     pub highlights: Vec<(f64, f64, String)>,
     /// x positions of thin vertical rules (a power trace's iteration boundaries).
     pub vlines: Vec<f64>,
+    /// Short texts beside points (an operator's size on a roofline); a label that would
+    /// overlap one already drawn tries the point's other sides, else is left out.
+    pub point_labels: Vec<(f64, f64, String)>,
     /// What, where and when: written under the figure and beside it in the HTML summary.
     pub caption: String,
 }
@@ -825,14 +828,42 @@ where
             }
         }
     }
+    let mut placed: Vec<(i32, i32, i32, i32)> = Vec::new();
     for (n, (x, y, _)) in plot.highlights.iter().enumerate() {
         if xa.usable(*x) && ya.usable(*y) {
             let at = (xa.fwd(*x), fy_val(*y));
+            let (px, py) = chart.backend_coord(&at);
+            // The ring and its number, for the point labels to keep clear of.
+            placed.push((px - 12, py - 30, px + 24, py + 12));
             chart.plotting_area().draw(
                 &(EmptyElement::at(at)
                     + Circle::new((0, 0), 11, BLACK.stroke_width(2))
                     + Text::new((n + 1).to_string(), (10, -22), style(13))),
             )?;
+        }
+    }
+    for (x, y, text) in &plot.point_labels {
+        if !(xa.usable(*x) && ya.usable(*y)) {
+            continue;
+        }
+        let at = (xa.fwd(*x), fy_val(*y));
+        let (px, py) = chart.backend_coord(&at);
+        // The embedded font's advance is about 0.6 em.
+        let (w, h) = ((text.chars().count() as f64 * 6.6).ceil() as i32, 12);
+        let free = |r: &(i32, i32, i32, i32)| {
+            placed
+                .iter()
+                .all(|q| r.2 <= q.0 || q.2 <= r.0 || r.3 <= q.1 || q.3 <= r.1)
+        };
+        let spot = [(8, -h - 2), (8, 4), (-w - 8, -h - 2), (-w - 8, 4)]
+            .into_iter()
+            .map(|(dx, dy)| (dx, dy, (px + dx, py + dy, px + dx + w, py + dy + h)))
+            .find(|(_, _, r)| free(r));
+        if let Some((dx, dy, r)) = spot {
+            placed.push(r);
+            chart
+                .plotting_area()
+                .draw(&(EmptyElement::at(at) + Text::new(text.clone(), (dx, dy), style(11))))?;
         }
     }
 
@@ -1078,6 +1109,30 @@ mod tests {
         assert_eq!(b.matches(blue).count(), a.matches(blue).count() + 3);
         assert!(b.contains(">\n30\n<") && !a.contains(">\n30\n<"), "{b}");
         assert!(b.contains("whiskers"));
+    }
+
+    #[test]
+    fn point_labels_never_overlap() {
+        let plot = |labels: usize| Plot {
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![pt(1.0, Some(5.0), Mark::Ok), pt(4.0, Some(10.0), Mark::Ok)],
+                markers: true,
+            }],
+            // Every label on the same point: four sides to place them on.
+            point_labels: (0..labels)
+                .map(|i| (4.0, 10.0, format!("size{i}")))
+                .collect(),
+            ..Default::default()
+        };
+        let drawn = |labels: usize| {
+            let svg = String::from_utf8(render(&plot(labels), Format::Svg).unwrap()).unwrap();
+            (0..labels)
+                .filter(|i| svg.contains(&format!(">\nsize{i}\n<")))
+                .count()
+        };
+        assert_eq!(drawn(2), 2);
+        assert_eq!(drawn(6), 4);
     }
 
     #[test]

@@ -551,6 +551,16 @@ pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                 ))
             })
             .collect();
+        // A ringed point's size is in its legend note already.
+        let point_labels = rs
+            .iter()
+            .filter(|r| !above_memory_roof(r))
+            .filter_map(|r| {
+                let (x, y) = point(r)?;
+                let mb = text(r, "mb");
+                (mb != "-").then(|| (x, y, format!("{mb} MB")))
+            })
+            .collect();
         let stem = match dtype.as_str() {
             "f32" => format!("roofline_{device}"),
             _ => format!("roofline_{device}_{dtype}"),
@@ -565,6 +575,7 @@ pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
                 y_axis: Axis::Log(10.0),
                 series,
                 highlights,
+                point_labels,
                 caption: format!(
                     "Each {dtype} operator's rate against its arithmetic intensity, one line over \
                      its sizes, under the measured roofs ({gemm}, STREAM) and the theoretical \
