@@ -152,12 +152,23 @@ fn report_files_match_the_database() {
         let md = std::fs::read_to_string(d.join("summary.md")).unwrap();
         let (mut table_rows, mut gpu_cells) = (0, 0);
         let mut section = String::new();
+        let mut header: Vec<String> = Vec::new();
         for line in md.lines() {
             if let Some(t) = line.strip_prefix("## ") {
                 section = t.to_string();
                 continue;
             }
             let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            if cells[0] == "batch" {
+                header = cells.iter().map(|c| c.to_string()).collect();
+                continue;
+            }
+            let col = |name: &str| {
+                header
+                    .iter()
+                    .position(|h| h == name)
+                    .unwrap_or_else(|| panic!("no {name} column in {header:?}"))
+            };
             let Ok(batch) = cells[0].parse::<usize>() else {
                 continue;
             };
@@ -169,24 +180,28 @@ fn report_files_match_the_database() {
                 .rev()
                 .find(|r| r.host == host && r.net == net && r.device == device && r.batch == batch)
                 .unwrap();
-            assert_eq!(cells[1], r.status.as_str(), "{line}");
+            assert_eq!(cells[col("status")], r.status.as_str(), "{line}");
             match r.time_per_image_s.filter(|_| r.status == "ok") {
                 Some(t) => {
-                    let ms: f64 = cells[2].parse().unwrap();
+                    let ms: f64 = cells[col("ms/image")].parse().unwrap();
                     assert!((ms - t * 1e3).abs() < 6e-4, "{line}: {t}");
                 }
-                None => assert_eq!(cells[2], "-", "{line}"),
+                None => assert_eq!(cells[col("ms/image")], "-", "{line}"),
             }
             let gpu_mib = r.peak_gpu_bytes.map(|b| (b >> 20).to_string());
-            assert_eq!(cells[10], gpu_mib.as_deref().unwrap_or("-"), "{line}");
+            assert_eq!(
+                cells[col("peak GPU MiB")],
+                gpu_mib.as_deref().unwrap_or("-"),
+                "{line}"
+            );
             gpu_cells += usize::from(gpu_mib.is_some());
             assert_eq!(
-                cells[11].contains("SWAP"),
+                cells[col("flags")].contains("SWAP"),
                 r.swap_pressure == Some(true),
                 "{line}"
             );
             assert_eq!(
-                cells[11].contains("THROTTLED"),
+                cells[col("flags")].contains("THROTTLED"),
                 r.throttled == Some(true),
                 "{line}"
             );
