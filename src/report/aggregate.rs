@@ -93,12 +93,7 @@ impl<'a> Repetitions<'a> {
         row: &ResultRow,
         value: impl Fn(&ResultRow) -> Option<f64>,
     ) -> (Option<f64>, Option<(f64, f64)>) {
-        let values: Vec<f64> = self
-            .by_group
-            .get(&group_of(row))
-            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
-            .unwrap_or_default();
-        match stats::spread(&values) {
+        match self.spread(row, &value) {
             Some(s) if s.n >= 2 && row.status == TrialStatus::Ok => {
                 (Some(s.mean), s.ci95_low.zip(s.ci95_high))
             }
@@ -108,6 +103,16 @@ impl<'a> Repetitions<'a> {
 }
 
 impl Repetitions<'_> {
+    /// `value` over the `ok` repetitions of `row`'s key that measured it.
+    fn spread(&self, row: &ResultRow, value: impl Fn(&ResultRow) -> Option<f64>) -> Option<Spread> {
+        let values: Vec<f64> = self
+            .by_group
+            .get(&group_of(row))
+            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
+            .unwrap_or_default();
+        stats::spread(&values)
+    }
+
     /// Whether some key has two or more `ok` repetitions: tables add a mean ± CI column then.
     pub(crate) fn any_repeated(&self) -> bool {
         self.by_group.values().any(|reps| reps.len() >= 2)
@@ -122,12 +127,10 @@ impl Repetitions<'_> {
         scale: f64,
         digits: usize,
     ) -> String {
-        let values: Vec<f64> = self
-            .by_group
-            .get(&group_of(row))
-            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
-            .unwrap_or_default();
-        match stats::spread(&values).and_then(|s| Some((s.mean, s.ci95_half()?, s.n))) {
+        match self
+            .spread(row, value)
+            .and_then(|s| Some((s.mean, s.ci95_half()?, s.n)))
+        {
             Some((mean, half, n)) => format!(
                 "{:.digits$} ± {:.digits$} ({n})",
                 mean * scale,
