@@ -2,6 +2,54 @@
 //! workload emits these; the runner, the power accounting and the store read them.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// Which workload a trial ran, by the name the database and JSON store ("cnn", "mlp", ...).
+/// Each workload names itself with a constant and the registry in `workloads` knows them all,
+/// so a new workload needs no edit here.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WorkloadKind(Cow<'static, str>);
+
+impl WorkloadKind {
+    pub const fn named(name: &'static str) -> WorkloadKind {
+        WorkloadKind(Cow::Borrowed(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for WorkloadKind {
+    fn from(name: String) -> WorkloadKind {
+        WorkloadKind(Cow::Owned(name))
+    }
+}
+
+impl From<&str> for WorkloadKind {
+    fn from(name: &str) -> WorkloadKind {
+        WorkloadKind(Cow::Owned(name.to_string()))
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for WorkloadKind {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for WorkloadKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
 
 /// One training step. A NaN `loss` or `lr` (a log that gives none) is stored as NULL (SQLite has
 /// no NaN) and reads back as NaN.
