@@ -225,9 +225,9 @@ pub enum ImportCommand {
 
 #[derive(Debug, Args, Default)]
 pub struct RunArgs {
-    /// What the trials run: cnn (train AlexNet/GoogLeNet), mlp (the MLP study), ops
-    /// (operator micro-benchmarks) or exec (the config's [[exec]] commands).
-    #[arg(long, value_parser = edgebench::config::WorkloadKind::parse)]
+    /// What the trials run: a workload's name (cnn trains AlexNet/GoogLeNet; the README lists
+    /// every workload); an unknown name is refused with the list of known ones.
+    #[arg(long, value_parser = edgebench::workloads::parse_kind)]
     pub workload: Option<edgebench::config::WorkloadKind>,
     /// mlp: programming styles, comma separated: tensors,autograd,function.
     #[arg(long, value_delimiter = ',')]
@@ -352,7 +352,7 @@ impl ExecArgs {
                 .map_or(program.to_string(), |n| n.to_string_lossy().into_owned())
         });
         let mut o = self.sweep.overrides();
-        o.workload = Some(edgebench::config::WorkloadKind::Exec);
+        o.workload = Some(edgebench::workloads::exec::KIND);
         o.exec = Some(edgebench::config::ExecEntry {
             name,
             command: self.command.clone(),
@@ -373,7 +373,7 @@ impl ExecArgs {
 impl RunArgs {
     pub fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
-            workload: self.workload,
+            workload: self.workload.clone(),
             ops: self.op.clone(),
             mb: self.mb.clone(),
             styles: self.style.clone(),

@@ -54,8 +54,10 @@ impl DeviceKind {
     }
 }
 
+/// Unknown keys are refused in every section; a section no field names is a workload's own
+/// (`[idle]`), checked by that workload (serde cannot deny unknown fields beside `flatten`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Config {
     pub sweep: Sweep,
     pub data: Data,
@@ -68,6 +70,9 @@ pub struct Config {
     pub ops: OpsConfig,
     /// `[[exec]]`: the commands of the external-command workload (`--workload exec`).
     pub exec: Vec<ExecEntry>,
+    /// The sections of workloads that bring their own (`[idle] duration = "60s"`).
+    #[serde(flatten)]
+    pub sections: std::collections::BTreeMap<String, toml::Value>,
 }
 
 /// One `[[exec]]` table of the config: a command to run for every point of the sweep, e.g.
@@ -201,50 +206,7 @@ impl Default for OpsConfig {
     }
 }
 
-/// What a sweep's trials run (see `src/workloads`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkloadKind {
-    /// Train AlexNet/GoogLeNet over (net, device, batch).
-    #[default]
-    Cnn,
-    /// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
-    Mlp,
-    /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
-    Ops,
-    /// Any framework's training command over (net, device, batch) (`[[exec]]`).
-    Exec,
-}
-
-impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 4] = [
-        WorkloadKind::Cnn,
-        WorkloadKind::Mlp,
-        WorkloadKind::Ops,
-        WorkloadKind::Exec,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadKind::Cnn => "cnn",
-            WorkloadKind::Mlp => "mlp",
-            WorkloadKind::Ops => "ops",
-            WorkloadKind::Exec => "exec",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<WorkloadKind, String> {
-        WorkloadKind::ALL
-            .into_iter()
-            .find(|w| w.as_str() == s.trim())
-            .ok_or_else(|| {
-                format!(
-                    "unknown workload '{s}' (known: {})",
-                    WorkloadKind::ALL.map(WorkloadKind::as_str).join(", ")
-                )
-            })
-    }
-}
+pub use crate::record::WorkloadKind;
 
 /// What to run: the workload, and for `cnn` every (net, device, batch) combination, in that
 /// nesting order.
@@ -579,7 +541,7 @@ impl Default for Ina226Config {
 impl Default for Sweep {
     fn default() -> Self {
         Sweep {
-            workload: WorkloadKind::Cnn,
+            workload: WorkloadKind::named("cnn"),
             nets: vec!["alexnet".into(), "googlenet".into()],
             devices: vec![DeviceKind::Cpu],
             batches: vec![1, 2, 4, 8],
@@ -655,6 +617,8 @@ pub struct Overrides {
     pub power: Option<bool>,
     pub board: Option<String>,
     pub power_scope: Option<PowerScope>,
+    /// Values of workloads' own options, as (section, key, value).
+    pub sections: Vec<(String, String, String)>,
 }
 
 impl Config {
@@ -744,11 +708,35 @@ impl Config {
         if o.db.is_some() {
             self.store.db = o.db.clone();
         }
+        for (section, key, value) in &o.sections {
+            let table = self
+                .sections
+                .entry(section.clone())
+                .or_insert_with(|| toml::Value::Table(Default::default()));
+            if let toml::Value::Table(table) = table {
+                table.insert(key.clone(), toml::Value::String(value.clone()));
+            }
+        }
     }
 
-    /// Checks what serde cannot, before anything is written: known nets, non-empty lists,
-    /// numbers inside their bounds (with checked arithmetic for the iteration count). Messages
-    /// name the config key and its flag, since either may have set the value.
+    /// A workload's own section (`[idle]`), its defaults where absent; the message names the
+    /// section and the key.
+    pub fn section<T: serde::de::DeserializeOwned + Default>(
+        &self,
+        name: &str,
+    ) -> Result<T, String> {
+        match self.sections.get(name) {
+            None => Ok(T::default()),
+            Some(value) => value
+                .clone()
+                .try_into()
+                .map_err(|e: toml::de::Error| format!("[{name}]: {}", e.message())),
+        }
+    }
+
+    /// Checks what serde cannot, before anything is written: non-empty lists, numbers inside
+    /// their bounds. The sweep's workload checks its own part (`workloads::check_config` runs
+    /// both). Messages name the config key and its flag, since either may have set the value.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
         let invalid = |message: String| ConfigError::Invalid {
             origin: origin.to_string(),
@@ -760,23 +748,6 @@ impl Config {
                 "sweep.nets, sweep.devices and sweep.batches must each name at least one value"
                     .into(),
             ));
-        }
-        let exec = s.workload == WorkloadKind::Exec;
-        if exec && self.exec.is_empty() {
-            return Err(invalid(
-                "the exec workload has no command: add an [[exec]] table (name, command, parser) \
-                 to the config, or run `edgebench exec -- COMMAND`"
-                    .into(),
-            ));
-        }
-        // A command's nets are whatever it trains; they only name its trials.
-        for net in s.nets.iter().filter(|_| !exec) {
-            if crate::models::by_name(net).is_none() {
-                return Err(invalid(format!(
-                    "sweep.nets: unknown network '{net}' (known: {})",
-                    crate::models::names().join(", ")
-                )));
-            }
         }
         if !(s.stop_grace_s >= 0.0 && s.stop_grace_s <= MAX_WAIT_S) {
             return Err(invalid(format!(
@@ -794,35 +765,6 @@ impl Config {
         }
         if s.images == 0 {
             return Err(invalid("sweep.images (--images) must be at least 1".into()));
-        }
-        // A command's batch (0: not known) only names its trials and fills `{batch}`.
-        for &b in s.batches.iter().filter(|_| exec) {
-            if b > MAX_BATCH {
-                return Err(invalid(format!(
-                    "sweep.batches (--batch): batch {b} is above {MAX_BATCH}"
-                )));
-            }
-        }
-        for &b in s.batches.iter().filter(|_| !exec) {
-            if b == 0 || b > s.images || b > MAX_BATCH {
-                return Err(invalid(format!(
-                    "sweep.batches (--batch): batch {b} does not fit sweep.images (--images) = {} \
-                     (a trial runs (images / batch) * epochs iterations); use batches between 1 \
-                     and images, at most {MAX_BATCH}",
-                    s.images
-                )));
-            }
-            let iterations = (s.images / b)
-                .checked_mul(s.epochs)
-                .filter(|&n| n <= MAX_ITERATIONS);
-            if iterations.is_none() {
-                return Err(invalid(format!(
-                    "a trial of batch {b} would run (images {} / batch {b}) * epochs {} \
-                     iterations, more than the {MAX_ITERATIONS} one trial may plan; lower \
-                     sweep.epochs (--epochs) or sweep.images (--images)",
-                    s.images, s.epochs
-                )));
-            }
         }
         if s.warmup_iterations > MAX_ITERATIONS {
             return Err(invalid(format!(
@@ -1009,14 +951,18 @@ mod tests {
             batches: Some(vec![1, 16]),
             ..Default::default()
         });
-        let err = c.validate("c.toml").unwrap_err().to_string();
+        let err = crate::workloads::check_config(&c, "c.toml")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("batch 16") && err.contains("c.toml"), "{err}");
         c.apply(&Overrides {
             batches: Some(vec![2]),
             nets: Some(vec!["vgg".into()]),
             ..Default::default()
         });
-        assert!(c.validate("x").unwrap_err().to_string().contains("vgg"));
+        let err = crate::workloads::check_config(&c, "x").err().unwrap();
+        assert!(err.to_string().contains("vgg"));
     }
 
     #[test]
@@ -1025,9 +971,14 @@ mod tests {
         c.sweep.batches = vec![2];
         c.sweep.images = 20;
         c.sweep.epochs = MAX_ITERATIONS / 10;
-        c.validate("x").unwrap();
+        crate::workloads::check_config(&c, "x")
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("{e}"));
         c.sweep.epochs += 1;
-        let err = c.validate("x").unwrap_err().to_string();
+        let err = crate::workloads::check_config(&c, "x")
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             err.contains("--epochs") && err.contains("10000000"),
             "{err}"
@@ -1035,14 +986,17 @@ mod tests {
         // (images / batch) * epochs wraps to a small number in unchecked u64 arithmetic.
         c.sweep.images = 16;
         c.sweep.epochs = usize::MAX / 4 + 1;
-        assert!(c.validate("x").is_err());
+        assert!(crate::workloads::check_config(&c, "x").is_err());
         c.sweep.epochs = 1;
         c.train.threads = MAX_THREADS;
-        c.validate("x").unwrap();
+        crate::workloads::check_config(&c, "x")
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("{e}"));
         c.train.threads = MAX_THREADS + 1;
         assert!(c
             .validate("x")
-            .unwrap_err()
+            .err()
+            .unwrap()
             .to_string()
             .contains("--threads"));
     }

@@ -83,7 +83,7 @@ fn watchdog_interval() -> Option<Duration> {
 
 fn load(path: &Path) -> anyhow::Result<(Config, Schedule)> {
     let config = Config::load(path)?;
-    config.validate(&path.display().to_string())?;
+    crate::workloads::check_config(&config, &path.display().to_string())?;
     let schedule = config.daemon.schedule;
     Ok((config, schedule))
 }

@@ -2,7 +2,7 @@
 //! Exit codes: 0 done; 1 runtime error; 2 bad config, flags or input, refused before any
 //! training; 3 the sweep finished but some trials failed; 130 interrupted.
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 mod cli;
 
 use cli::{Cli, Command, ExportCommand, ImportCommand, SweepArgs};
@@ -63,14 +63,22 @@ fn init_logging(quiet: bool) {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // `run` also takes each workload's own options (`--duration` of idle).
+    let matches = Cli::command()
+        .mut_subcommand("run", |run| run.args(edgebench::workloads::options()))
+        .get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sections = matches
+        .subcommand_matches("run")
+        .map(edgebench::workloads::option_values)
+        .unwrap_or_default();
     init_logging(cli.quiet);
     let host = HostPaths {
         sysfs: cli.sysfs.clone(),
         procfs: cli.procfs.clone(),
         rootfs: cli.rootfs.clone(),
     };
-    let code = match dispatch(cli.command, &host) {
+    let code = match dispatch(cli.command, sections, &host) {
         Ok(code) => code,
         Err(f) => {
             eprintln!("error: {:#}", f.error);
@@ -80,9 +88,17 @@ fn main() {
     std::process::exit(code);
 }
 
-fn dispatch(command: Command, host: &HostPaths) -> Result<i32, Failure> {
+fn dispatch(
+    command: Command,
+    sections: Vec<(String, String, String)>,
+    host: &HostPaths,
+) -> Result<i32, Failure> {
     match command {
-        Command::Run(args) => run(&args.sweep, args.overrides(), host),
+        Command::Run(args) => {
+            let mut overrides = args.overrides();
+            overrides.sections = sections;
+            run(&args.sweep, overrides, host)
+        }
         Command::Exec(args) => run(&args.sweep, args.overrides(), host),
         Command::Worker => Ok(edgebench::worker::main()),
         Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
@@ -428,7 +444,7 @@ fn run(
 ) -> Result<i32, Failure> {
     let (mut config, origin) = Config::resolve(args.config.as_deref())?;
     config.apply(&overrides);
-    config.validate(&origin)?;
+    edgebench::workloads::check_config(&config, &origin)?;
     // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
     // lock, the idle baseline, a trial) and the command exits 130.
     let stop = Arc::new(AtomicBool::new(false));

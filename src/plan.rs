@@ -51,12 +51,13 @@ mod tests {
         c
     }
 
-    fn input<'a>(c: &'a Config, dataset: &'a str) -> PlanInput<'a> {
-        PlanInput {
-            config: c,
-            dataset,
-            peaks: None,
-        }
+    fn input<'a>(c: &'a Config, dataset: &str) -> PlanInput<'a> {
+        // Leaked: a test's plan borrows them for the rest of the test.
+        let prepared = Box::leak(Box::new(crate::workloads::Prepared {
+            dataset: dataset.into(),
+            ..Default::default()
+        }));
+        prepared.plan_input(c, Box::leak(Box::default()))
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 /// Which workload a trial ran, by the name the database and JSON store ("cnn", "mlp", ...).
 /// Each workload names itself with a constant and the registry in `workloads` knows them all,
 /// so a new workload needs no edit here.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct WorkloadKind(Cow<'static, str>);
 
@@ -33,6 +33,15 @@ impl From<&str> for WorkloadKind {
     }
 }
 
+/// The name, where text is wanted (file names, labels, SQL).
+impl std::ops::Deref for WorkloadKind {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl std::fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -48,6 +57,18 @@ impl PartialEq<str> for WorkloadKind {
 impl PartialEq<&str> for WorkloadKind {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
+    }
+}
+
+impl rusqlite::types::ToSql for WorkloadKind {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        self.as_str().to_sql()
+    }
+}
+
+impl rusqlite::types::FromSql for WorkloadKind {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        String::column_result(value).map(WorkloadKind::from)
     }
 }
 

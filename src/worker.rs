@@ -4,7 +4,6 @@
 //! this trial only; the parent already holds every iteration reported.
 
 use crate::record::{IterationRecord, TrialEnd};
-use crate::workloads::exec::command::CommandOutcome;
 use crate::workloads::Job;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
@@ -16,8 +15,9 @@ use std::sync::Arc;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WorkerMessage {
     Iteration(IterationRecord),
-    /// An external command's end and the tails of its output (exec workload), before `Done`.
-    Command(CommandOutcome),
+    /// The workload's own account of how the trial ended (a command's end and the tails of
+    /// its output), before `Done`.
+    Outcome(serde_json::Value),
     /// The most bytes the worker had allocated on its GPU at once, before `Done` or `Failed`;
     /// only from a worker that opened a CUDA device.
     GpuMemory {
@@ -38,8 +38,8 @@ fn run(job: &Job, stop: &AtomicBool, out: &mut dyn Write) -> anyhow::Result<Tria
         send(out, &WorkerMessage::Iteration(*rec))?;
         Ok(crate::record::Control::Continue)
     })?;
-    if let Some(command) = end.command {
-        send(out, &WorkerMessage::Command(command))?;
+    if let Some(outcome) = end.outcome {
+        send(out, &WorkerMessage::Outcome(outcome))?;
     }
     Ok(end.end)
 }
@@ -96,10 +96,8 @@ fn die_with_parent() -> bool {
 /// The parent is gone: SIGKILL the command's process group and everything else in the trial's
 /// cgroup (processes that left the group), then exit without a word, since nobody reads it.
 fn end_trial_and_exit() -> ! {
-    if let Some(pgid) = crate::workloads::exec::command::running_group() {
-        let _ = crate::workloads::exec::command::signal_group(pgid, libc::SIGKILL);
-    }
-    if let Some(dir) = std::env::var_os(crate::workloads::exec::command::TRIAL_CGROUP_ENV) {
+    crate::workloads::end_abruptly();
+    if let Some(dir) = std::env::var_os(crate::memory::cgroup::TRIAL_CGROUP_ENV) {
         crate::memory::cgroup::kill_members(std::path::Path::new(&dir), Some(std::process::id()));
     }
     eprintln!(
@@ -221,7 +219,7 @@ mod tests {
             WorkerMessage::Iteration(r) => assert!(r.loss.is_nan() && r.lr.is_nan() && r.step == 3),
             other => panic!("{other:?}"),
         }
-        let job = Job::Cnn(crate::workloads::cnn::CnnJob {
+        let cnn = crate::workloads::cnn::CnnJob {
             net: "alexnet".into(),
             device: crate::config::DeviceKind::Cpu,
             batch: 2,
@@ -232,8 +230,12 @@ mod tests {
                 dir: "/data".into(),
             },
             tf32: false,
-        });
+        };
+        let job = Job::of(crate::workloads::cnn::KIND, &cnn);
         let text = serde_json::to_string(&job).unwrap();
-        assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
+        assert!(text.starts_with(r#"{"workload":"cnn","#), "{text}");
+        let back = serde_json::from_str::<Job>(&text).unwrap();
+        assert_eq!(back, job);
+        assert_eq!(back.fields::<crate::workloads::cnn::CnnJob>().unwrap(), cnn);
     }
 }

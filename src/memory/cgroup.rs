@@ -171,6 +171,10 @@ impl TrialCgroup {
     }
 }
 
+/// The worker's environment variable naming the trial's cgroup directory, so a worker whose
+/// parent died can end everything the trial started.
+pub const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
+
 /// SIGKILLs every process in the cgroup at `dir` but `except`, again until none is left (a
 /// process may fork while it is being killed); returns how many were killed.
 pub fn kill_members(dir: &Path, except: Option<u32>) -> usize {

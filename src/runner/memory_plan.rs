@@ -166,7 +166,7 @@ impl MemoryPlan {
 mod tests {
     use super::*;
     use crate::memory::procfs::{ProcMemory, VmStat};
-    use crate::workloads::{self, PlanInput};
+    use crate::workloads;
 
     /// A host tree: a device tree saying `compatible` (none when empty) and a meminfo of
     /// `ram_mib` total, `available_mib` available and no swap.
@@ -204,12 +204,11 @@ mod tests {
         c.sweep.nets = vec!["alexnet".into()];
         c.sweep.devices = vec![device];
         c.sweep.batches = vec![1];
-        let input = PlanInput {
-            config: &c,
-            dataset: "synthetic",
-            peaks: None,
+        let prepared = workloads::Prepared {
+            dataset: "synthetic".into(),
+            ..Default::default()
         };
-        workloads::plan(&input).remove(0)
+        workloads::plan(&prepared.plan_input(&c, &HostPaths::default())).remove(0)
     }
 
     fn memory_plan(config: &Config, host: &HostPaths) -> MemoryPlan {

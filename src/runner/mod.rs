@@ -201,11 +201,10 @@ fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
-    // A command uses the device with its own framework (PyTorch on a TX2's GPU, which candle
-    // cannot drive); the device only names its trials.
-    let candle_devices = match config.sweep.workload {
-        crate::config::WorkloadKind::Exec => &[][..],
-        _ => &config.sweep.devices[..],
+    let workload = workloads::by_kind(&config.sweep.workload).map_err(anyhow::Error::msg)?;
+    let candle_devices = match workload.computes_on_devices() {
+        true => &config.sweep.devices[..],
+        false => &[][..],
     };
     for device in candle_devices {
         if *device == DeviceKind::Cuda {
@@ -216,7 +215,7 @@ pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> 
     if let Some(limit) = config.memory.limit_bytes() {
         cgroup::check(host, limit)?;
     }
-    workloads::prepare(config, host)
+    workload.prepare(config, host)
 }
 
 fn progress_bar(enabled: bool) -> Option<ProgressBar> {
@@ -278,7 +277,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     let done_status =
         store.statuses_by_repetition(TrialStatus::done_for_resume(req.retry_failed))?;
     let done: std::collections::HashSet<_> = done_status.keys().cloned().collect();
-    let plan = plan::plan(&prepared.plan_input(config), &done, req.force);
+    let plan = plan::plan(&prepared.plan_input(config, req.host), &done, req.force);
     let mut ctx = TrialContext {
         config,
         host: req.host,
@@ -356,10 +355,9 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         store.set_run_power_scope(run_id, m.scope.as_str())?;
         ctx.power = Some((m, baseline, config.power.store_samples));
     }
-    // A command's own output goes to the terminal: a bar would fight with it.
     let bar = progress_bar(
         std::io::stderr().is_terminal()
-            && config.sweep.workload != crate::config::WorkloadKind::Exec,
+            && workloads::by_kind(&config.sweep.workload).is_ok_and(|w| w.shows_progress()),
     );
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {

@@ -15,8 +15,7 @@ use crate::record::IterationRecord;
 use crate::stats;
 use crate::store::{MemoryColumns, Store, TrialStatus, TrialSummary};
 use crate::worker::WorkerMessage;
-use crate::workloads::exec::{self, command::CommandOutcome};
-use crate::workloads::{Job, PlannedTrial};
+use crate::workloads::{PlannedTrial, Recorded};
 use anyhow::Context;
 use indicatif::ProgressBar;
 use std::io::{BufRead, BufReader, Write};
@@ -33,6 +32,7 @@ pub(super) fn run_one(
     bar: Option<&ProgressBar>,
 ) -> anyhow::Result<TrialStatus> {
     let planned = trial.iterations;
+    let workload = trial.job.workload()?;
     // A command's step count is known only when it ends (planned 0): its warm-up is settled then.
     let warmup = match planned {
         0 => ctx.config.sweep.warmup_iterations,
@@ -95,7 +95,7 @@ pub(super) fn run_one(
     }
     let mut worker = worker_command(ctx.config.train.threads)?;
     if let Some(cg) = &cgroup {
-        worker.env(exec::command::TRIAL_CGROUP_ENV, &cg.dir);
+        worker.env(cgroup::TRIAL_CGROUP_ENV, &cg.dir);
     }
     let mut child = worker.spawn().context("cannot start the worker process")?;
     let pid = child.id();
@@ -109,9 +109,9 @@ pub(super) fn run_one(
         Some(Err(_)) | None => None,
         Some(Ok(cg)) => Some(cg),
     };
-    let watch = match trial.job {
-        Job::Exec(_) => Watch::Tree(pid),
-        _ => Watch::Process(pid),
+    let watch = match workload.watches_tree() {
+        true => Watch::Tree(pid),
+        false => Watch::Process(pid),
     };
     let _active = ActiveTrial::register(pid, cgroup.as_ref().map(|cg| cg.dir.clone()));
     let sampler = MemorySampler::start(ctx.host, watch, ctx.memory.interval)?;
@@ -141,7 +141,7 @@ pub(super) fn run_one(
     });
 
     let mut iterations: Vec<IterationRecord> = Vec::with_capacity(planned);
-    let mut command: Option<CommandOutcome> = None;
+    let mut outcome: Option<serde_json::Value> = None;
     let mut peak_gpu_bytes: Option<u64> = None;
     let mut last = None;
     let mut stop_sent: Option<std::time::Instant> = None;
@@ -200,7 +200,7 @@ pub(super) fn run_one(
                 }
                 iterations.push(rec);
             }
-            Ok(WorkerMessage::Command(outcome)) => command = Some(outcome),
+            Ok(WorkerMessage::Outcome(value)) => outcome = Some(value),
             Ok(WorkerMessage::GpuMemory { peak_bytes }) => peak_gpu_bytes = Some(peak_bytes),
             Ok(msg) => last = Some(msg),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -239,6 +239,7 @@ pub(super) fn run_one(
             trial.label
         );
     }
+    let conclusion = workload.conclude(&trial.job, outcome.as_ref(), oom_kills > 0);
     let (status, error) = if aborted {
         (
             TrialStatus::Interrupted,
@@ -248,15 +249,8 @@ pub(super) fn run_one(
                     .into(),
             ),
         )
-    } else if let (Some(outcome), Job::Exec(job)) = (&command, &trial.job) {
-        let timeout = job.timeout_s.map(Duration::from_secs_f64);
-        let (status, error) = outcome
-            .end
-            .status(oom_kills > 0, timeout, &outcome.stderr_tail);
-        (
-            TrialStatus::parse(status).expect("a command's end is a trial status"),
-            error,
-        )
+    } else if let Some(decided) = conclusion.status.clone() {
+        decided
     } else if abandoned && last.is_none() {
         (
             TrialStatus::Interrupted,
@@ -297,22 +291,9 @@ pub(super) fn run_one(
     let measured = iterations
         .get(warmup.min(iterations.len())..)
         .unwrap_or_default();
-    // A command that logged no step is measured as a whole: one span from start to end, for
-    // memory, power and time, not stored as an iteration.
-    let whole_command =
-        command
-            .as_ref()
-            .filter(|_| iterations.is_empty())
-            .map(|o| IterationRecord {
-                step: 0,
-                epoch: 0,
-                loss: f64::NAN,
-                lr: f64::NAN,
-                data_s: 0.0,
-                step_s: (o.ended_ns - o.started_ns) as f64 * 1e-9,
-                t_start_ns: o.started_ns,
-                t_end_ns: o.ended_ns,
-            });
+    // A trial that logged no step (a command) is measured as a whole: one span from start to
+    // end, for memory, power and time, not stored as an iteration.
+    let whole_command = conclusion.whole.filter(|_| iterations.is_empty());
     let (span, span_warmup): (&[IterationRecord], usize) = match &whole_command {
         Some(whole) => (std::slice::from_ref(whole), 0),
         None => (&iterations, warmup),
@@ -344,7 +325,10 @@ pub(super) fn run_one(
     store.record_gpu_memory(trial_id, peak_gpu_bytes)?;
     store.record_clocks(trial_id, &clocks)?;
 
-    let loss_anomaly = stats::loss_anomaly(&losses);
+    let loss_anomaly = workload
+        .records_loss()
+        .then(|| stats::loss_anomaly(&losses))
+        .flatten();
     if let Some(why) = &loss_anomaly {
         tracing::warn!("{} loss anomaly: {why}", trial.label);
     }
@@ -363,7 +347,7 @@ pub(super) fn run_one(
         loss_first: losses.first().copied(),
         loss_last: losses.last().copied(),
         loss_anomaly: loss_anomaly.is_some(),
-        metrics: trial.job.metrics(measured),
+        metrics: workload.metrics(&trial.job, measured),
     };
     // Kept in the trial's figures, like its time: a stalled step is inside the mean.
     let extra = &mut summary.metrics.extra;
@@ -376,23 +360,19 @@ pub(super) fn run_one(
         },
     );
     extra.insert("stall_note".into(), stall.map(|(_, why)| why).into());
-    if let Job::Exec(_) = &trial.job {
-        let extra = &mut summary.metrics.extra;
-        match &command {
-            Some(outcome) => {
-                extra.extend(exec::extra_metrics(outcome));
-                summary.metrics.total_time_s = match &whole_command {
-                    Some(whole) => Some(whole.step_s),
-                    None => (!measured.is_empty()).then(|| exec::total_time_s(&iterations, warmup)),
-                };
-                store.record_output(trial_id, &outcome.stdout_tail, &outcome.stderr_tail)?;
-            }
-            // The command never ran (it could not be started).
-            None => {
-                extra.insert("exit_code".into(), serde_json::Value::Null);
-                extra.insert("wall_time_s".into(), serde_json::Value::Null);
-            }
-        }
+    workload.complete_metrics(
+        &trial.job,
+        outcome.as_ref(),
+        &Recorded {
+            iterations: &iterations,
+            warmup,
+            measured,
+            whole: whole_command.as_ref(),
+        },
+        &mut summary.metrics,
+    );
+    if let Some((stdout_tail, stderr_tail)) = &conclusion.output {
+        store.record_output(trial_id, stdout_tail, stderr_tail)?;
     }
     if let (Some(handle), Some((m, baseline, store_samples))) = (recording, &ctx.power) {
         m.mark(false);
@@ -400,16 +380,17 @@ pub(super) fn run_one(
         if *store_samples {
             store.record_power_samples(trial_id, &samples.series())?;
         }
-        // Items per iteration for energy per image: a command measured whole, or one whose
-        // batch is not known, has none; workloads without items count iterations.
-        let items = match (&whole_command, &trial.job) {
-            (Some(_), _) => 0,
-            (None, Job::Exec(_)) => trial.items_per_iteration.unwrap_or(0),
-            (None, _) => trial.items_per_iteration.unwrap_or(1),
+        // Items per iteration for energy per image: a trial measured whole has none; without
+        // a count the workload says (iterations, or none for a command's unknown batch).
+        let items = match &whole_command {
+            Some(_) => 0,
+            None => trial
+                .items_per_iteration
+                .unwrap_or_else(|| workload.items_without_count()),
         };
         let record = m.assess_trial(&samples, span, span_warmup, items, baseline.as_ref());
         if let crate::power::TrialPowerRecord::Measured(p) = &record {
-            let per_work = trial.job.energy_metrics(measured.len(), p.energy_j);
+            let per_work = workload.energy_metrics(&trial.job, measured.len(), p.energy_j);
             summary.metrics.extra.extend(per_work);
         }
         store.record_power(trial_id, &record)?;
@@ -484,7 +465,8 @@ fn kill_worker_tree(host: &HostPaths, worker: u32, cgroup: Option<&std::path::Pa
     groups.sort_unstable();
     groups.dedup();
     for group in groups {
-        let _ = exec::command::signal_group(group, libc::SIGKILL);
+        // SAFETY: killpg(2) with plain integers; a group already gone fails harmlessly.
+        unsafe { libc::killpg(group as i32, libc::SIGKILL) };
     }
     for pid in pids.into_iter().rev() {
         // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.

@@ -64,8 +64,8 @@ pub struct RunInfo {
 /// What makes two trials "the same measurement" (used to skip completed work on resume).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TrialKey {
-    /// `cnn`, `mlp`, `ops`, `exec` (schema v6).
-    pub workload: String,
+    /// The workload's name (schema v6).
+    pub workload: crate::record::WorkloadKind,
     pub net: String,
     pub device: String,
     pub batch: usize,
@@ -105,7 +105,7 @@ pub struct ResultRow {
     pub trial_id: String,
     pub host: String,
     /// `cnn`, `mlp`, `ops` or `exec`; `cnn` for trials recorded before workloads existed.
-    pub workload: String,
+    pub workload: crate::record::WorkloadKind,
     pub net: String,
     pub device: String,
     pub batch: usize,

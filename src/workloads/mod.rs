@@ -1,51 +1,211 @@
-//! Workloads: what a trial runs. A trial is (workload, device, parameters); each workload is a
-//! small contract the sweep, the worker, the samplers, the store and the reports rely on:
+//! Workloads: what a trial runs. A trial is (workload, device, parameters); each workload is
+//! one folder implementing [`Workload`], the contract the sweep, the worker, the runner and the
+//! reports rely on:
 //!
 //! - **plan**: expand the sweep's config into trials, each with its resume key ([`TrialKey`]:
-//!   the common columns plus the workload's own parameters as a JSON object);
-//! - **estimate**: the memory a trial needs, for the preflight and the swap verdict;
+//!   the common columns plus the workload's own parameters as a JSON object) and the memory it
+//!   needs (for the preflight and the swap verdict);
 //! - **run**: inside the worker process, one [`IterationRecord`] per step through `emit`,
 //!   stopping at a step boundary when `stop` is set;
-//! - **summarise**: [`Metrics`] from the measured iterations (median and IQR step time, total
-//!   time, GFLOP/s where counted, and figures of its own).
+//! - **metrics**: [`Metrics`] from the measured iterations (median and IQR step time, total
+//!   time, GFLOP/s where counted, and figures of its own);
+//! - with defaults: its options and config section, checks, what the runner watches, how an
+//!   end is classified.
 //!
-//! The workloads: the CNN training ([`cnn`]), the MLP study ([`mlp`]), operator
-//! micro-benchmarks ([`ops`]) and any framework's command ([`exec`]).
+//! [`Job`] is the envelope the worker receives; the registry below is the one list of
+//! workloads, so nothing else (runner, worker, config) names one.
 
-pub mod cnn;
-pub mod exec;
-pub mod mlp;
-pub mod ops;
-
-use crate::config::{Config, WorkloadKind};
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
+use crate::config::{Config, ConfigError};
+use crate::host::HostPaths;
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::stats;
-use crate::store::TrialKey;
+use crate::store::{TrialKey, TrialStatus};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
-/// One trial's job: what the worker process runs, sent to it as one JSON line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "workload", rename_all = "snake_case")]
-pub enum Job {
-    Cnn(cnn::CnnJob),
-    Mlp(mlp::MlpJob),
-    Ops(ops::OpsJob),
-    Exec(exec::ExecJob),
+/// Declares the workload modules and the registry in one list, so a workload is added by one
+/// line here and its own folder.
+macro_rules! registry {
+    ($($module:ident :: $workload:ident,)*) => {
+        $(pub mod $module;)*
+        /// Every workload, in the order help and errors list them.
+        static REGISTRY: &[&dyn Workload] = &[$(&$module::$workload),*];
+    };
 }
 
-/// How a job's run ended, as the worker reports it: the exec workload adds how its command
-/// ended and the tails of its output.
+registry! {
+    cnn::Cnn,
+    mlp::MlpStudy,
+    ops::Ops,
+    exec::Exec,
+}
+
+/// Where a workload's iterations go, one call per step.
+pub type Emit<'a> = &'a mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>;
+
+/// What a workload provides to the sweep, the worker, the runner and the report. Only
+/// [`Workload::kind`], [`Workload::plan`] and [`Workload::run`] have no default.
+pub trait Workload: Sync {
+    /// Its name in `--workload`, the config, the database and JSON.
+    fn kind(&self) -> WorkloadKind;
+
+    /// Options `edgebench run` takes for this workload, each written into the workload's config
+    /// section under the option's id (`section.key`), e.g. `idle.duration` for `--duration`.
+    fn options(&self) -> Vec<clap::Arg> {
+        Vec::new()
+    }
+
+    /// Checks the config for this workload before anything is written; the message names the
+    /// key and its flag. By default the sweep's nets are CNN models and its batches fit its
+    /// images.
+    fn check(&self, config: &Config) -> Result<(), String> {
+        check_image_sweep(config)
+    }
+
+    /// Whether `sweep.devices` are devices this process computes on (checked before the
+    /// sweep), rather than names a command gives its own framework.
+    fn computes_on_devices(&self) -> bool {
+        true
+    }
+
+    /// Whether a progress bar may share the terminal with the trials.
+    fn shows_progress(&self) -> bool {
+        true
+    }
+
+    /// What the sweep checks and measures once before anything is written (a data set's
+    /// identity, roofs); an error refuses the sweep.
+    fn prepare(&self, _config: &Config, _host: &HostPaths) -> anyhow::Result<Prepared> {
+        Ok(Prepared::default())
+    }
+
+    /// The sweep's trials, in the order they run, each with its resume key.
+    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial>;
+
+    /// Runs one trial in the worker process: one record per step through `emit`, stopping at
+    /// a step boundary when `stop` is set.
+    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd>;
+
+    /// Whether its iterations carry a loss, so a NaN or rising one is an anomaly.
+    fn records_loss(&self) -> bool {
+        true
+    }
+
+    /// Whether the runner watches the worker's whole process tree (a command's children), not
+    /// only the worker.
+    fn watches_tree(&self) -> bool {
+        false
+    }
+
+    /// The trial's figures from its measured iterations (warm-up excluded).
+    fn metrics(&self, _job: &Job, measured: &[IterationRecord]) -> Metrics {
+        step_metrics(measured)
+    }
+
+    /// Figures that need the trial's energy over its `measured` iterations (J/GFLOP).
+    fn energy_metrics(
+        &self,
+        _job: &Job,
+        _measured: usize,
+        _energy_j: f64,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::new()
+    }
+
+    /// How the worker's own end report (`JobEnd::outcome`) shapes the trial: its status, a
+    /// span measured whole, output to keep. Nothing by default: the worker's end decides.
+    fn conclude(&self, _job: &Job, _outcome: Option<&serde_json::Value>, _oom: bool) -> Conclusion {
+        Conclusion::default()
+    }
+
+    /// Completes the trial's metrics once its iterations and outcome are known.
+    fn complete_metrics(
+        &self,
+        _job: &Job,
+        _outcome: Option<&serde_json::Value>,
+        _trial: &Recorded<'_>,
+        _metrics: &mut Metrics,
+    ) {
+    }
+
+    /// Items per iteration for energy per item when the plan gave none.
+    fn items_without_count(&self) -> usize {
+        1
+    }
+
+    /// Ends at once what the trial started outside the worker (a command's process group),
+    /// in a worker whose parent is gone.
+    fn end_abruptly(&self) {}
+}
+
+/// A trial's job as the worker receives it: the workload's name and its own fields, one JSON
+/// object (`{"workload":"cnn",...}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub workload: WorkloadKind,
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Job {
+    /// The envelope of a workload's own job type.
+    pub fn of<T: Serialize>(workload: WorkloadKind, job: &T) -> Job {
+        match serde_json::to_value(job) {
+            Ok(serde_json::Value::Object(fields)) => Job { workload, fields },
+            _ => panic!("a workload's job serialises to a JSON object"),
+        }
+    }
+
+    /// The workload's own job type back from the envelope.
+    pub fn fields<T: serde::de::DeserializeOwned>(&self) -> anyhow::Result<T> {
+        serde_json::from_value(serde_json::Value::Object(self.fields.clone()))
+            .map_err(|e| anyhow::anyhow!("bad {} job: {e}", self.workload))
+    }
+
+    /// The workload that runs this job.
+    pub fn workload(&self) -> anyhow::Result<&'static dyn Workload> {
+        by_kind(&self.workload).map_err(anyhow::Error::msg)
+    }
+
+    /// Runs the trial in this (worker) process.
+    pub fn run(&self, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
+        self.workload()?.run(self, stop, emit)
+    }
+}
+
+/// How a job's run ended, as the worker reports it, with the workload's own account of it
+/// (a command's end and the tails of its output).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobEnd {
     pub end: TrialEnd,
-    pub command: Option<exec::command::CommandOutcome>,
+    pub outcome: Option<serde_json::Value>,
 }
 
 impl From<TrialEnd> for JobEnd {
     fn from(end: TrialEnd) -> JobEnd {
-        JobEnd { end, command: None }
+        JobEnd { end, outcome: None }
     }
+}
+
+/// What a workload decides about a trial from its outcome ([`Workload::conclude`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Conclusion {
+    /// The status and error, where the workload decides them (how a command ended).
+    pub status: Option<(TrialStatus, Option<String>)>,
+    /// The trial as one span from start to end, for one that recorded no iteration.
+    pub whole: Option<IterationRecord>,
+    /// Tails of the trial's standard output and error, kept with the trial.
+    pub output: Option<(String, String)>,
+}
+
+/// A trial's records as the runner holds them when it completes the metrics.
+pub struct Recorded<'a> {
+    pub iterations: &'a [IterationRecord],
+    /// Leading iterations outside the measurement.
+    pub warmup: usize,
+    pub measured: &'a [IterationRecord],
+    pub whole: Option<&'a IterationRecord>,
 }
 
 /// A trial as planned: its identity, its job, and what the runner needs before it starts.
@@ -67,135 +227,183 @@ pub struct PlannedTrial {
     pub repetition: usize,
 }
 
-/// What planning needs beside the config: what [`prepare`] found.
-#[derive(Debug, Clone)]
+/// What planning needs beside the config: what [`Workload::prepare`] found.
+#[derive(Clone)]
 pub struct PlanInput<'a> {
     pub config: &'a Config,
-    /// The identity of the data set the sweep draws from (CNN), else empty.
-    pub dataset: &'a str,
-    /// The roofs operators are judged against (ops), measured once per sweep.
-    pub peaks: Option<&'a ops::peaks::PeaksReport>,
+    pub host: &'a HostPaths,
+    pub prepared: &'a Prepared,
+}
+
+impl PlanInput<'_> {
+    /// The identity of the data set the sweep draws from, else empty.
+    pub fn dataset(&self) -> &str {
+        &self.prepared.dataset
+    }
 }
 
 /// What a workload checks and measures before anything is written; an error here refuses
 /// the sweep (exit 2).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Prepared {
+    /// The identity of the data set the sweep draws from, else empty.
     pub dataset: String,
-    pub peaks: Option<ops::peaks::PeaksReport>,
+    /// Facts the run records with its provenance (measured roofs).
+    pub provenance: Vec<(String, String)>,
+    /// What the workload keeps for planning (the roofs its trials are judged against).
+    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("dataset", &self.dataset)
+            .field("provenance", &self.provenance)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Prepared {
-    pub fn plan_input<'a>(&'a self, config: &'a Config) -> PlanInput<'a> {
+    pub fn plan_input<'a>(&'a self, config: &'a Config, host: &'a HostPaths) -> PlanInput<'a> {
         PlanInput {
             config,
-            dataset: &self.dataset,
-            peaks: self.peaks.as_ref(),
+            host,
+            prepared: self,
         }
     }
 
     /// Facts the run records with its provenance (the measured roofs).
     pub fn provenance_items(&self) -> Vec<(String, String)> {
-        self.peaks
-            .as_ref()
-            .map(|p| p.provenance_items())
-            .unwrap_or_default()
+        self.provenance.clone()
     }
 }
 
-/// Opens the data set (CNN), or checks the operators and sizes and measures the peaks (ops).
-pub fn prepare(config: &Config, host: &crate::host::HostPaths) -> anyhow::Result<Prepared> {
-    Ok(match config.sweep.workload {
-        WorkloadKind::Cnn => Prepared {
-            dataset: cnn::DataSpec::of(config)
-                .open(config.sweep.images)?
-                .identity(),
-            peaks: None,
-        },
-        WorkloadKind::Mlp => {
-            mlp::jobs(config).map_err(anyhow::Error::msg)?;
-            Prepared::default()
-        }
-        WorkloadKind::Exec => {
-            exec::jobs(config)?;
-            Prepared::default()
-        }
-        WorkloadKind::Ops => {
-            let jobs = ops::jobs(config)?;
-            // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
-            let dgemm = jobs.iter().any(|j| j.dtype == ops::Dtype::F64);
-            tracing::info!("measuring the peaks (GEMM, STREAM) the operators are judged against");
-            Prepared {
-                dataset: String::new(),
-                peaks: Some(ops::peaks::report(
-                    host,
-                    &config.sweep.devices,
-                    config.train.threads,
-                    dgemm,
-                )?),
-            }
-        }
-    })
+/// Every workload's name, in registry order.
+pub fn names() -> Vec<String> {
+    REGISTRY.iter().map(|w| w.kind().to_string()).collect()
+}
+
+/// The workload of that name.
+pub fn by_kind(kind: &WorkloadKind) -> Result<&'static dyn Workload, String> {
+    REGISTRY
+        .iter()
+        .copied()
+        .find(|w| w.kind() == *kind)
+        .ok_or_else(|| {
+            format!(
+                "unknown workload '{kind}' (known: {})",
+                REGISTRY
+                    .iter()
+                    .map(|w| w.kind().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+/// `--workload NAME`: a registered workload's name.
+pub fn parse_kind(name: &str) -> Result<WorkloadKind, String> {
+    by_kind(&WorkloadKind::from(name.trim())).map(|w| w.kind())
+}
+
+/// Every workload's options for `edgebench run`.
+pub fn options() -> Vec<clap::Arg> {
+    REGISTRY.iter().flat_map(|w| w.options()).collect()
+}
+
+/// The values given to the workloads' options, as (section, key, value) for the config.
+pub fn option_values(matches: &clap::ArgMatches) -> Vec<(String, String, String)> {
+    options()
+        .iter()
+        .filter_map(|arg| {
+            let id = arg.get_id().as_str();
+            let (section, key) = id.split_once('.')?;
+            let value = matches.get_one::<String>(id)?;
+            Some((section.to_string(), key.to_string(), value.clone()))
+        })
+        .collect()
+}
+
+/// The sweep's workload, known, and its part of the config checked; config sections that no
+/// workload reads are refused. `origin` names where the config came from.
+pub fn check_config(config: &Config, origin: &str) -> Result<&'static dyn Workload, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        origin: origin.to_string(),
+        message,
+    };
+    config.validate(origin)?;
+    let workload = by_kind(&config.sweep.workload).map_err(invalid)?;
+    if let Some(section) = config
+        .sections
+        .keys()
+        .find(|name| by_kind(&WorkloadKind::from(name.as_str())).is_err())
+    {
+        return Err(invalid(format!(
+            "unknown section [{section}] (a workload's section is named after it: {})",
+            names().join(", ")
+        )));
+    }
+    workload.check(config).map_err(invalid)?;
+    Ok(workload)
+}
+
+/// Opens the data set, checks the operators, measures the roofs: whatever the sweep's workload
+/// needs before anything is written.
+pub fn prepare(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
+    by_kind(&config.sweep.workload)
+        .map_err(anyhow::Error::msg)?
+        .prepare(config, host)
 }
 
 /// Every trial of the sweep's workload, in the order it runs them.
 pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
-    match input.config.sweep.workload {
-        WorkloadKind::Cnn => cnn::plan(input),
-        WorkloadKind::Mlp => mlp::plan(input),
-        WorkloadKind::Ops => ops::plan(input),
-        WorkloadKind::Exec => exec::plan(input),
+    by_kind(&input.config.sweep.workload)
+        .expect("checked with the config")
+        .plan(input)
+}
+
+/// A worker whose parent is gone: every workload ends what it started outside the worker.
+pub fn end_abruptly() {
+    for workload in REGISTRY {
+        workload.end_abruptly();
     }
 }
 
-impl Job {
-    /// Runs the trial in this (worker) process.
-    pub fn run(
-        &self,
-        stop: &AtomicBool,
-        emit: &mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>,
-    ) -> anyhow::Result<JobEnd> {
-        match self {
-            Job::Cnn(job) => cnn::run(job, stop, emit).map(JobEnd::from),
-            Job::Mlp(job) => mlp::run(job, stop, emit).map(JobEnd::from),
-            Job::Ops(job) => ops::run(job, stop, emit).map(JobEnd::from),
-            Job::Exec(job) => {
-                let outcome = exec::run(job, stop, emit)?;
-                Ok(JobEnd {
-                    end: match outcome.end {
-                        exec::command::CommandEnd::Interrupted => TrialEnd::Stopped,
-                        _ => TrialEnd::Completed,
-                    },
-                    command: Some(outcome),
-                })
-            }
+/// The default [`Workload::check`]: the sweep's nets are CNN models and its batches divide
+/// its images into at most [`crate::config::MAX_ITERATIONS`] iterations.
+pub fn check_image_sweep(config: &Config) -> Result<(), String> {
+    use crate::config::{MAX_BATCH, MAX_ITERATIONS};
+    let s = &config.sweep;
+    for net in &s.nets {
+        if crate::models::by_name(net).is_none() {
+            return Err(format!(
+                "sweep.nets: unknown network '{net}' (known: {})",
+                crate::models::names().join(", ")
+            ));
         }
     }
-
-    /// Figures that need the trial's energy over its `measured` iterations (ops: J/GFLOP,
-    /// J/GB); empty for the others.
-    pub fn energy_metrics(
-        &self,
-        measured: usize,
-        energy_j: f64,
-    ) -> serde_json::Map<String, serde_json::Value> {
-        match self {
-            Job::Ops(job) => ops::energy_metrics(job, measured, energy_j),
-            _ => serde_json::Map::new(),
+    for &b in &s.batches {
+        if b == 0 || b > s.images || b > MAX_BATCH {
+            return Err(format!(
+                "sweep.batches (--batch): batch {b} does not fit sweep.images (--images) = {} \
+                 (a trial runs (images / batch) * epochs iterations); use batches between 1 \
+                 and images, at most {MAX_BATCH}",
+                s.images
+            ));
+        }
+        let iterations = (s.images / b)
+            .checked_mul(s.epochs)
+            .filter(|&n| n <= MAX_ITERATIONS);
+        if iterations.is_none() {
+            return Err(format!(
+                "a trial of batch {b} would run (images {} / batch {b}) * epochs {} \
+                 iterations, more than the {MAX_ITERATIONS} one trial may plan; lower \
+                 sweep.epochs (--epochs) or sweep.images (--images)",
+                s.images, s.epochs
+            ));
         }
     }
-
-    /// The workload's metrics from the measured iterations (warm-up excluded).
-    pub fn metrics(&self, measured: &[IterationRecord]) -> Metrics {
-        match self {
-            Job::Cnn(_) => step_metrics(measured),
-            Job::Mlp(job) => mlp::metrics(job, measured),
-            Job::Ops(job) => ops::metrics(job, measured),
-            // The runner adds the total: a record may stand for several logged steps, counted
-            // from the record before it (see `exec::total_time_s`).
-            Job::Exec(_) => step_metrics(measured),
-        }
-    }
+    Ok(())
 }
 
 /// The timing every workload shares: median and IQR step time, and their total.

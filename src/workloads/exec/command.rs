@@ -310,9 +310,7 @@ pub fn spawn_in_group(argv: &[String], run_as: Option<&RunAs>) -> Result<Child> 
     })
 }
 
-/// The worker's environment variable naming the trial's cgroup directory, so a worker whose
-/// parent died can end everything the trial started.
-pub const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
+pub use crate::memory::cgroup::TRIAL_CGROUP_ENV;
 
 /// Sends `signal` to every process of the group led by `pgid`. A group already gone is fine.
 pub fn signal_group(pgid: u32, signal: i32) -> std::io::Result<()> {

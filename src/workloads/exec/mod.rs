@@ -17,8 +17,149 @@ use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
 use parse::Parser;
 
 use crate::config::Config;
-use crate::record::{Control, IterationRecord};
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
+use crate::store::TrialStatus;
+use super::{Conclusion, Emit, Job, JobEnd, PlanInput, PlannedTrial, Recorded, Workload};
 use crate::store::TrialKey;
+
+pub const KIND: WorkloadKind = WorkloadKind::named("exec");
+
+/// Any framework's training command over (net, device, batch) (`[[exec]]`).
+pub struct Exec;
+
+impl Workload for Exec {
+    fn kind(&self) -> WorkloadKind {
+        KIND
+    }
+
+    /// A command's nets are whatever it trains and its batch (0: not known) fills `{batch}`:
+    /// both only name its trials.
+    fn check(&self, config: &Config) -> std::result::Result<(), String> {
+        if config.exec.is_empty() {
+            return Err(
+                "the exec workload has no command: add an [[exec]] table (name, command, parser) \
+                 to the config, or run `edgebench exec -- COMMAND`"
+                    .into(),
+            );
+        }
+        let max = crate::config::MAX_BATCH;
+        match config.sweep.batches.iter().find(|&&b| b > max) {
+            Some(b) => Err(format!(
+                "sweep.batches (--batch): batch {b} is above {max}"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// A command uses the device with its own framework (PyTorch on a TX2's GPU, which candle
+    /// cannot drive); the device only names its trials.
+    fn computes_on_devices(&self) -> bool {
+        false
+    }
+
+    /// A command's own output goes to the terminal: a bar would fight with it.
+    fn shows_progress(&self) -> bool {
+        false
+    }
+
+    fn prepare(
+        &self,
+        config: &Config,
+        _host: &crate::host::HostPaths,
+    ) -> Result<super::Prepared> {
+        jobs(config)?;
+        Ok(super::Prepared::default())
+    }
+
+    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+        plan(input)
+    }
+
+    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> Result<JobEnd> {
+        let outcome = run(&job.fields()?, stop, emit)?;
+        Ok(JobEnd {
+            end: match outcome.end {
+                command::CommandEnd::Interrupted => TrialEnd::Stopped,
+                _ => TrialEnd::Completed,
+            },
+            outcome: Some(serde_json::to_value(&outcome)?),
+        })
+    }
+
+    fn watches_tree(&self) -> bool {
+        true
+    }
+
+    /// The command's end decides the status; its whole span measures a command that logged no
+    /// step.
+    fn conclude(&self, job: &Job, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion {
+        let (Some(outcome), Ok(job)) = (outcome_of(outcome), job.fields::<ExecJob>()) else {
+            return Conclusion::default();
+        };
+        let timeout = job.timeout_s.map(Duration::from_secs_f64);
+        let (status, error) = outcome
+            .end
+            .status(oom, timeout, &outcome.stderr_tail);
+        Conclusion {
+            status: Some((
+                TrialStatus::parse(status).expect("a command's end is a trial status"),
+                error,
+            )),
+            whole: Some(IterationRecord {
+                step: 0,
+                epoch: 0,
+                loss: f64::NAN,
+                lr: f64::NAN,
+                data_s: 0.0,
+                step_s: (outcome.ended_ns - outcome.started_ns) as f64 * 1e-9,
+                t_start_ns: outcome.started_ns,
+                t_end_ns: outcome.ended_ns,
+            }),
+            output: Some((outcome.stdout_tail, outcome.stderr_tail)),
+        }
+    }
+
+    /// A record may stand for several logged steps: the total counts them
+    /// ([`total_time_s`]); a command measured whole takes its wall time.
+    fn complete_metrics(
+        &self,
+        _job: &Job,
+        outcome: Option<&serde_json::Value>,
+        trial: &Recorded<'_>,
+        metrics: &mut Metrics,
+    ) {
+        match outcome_of(outcome) {
+            Some(outcome) => {
+                metrics.extra.extend(extra_metrics(&outcome));
+                metrics.total_time_s = match trial.whole {
+                    Some(whole) => Some(whole.step_s),
+                    None => (!trial.measured.is_empty())
+                        .then(|| total_time_s(trial.iterations, trial.warmup)),
+                };
+            }
+            // The command never ran (it could not be started).
+            None => {
+                metrics.extra.insert("exit_code".into(), serde_json::Value::Null);
+                metrics.extra.insert("wall_time_s".into(), serde_json::Value::Null);
+            }
+        }
+    }
+
+    /// A command whose batch is not known has no items.
+    fn items_without_count(&self) -> usize {
+        0
+    }
+
+    fn end_abruptly(&self) {
+        if let Some(pgid) = command::running_group() {
+            let _ = command::signal_group(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+fn outcome_of(outcome: Option<&serde_json::Value>) -> Option<CommandOutcome> {
+    serde_json::from_value(outcome?.clone()).ok()
+}
 
 /// Between SIGTERM and SIGKILL when a command is ended.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -139,7 +280,7 @@ pub fn jobs(config: &Config) -> Result<Vec<(SweepValues, ExecJob)>> {
 
 /// The trials of the exec workload. The resume key is the engine and the expanded command
 /// with the sweep point's columns.
-pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
     jobs(input.config)
         .expect("checked by prepare")
         .into_iter()
@@ -154,9 +295,9 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
                     (false, b) => format!("{} {} batch {b}", point.net, point.device),
                 }
             );
-            super::PlannedTrial {
+            PlannedTrial {
                 key: TrialKey {
-                    workload: "exec".into(),
+                    workload: KIND,
                     net: point.net.clone(),
                     device: point.device.clone(),
                     batch: point.batch,
@@ -171,7 +312,7 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
                 items_per_iteration: (point.batch > 0).then_some(point.batch),
                 memory_estimate_bytes: 0,
                 repetition: 1,
-                job: super::Job::Exec(job),
+                job: Job::of(KIND, &job),
             }
         })
         .collect()

@@ -15,7 +15,7 @@
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::store::TrialKey;
 use anyhow::Context as _;
 use candle_core::backend::BackendStorage;
@@ -390,7 +390,7 @@ pub fn metrics(job: &MlpJob, measured: &[IterationRecord]) -> Metrics {
 /// seeded normal draw; style, size and dimensions in `params`.
 pub fn key(job: &MlpJob) -> TrialKey {
     TrialKey {
-        workload: "mlp".into(),
+        workload: KIND,
         net: "mlp".into(),
         device: job.device.as_str().into(),
         batch: job.size.n,
@@ -398,6 +398,46 @@ pub fn key(job: &MlpJob) -> TrialKey {
         images: job.size.n,
         dataset: format!("normal:seed={}", job.seed),
         params: super::params_text(&job.params()),
+    }
+}
+
+pub const KIND: WorkloadKind = WorkloadKind::named("mlp");
+
+/// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
+pub struct MlpStudy;
+
+impl super::Workload for MlpStudy {
+    fn kind(&self) -> WorkloadKind {
+        KIND
+    }
+
+    fn prepare(
+        &self,
+        config: &crate::config::Config,
+        _host: &crate::host::HostPaths,
+    ) -> anyhow::Result<super::Prepared> {
+        jobs(config).map_err(anyhow::Error::msg)?;
+        Ok(super::Prepared::default())
+    }
+
+    fn plan(&self, input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+        plan(input)
+    }
+
+    fn run(
+        &self,
+        job: &super::Job,
+        stop: &AtomicBool,
+        emit: super::Emit<'_>,
+    ) -> anyhow::Result<super::JobEnd> {
+        run(&job.fields()?, stop, emit).map(super::JobEnd::from)
+    }
+
+    fn metrics(&self, job: &super::Job, measured: &[IterationRecord]) -> Metrics {
+        match job.fields() {
+            Ok(job) => metrics(&job, measured),
+            Err(_) => super::step_metrics(measured),
+        }
     }
 }
 
@@ -431,7 +471,7 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
             items_per_iteration: None,
             memory_estimate_bytes: memory_estimate(job.style, &job.size),
             repetition: 1,
-            job: super::Job::Mlp(job),
+            job: super::Job::of(KIND, &job),
         })
         .collect()
 }

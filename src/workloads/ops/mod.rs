@@ -30,7 +30,7 @@ pub mod peaks;
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd};
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::store::TrialKey;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -422,7 +422,7 @@ pub struct OpsParams {
 /// the op; one "batch" of one "epoch"; no images, no data set), the rest in `params`.
 pub fn key(job: &OpsJob) -> TrialKey {
     TrialKey {
-        workload: "ops".into(),
+        workload: KIND,
         net: job.op.as_str().into(),
         device: job.device.as_str().into(),
         batch: 1,
@@ -443,7 +443,7 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial {
         items_per_iteration: None,
         memory_estimate_bytes: memory_estimate(&job),
         repetition: 1,
-        job: super::Job::Ops(job),
+        job: super::Job::of(KIND, &job),
     }
 }
 
@@ -506,13 +506,79 @@ pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
     Ok(jobs)
 }
 
+pub const KIND: WorkloadKind = WorkloadKind::named("ops");
+
+/// Operator micro-benchmarks over (op, size, device) (`[ops]`).
+pub struct Ops;
+
+impl super::Workload for Ops {
+    fn kind(&self) -> WorkloadKind {
+        KIND
+    }
+
+    /// Checks the operators and sizes, and measures the roofs they are judged against.
+    fn prepare(
+        &self,
+        config: &crate::config::Config,
+        host: &crate::host::HostPaths,
+    ) -> Result<super::Prepared> {
+        let jobs = jobs(config)?;
+        // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
+        let dgemm = jobs.iter().any(|j| j.dtype == Dtype::F64);
+        tracing::info!("measuring the peaks (GEMM, STREAM) the operators are judged against");
+        let report = peaks::report(host, &config.sweep.devices, config.train.threads, dgemm)?;
+        Ok(super::Prepared {
+            provenance: report.provenance_items(),
+            state: Some(std::sync::Arc::new(report)),
+            ..super::Prepared::default()
+        })
+    }
+
+    fn plan(&self, input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+        plan(input)
+    }
+
+    fn run(
+        &self,
+        job: &super::Job,
+        stop: &AtomicBool,
+        emit: super::Emit<'_>,
+    ) -> Result<super::JobEnd> {
+        run(&job.fields()?, stop, emit).map(super::JobEnd::from)
+    }
+
+    fn metrics(&self, job: &super::Job, measured: &[IterationRecord]) -> Metrics {
+        match job.fields() {
+            Ok(job) => metrics(&job, measured),
+            Err(_) => super::step_metrics(measured),
+        }
+    }
+
+    fn energy_metrics(
+        &self,
+        job: &super::Job,
+        measured: usize,
+        energy_j: f64,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        match job.fields() {
+            Ok(job) => energy_metrics(&job, measured, energy_j),
+            Err(_) => serde_json::Map::new(),
+        }
+    }
+}
+
 /// The sweep's trials, each judged against the roofs measured for its device.
 pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
     jobs(input.config)
         .expect("checked by prepare")
         .into_iter()
         .map(|mut job| {
-            if let Some(d) = input.peaks.and_then(|p| p.device(job.device)) {
+            let peaks = input
+                .prepared
+                .state
+                .as_ref()
+                .and_then(|s| s.downcast_ref::<peaks::PeaksReport>());
+            if let Some(d) = peaks.and_then(|p| p.device(job.device)) {
                 job.roofs = d.roofs(job.dtype);
             }
             planned(job)

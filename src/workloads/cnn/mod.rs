@@ -3,16 +3,43 @@
 //! the common trial columns, so its `params` object is empty, except `{"tf32":true}` for a CUDA
 //! trial with TF32 tensor cores (`train.tf32`).
 
-use super::{PlanInput, PlannedTrial};
+use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, Workload};
+use crate::host::HostPaths;
 use crate::config::{Config, DeviceKind};
 use crate::memory::estimate;
 use crate::models;
-use crate::record::{Control, IterationRecord, TrialEnd};
+use crate::record::{Control, IterationRecord, TrialEnd, WorkloadKind};
 use crate::store::TrialKey;
 use crate::train::{self, data::Dataset, TrialSpec};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+pub const KIND: WorkloadKind = WorkloadKind::named("cnn");
+
+/// Train AlexNet/GoogLeNet over (net, device, batch).
+pub struct Cnn;
+
+impl Workload for Cnn {
+    fn kind(&self) -> WorkloadKind {
+        KIND
+    }
+
+    fn prepare(&self, config: &Config, _host: &HostPaths) -> anyhow::Result<Prepared> {
+        Ok(Prepared {
+            dataset: DataSpec::of(config).open(config.sweep.images)?.identity(),
+            ..Prepared::default()
+        })
+    }
+
+    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+        plan(input)
+    }
+
+    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
+        run(&job.fields()?, stop, emit).map(JobEnd::from)
+    }
+}
 
 /// Where the worker takes its images from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,7 +99,7 @@ impl CnnJob {
 
 pub fn key(job: &CnnJob, dataset: &str) -> TrialKey {
     TrialKey {
-        workload: "cnn".into(),
+        workload: KIND,
         net: job.net.clone(),
         device: job.device.as_str().to_string(),
         batch: job.batch,
@@ -108,13 +135,13 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
                 };
                 let precision = if job.tf32 { " tf32" } else { "" };
                 trials.push(PlannedTrial {
-                    key: key(&job, input.dataset),
+                    key: key(&job, input.dataset()),
                     label: format!("{} {} batch {batch}{precision}", net.name, device.as_str()),
                     iterations: (s.images / batch) * s.epochs,
                     items_per_iteration: Some(batch),
                     memory_estimate_bytes: estimate::estimate(net, batch).total_bytes,
                     repetition: 1,
-                    job: super::Job::Cnn(job),
+                    job: Job::of(KIND, &job),
                 });
             }
         }
@@ -144,7 +171,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workloads::Job;
 
     #[test]
     fn expands_in_study_order_with_iterations_and_keys() {
@@ -153,11 +179,11 @@ mod tests {
         c.sweep.batches = vec![4, 1];
         c.sweep.images = 8;
         c.sweep.epochs = 3;
-        let trials = plan(&PlanInput {
-            config: &c,
-            dataset: "synthetic",
-            peaks: None,
-        });
+        let prepared = Prepared {
+            dataset: "synthetic".into(),
+            ..Prepared::default()
+        };
+        let trials = plan(&prepared.plan_input(&c, &HostPaths::default()));
         let order: Vec<(&str, usize)> = trials
             .iter()
             .map(|t| (t.key.net.as_str(), t.key.batch))
@@ -176,9 +202,7 @@ mod tests {
         assert_eq!(trials[1].key.workload, "cnn");
         assert_eq!(trials[1].key.params, "{}");
         assert_eq!(trials[1].label, "googlenet cpu batch 1");
-        let Job::Cnn(job) = &trials[2].job else {
-            panic!("a cnn trial planned another workload")
-        };
+        let job: CnnJob = trials[2].job.fields().unwrap();
         assert_eq!((job.net.as_str(), job.batch, job.epochs), ("alexnet", 4, 3));
         let line = serde_json::to_string(&trials[2].job).unwrap();
         assert!(line.contains(r#""workload":"cnn""#), "{line}");
@@ -193,17 +217,15 @@ mod tests {
         c.sweep.devices = vec![DeviceKind::Cpu, DeviceKind::Cuda];
         c.sweep.batches = vec![2];
         c.train.tf32 = true;
-        let trials = plan(&PlanInput {
-            config: &c,
-            dataset: "synthetic",
-            peaks: None,
-        });
+        let prepared = Prepared {
+            dataset: "synthetic".into(),
+            ..Prepared::default()
+        };
+        let trials = plan(&prepared.plan_input(&c, &HostPaths::default()));
         let tf32: Vec<(&str, bool, &str)> = trials
             .iter()
             .map(|t| {
-                let Job::Cnn(job) = &t.job else {
-                    panic!("not a cnn trial")
-                };
+                let job: CnnJob = t.job.fields().unwrap();
                 (t.key.device.as_str(), job.tf32, t.key.params.as_str())
             })
             .collect();
@@ -214,9 +236,7 @@ mod tests {
         assert_eq!(trials[1].label, "alexnet cuda batch 2 tf32");
         // A job line from before the field existed still parses, as strict fp32.
         let old = r#"{"workload":"cnn","net":"alexnet","device":"cuda","batch":2,"epochs":1,"images":4,"seed":1,"data":{"synthetic":{"seed":1,"classes":1000}}}"#;
-        let Job::Cnn(job) = serde_json::from_str::<Job>(old).unwrap() else {
-            panic!()
-        };
+        let job: CnnJob = serde_json::from_str::<Job>(old).unwrap().fields().unwrap();
         assert!(!job.tf32);
     }
 }
