@@ -39,6 +39,7 @@ registry! {
     mlp::MlpStudy,
     ops::Ops,
     exec::Exec,
+    idle::Idle,
 }
 
 /// Where a workload's iterations go, one call per step.
