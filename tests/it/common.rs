@@ -1,10 +1,5 @@
-//! Helpers shared by the integration tests: the real binary with a clean environment, waiting
-//! on its database, signals and the process tree; the store fixtures (`fixtures`) and the
-//! prepared Jetson sysfs trees (`jetson`).
-#![allow(dead_code)] // each test crate uses its own subset
-
-pub mod fixtures;
-pub mod jetson;
+//! Helpers shared by the test modules: the real binary with a clean environment, waiting on its
+//! database, signals and the process tree, and skipping what a host cannot run.
 
 use rusqlite::Connection;
 use serde_json::Value;
