@@ -2,7 +2,6 @@
 //! the errors users meet (bad config, bad images, no cuda build, an interrupt).
 
 use crate::common;
-
 use crate::common::{alive, children, count, edgebench, ok, results, signal, wait_for};
 use crate::fixtures::db::damage_table;
 use crate::fixtures::jetson::orin_nx_power;

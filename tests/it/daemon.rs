@@ -3,7 +3,6 @@
 //! the unit file verified and its exposure scored by systemd-analyze.
 
 use crate::common;
-
 use crate::common::{count, edgebench, results, signal, wait_for};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;

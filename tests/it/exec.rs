@@ -5,7 +5,6 @@
 //! TensorFlow's TF-Slim lines), and the engines as a series in `export csv` and `report`.
 
 use crate::common;
-
 use crate::common::{arg, count, describe, edgebench, ok, results, run_edgebench, wait_for};
 use crate::fixtures;
 use crate::fixtures::jetson::orin_nx_power;

@@ -1,10 +1,9 @@
 //! Reports from real database files: the per-host summaries, plots (SVG and PNG) and CSV
 //! files.
 
-use crate::common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common;
 use crate::common::{arg, run_edgebench};
 use crate::fixtures::db::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
 use edgebench::report::export_csv;
