@@ -5,7 +5,6 @@ use crate::common::{edgebench, ok, results, wait_for};
 use crate::fixtures::jetson::{orin_nx_power, thor_power, write, ORIN_NX_HWMON};
 use rusqlite::Connection;
 use serde_json::Value;
-use std::path::Path;
 
 #[test]
 fn run_with_power_records_energy_consistent_with_the_rails() {
