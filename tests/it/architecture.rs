@@ -154,12 +154,27 @@ enum Class {
     Str,
 }
 
+/// Where the hashes of a raw string (`r"..."`, `r#"..."#`, `br"..."`) starting at `i` begin,
+/// and how many there are; None if none starts there.
+fn raw_string_at(b: &[u8], i: usize) -> Option<(usize, usize)> {
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    if i > 0 && ident(b[i - 1]) {
+        return None;
+    }
+    let r = i + match b.get(i..i + 2)? {
+        [b'r', _] => 1,
+        b"br" => 2,
+        _ => return None,
+    };
+    let hashes = b[r..].iter().take_while(|&&c| c == b'#').count();
+    (b.get(r + hashes) == Some(&b'"')).then_some((r, hashes))
+}
+
 /// Classifies every byte of `text` as code, comment or string/char literal (its quotes
 /// included), so that braces and `mod` are only read in code and paths not in literals.
 fn classify(text: &str) -> Vec<Class> {
     let b = text.as_bytes();
     let mut class = vec![Class::Code; b.len()];
-    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut i = 0;
     while i < b.len() {
         let start = i;
@@ -185,14 +200,8 @@ fn classify(text: &str) -> Vec<Class> {
                 }
             }
             Class::Comment
-        } else if (b[i] == b'r' || b[i..].starts_with(b"br")) && (i == 0 || !ident(b[i - 1])) && {
-            let r = i + if b[i] == b'b' { 2 } else { 1 };
-            let hashes = b[r..].iter().take_while(|&&c| c == b'#').count();
-            b.get(r + hashes) == Some(&b'"')
-        } {
-            // A raw string: r"..." or r#"..."#, ended by the quote and as many hashes.
-            let r = i + if b[i] == b'b' { 2 } else { 1 };
-            let hashes = b[r..].iter().take_while(|&&c| c == b'#').count();
+        } else if let Some((r, hashes)) = raw_string_at(b, i) {
+            // Ended by the quote and as many hashes as it began with.
             let end = format!("\"{}", "#".repeat(hashes));
             i = r + hashes + 1;
             match text[i..].find(&end) {
