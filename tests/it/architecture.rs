@@ -487,13 +487,13 @@ fn subfolders(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The imports between a directory module's children: (child, sibling) -> where (file:line)
+/// the child first names it.
+type Imports = BTreeMap<(String, String), String>;
+
 /// For every directory module of the crate whose sources are `root`, the imports between its
-/// children: child -> sibling -> where (file:line) the child first names it. With `crate_root`,
-/// the crate root's own children too.
-fn child_graphs(
-    root: &Path,
-    crate_root: bool,
-) -> Vec<(DirModule, BTreeMap<(String, String), String>)> {
+/// children. With `crate_root`, the crate root's own children too.
+fn child_graphs(root: &Path, crate_root: bool) -> Vec<(DirModule, Imports)> {
     let mut dirs = Vec::new();
     subfolders(root, &mut dirs);
     let mut modules: Vec<DirModule> = dirs
