@@ -6,7 +6,7 @@
 #
 # BIN_DIR holds `edgebench` (built with `--features cudnn`) and the test binaries
 # `kernels-tests` (`cargo test --release --features cudnn -p edgebench-kernels --no-run`) and
-# `models-tests` (`... --features cudnn --test models --no-run`), each optionally .xz
+# `it-tests` (`... --features cudnn --test it --no-run`), each optionally .xz
 # compressed. Runs the CUDA tests, a short recorded sweep (`run --device cuda`, to see
 # peak_gpu_bytes reach the database), per-stage profiles, then bench/compare-gpu.sh at batch 32
 # and 1. Logs go to OUT_DIR (default ./gpu-check-out); the tables print last.
@@ -44,7 +44,7 @@ step() {
     [[ $rc == 0 ]] || { echo "!! $name failed ($rc)"; status=1; }
 }
 step kernels-tests "$RUN/kernels-tests" cuda
-step models-tests "$RUN/models-tests" cuda_
+step models-tests "$RUN/it-tests" models::cuda_
 DB=$RUN/check.db
 step run "$RUN/edgebench" run --device cuda --net alexnet,googlenet --batch 8 --images 24 \
     --warmup 1 --db "$DB"

@@ -5,7 +5,7 @@
 //!
 //! A measurement for docs/performance.md, not a check: it asserts nothing.
 
-#[path = "../tests/common/jetson.rs"]
+#[path = "../tests/it/fixtures/jetson.rs"]
 #[allow(dead_code)] // the tree builder alone is used here
 mod jetson;
 

@@ -1,6 +1,6 @@
 # Annex C of the thesis (TRINDADE, 2017): the script that turned the Caffe and TensorFlow study
 # logs into the loss_*.csv and times_*.csv files. Kept as printed, so that edgebench's
-# `export csv` can be checked against it byte for byte (tests/annex_c.rs). Only what the
+# `export csv` can be checked against it byte for byte (tests/it/annex_c.rs). Only what the
 # printed text needs in order to run and read the study's logs was changed:
 #
 # 1. Indentation (lost in print at lines 89-110 and 135): the `if values:` block runs for each

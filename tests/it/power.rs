@@ -1,13 +1,10 @@
 //! `run --power` and `sensors` end to end through the binary, with `--sysfs` pointing at a
 //! prepared Jetson tree (a JetPack 5 Orin NX: ina3221 hwmon at 1-0040).
 
-mod common;
-
-use common::jetson::{orin_nx_power, write, ORIN_NX_HWMON};
-use common::{edgebench, ok, results, wait_for};
+use crate::common::{edgebench, ok, results, wait_for};
+use crate::fixtures::jetson::{orin_nx_power, thor_power, write, ORIN_NX_HWMON};
 use rusqlite::Connection;
 use serde_json::Value;
-use std::path::Path;
 
 #[test]
 fn run_with_power_records_energy_consistent_with_the_rails() {
@@ -199,38 +196,11 @@ fn sensors_lists_rails_total_and_probes() {
     );
 }
 
-/// AGX Thor, JetPack 7: the carrier's INA238 (`ina238` driver, no label) at 2-0044 reads VIN
-/// 19.5 V x 2.4 A with power1_input 45.5 W (uW), refreshing once a second; a UCSI USB-C
-/// contract entry (20 V x 5 A) sits in the power-supply class.
-fn thor(sys: &Path) {
-    write(
-        sys,
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
-    );
-    write(
-        sys,
-        "firmware/devicetree/base/model",
-        "NVIDIA Jetson AGX Thor Developer Kit\0",
-    );
-    let hw = "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2";
-    write(sys, &format!("{hw}/name"), "ina238\n");
-    write(sys, &format!("{hw}/in1_input"), "19500\n");
-    write(sys, &format!("{hw}/curr1_input"), "2400\n");
-    write(sys, &format!("{hw}/power1_input"), "45500000\n");
-    write(sys, &format!("{hw}/update_interval"), "1000\n");
-    let psy = "class/power_supply/ucsi-source-psy-USBC000:001";
-    write(sys, &format!("{psy}/type"), "USB\n");
-    write(sys, &format!("{psy}/online"), "1\n");
-    write(sys, &format!("{psy}/voltage_now"), "20000000\n");
-    write(sys, &format!("{psy}/current_now"), "5000000\n");
-}
-
 #[test]
 fn thor_run_is_board_scope_from_the_ina238_and_flags_trials_too_short_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let sys = dir.path().join("sys");
-    thor(&sys);
+    thor_power(&sys);
     let db = dir.path().join("t.db");
     let cfg = dir.path().join("t.toml");
     std::fs::write(&cfg, "[power]\nbaseline_s = 0\n").unwrap();
@@ -506,7 +476,7 @@ fn logs_are_plain_on_pipes_and_unstamped_for_the_journal() {
 /// sensor gave no reading at all.
 #[test]
 fn every_trial_with_too_few_readings_is_flagged_zero_included() {
-    use common::fixtures::{iter, key, run_info, summary};
+    use crate::fixtures::db::{iter, key, run_info, summary};
     use edgebench::power::{TrialPower, TrialPowerRecord};
     use edgebench::store::Store;
     let dir = tempfile::tempdir().unwrap();

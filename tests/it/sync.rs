@@ -1,17 +1,16 @@
 //! Results leave the board: snapshot, merge and pull, on real database files.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::fixtures::{
+use crate::common;
+use crate::common::{arg, edgebench, run_edgebench};
+use crate::fixtures::db::{
     assert_consistent, board_db, board_iter, board_key, board_run, board_summary, gpu_peak,
     rows_in, table_counts,
 };
-use common::{arg, edgebench, run_edgebench};
 use edgebench::store::{merge, MemoryColumns, Store};
 use rusqlite::Connection;
 

@@ -2,9 +2,8 @@
 //! SIGTERM mid-sweep and a restart that redoes only the interrupted trial, SIGHUP reloads, and
 //! the unit file verified and its exposure scored by systemd-analyze.
 
-mod common;
-
-use common::{count, edgebench, results, signal, wait_for};
+use crate::common;
+use crate::common::{count, edgebench, results, signal, wait_for};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

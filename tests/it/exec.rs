@@ -4,10 +4,10 @@
 //! Then `edgebench import logs` of folders in the study scripts' layout (Caffe's glog lines,
 //! TensorFlow's TF-Slim lines), and the engines as a series in `export csv` and `report`.
 
-mod common;
-
-use common::jetson::orin_nx_power;
-use common::{arg, count, describe, edgebench, fixtures, ok, results, run_edgebench, wait_for};
+use crate::common;
+use crate::common::{arg, count, describe, edgebench, ok, results, run_edgebench, wait_for};
+use crate::fixtures;
+use crate::fixtures::jetson::orin_nx_power;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
@@ -755,7 +755,7 @@ fn import_logs_refuses_bad_input_naming_it_and_writes_nothing() {
 
     // A database with a run in it stays as it was when a folder holds one bad log.
     ok(import(dir, &good, "caffe", "caffe", &db));
-    let before = fixtures::table_counts(&db);
+    let before = fixtures::db::table_counts(&db);
     folder(
         &good,
         &[
@@ -780,7 +780,7 @@ fn import_logs_refuses_bad_input_naming_it_and_writes_nothing() {
         &[arg(&tf), "--parser", "caffe", "--engine", "tensorflow"],
         "train_alexnet_CPU_001.log: no caffe step line",
     );
-    assert_eq!(fixtures::table_counts(&db), before);
+    assert_eq!(fixtures::db::table_counts(&db), before);
 }
 
 /// The edgebench files byte for byte as before any import, and a pair of files per engine.
@@ -788,7 +788,7 @@ fn import_logs_refuses_bad_input_naming_it_and_writes_nothing() {
 fn export_csv_writes_the_studies_files_for_every_engine() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
-    fixtures::board_db(&db, "tx1");
+    fixtures::db::board_db(&db, "tx1");
     let export = |out: &str| {
         let out_dir = dir.join(out);
         ok(run_edgebench(
@@ -935,7 +935,7 @@ fn export_csv_writes_the_studies_files_for_every_engine() {
 fn report_shows_each_engine_with_its_speedup_and_unmeasured_energy() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
-    fixtures::board_db(&db, "tx1");
+    fixtures::db::board_db(&db, "tx1");
     let caffe = dir.join("caffe_logs");
     folder(
         &caffe,

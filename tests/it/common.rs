@@ -1,15 +1,11 @@
-//! Helpers shared by the integration tests: the real binary with a clean environment, waiting
-//! on its database, signals and the process tree; the store fixtures (`fixtures`) and the
-//! prepared Jetson sysfs trees (`jetson`).
-#![allow(dead_code)] // each test crate uses its own subset
-
-pub mod fixtures;
-pub mod jetson;
+//! Helpers shared by the test modules: the real binary with a clean environment, waiting on its
+//! database, signals and the process tree, and skipping what a host cannot run.
 
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The binary, in `dir`, with a clean environment: no DB or sysfs root from the caller, no
@@ -118,15 +114,21 @@ pub fn alive(pid: u32) -> bool {
 }
 
 /// Why the memory cgroup tests cannot run here (not root, no usable memory cgroup), if they
-/// cannot.
+/// cannot. Probed once per test process: the probe cgroup is named after the process, so two
+/// tests probing at once would collide on it and one would see the cgroup as unusable.
 pub fn cgroup_unusable() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    edgebench::memory::cgroup::check(&edgebench::host::HostPaths::default(), 1 << 30)
-        .err()
-        .map(|e| e.to_string())
+    static UNUSABLE: OnceLock<Option<String>> = OnceLock::new();
+    UNUSABLE
+        .get_or_init(|| {
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                return Some("not root".into());
+            }
+            edgebench::memory::cgroup::check(&edgebench::host::HostPaths::default(), 1 << 30)
+                .err()
+                .map(|e| e.to_string())
+        })
+        .clone()
 }
 
 /// Whether the tests run under CI (`CI=true`, as .ci/run is run), which provides every

@@ -4,9 +4,7 @@
 //! logged), every net and mode the parser reads, batches from 1 up, one point missing as a
 //! run that did not fit in memory leaves it. Needs python3.
 
-mod common;
-
-use common::{arg, describe, ok, run_edgebench, skip_or_fail};
+use crate::common::{arg, describe, ok, run_edgebench, skip_or_fail};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;

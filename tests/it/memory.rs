@@ -3,9 +3,7 @@
 //! cgroup (and, for the swap test, active swap: `.ci/run` turns on a swap file); where the host
 //! does not allow them they fail under CI and say they did not run elsewhere.
 
-mod common;
-
-use common::{
+use crate::common::{
     cgroup_unusable, children, describe, edgebench, results, signal, skip_or_fail, wait_for,
 };
 use edgebench::host::HostPaths;

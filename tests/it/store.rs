@@ -1,12 +1,11 @@
 //! The store, against real temporary database files.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::SystemTime;
 
-use common::fixtures::{damage_table, iter, key, run_info, sidecars_absent, summary};
+use crate::common;
+use crate::fixtures::db::{damage_table, iter, key, run_info, sidecars_absent, summary};
 use edgebench::record::Metrics;
 use edgebench::store::{Store, StoreError, SweepLock, TrialStatus, SCHEMA_VERSION};
 use rusqlite::Connection;

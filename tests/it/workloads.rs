@@ -1,10 +1,8 @@
 //! The MLP and operator workloads end to end through the binary: sweeps into a real database,
 //! results keys, resume, power from a prepared sysfs tree, and `edgebench peaks`.
 
-mod common;
-
-use common::jetson::orin_nx_power;
-use common::{count, edgebench, ok, results};
+use crate::common::{count, edgebench, ok, results};
+use crate::fixtures::jetson::orin_nx_power;
 use rusqlite::Connection;
 
 /// A custom MLP size small enough for a test: N=8, D_in=32, H=16, D_out=4.

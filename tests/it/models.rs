@@ -1,10 +1,8 @@
 //! The networks are the BVLC definitions: parameter counts, every stage's output shape (by
 //! inference and by running the candle graph), and gradients reaching every parameter.
 
-mod common;
-
+use crate::common::{edgebench, results};
 use candle_core::{Device, Tensor};
-use common::{edgebench, results};
 use edgebench::models::{self, ConvImpl, Network};
 use edgebench::train::{data::Dataset, sgd::Sgd};
 use rand::SeedableRng;
@@ -608,7 +606,7 @@ fn a_truncated_jpeg_fails_the_trial_naming_the_file() {
 /// A whole training step on the GPU (im2col + cuBLAS convolutions, the kernels crate's CUDA
 /// pooling and LRN) gives the CPU's loss and first-layer weight gradient, same weights and batch.
 /// Built with the `cuda` feature only, and run by hand on a machine with an NVIDIA GPU:
-/// `cargo test --features cuda --test models -- --ignored cuda_`.
+/// `cargo test --features cuda --test it -- --ignored models::cuda_`.
 #[cfg(feature = "cuda")]
 #[test]
 #[ignore = "needs a CUDA device"]

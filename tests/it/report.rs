@@ -1,12 +1,11 @@
 //! Reports from real database files: the per-host summaries, plots (SVG and PNG) and CSV
 //! files.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::fixtures::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
-use common::{arg, run_edgebench};
+use crate::common;
+use crate::common::{arg, run_edgebench};
+use crate::fixtures::db::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
 use edgebench::report::export_csv;
 use edgebench::report::plots::PALETTE;
 use edgebench::store::{merge, MemoryColumns, Store};

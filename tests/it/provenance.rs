@@ -2,10 +2,11 @@
 //! Orin NX's sysfs (device tree, cpufreq policies, GPU devfreq, thermal zones, cooling
 //! devices), procfs (kernel) and rootfs (/etc/nv_tegra_release, nvpmodel's files).
 
-mod common;
-
-use common::jetson::write;
-use common::{count, edgebench, ok, results, wait_for};
+use crate::common::{count, edgebench, ok, results, wait_for};
+use crate::fixtures::jetson::{
+    orin_nx_board, orin_nx_device_tree, thor_device_tree, write, ORIN_NX_GPU, ORIN_NX_POLICY0,
+    TX2_COMPATIBLE,
+};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -28,93 +29,11 @@ impl Tree {
     }
 }
 
-const POLICY0: &str = "devices/system/cpu/cpufreq/policy0";
-const GPU: &str = "class/devfreq/17000000.ga10b";
-
-/// An Orin NX in nvpmodel mode 0 (MAXN), clocks free (schedutil), cool.
+/// The fake Orin NX (nvpmodel mode 0, clocks free, cool) in a fresh folder.
 fn orin_nx() -> Tree {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
-    let sys = root.join("sys");
-    write(
-        &sys,
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-    );
-    write(
-        &sys,
-        "firmware/devicetree/base/model",
-        "NVIDIA Orin NX Developer Kit\0",
-    );
-    write(&sys, "devices/system/cpu/online", "0-7\n");
-    for (policy, cpus) in [("policy0", "0 1 2 3"), ("policy4", "4 5 6 7")] {
-        let d = format!("devices/system/cpu/cpufreq/{policy}");
-        write(&sys, &format!("{d}/related_cpus"), &format!("{cpus}\n"));
-        write(&sys, &format!("{d}/scaling_governor"), "schedutil\n");
-        write(&sys, &format!("{d}/scaling_cur_freq"), "1984000\n");
-        write(&sys, &format!("{d}/scaling_min_freq"), "115200\n");
-        write(&sys, &format!("{d}/scaling_max_freq"), "1984000\n");
-        write(&sys, &format!("{d}/cpuinfo_max_freq"), "1984000\n");
-    }
-    write(&sys, &format!("{GPU}/governor"), "nvhost_podgov\n");
-    write(&sys, &format!("{GPU}/cur_freq"), "918000000\n");
-    write(&sys, &format!("{GPU}/min_freq"), "306000000\n");
-    write(&sys, &format!("{GPU}/max_freq"), "918000000\n");
-    write(&sys, &format!("{GPU}/device/load"), "512\n");
-    // Not the GPU: must not be picked.
-    write(
-        &sys,
-        "class/devfreq/13e40000.host1x/cur_freq",
-        "204000000\n",
-    );
-    for (k, (name, temp)) in [
-        ("cpu-thermal", 45500),
-        ("gpu-thermal", 44000),
-        ("cv0-thermal", -256000),
-    ]
-    .iter()
-    .enumerate()
-    {
-        let d = format!("class/thermal/thermal_zone{k}");
-        write(&sys, &format!("{d}/type"), &format!("{name}\n"));
-        write(&sys, &format!("{d}/temp"), &format!("{temp}\n"));
-        write(&sys, &format!("{d}/trip_point_0_type"), "passive\n");
-        write(&sys, &format!("{d}/trip_point_0_temp"), "99000\n");
-        write(&sys, &format!("{d}/trip_point_1_type"), "critical\n");
-        write(&sys, &format!("{d}/trip_point_1_temp"), "105000\n");
-    }
-    write(&sys, "class/thermal/cooling_device0/type", "pwm-fan\n");
-    write(&sys, "class/thermal/cooling_device0/cur_state", "1\n");
-    write(&sys, "class/thermal/cooling_device0/max_state", "3\n");
-    write(&sys, "class/thermal/cooling_device1/type", "devfreq-gpu\n");
-    write(&sys, "class/thermal/cooling_device1/cur_state", "0\n");
-    write(&sys, "class/thermal/cooling_device1/max_state", "9\n");
-
-    let proc_ = root.join("proc");
-    write(&proc_, "sys/kernel/osrelease", "5.15.136-tegra\n");
-    write(
-        &proc_,
-        "sys/kernel/version",
-        "#1 SMP PREEMPT Mon May  6 09:56:39 PDT 2024\n",
-    );
-    write(&proc_, "sys/kernel/hostname", "orin-lab\n");
-
-    let rootfs = root.join("rootfs");
-    write(
-        &rootfs,
-        "etc/nv_tegra_release",
-        "# R36 (release), REVISION: 3.0, GCID: 36923193, BOARD: generic, EABI: aarch64, DATE: Fri Jul 19 23:24:25 UTC 2024\n# KERNEL_VARIANT: oot\n",
-    );
-    write(
-        &rootfs,
-        "etc/nvpmodel.conf",
-        "< PARAM TYPE=FILE NAME=CPU_ONLINE >\n< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=1 NAME=10W >\nCPU_ONLINE CORE_0 1\n",
-    );
-    write(
-        &rootfs,
-        "var/lib/nvpmodel/status",
-        "pmode:0000 fmode:quiet\n",
-    );
+    orin_nx_board(&root);
     Tree { _dir: dir, root }
 }
 
@@ -166,7 +85,7 @@ fn provenance_reads_a_jetson_tree_and_leaves_out_what_is_missing() {
             "1984000\n",
         );
     }
-    write(&t.sys(), &format!("{GPU}/min_freq"), "918000000\n");
+    write(&t.sys(), &format!("{ORIN_NX_GPU}/min_freq"), "918000000\n");
     let mut cmd = edgebench(&t.root);
     cmd.args(["provenance", "--json"]);
     roots(&mut cmd, &t, true);
@@ -240,7 +159,7 @@ fn a_run_records_provenance_and_a_mid_trial_clock_cap_marks_the_trial_throttled(
         // A free-running clock moving under schedutil is not throttling.
         write(
             &t.sys(),
-            &format!("{POLICY0}/scaling_cur_freq"),
+            &format!("{ORIN_NX_POLICY0}/scaling_cur_freq"),
             "1420800\n",
         );
     });
@@ -275,7 +194,7 @@ fn a_run_records_provenance_and_a_mid_trial_clock_cap_marks_the_trial_throttled(
     let capped = run_on(&t, &db, 6, || {
         write(
             &t.sys(),
-            &format!("{POLICY0}/scaling_max_freq"),
+            &format!("{ORIN_NX_POLICY0}/scaling_max_freq"),
             "1113600\n",
         );
         write(&t.sys(), "class/thermal/thermal_zone0/temp", "99500\n");
@@ -318,7 +237,7 @@ fn device_cuda_on_a_board_whose_gpu_candle_cannot_use_says_why() {
     write(
         &t.sys(),
         "firmware/devicetree/base/compatible",
-        "nvidia,p2771-0000\0nvidia,p3310\0nvidia,tegra186\0",
+        TX2_COMPATIBLE,
     );
     let mut cmd = edgebench(&t.root);
     cmd.args(["run", "--net", "alexnet", "--device", "cuda", "--db"])
@@ -334,11 +253,7 @@ fn device_cuda_on_a_board_whose_gpu_candle_cannot_use_says_why() {
     assert!(!t.root.join("x.db").exists(), "nothing may be written");
 
     // An Orin with CUDA 12.2 installed gets past the board check (to the build's own check).
-    write(
-        &t.sys(),
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-    );
+    orin_nx_device_tree(&t.sys());
     write(
         &t.rootfs(),
         "usr/local/cuda/version.json",
@@ -362,16 +277,7 @@ fn device_cuda_on_a_board_whose_gpu_candle_cannot_use_says_why() {
 #[test]
 fn agx_thor_provenance_and_its_cuda_obstacle() {
     let t = orin_nx();
-    write(
-        &t.sys(),
-        "firmware/devicetree/base/compatible",
-        "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
-    );
-    write(
-        &t.sys(),
-        "firmware/devicetree/base/model",
-        "NVIDIA Jetson AGX Thor Developer Kit\0",
-    );
+    thor_device_tree(&t.sys());
     write(
         &t.rootfs(),
         "etc/nv_tegra_release",

@@ -1,11 +1,10 @@
 //! End to end through the real binary: a small sweep into a temp DB, resume, CSV export, and
 //! the errors users meet (bad config, bad images, no cuda build, an interrupt).
 
-mod common;
-
-use common::fixtures::damage_table;
-use common::jetson::orin_nx_power;
-use common::{alive, children, count, edgebench, ok, results, signal, wait_for};
+use crate::common;
+use crate::common::{alive, children, count, edgebench, ok, results, signal, wait_for};
+use crate::fixtures::db::damage_table;
+use crate::fixtures::jetson::orin_nx_power;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,20 @@
+//! The integration tests, one module per area, linked into one binary (`--test it`): one link
+//! of the library and its dependencies instead of one per area. A single area runs with
+//! `cargo test --test it -- store::`.
+
+mod common;
+mod fixtures;
+
+mod annex_c;
+mod architecture;
+mod cli;
+mod daemon;
+mod exec;
+mod memory;
+mod models;
+mod power;
+mod provenance;
+mod report;
+mod store;
+mod sync;
+mod workloads;
