@@ -12,6 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["memory", "power", "provenance", "train"],
     &["store"],
+    &["render"],
     &["workloads"],
     &["plan", "worker"],
     &["runner", "report", "sync"],
