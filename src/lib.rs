@@ -11,7 +11,9 @@
 //!   that runs one trial of one workload).
 //! - `workloads` (`cnn`: plan, estimate, run, summarise) over `train` and `models` (BVLC specs
 //!   -> candle graphs, on the `edgebench-kernels` crate).
-//! - `store` (SQLite, one writer) and, reading it only, `report` and `sync`.
+//! - `render` (tables, figures, CSV files of the store's rows; the `Section` a workload's
+//!   report implements) over `store` (SQLite, one writer); reading the store only, `report`
+//!   (running every section) and `sync`.
 //! - measurement beside the runner: `power`, `memory`, `provenance`.
 //! - the bottom: `config`, `record` (iteration records, metrics), `stats`, `board`, `host`,
 //!   `clock`.
@@ -27,6 +29,7 @@ mod plan;
 pub mod power;
 pub mod provenance;
 pub mod record;
+pub mod render;
 pub mod report;
 pub mod runner;
 mod stats;

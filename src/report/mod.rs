@@ -1,93 +1,15 @@
 //! Reports from the store: the summary table, the models listing, the studies' CSV files,
-//! engines (frameworks) side by side.
+//! and `edgebench report` (every host's tables, figures and CSV files, [`build`]). Each
+//! workload writes its own part of a report ([`sections`]); the report runs them in the order
+//! [`sections::all`] gives and writes the pages that gather them.
 
-pub mod aggregate;
 pub mod build;
 pub mod csv;
-pub mod engines;
 pub mod models;
-pub mod plots;
-pub mod summary;
-pub mod workloads;
+pub(crate) mod sections;
 
 pub use self::csv::export_csv;
-pub use aggregate::results_json;
+pub use crate::render::aggregate::{self, results_json};
+pub use crate::render::plots;
 pub use models::models_text;
-
-use crate::store::{ResultRow, TrialStatus};
-use std::borrow::Borrow;
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
-/// For each key, the trial standing for it among `rows` (oldest first), as the studies'
-/// files choose: the latest `ok` one, else the latest. Rows keyed `None` are left out; keys in
-/// the order they first appear.
-pub fn latest_per_key<K: Ord + Clone, R: Borrow<ResultRow>>(
-    rows: impl IntoIterator<Item = R>,
-    key: impl Fn(&ResultRow) -> Option<K>,
-) -> Vec<(K, R)> {
-    let mut index: BTreeMap<K, usize> = BTreeMap::new();
-    let mut chosen: Vec<(K, R)> = Vec::new();
-    for r in rows {
-        let Some(k) = key(r.borrow()) else { continue };
-        match index.get(&k) {
-            // A later trial wins unless it would replace an ok one with one that is not.
-            Some(&i) => {
-                let prev = chosen[i].1.borrow();
-                if r.borrow().status == TrialStatus::Ok || prev.status != TrialStatus::Ok {
-                    chosen[i].1 = r;
-                }
-            }
-            None => {
-                index.insert(k.clone(), chosen.len());
-                chosen.push((k, r));
-            }
-        }
-    }
-    chosen
-}
-
-/// What qualifies a trial's figures, as every table shows it: `SWAP` (the time measures the
-/// swap device), `THROTTLED`, `POWER_GAP` (readings missing inside the measured window),
-/// `FEW_READINGS(n)` (the energy rests on n < 10 sensor updates), `STALL`, `LOSS_ANOMALY`,
-/// then the error's first line.
-pub(crate) fn trial_flags(r: &ResultRow) -> Vec<Cow<'static, str>> {
-    let mut flags: Vec<Cow<'static, str>> = Vec::new();
-    if r.swap_pressure == Some(true) {
-        flags.push("SWAP".into());
-    }
-    if r.throttled == Some(true) {
-        flags.push("THROTTLED".into());
-    }
-    if r.power_incomplete == Some(true) {
-        flags.push("POWER_GAP".into());
-    }
-    if let Some(n) = r.power_low_samples {
-        flags.push(format!("FEW_READINGS({n})").into());
-    }
-    if r.metrics
-        .get("stalled_steps")
-        .and_then(|v| v.as_u64())
-        .is_some_and(|n| n > 0)
-    {
-        flags.push("STALL".into());
-    }
-    if r.loss_anomaly {
-        flags.push("LOSS_ANOMALY".into());
-    }
-    if let Some(e) = &r.error {
-        flags.push(e.lines().next().unwrap_or("").to_string().into());
-    }
-    flags
-}
-
-/// The flags' meanings, for the legend under the tables.
-pub(crate) const FLAGS_LEGEND: &str = "SWAP: the trial's own memory was paged out while it \
-trained; its time measures the swap device, not the board. THROTTLED: a clock changed, or \
-dropped for temperature, while the trial ran (`edgebench results --json` gives the reason in \
-`throttle_note`). POWER_GAP: the power sensor gave no readings for part of the measured \
-window; the energy leaves that part out. FEW_READINGS(n): the energy rests on n < 10 sensor \
-updates; measure longer. STALL: some steps took far longer than the trial's median \
-(`stall_note`). LOSS_ANOMALY: the loss diverged or did not change. CACHE: an operator above \
-100 % of the measured memory bandwidth; its working set was served from a cache, whose roof \
-is higher than memory's.";
+pub use sections::summary;

@@ -1,43 +1,89 @@
 //! Engines as a series: the frameworks measured with `edgebench exec` or imported from their
 //! logs beside edgebench's own trainer (the `cnn` workload, engine `edgebench`). Per engine:
 //! time per image against batch, GPU-over-CPU speedup per (net, batch), loss against iteration
-//! per (net, device), and energy and EDP where they were measured.
+//! per (net, device), and energy and EDP where they were measured; the studies' CSV files of
+//! every engine, edgebench's included (`{loss,times}_<machine>_<engine>.csv`), and one file of
+//! the `exec` trials per engine (`exec_<machine>_<engine>.csv`).
 //!
 //! Each (engine, net, device, batch) is one point: the latest `ok` trial, else the latest (as
 //! the CNN tables choose).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use crate::record::IterationRecord;
+use crate::render::aggregate::Repetitions;
+use crate::render::figures::{loss_by_batch, loss_plot};
+use crate::render::files::{file_name_part, safe_name, write_atomic};
+use crate::render::flags::trial_flags;
+use crate::render::fmt::{fmt, sci, speedups as gpu_over_cpu};
+use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
+use crate::render::select::{engine_of, latest_per_key, OWN};
+use crate::render::studies::{engine_files, mean_step_s};
+use crate::render::table::{with_mean_column, Table};
+use crate::render::{rows, Context, Output, Section};
+use crate::store::{ResultRow, Store, TrialStatus};
+use crate::workloads::exec::{steps_covered, total_time_s};
 
-use crate::report::aggregate::Repetitions;
-use crate::report::build::{sci, with_mean_column, Table};
-use crate::report::plots::{Axis, Mark, Plot, Point, Series, Unit};
-use crate::store::{ResultRow, TrialStatus};
+/// The engines' section (the `exec` workload beside edgebench's own trainer).
+pub(crate) struct Exec;
 
-/// The engine of edgebench's own trainer.
-pub const OWN: &str = "edgebench";
+impl Section for Exec {
+    fn name(&self) -> &'static str {
+        "exec"
+    }
 
-/// The engine a trial measures: `edgebench` for the CNN training, the `engine` parameter of
-/// an external command's trial; None for the other workloads (MLP study, operators).
-pub fn engine_of(r: &ResultRow) -> Option<String> {
-    match r.workload.as_str() {
-        "cnn" => Some(OWN.to_string()),
-        "exec" => Some(match r.params.get("engine") {
-            Some(Value::String(e)) if !e.is_empty() => e.clone(),
-            _ => "exec".to_string(),
-        }),
-        _ => None,
+    /// The studies' files of every engine, edgebench's first (always written), then each other
+    /// engine's by name; then the `exec` trials' files.
+    fn csv(
+        &self,
+        store: &Store,
+        rows: &[ResultRow],
+        dir: &Path,
+        machine: &str,
+    ) -> anyhow::Result<Vec<PathBuf>> {
+        // Engine (as a file name part) -> its trials.
+        let mut by_engine: BTreeMap<String, Vec<ResultRow>> = BTreeMap::new();
+        for row in rows {
+            if let Some(engine) = engine_of(row) {
+                by_engine
+                    .entry(file_name_part(&engine))
+                    .or_default()
+                    .push(row.clone());
+            }
+        }
+        let own = by_engine.remove(OWN).unwrap_or_default();
+        let mut written = Vec::new();
+        for (engine, rows) in std::iter::once((OWN.to_string(), own)).chain(by_engine) {
+            let (loss, times) = engine_files(store, rows, avg_time)?;
+            let loss_path = dir.join(format!("loss_{machine}_{engine}.csv"));
+            let times_path = dir.join(format!("times_{machine}_{engine}.csv"));
+            write_atomic(&loss_path, loss)?;
+            write_atomic(&times_path, times)?;
+            written.extend([loss_path, times_path]);
+        }
+        written.extend(rows::export(rows, "exec", dir, machine)?);
+        Ok(written)
+    }
+
+    fn write(&self, rows: &[ResultRow], context: &Context, out: &mut Output) -> anyhow::Result<()> {
+        out.plots.extend(plots(context.host, rows));
+        out.plots
+            .extend(loss_plots(context.store, context.host, rows)?);
+        out.tables.extend(tables(context.host, rows));
+        Ok(())
     }
 }
 
-/// An engine's name as part of a file name: characters other than letters, digits, `-`, `_`
-/// and `.` become `_`.
-pub fn file_name_part(engine: &str) -> String {
-    let s = crate::report::build::replace_unsafe(engine, "-_.");
-    match s.trim_start_matches('.') {
-        "" => format!("engine_{}", s.len()),
-        t => t.to_string(),
+/// Mean seconds per iteration of a trial's records. edgebench records every step, so the
+/// plain mean; an external command's record may stand for several iterations (a log showing
+/// every K-th step) and counts for as many.
+fn avg_time(row: &ResultRow, iters: &[IterationRecord]) -> f64 {
+    if row.workload == "exec" {
+        let covered: usize = steps_covered(iters).iter().sum();
+        total_time_s(iters, 0) / covered as f64
+    } else {
+        mean_step_s(iters)
     }
 }
 
@@ -46,7 +92,7 @@ pub type Picked = BTreeMap<(String, String, String, usize), ResultRow>;
 
 /// The trial standing for each (engine, net, device, batch) among `rows` (oldest first).
 pub fn pick(rows: &[ResultRow]) -> Picked {
-    crate::report::latest_per_key(rows, |r| {
+    latest_per_key(rows, |r| {
         engine_of(r).map(|engine| (engine, r.net.clone(), r.device.clone(), r.batch))
     })
     .into_iter()
@@ -69,27 +115,12 @@ fn ok_time(r: &ResultRow) -> Option<f64> {
 /// GPU-over-CPU speedup per (engine, net, batch): the CPU's time per image over the GPU's,
 /// where both trials are `ok` with a time and ran the same work (epochs, images, data set).
 pub fn speedups(picked: &Picked) -> BTreeMap<(String, String, usize), f64> {
-    let mut out = BTreeMap::new();
-    for ((engine, net, device, batch), gpu) in picked {
-        if device != "cuda" {
-            continue;
-        }
-        let cpu = picked.get(&(engine.clone(), net.clone(), "cpu".to_string(), *batch));
-        let same_work = |c: &ResultRow| {
-            c.epochs == gpu.epochs && c.images == gpu.images && c.dataset == gpu.dataset
-        };
-        if let (Some(c), Some(g)) = (cpu.filter(|c| same_work(c)).and_then(ok_time), ok_time(gpu)) {
-            if g > 0.0 {
-                out.insert((engine.clone(), net.clone(), *batch), c / g);
-            }
-        }
-    }
-    out
-}
-
-fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
-    v.map(|v| format!("{:.*}", digits, v * scale))
-        .unwrap_or_else(|| "-".into())
+    let key = |r: &ResultRow| (engine_of(r).unwrap_or_default(), r.net.clone(), r.batch);
+    gpu_over_cpu(picked.values(), key)
+        .into_iter()
+        // A GPU time of zero gives no ratio.
+        .filter(|(_, s)| s.is_finite())
+        .collect()
 }
 
 /// An energy figure, or why there is none: `not measured` for a trial without a power record
@@ -153,7 +184,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         .then(|| sp.get(&(engine.to_string(), r.net.clone(), r.batch)))
                         .flatten()
                         .copied();
-                    let flags = super::trial_flags(r);
+                    let flags = trial_flags(r);
                     let row = vec![
                         r.net.clone(),
                         r.device.clone(),
@@ -375,7 +406,7 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
 /// (whose own are `loss_<net>_<device>`): loss against iteration per batch, one figure per
 /// (engine, net, device), stem `loss_<engine>_<net>_<device>`.
 pub fn loss_plots(
-    store: &crate::store::Store,
+    store: &Store,
     host: &str,
     rows: &[ResultRow],
 ) -> anyhow::Result<Vec<(String, Plot)>> {
@@ -391,11 +422,11 @@ pub fn loss_plots(
             .iter()
             .filter(|((e, n, d, _), _)| e == engine && n == net && d == device)
             .map(|((.., batch), r)| (*batch, r));
-        let series = crate::report::build::loss_by_batch(store, trials)?;
+        let series = loss_by_batch(store, trials)?;
         if series.is_empty() {
             continue;
         }
-        let safe = crate::report::build::safe_name;
+        let safe = safe_name;
         out.push((
             format!(
                 "loss_{}_{}_{}",
@@ -403,7 +434,7 @@ pub fn loss_plots(
                 safe(net),
                 safe(device)
             ),
-            crate::report::build::loss_plot(
+            loss_plot(
                 format!("Loss vs iteration — {engine}, {net} on {device}, {host}"),
                 series,
             ),
@@ -415,6 +446,7 @@ pub fn loss_plots(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn exec_row(engine: &str, device: &str, batch: usize, tpi: Option<f64>) -> ResultRow {
         let params: serde_json::Map<String, Value> =
@@ -533,5 +565,30 @@ mod tests {
         );
         let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
         assert_eq!(t[0].rows[0][col("J/image")], "not measured");
+    }
+
+    #[test]
+    fn avg_time_is_per_iteration_when_a_record_stands_for_several() {
+        let rec = |step, step_s| IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: 0,
+        };
+        let of = |workload: &str| ResultRow {
+            workload: workload.into(),
+            ..Default::default()
+        };
+        // A first iteration of 1 s, then two records of 10 iterations at 0.25 s each.
+        let logged = [rec(0, 1.0), rec(10, 0.25), rec(20, 0.25)];
+        assert_eq!(avg_time(&of("exec"), &logged), (1.0 + 20.0 * 0.25) / 21.0);
+        // edgebench's records are one step each: the plain mean.
+        let own = [rec(0, 1.0), rec(1, 0.25), rec(2, 0.25)];
+        assert_eq!(avg_time(&of("cnn"), &own), 1.5 / 3.0);
+        assert_eq!(avg_time(&of("exec"), &own), 1.5 / 3.0);
     }
 }

@@ -1,230 +1,54 @@
-//! The workloads beside the CNN training (`mlp`, `ops`, `exec`): one CSV per workload and
-//! engine, `<workload>_<machine>_<engine>.csv` (`edgebench` for what edgebench computes itself,
-//! the framework for `exec`, e.g. `exec_tx1_caffe.csv`), one row per trial key (the latest `ok`
-//! trial, else the latest, as the studies' files choose), with the common figures (for `exec`
-//! also `net` and `batch`, which tell its trials apart) and then the workload's own parameters
-//! and metrics as columns, in the names `results --json` uses.
+//! The operator study's part of a report: per device a table of every (op, size), the
+//! rooflines and the figures of rate against size; one CSV file of its trials
+//! (`ops_<machine>_edgebench.csv`).
 
-use crate::report::aggregate::Repetitions;
-use crate::report::build::{with_mean_column, Table};
-use crate::report::csv::write_atomic;
-use crate::report::engines::{engine_of, file_name_part, OWN};
-use crate::report::plots::{Axis, Mark, Plot, Point, Series, Unit};
-use crate::store::{ResultRow, TrialStatus};
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The columns every workload's file starts with.
-pub const COMMON: &[&str] = &[
-    "host",
-    "device",
-    "status",
-    "iterations",
-    "time_per_iteration_s",
-    "time_per_iteration_spread_s",
-    "total_time_s",
-    "gflop_per_s",
-    "energy_j",
-    "avg_power_w",
-    "edp_js",
-    "item",
-    "items_per_iteration",
-    "time_per_item_s",
-    "energy_per_item_j",
-    "edp_per_item_js",
-    "swap_pressure",
-    "throttled",
-    "peak_rss_bytes",
-    "peak_gpu_bytes",
-];
+use crate::render::aggregate::Repetitions;
+use crate::render::flags::trial_flags;
+use crate::render::fmt::fmt;
+use crate::render::plots::{Axis, Mark, Plot, Point, Series};
+use crate::render::select::{latest, num, text};
+use crate::render::table::{with_mean_column, Table};
+use crate::render::{rows, Context, Output, Section};
+use crate::store::{ResultRow, Store, TrialStatus};
+use serde_json::Value;
 
-/// A short name for a trial of any workload, e.g. `alexnet`, `mlp tensors small`,
-/// `add f32 32MB`.
-pub fn label(r: &ResultRow) -> String {
-    let param = |k: &str| match r.params.get(k) {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    match r.workload.as_str() {
-        "mlp" => format!(
-            "mlp {} {}",
-            param("style").unwrap_or_default(),
-            param("size").unwrap_or_default()
-        ),
-        "ops" => {
-            let size = match param("mb") {
-                Some(mb) => format!("{mb}MB"),
-                None => format!(
-                    "{}x{}x{}",
-                    param("m").unwrap_or_default(),
-                    param("n").unwrap_or_default(),
-                    param("k").unwrap_or_default()
-                ),
-            };
-            format!(
-                "{} {} {size}",
-                param("op").unwrap_or_default(),
-                param("dtype").unwrap_or_default()
-            )
-        }
-        "exec" => format!("{} {}", param("engine").unwrap_or_default(), r.net)
-            .trim_end()
-            .to_string(),
-        _ => r.net.clone(),
+/// The ops workload's section.
+pub(crate) struct Ops;
+
+impl Section for Ops {
+    fn name(&self) -> &'static str {
+        "ops"
+    }
+
+    /// One file per engine of the `ops` trials.
+    fn csv(
+        &self,
+        _store: &Store,
+        rows: &[ResultRow],
+        dir: &Path,
+        machine: &str,
+    ) -> anyhow::Result<Vec<PathBuf>> {
+        rows::export(rows, "ops", dir, machine)
+    }
+
+    fn write(&self, rows: &[ResultRow], context: &Context, out: &mut Output) -> anyhow::Result<()> {
+        out.plots.extend(roofline_plots(context.host, rows));
+        out.plots.extend(ops_plots(context.host, rows));
+        out.tables.extend(tables(context.host, rows));
+        Ok(())
     }
 }
 
-fn cell(v: Option<&Value>) -> String {
-    let text = match v {
-        None | Some(Value::Null) => return String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-    };
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text
-    }
-}
-
-/// The trial standing for each key among `rows` (oldest first): the latest `ok` one, else
-/// the latest; in the order the keys first appear.
-fn latest<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
-    super::latest_per_key(rows.iter().copied(), |r| Some(r.key()))
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect()
-}
-
-/// The file's text for one workload's rows (oldest first).
-pub fn csv_text(rows: &[&ResultRow]) -> String {
-    let rows = latest(rows);
-    let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
-    let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
-    let mut columns: Vec<String> = COMMON.iter().map(|c| c.to_string()).collect();
-    if rows.iter().any(|r| r.workload == "exec") {
-        // A command's trials differ by net and batch, which its parameters do not hold.
-        columns.splice(1..1, ["net".to_string()]);
-        let after_device = columns
-            .iter()
-            .position(|c| c == "device")
-            .map_or(0, |i| i + 1);
-        columns.insert(after_device, "batch".to_string());
-    }
-    columns.extend(params.into_iter().cloned());
-    columns.extend(metrics.into_iter().cloned());
-    let mut out = format!("#{}\n", columns.join(","));
-    for r in rows {
-        let row = serde_json::to_value(r).expect("a results row serialises");
-        let line: Vec<String> = columns.iter().map(|c| cell(row.get(c))).collect();
-        out.push_str(&line.join(","));
-        out.push('\n');
-    }
-    out
-}
-
-fn num(r: &ResultRow, key: &str) -> Option<f64> {
-    r.params
-        .get(key)
-        .or_else(|| r.metrics.get(key))
-        .and_then(Value::as_f64)
-}
-
-fn text(r: &ResultRow, key: &str) -> String {
-    match r.params.get(key) {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => "-".into(),
-    }
-}
-
-fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
-    v.map(|v| format!("{:.*}", digits, v * scale))
-        .unwrap_or_else(|| "-".into())
-}
-
-fn flags(r: &ResultRow) -> String {
-    super::trial_flags(r).join("; ")
-}
-
-/// The MLP study's and the operator study's tables for one host's rows: per device, time,
-/// rate and energy per (size, style) or (op, size), with the MLP's GPU/CPU speedup and EDP
-/// ratio where both devices ran the same trial.
+/// The operator study's tables for one host's rows: per device, time, rate and energy per
+/// (op, size).
 pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
     let repetitions = Repetitions::of(rows);
     let repeated = repetitions.any_repeated();
-    let mlp = latest(&of("mlp"));
-    // The same trial on the CPU, for the GPU rows' ratios.
-    let on_cpu = |r: &ResultRow| {
-        mlp.iter().copied().find(|c| {
-            c.device == "cpu"
-                && c.status == TrialStatus::Ok
-                && c.params_text == r.params_text
-                && c.epochs == r.epochs
-        })
-    };
-    for device in ["cpu", "cuda"] {
-        let rs: Vec<&ResultRow> = mlp.iter().copied().filter(|r| r.device == device).collect();
-        if rs.is_empty() {
-            continue;
-        }
-        out.push(Table {
-            title: format!("MLP study on {device} — {host}"),
-            header: with_mean_column(
-                vec![
-                    "size",
-                    "style",
-                    "status",
-                    "ms/iteration",
-                    "± IQR ms",
-                    "total s",
-                    "GFLOP/s",
-                    "J",
-                    "W",
-                    "mJ/sample",
-                    "EDP J·s",
-                    "GPU/CPU",
-                    "EDP CPU/GPU",
-                    "flags",
-                ],
-                repeated,
-                4,
-                || "mean ± CI95 ms",
-            ),
-            rows: rs
-                .iter()
-                .map(|r| {
-                    let cpu = (device == "cuda" && r.status == TrialStatus::Ok)
-                        .then(|| on_cpu(r))
-                        .flatten();
-                    let ratio =
-                        |f: fn(&ResultRow) -> Option<f64>| cpu.and_then(|c| Some(f(c)? / f(r)?));
-                    let row = vec![
-                        text(r, "size"),
-                        text(r, "style"),
-                        r.status.to_string(),
-                        fmt(r.time_per_iteration_s, 1e3, 2),
-                        fmt(r.time_per_iteration_spread_s, 1e3, 2),
-                        fmt(r.total_time_s, 1.0, 2),
-                        fmt(r.gflop_per_s, 1.0, 2),
-                        fmt(r.energy_j, 1.0, 2),
-                        fmt(r.avg_power_w, 1.0, 2),
-                        fmt(r.energy_per_item_j, 1e3, 4),
-                        fmt(r.edp_js, 1.0, 2),
-                        fmt(ratio(|x| x.time_per_iteration_s), 1.0, 2),
-                        fmt(ratio(|x| x.edp_js), 1.0, 2),
-                        flags(r),
-                    ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 2);
-                    with_mean_column(row, repeated, 4, mean)
-                })
-                .collect(),
-        });
-    }
     let ops = latest(&of("ops"));
     for device in ["cpu", "cuda"] {
         let rs: Vec<&ResultRow> = ops.iter().copied().filter(|r| r.device == device).collect();
@@ -276,7 +100,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(num(r, "joule_per_gflop"), 1.0, 4),
                         fmt(num(r, "joule_per_gbyte"), 1.0, 4),
                         {
-                            let mut f = super::trial_flags(r);
+                            let mut f = trial_flags(r);
                             if above_memory_roof(r) {
                                 f.insert(0, "CACHE".into());
                             }
@@ -288,78 +112,6 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 })
                 .collect(),
         });
-    }
-    out
-}
-
-/// The MLP study's figures (stems `mlp_time`, `mlp_energy`, `mlp_edp`): time per iteration,
-/// energy and EDP per size (in order of work), one line per style and device, so CPU and GPU
-/// sit side by side; energy and EDP only where measured.
-pub fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
-    let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "mlp").collect();
-    let mlp = latest(&mlp);
-    let repetitions = Repetitions::of(rows);
-    // Sizes by multiply-adds per iteration, named sizes (small < medium < large) agreeing.
-    let work = |r: &ResultRow| {
-        let n = |k| num(r, k).unwrap_or(0.0);
-        n("n") * (n("d_in") * n("h") + n("h") * n("d_out"))
-    };
-    let mut sizes: Vec<(f64, String)> = mlp.iter().map(|r| (work(r), text(r, "size"))).collect();
-    sizes.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-    let mut names: Vec<String> = sizes.into_iter().map(|(_, n)| n).collect();
-    let mut seen = BTreeSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    let figure = |stem: &str, what: &str, unit: Unit, value: fn(&ResultRow) -> Option<f64>| {
-        let mut by: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
-        for r in &mlp {
-            let Some(x) = names.iter().position(|n| *n == text(r, "size")) else {
-                continue;
-            };
-            let (y, err) = repetitions.point(r, value);
-            by.entry((text(r, "style"), r.device.clone()))
-                .or_default()
-                .push(Point {
-                    x: x as f64,
-                    y: (r.status == TrialStatus::Ok).then_some(y).flatten(),
-                    mark: Mark::of(r),
-                    err,
-                });
-        }
-        let series = by
-            .into_iter()
-            .map(|((style, device), points)| Series {
-                label: format!("{style} {device}"),
-                points,
-                markers: true,
-            })
-            .collect();
-        (
-            stem.to_string(),
-            Plot {
-                title: format!("MLP study: {what} per size, CPU and GPU — {host}"),
-                x_desc: "network size".into(),
-                y_desc: what.into(),
-                y_unit: unit,
-                x_axis: Axis::Linear,
-                y_axis: Axis::Log(10.0),
-                x_categories: names.clone(),
-                series,
-                caption: format!(
-                    "MLP study: {what} of each style on each device, per network size."
-                ),
-                ..Default::default()
-            },
-        )
-    };
-    let mut out = vec![figure(
-        "mlp_time",
-        "time per iteration",
-        Unit::Seconds,
-        |r| r.time_per_iteration_s,
-    )];
-    if mlp.iter().any(|r| r.energy_j.is_some()) {
-        out.push(figure("mlp_energy", "energy", Unit::Joules, |r| r.energy_j));
-        out.push(figure("mlp_edp", "EDP", Unit::JouleSeconds, |r| r.edp_js));
     }
     out
 }
@@ -631,93 +383,9 @@ fn roof_lines(
     out
 }
 
-/// Writes one file per workload other than `cnn` and engine present in `rows`; returns their
-/// paths.
-pub fn export(rows: &[ResultRow], out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let mut by_file: BTreeMap<(&str, String), Vec<&ResultRow>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.workload != "cnn") {
-        let engine = engine_of(r).unwrap_or_else(|| OWN.to_string());
-        by_file
-            .entry((r.workload.as_str(), file_name_part(&engine)))
-            .or_default()
-            .push(r);
-    }
-    let mut written = Vec::new();
-    for ((workload, engine), rows) in by_file {
-        let path = out_dir.join(format!("{workload}_{machine}_{engine}.csv"));
-        write_atomic(&path, csv_text(&rows))?;
-        written.push(path);
-    }
-    Ok(written)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mlp_row(style: &str, status: TrialStatus, secs: f64) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!(r#"{{"style":"{style}","size":"small","n":64}}"#))
-                .unwrap();
-        ResultRow {
-            workload: "mlp".into(),
-            net: "mlp".into(),
-            device: "cpu".into(),
-            batch: 64,
-            status,
-            host: "tx2".into(),
-            time_per_iteration_s: Some(secs),
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn one_row_per_key_preferring_ok_with_params_as_columns() {
-        let a = mlp_row("tensors", TrialStatus::Ok, 0.5);
-        let mut b = mlp_row("autograd", TrialStatus::Ok, 0.25);
-        b.peak_gpu_bytes = Some(123 << 20);
-        let retried = mlp_row("tensors", TrialStatus::Failed, 9.0);
-        let text = csv_text(&[&a, &b, &retried]);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3, "{text}");
-        let header: Vec<&str> = lines[0].trim_start_matches('#').split(',').collect();
-        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-        let first: Vec<&str> = lines[1].split(',').collect();
-        assert_eq!(first[col("style")], "tensors");
-        assert_eq!(first[col("status")], "ok");
-        assert_eq!(first[col("time_per_iteration_s")], "0.5");
-        assert_eq!(first[col("energy_j")], "");
-        assert_eq!(lines[2].split(',').nth(col("style")), Some("autograd"));
-        assert_eq!(first[col("peak_gpu_bytes")], "");
-        assert_eq!(
-            lines[2].split(',').nth(col("peak_gpu_bytes")),
-            Some("128974848")
-        );
-        assert_eq!(label(&a), "mlp tensors small");
-    }
-
-    #[test]
-    fn mlp_tables_per_device_with_gpu_over_cpu_ratios() {
-        let mut cpu = mlp_row("tensors", TrialStatus::Ok, 0.5);
-        cpu.edp_js = Some(8.0);
-        let mut gpu = mlp_row("tensors", TrialStatus::Ok, 0.01);
-        gpu.device = "cuda".into();
-        gpu.edp_js = Some(0.5);
-        let other = mlp_row("autograd", TrialStatus::Ok, 0.4);
-        let t = tables("tx2", &[cpu, gpu, other]);
-        assert_eq!(t.len(), 2);
-        assert_eq!(t[0].title, "MLP study on cpu — tx2");
-        assert_eq!(t[0].rows.len(), 2);
-        let col = |name: &str| t[1].header.iter().position(|h| *h == name).unwrap();
-        let row = &t[1].rows[0];
-        assert_eq!(row[col("ms/iteration")], "10.00");
-        assert_eq!(row[col("GPU/CPU")], "50.00");
-        assert_eq!(row[col("EDP CPU/GPU")], "16.00");
-        // No ratio on the CPU's own rows.
-        assert_eq!(t[0].rows[0][col("GPU/CPU")], "-");
-    }
 
     #[test]
     fn roofline_has_both_measured_roofs_and_each_op() {
@@ -793,65 +461,6 @@ mod tests {
         let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
         let flags: Vec<&str> = t[0].rows.iter().map(|r| r[col("flags")].as_str()).collect();
         assert_eq!(flags, ["", "", "CACHE", ""]);
-    }
-
-    #[test]
-    fn exec_files_per_engine_with_net_and_batch() {
-        let exec = |engine: &str, net: &str, batch: usize| {
-            let params: serde_json::Map<String, Value> =
-                serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
-            ResultRow {
-                workload: "exec".into(),
-                net: net.into(),
-                device: "cuda".into(),
-                batch,
-                status: TrialStatus::Ok,
-                host: "tx1".into(),
-                params_text: serde_json::to_string(&params).unwrap(),
-                params,
-                ..Default::default()
-            }
-        };
-        let rows = [
-            exec("caffe", "alexnet", 16),
-            exec("caffe", "googlenet", 32),
-            exec("tensorflow", "alexnet", 16),
-            mlp_row("tensors", TrialStatus::Ok, 0.5),
-        ];
-        let dir = tempfile::tempdir().unwrap();
-        let written = export(&rows, dir.path(), "tx1").unwrap();
-        let names: Vec<String> = written
-            .iter()
-            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "exec_tx1_caffe.csv",
-                "exec_tx1_tensorflow.csv",
-                "mlp_tx1_edgebench.csv"
-            ]
-        );
-        let caffe = std::fs::read_to_string(&written[0]).unwrap();
-        let lines: Vec<&str> = caffe.lines().collect();
-        assert_eq!(lines.len(), 3, "{caffe}");
-        let header: Vec<&str> = lines[0].trim_start_matches('#').split(',').collect();
-        assert_eq!(header[..4], ["host", "net", "device", "batch"]);
-        assert!(lines[1].starts_with("tx1,alexnet,cuda,16,"), "{caffe}");
-        assert!(lines[2].starts_with("tx1,googlenet,cuda,32,"), "{caffe}");
-        // Other workloads keep their columns.
-        let mlp = std::fs::read_to_string(&written[2]).unwrap();
-        assert!(mlp.starts_with("#host,device,status,"), "{mlp}");
-    }
-
-    #[test]
-    fn cells_with_commas_or_quotes_are_quoted() {
-        assert_eq!(cell(Some(&Value::String("a,b".into()))), "\"a,b\"");
-        assert_eq!(
-            cell(Some(&Value::String("say \"x\"".into()))),
-            "\"say \"\"x\"\"\""
-        );
-        assert_eq!(cell(Some(&Value::Null)), "");
     }
 
     fn op_row(op: &str, mb: u32, status: TrialStatus, gflops: Option<f64>) -> ResultRow {

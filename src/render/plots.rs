@@ -26,7 +26,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
 
-use crate::report::csv::write_atomic;
+use super::files::write_atomic;
 use crate::store::ResultRow;
 
 /// Image format of the plots.

@@ -1,63 +1,48 @@
-//! The text summary table printed after a sweep and by `edgebench results`.
+//! The view across workloads: the text summary table printed after a sweep and by
+//! `edgebench results`, and in the report the power trace of the trial `--trace` names.
 
-use super::aggregate;
-use crate::record::WorkItem;
-use crate::stats::Spread;
-use crate::store::ResultRow;
-use crate::store::TrialStatus;
-use std::collections::HashMap;
 use std::fmt::Write;
 
-/// GPU-over-CPU speedup per (host, label, batch, epochs, images, dataset): CPU time per image
-/// divided by CUDA time per image, where both trials have a time. The label is the net, or
-/// `ENGINE NET` for another framework's trials (whose commands differ per device), so the
-/// map's key is (host, label, batch).
-pub fn speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
-    let time = |device: &str, r: &ResultRow| {
-        (r.device == device
-            && r.status == TrialStatus::Ok
-            && (r.workload == "cnn" || r.workload == "exec"))
-            .then_some(r.time_per_image_s)
-            .flatten()
-    };
-    let mut cpu = HashMap::new();
-    for r in rows {
-        if let Some(t) = time("cpu", r) {
-            cpu.insert(
-                (
-                    r.host.clone(),
-                    super::workloads::label(r),
-                    r.batch,
-                    r.epochs,
-                    r.images,
-                    r.dataset.clone(),
-                ),
-                t,
-            );
-        }
+use anyhow::bail;
+
+use crate::record::WorkItem;
+use crate::render::aggregate;
+use crate::render::flags::trial_flags;
+use crate::render::fmt::{fmt, training_speedups};
+use crate::render::plots::{Mark, Plot, Point, Series, Unit};
+use crate::render::select::label;
+use crate::render::{Context, Output, Section};
+use crate::stats::Spread;
+use crate::store::{ResultRow, Store};
+
+/// The section across workloads: the power trace of the trial `--trace` names, on its host's
+/// page.
+pub(crate) struct Summary;
+
+impl Section for Summary {
+    fn name(&self) -> &'static str {
+        "summary"
     }
-    let mut out = HashMap::new();
-    for r in rows {
-        if let Some(t) = time("cuda", r) {
-            let k = (
-                r.host.clone(),
-                super::workloads::label(r),
-                r.batch,
-                r.epochs,
-                r.images,
-                r.dataset.clone(),
-            );
-            if let Some(c) = cpu.get(&k) {
-                out.insert((r.host.clone(), k.1, r.batch), c / t);
-            }
+
+    fn write(
+        &self,
+        _rows: &[ResultRow],
+        context: &Context,
+        out: &mut Output,
+    ) -> anyhow::Result<()> {
+        if let Some(row) = context.traced.filter(|r| r.host == context.host) {
+            out.plots.push((
+                format!("power_trace_{}", &row.trial_id[..8.min(row.trial_id.len())]),
+                trace_plot(context.store, row)?,
+            ));
         }
+        Ok(())
     }
-    out
 }
 
-fn ms(v: Option<f64>) -> String {
-    v.map(|s| format!("{:.2}", s * 1e3))
-        .unwrap_or_else(|| "-".into())
+/// A time in milliseconds with 2 decimals, `-` when absent.
+fn fmt_ms(v: Option<f64>) -> String {
+    fmt(v, 1e3, 2)
 }
 
 /// `mean±half` of a repeated figure, scaled and with `d` decimals; `-` below 2 repetitions.
@@ -70,7 +55,7 @@ fn mean_ci(s: Option<&Spread>, scale: f64, d: usize) -> String {
 
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
-    let speedup = speedups(rows);
+    let speedup = training_speedups(rows);
     // Energy columns only when some trial was measured with --power.
     let energy = rows.iter().any(|r| r.energy_j.is_some());
     // Per image where every trial's item is one; else each cell names its item.
@@ -123,7 +108,7 @@ pub fn table(rows: &[ResultRow]) -> String {
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in rows {
         let spoiled = r.swap_pressure == Some(true);
-        let mut flags = super::trial_flags(r);
+        let mut flags = trial_flags(r);
         let repeat = &aggregates[&aggregate::group_of(r)];
         if repeat.spread_flag {
             flags.push("SPREAD".into());
@@ -134,12 +119,12 @@ pub fn table(rows: &[ResultRow]) -> String {
         };
         // A command whose batch is unknown has no item: milliseconds per iteration.
         let time = match (r.time_per_item_s, r.time_per_iteration_s) {
-            (None, Some(it)) => format!("{}/it", ms(Some(it))),
-            (per_item_s, _) => per_item(ms(per_item_s), r),
+            (None, Some(it)) => format!("{}/it", fmt_ms(Some(it))),
+            (per_item_s, _) => per_item(fmt_ms(per_item_s), r),
         };
         let mut line = vec![
             r.host.clone(),
-            super::workloads::label(r),
+            label(r),
             r.device.clone(),
             r.batch.to_string(),
             // A command's step count is not known ahead (planned 0).
@@ -154,13 +139,13 @@ pub fn table(rows: &[ResultRow]) -> String {
                 (false, true) => format!("{} [throttled]", time),
                 (false, false) => time,
             },
-            ms(r.time_per_image_spread_s),
+            fmt_ms(r.time_per_image_spread_s),
             r.images_per_s
                 .map(|v| format!("{v:.1}"))
                 .unwrap_or_else(|| "-".into()),
             loss,
             (r.device == "cuda")
-                .then(|| speedup.get(&(r.host.clone(), super::workloads::label(r), r.batch)))
+                .then(|| speedup.get(&(r.host.clone(), label(r), r.batch)))
                 .flatten()
                 .map(|s| format!("{s:.1}x"))
                 .unwrap_or_else(|| "-".into()),
@@ -270,9 +255,66 @@ pub fn table(rows: &[ResultRow]) -> String {
     out
 }
 
+/// The power trace of one trial: every stored rail's watts against seconds from the first
+/// iteration's start, with a rule at every iteration boundary.
+pub fn trace_plot(store: &Store, row: &ResultRow) -> anyhow::Result<Plot> {
+    let iterations = store.iterations(row.trial_rowid)?;
+    let samples = store.power_trace(row.trial_rowid)?;
+    if samples.is_empty() {
+        bail!(
+            "trial {} has no stored power samples (run with --power and power.store_samples = true)",
+            row.trial_id
+        );
+    }
+    let t0 = iterations
+        .first()
+        .map(|i| i.t_start_ns)
+        .unwrap_or(samples[0].1);
+    let s = |t: i64| (t - t0) as f64 * 1e-9;
+    let mut series: Vec<Series> = Vec::new();
+    for (rail, t, watts) in &samples {
+        if series.last().is_none_or(|last| &last.label != rail) {
+            series.push(Series {
+                label: rail.clone(),
+                points: Vec::new(),
+                markers: false,
+            });
+        }
+        let last = series.last_mut().expect("pushed above");
+        last.points.push(Point {
+            x: s(*t),
+            y: Some(*watts),
+            mark: Mark::Ok,
+            err: None,
+        });
+    }
+    let mut vlines: Vec<f64> = iterations.iter().map(|i| s(i.t_start_ns)).collect();
+    vlines.extend(iterations.last().map(|i| s(i.t_end_ns)));
+    Ok(Plot {
+        title: format!(
+            "Power — {} {} batch {} on {} (trial {})",
+            row.net,
+            row.device,
+            row.batch,
+            row.host,
+            &row.trial_id[..8.min(row.trial_id.len())]
+        ),
+        x_desc: "seconds from the first iteration (rules: iteration boundaries)".into(),
+        y_desc: "power".into(),
+        y_unit: Unit::Watts,
+        series,
+        vlines,
+        caption: "Power of every stored rail against time; vertical rules: iteration \
+                  boundaries."
+            .into(),
+        ..Default::default()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::TrialStatus;
 
     fn row(workload: &str, engine: &str, device: &str, tpi: f64) -> ResultRow {
         let mut params = serde_json::Map::new();
@@ -303,7 +345,7 @@ mod tests {
             row("exec", "pytorch", "cuda", 0.01),
             row("cnn", "", "cpu", 0.05),
         ];
-        let sp = speedups(&rows);
+        let sp = training_speedups(&rows);
         let key = |label: &str| ("tx2".to_string(), label.to_string(), 16);
         assert!((sp[&key("pytorch alexnet")] - 10.0).abs() < 1e-9);
         // edgebench's own CPU trial has no GPU counterpart: not paired with PyTorch's.

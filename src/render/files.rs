@@ -1,0 +1,109 @@
+//! Files of a report: names made safe for a file system, and writes that a reader never sees
+//! half done.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+/// Writes `contents` to a temporary file beside `path`, then renames it into place, so a
+/// reader never sees a half-written file.
+pub(crate) fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    let write = || -> std::io::Result<()> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let mut builder = tempfile::Builder::new();
+        // The mode a plain create gives (0666 less the umask), not the temporary file's 0600:
+        // the report is read by others too (a web server, a colleague).
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let mut tmp = builder.tempfile_in(dir)?;
+        tmp.write_all(contents.as_ref())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `text` with every character other than ASCII letters, digits and `allowed` replaced by `_`,
+/// for a file name.
+pub fn replace_unsafe(text: &str, allowed: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || allowed.contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A host name as a directory/file name.
+pub fn safe_name(host: &str) -> String {
+    let s = replace_unsafe(host, "-_");
+    if s.is_empty() || s == "compare" {
+        format!("host_{s}")
+    } else {
+        s
+    }
+}
+
+/// An engine's name as part of a file name: characters other than letters, digits, `-`, `_`
+/// and `.` become `_`.
+pub fn file_name_part(engine: &str) -> String {
+    let s = replace_unsafe(engine, "-_.");
+    match s.trim_start_matches('.') {
+        "" => format!("engine_{}", s.len()),
+        t => t.to_string(),
+    }
+}
+
+/// `files` less those holding a header line only (a workload or engine without trials), which
+/// are removed: the report shows no table without rows.
+pub(crate) fn without_empty_files(files: Vec<PathBuf>) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f)?;
+        if text.lines().nth(1).is_some() {
+            out.push(f);
+        } else {
+            std::fs::remove_file(&f)?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_whole_and_leaves_nothing_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.csv");
+        write_atomic(&path, "one").unwrap();
+        write_atomic(&path, "two").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let plain = dir.path().join("plain");
+            std::fs::write(&plain, "").unwrap();
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode();
+            assert_eq!(mode(&path), mode(&plain), "the mode a plain create gives");
+        }
+    }
+
+    #[test]
+    fn names_keep_letters_digits_and_what_is_allowed() {
+        assert_eq!(safe_name("tx1 board/2"), "tx1_board_2");
+        assert_eq!(safe_name("compare"), "host_compare");
+        assert_eq!(file_name_part("..caffe 1.0"), "caffe_1.0");
+        assert_eq!(file_name_part(".."), "engine_2");
+    }
+}
