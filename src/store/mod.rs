@@ -38,6 +38,3 @@ pub use rows::{MemoryColumns, ResultRow, RunInfo, TrialKey, TrialSummary};
 pub use schema::SCHEMA_VERSION;
 pub use snapshot::snapshot;
 pub use status::TrialStatus;
-
-#[cfg(test)]
-mod zz_dump;

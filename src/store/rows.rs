@@ -271,3 +271,36 @@ pub(crate) fn json_object(
 ) -> rusqlite::Result<serde_json::Map<String, serde_json::Value>> {
     row.get::<_, JsonObject>(column).map(|o| o.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_convert_by_name_and_errors_name_the_column() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.query_row(
+            "SELECT 3 AS ok, -1 AS negative, '[1]' AS list, NULL AS none, '{\"a\": 1}' AS object",
+            [],
+            |r| {
+                assert_eq!(uint(r, "ok")?, 3);
+                assert!(matches!(
+                    uint(r, "negative"),
+                    Err(rusqlite::Error::IntegralValueOutOfRange(1, -1))
+                ));
+                assert!(matches!(
+                    json_object(r, "list"),
+                    Err(rusqlite::Error::FromSqlConversionFailure(
+                        2,
+                        rusqlite::types::Type::Text,
+                        _
+                    ))
+                ));
+                assert!(json_object(r, "none")?.is_empty());
+                assert_eq!(json_object(r, "object")?["a"], 1);
+                Ok(())
+            },
+        )
+        .unwrap();
+    }
+}
