@@ -12,12 +12,12 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use rusqlite::{Connection, OpenFlags};
+use std::time::Duration;
 
-use super::{
-    check_not_newer, immutable_uri, inspect, lock::lock_path, quick_check, sql_err, Result, Store,
-    StoreError,
-};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
+
+use super::error::{sql_err, Result, StoreError};
+use super::schema::{APPLICATION, SCHEMA_VERSION};
 
 /// What an unlocked look at a database path found.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -88,7 +88,7 @@ pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
 }
 
 /// Reads an existing database without creating, locking or changing anything: refuses what
-/// [`Store::open`] would refuse as not ours, newer or damaged (the whole file is checked).
+/// `Store::open` would refuse as not ours, newer or damaged (the whole file is checked).
 pub(super) fn precheck(path: &Path) -> Result<Precheck> {
     let Some(before) = FileState::of(path) else {
         return Ok(Precheck::Absent);
@@ -194,19 +194,208 @@ fn writable(path: &Path, mode: libc::c_int) -> std::io::Result<()> {
     }
 }
 
-impl Store {
-    /// For a writer, before it creates anything beside `path` (such as the sweep lock):
-    /// refuses, leaving no file behind, what [`Store::open`] would refuse: a file that is not
-    /// an edgebench database, has a newer schema, is damaged (the whole file is read once), or
-    /// cannot be written, nor its `-wal`, `-shm` and `.lock` created beside it. A missing file
-    /// passes (the writer creates it). A file another connection has open (a `-wal` beside it)
-    /// is only checked for writability here; [`Store::open`] checks the rest under SQLite's
-    /// locks.
-    pub fn check_existing(path: &Path) -> Result<()> {
-        precheck(path)?;
-        check_writable(
-            path,
-            &[beside(path, "-wal"), beside(path, "-shm"), lock_path(path)],
-        )
+/// How long a writer waits for another process's lock (e.g. `edgebench results` reading
+/// while a run is writing) before giving up.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) fn user_version(conn: &Connection) -> rusqlite::Result<u32> {
+    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get("user_version"))?;
+    // user_version is a signed 32-bit field; a negative one is certainly not ours.
+    Ok(u32::try_from(v).unwrap_or(u32::MAX))
+}
+
+/// `PRAGMA quick_check` of the whole file (one read of every page). A damaged file is
+/// [`StoreError::Corrupt`], naming what SQLite found.
+pub(super) fn quick_check(conn: &Connection, path: &Path) -> Result<()> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let found = conn
+        .prepare("PRAGMA quick_check")
+        .and_then(|mut st| {
+            st.query_map([], |r| r.get::<_, String>("quick_check"))?
+                .take(3)
+                .collect::<rusqlite::Result<Vec<String>>>()
+        })
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => corrupt(e.to_string()),
+            _ => sql_err(path)(e),
+        })?;
+    match found.as_slice() {
+        [ok] if ok == "ok" => Ok(()),
+        [] => Err(corrupt("quick_check returned nothing".into())),
+        problems => Err(corrupt(problems.join("; "))),
     }
+}
+
+/// Opens an existing file for reading without needing write access to it or its folder.
+///
+/// A WAL database is read through its `-shm` index, which a reader normally creates. Where
+/// it cannot (read-only folder or mount) and no `-wal` file holds rows outside the main file,
+/// the main file is the whole database and is opened `immutable` (no `-shm`, no locks);
+/// with a `-wal` present that would hide its rows, so that case is refused with what to do.
+pub(crate) fn open_read_connection(path: &Path) -> Result<Connection> {
+    if !path.is_file() {
+        return Err(StoreError::Missing {
+            path: path.to_path_buf(),
+        });
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_err(path))?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(path))?;
+    // The -shm is opened lazily, on the first read.
+    let probe = conn.query_row("SELECT count(*) AS objects FROM sqlite_master", [], |r| {
+        r.get::<_, i64>("objects")
+    });
+    let needs_write = |e: &rusqlite::Error| {
+        matches!(
+            e.sqlite_error_code(),
+            Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly | ErrorCode::PermissionDenied)
+        )
+    };
+    match probe {
+        Err(e) if needs_write(&e) => {
+            drop(conn);
+            let mut wal = path.as_os_str().to_owned();
+            wal.push("-wal");
+            if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+                return Err(StoreError::WalUnreadable {
+                    path: path.to_path_buf(),
+                });
+            }
+            let flags = flags | OpenFlags::SQLITE_OPEN_URI;
+            let conn =
+                Connection::open_with_flags(immutable_uri(path), flags).map_err(sql_err(path))?;
+            Ok(conn)
+        }
+        // Anything else (not SQLite, damaged) is for `inspect` to name.
+        _ => Ok(conn),
+    }
+}
+
+/// `file:` URI of `path` with `immutable=1`; every byte outside the URI-safe set is
+/// percent-encoded, so `?`, `#` and `%` in a file name stay part of the name.
+pub(super) fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for &b in absolute.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// What `Store::open_readonly` can read: an edgebench file of exactly this schema version.
+pub(super) fn check_readable_version(path: &Path, found: u32) -> Result<()> {
+    if found == 0 {
+        return Err(empty_database(path));
+    }
+    check_not_newer(path, found)?;
+    if found < SCHEMA_VERSION {
+        return Err(StoreError::NeedsUpgrade {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// A reader was given a database no run has written to yet.
+pub(super) fn empty_database(path: &Path) -> StoreError {
+    StoreError::Foreign {
+        path: path.to_path_buf(),
+        reason: "it is empty; no edgebench run has written to it yet".into(),
+    }
+}
+
+pub(super) fn check_not_newer(path: &Path, found: u32) -> Result<()> {
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Decides, by reading only, whether the file is a fresh database (returns 0) or an edgebench
+/// one (returns its schema version); anything else is an error.
+pub(super) fn inspect(conn: &Connection, path: &Path) -> Result<u32> {
+    let not_sqlite = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::NotSqlite {
+            path: path.to_path_buf(),
+        },
+        Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        },
+        _ => sql_err(path)(e),
+    };
+    let foreign = |reason: &str| StoreError::Foreign {
+        path: path.to_path_buf(),
+        reason: reason.to_string(),
+    };
+    let version = user_version(conn).map_err(not_sqlite)?;
+    let objects: i64 = conn
+        .query_row("SELECT count(*) AS objects FROM sqlite_master", [], |r| {
+            r.get("objects")
+        })
+        .map_err(not_sqlite)?;
+    if objects == 0 {
+        return if version == 0 {
+            Ok(0)
+        } else {
+            Err(foreign("it has a user_version but no tables"))
+        };
+    }
+    let has_meta: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 AS has_meta FROM sqlite_master \
+             WHERE type = 'table' AND name = 'meta'",
+            [],
+            |r| r.get("has_meta"),
+        )
+        .map_err(not_sqlite)?;
+    if !has_meta {
+        return Err(foreign("it has tables but no `meta` table"));
+    }
+    // A foreign `meta` table may have other columns; that is "not ours", not an I/O error.
+    let app: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'application'",
+            [],
+            |r| r.get("value"),
+        )
+        .optional()
+        .map_err(|e| match e.sqlite_error_code() {
+            // Damage to the table's pages is not a different application's table.
+            Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!("its `meta` table cannot be read: {e}"),
+            },
+            _ => foreign("its `meta` table is not edgebench's"),
+        })?;
+    match app.as_deref() {
+        Some(APPLICATION) => {}
+        Some(other) => {
+            return Err(foreign(&format!(
+                "its meta table says application = {other:?}"
+            )))
+        }
+        None => return Err(foreign("its `meta` table has no application row")),
+    }
+    if version == 0 {
+        return Err(foreign(
+            "it has an edgebench meta row but schema version 0; it looks damaged",
+        ));
+    }
+    Ok(version)
 }

@@ -1,4 +1,7 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// What every fallible store operation returns.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Errors of the result store. Every message names the database file and what to do, because
 /// they end up in front of a user at a terminal on some board.
@@ -163,5 +166,14 @@ pub(crate) fn hint(e: &rusqlite::Error) -> &'static str {
             "a write broke the schema's rules; this is an edgebench bug, please report it"
         }
         _ => "if this persists, keep a copy of the file and report it",
+    }
+}
+
+/// Wraps a SQLite failure on the file at `path` with advice for the user.
+pub(crate) fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        hint: hint(&source),
+        source,
     }
 }

@@ -4,7 +4,10 @@
 
 use rusqlite::{params, Transaction, TransactionBehavior};
 
-use super::{int, sql_err, Result, RunInfo, Store, TrialKey, TrialSummary};
+use super::error::{sql_err, Result};
+use super::handle::Store;
+use super::rows::{int, LoggedText, RunInfo, TrialKey, TrialSummary};
+use super::write::{insert_iteration, insert_trial, write_summary};
 use crate::provenance::Provenance;
 use crate::record::IterationRecord;
 
@@ -20,13 +23,6 @@ pub struct ImportedTrial {
     /// Each iteration's loss and time as the log wrote them (`iterations.loss_text`,
     /// `step_s_text`), in the order of `iterations`; may be empty.
     pub(crate) logged: Vec<LoggedText>,
-}
-
-/// An iteration's loss and step time as its log wrote them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct LoggedText {
-    pub(crate) loss: Option<String>,
-    pub(crate) step_s: Option<String>,
 }
 
 /// What [`Store::import_run`] wrote.
@@ -108,7 +104,7 @@ fn holder(
                 k.params,
                 int(trial.iterations.len()),
             ],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            |r| Ok((r.get("id")?, r.get("host")?, r.get("uuid")?)),
         )?
         .collect::<rusqlite::Result<_>>()?;
     for (id, host, run) in candidates {
@@ -118,7 +114,13 @@ fn holder(
                  WHERE trial_id = ?1 ORDER BY step",
             )?
             .query_map([id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                Ok((
+                    r.get("step")?,
+                    r.get("loss")?,
+                    r.get("step_s")?,
+                    r.get("t_start_ns")?,
+                    r.get("t_end_ns")?,
+                ))
             })?
             .collect::<rusqlite::Result<_>>()?;
         let matches = stored.len() == trial.iterations.len()
@@ -184,8 +186,8 @@ fn write(
     for trial in new.iter().map(|&i| &trials[i]) {
         // Nothing ran here: the trial starts and ends when the import writes it.
         let at = &trial.summary.ended_at;
-        let trial_id = super::insert_trial(tx, run_id, &trial.key, 1, 0, 0, at)?;
-        super::write_summary(tx, trial_id, &trial.summary)?;
+        let trial_id = insert_trial(tx, run_id, &trial.key, 1, 0, 0, at)?;
+        write_summary(tx, trial_id, &trial.summary)?;
         tx.prepare_cached("UPDATE trials SET iterations_done = ?2, power_note = ?3 WHERE id = ?1")?
             .execute(params![
                 trial_id,
@@ -193,7 +195,7 @@ fn write(
                 trial.power_note
             ])?;
         for (i, rec) in trial.iterations.iter().enumerate() {
-            super::insert_iteration(tx, trial_id, rec)?;
+            insert_iteration(tx, trial_id, rec)?;
             if let Some(text) = trial.logged.get(i).filter(|t| **t != LoggedText::default()) {
                 tx.prepare_cached(
                     "UPDATE iterations SET loss_text = ?3, step_s_text = ?4 \
@@ -277,7 +279,9 @@ mod tests {
     fn count(store: &Store, table: &str) -> i64 {
         store
             .conn
-            .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+            .query_row(&format!("SELECT count(*) AS n FROM {table}"), [], |r| {
+                r.get("n")
+            })
             .unwrap()
     }
 

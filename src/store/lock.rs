@@ -45,7 +45,7 @@ pub struct SweepLock {
 }
 
 /// `edgebench.db` -> `edgebench.db.lock`, beside it.
-pub fn lock_path(db: &Path) -> PathBuf {
+pub(crate) fn lock_path(db: &Path) -> PathBuf {
     let mut name = db.file_name().unwrap_or_default().to_os_string();
     name.push(".lock");
     db.with_file_name(name)

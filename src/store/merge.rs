@@ -27,19 +27,20 @@ use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, OptionalExtension, TransactionBehavior};
 use serde::Serialize;
 
+use super::error::{hint, sql_err, Result, StoreError};
+use super::handle::Store;
 use super::snapshot::{backup_into, open_source};
-use super::{sql_err, Result, Store, StoreError};
 
 /// Which kind of row a child table hangs off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Parent {
+pub(crate) enum Parent {
     Run,
     Trial,
 }
 
 /// How a child table's rows are matched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Match {
+pub(crate) enum Match {
     /// The table has a UNIQUE or PRIMARY KEY constraint over its natural key including the
     /// parent column (e.g. `(trial_id, step)`): rows are matched one by one.
     Keyed,
@@ -50,7 +51,7 @@ pub enum Match {
 
 /// A table whose rows belong to one run or one trial.
 #[derive(Debug, Clone, Copy)]
-pub struct ChildTable {
+pub(crate) struct ChildTable {
     pub name: &'static str,
     pub parent: Parent,
     /// The column holding the parent's local id (remapped on the way in).
@@ -62,7 +63,7 @@ pub struct ChildTable {
 
 /// Every per-run/per-trial table, in insertion order. A table added by a later schema version
 /// is merged by adding one entry here; tables missing from a file are skipped.
-pub const CHILD_TABLES: &[ChildTable] = &[
+pub(crate) const CHILD_TABLES: &[ChildTable] = &[
     ChildTable {
         name: "iterations",
         parent: Parent::Trial,
@@ -187,9 +188,11 @@ pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
         tables
             .iter()
             .map(|t| {
-                c.query_row(&format!("SELECT count(*) FROM {}", ident(t)), [], |r| {
-                    r.get(0)
-                })
+                c.query_row(
+                    &format!("SELECT count(*) AS n FROM {}", ident(t)),
+                    [],
+                    |r| r.get("n"),
+                )
             })
             .collect()
     };
@@ -198,7 +201,7 @@ pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
     for (src, store) in &copies {
         merge_one(&tx, &store.conn, &mut report).map_err(|source| StoreError::Sqlite {
             path: src.clone(),
-            hint: super::error::hint(&source),
+            hint: hint(&source),
             source,
         })?;
     }
@@ -223,16 +226,16 @@ fn ident(name: &str) -> String {
 
 fn table_exists(c: &Connection, name: &str) -> rusqlite::Result<bool> {
     c.query_row(
-        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        "SELECT count(*) > 0 AS found FROM sqlite_master WHERE type = 'table' AND name = ?1",
         [name],
-        |r| r.get(0),
+        |r| r.get("found"),
     )
 }
 
 fn columns(c: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
     let mut st = c.prepare(&format!("PRAGMA table_info({})", ident(table)))?;
     let cols = st
-        .query_map([], |r| r.get::<_, String>(1))?
+        .query_map([], |r| r.get::<_, String>("name"))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(cols)
 }
@@ -316,9 +319,10 @@ fn merge_parent(
     let mut map = IdMap::new();
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
-        let src_id: i64 = row.get(0)?;
-        let mut values = (0..cols.len())
-            .map(|i| row.get::<_, Value>(i + 1))
+        let src_id: i64 = row.get("id")?;
+        let mut values = cols
+            .iter()
+            .map(|c| row.get::<_, Value>(c.as_str()))
             .collect::<rusqlite::Result<Vec<_>>>()?;
         if let Some((i, m)) = remap_i {
             match &values[i] {
@@ -338,9 +342,9 @@ fn merge_parent(
         let existing = find
             .query_row([&uuid], |r| {
                 Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Value>(2)?,
+                    r.get::<_, i64>("id")?,
+                    r.get::<_, String>("status")?,
+                    r.get::<_, Value>(progress_col)?,
                 ))
             })
             .optional()?;
@@ -401,8 +405,9 @@ fn merge_child(
     }
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
-        let mut values = (0..cols.len())
-            .map(|i| row.get::<_, Value>(i))
+        let mut values = cols
+            .iter()
+            .map(|c| row.get::<_, Value>(c.as_str()))
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let Value::Integer(p) = values[parent_i] else {
             continue;

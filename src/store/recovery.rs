@@ -4,21 +4,13 @@
 
 use std::path::PathBuf;
 
-use rusqlite::{Connection, MAIN_DB};
+use rusqlite::MAIN_DB;
 
 use super::check::FileIdentity;
-use super::{Result, Store, StoreError};
+use super::error::{hint, Result, StoreError};
+use super::handle::Store;
 
 impl Store {
-    pub(super) fn from_parts(conn: Connection, path: PathBuf) -> Store {
-        let identity = FileIdentity::of(&path);
-        Store {
-            conn,
-            path,
-            identity,
-        }
-    }
-
     /// Fails with [`StoreError::Lost`] when the path no longer names the file this store has
     /// open (deleted, or another file moved in its place).
     pub fn check_still_at_path(&self) -> Result<()> {
@@ -70,7 +62,7 @@ impl Store {
         });
         Err(StoreError::Sqlite {
             path,
-            hint: super::error::hint(&source),
+            hint: hint(&source),
             source,
         })
     }

@@ -2,9 +2,11 @@
 //!
 //! The schema version lives in `PRAGMA user_version` (cheap to read, survives copies) and is
 //! mirrored in the `meta` table so that a human with `sqlite3` sees it too. Each entry of
-//! [`MIGRATIONS`] moves the database from version `n - 1` to `n` and runs in its own
-//! transaction together with the version bump, so a crash leaves either the old or the new
-//! schema, never half of one. Later issues append steps; never edit a released step.
+//! [`MIGRATIONS`], one SQL file under `migrations/` named by its version, moves the database
+//! from version `n - 1` to `n` and runs in its own transaction together with the version bump,
+//! so a crash leaves either the old or the new schema, never half of one. New steps are
+//! appended; a released step is never edited, since files already migrated by it keep its
+//! result.
 //!
 //! # Tables
 //!
@@ -247,7 +249,7 @@
 //! | `repetition` | INTEGER NOT NULL DEFAULT 1 | which repetition of its key the trial is (1-based, `[sweep] repeat`); 1 for trials stored before repetitions |
 
 /// Value of `meta.application` that marks a file as ours.
-pub const APPLICATION: &str = "edgebench";
+pub(crate) const APPLICATION: &str = "edgebench";
 
 /// One schema step: applying `sql` to a database at `version - 1` yields `version`.
 pub struct Migration {
@@ -255,257 +257,53 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
-/// Ordered migrations; the last one's version is the version this binary writes.
+/// Ordered migrations, one SQL file each under `migrations/`, numbered by the version it
+/// yields; the last one's version is the version this binary writes.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
-        sql: V1,
+        sql: include_str!("migrations/0001_initial.sql"),
     },
     Migration {
         version: 2,
-        sql: V2_MEMORY,
+        sql: include_str!("migrations/0002_memory.sql"),
     },
     Migration {
         version: 3,
-        sql: V3_POWER,
+        sql: include_str!("migrations/0003_power.sql"),
     },
     Migration {
         version: 4,
-        sql: V4_PROVENANCE,
+        sql: include_str!("migrations/0004_provenance.sql"),
     },
     Migration {
         version: 5,
-        sql: V5_POWER_SCOPE,
+        sql: include_str!("migrations/0005_power_scope.sql"),
     },
     Migration {
         version: 6,
-        sql: V6_WORKLOADS,
+        sql: include_str!("migrations/0006_workloads.sql"),
     },
     Migration {
         version: 7,
-        sql: V7_OUTPUT,
+        sql: include_str!("migrations/0007_output.sql"),
     },
     Migration {
         version: 8,
-        sql: V8_GPU_MEMORY,
+        sql: include_str!("migrations/0008_gpu_memory.sql"),
     },
     Migration {
         version: 9,
-        sql: V9_LOGGED_TEXT,
+        sql: include_str!("migrations/0009_logged_text.sql"),
     },
     Migration {
         version: 10,
-        sql: V10_REPETITION,
+        sql: include_str!("migrations/0010_repetition.sql"),
     },
 ];
 
 /// Schema version this binary creates and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
-
-const V1: &str = "
-CREATE TABLE meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-INSERT INTO meta (key, value) VALUES ('application', 'edgebench');
-
-CREATE TABLE runs (
-    id                INTEGER PRIMARY KEY,
-    uuid              TEXT NOT NULL UNIQUE,
-    host              TEXT NOT NULL,
-    started_at        TEXT NOT NULL,
-    ended_at          TEXT,
-    status            TEXT NOT NULL,
-    config_toml       TEXT NOT NULL,
-    edgebench_version TEXT NOT NULL,
-    git_commit        TEXT NOT NULL,
-    candle_version    TEXT NOT NULL,
-    cpu_threads       INTEGER NOT NULL,
-    cpu_model         TEXT,
-    os                TEXT NOT NULL
-);
-
-CREATE TABLE trials (
-    id                      INTEGER PRIMARY KEY,
-    uuid                    TEXT NOT NULL UNIQUE,
-    run_id                  INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    net                     TEXT NOT NULL,
-    device                  TEXT NOT NULL,
-    batch                   INTEGER NOT NULL,
-    epochs                  INTEGER NOT NULL,
-    images                  INTEGER NOT NULL,
-    dataset                 TEXT NOT NULL,
-    iterations_planned      INTEGER NOT NULL,
-    iterations_done         INTEGER NOT NULL DEFAULT 0,
-    warmup_iterations       INTEGER NOT NULL,
-    status                  TEXT NOT NULL,
-    error                   TEXT,
-    started_at              TEXT NOT NULL,
-    ended_at                TEXT,
-    time_per_image_s        REAL,
-    time_per_image_spread_s REAL,
-    images_per_s            REAL,
-    loss_first              REAL,
-    loss_last               REAL,
-    loss_anomaly            INTEGER NOT NULL DEFAULT 0 CHECK (loss_anomaly IN (0, 1)),
-    energy_j                REAL,
-    avg_power_w             REAL,
-    energy_per_image_j      REAL,
-    edp_js                  REAL,
-    swap_pressure           INTEGER CHECK (swap_pressure IN (0, 1)),
-    peak_rss_bytes          INTEGER
-);
-CREATE INDEX trials_key ON trials (net, device, batch, epochs, images, dataset, status);
-CREATE INDEX trials_run ON trials (run_id);
-
-CREATE TABLE iterations (
-    trial_id   INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    step       INTEGER NOT NULL,
-    epoch      INTEGER NOT NULL,
-    loss       REAL,
-    lr         REAL NOT NULL,
-    data_s     REAL NOT NULL,
-    step_s     REAL NOT NULL,
-    t_start_ns INTEGER NOT NULL,
-    t_end_ns   INTEGER NOT NULL,
-    PRIMARY KEY (trial_id, step)
-) WITHOUT ROWID;
-";
-
-/// v2: what memory did to each trial (see `src/memory/verdict.rs` for the rule).
-const V2_MEMORY: &str = "
-CREATE TABLE trial_memory (
-    trial_id                INTEGER PRIMARY KEY REFERENCES trials(id) ON DELETE CASCADE,
-    mem_estimate_bytes      INTEGER,
-    mem_limit_bytes         INTEGER,
-    swap_in_pages           INTEGER,
-    swap_out_pages          INTEGER,
-    major_faults            INTEGER,
-    swapped_bytes_max       INTEGER,
-    mem_available_min_bytes INTEGER,
-    psi_memory_some_us      INTEGER,
-    psi_memory_full_us      INTEGER,
-    memory_note             TEXT
-);
-";
-
-/// v3: power and energy (see the table docs above).
-const V3_POWER: &str = "
-ALTER TABLE runs ADD COLUMN board TEXT;
-ALTER TABLE runs ADD COLUMN power_total TEXT;
-ALTER TABLE runs ADD COLUMN baseline_power_w REAL;
-ALTER TABLE runs ADD COLUMN baseline_s REAL;
-
-ALTER TABLE trials ADD COLUMN dynamic_energy_j REAL;
-ALTER TABLE trials ADD COLUMN power_samples INTEGER;
-ALTER TABLE trials ADD COLUMN power_rate_hz REAL;
-ALTER TABLE trials ADD COLUMN power_jitter_s REAL;
-ALTER TABLE trials ADD COLUMN power_incomplete INTEGER CHECK (power_incomplete IN (0, 1));
-ALTER TABLE trials ADD COLUMN power_gap_s REAL;
-
-ALTER TABLE iterations ADD COLUMN energy_j REAL;
-
-CREATE TABLE power_samples (
-    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    source   TEXT NOT NULL,
-    rail     TEXT NOT NULL,
-    t_ns     INTEGER NOT NULL,
-    volts    REAL,
-    amps     REAL,
-    watts    REAL NOT NULL
-);
-CREATE INDEX power_samples_trial ON power_samples (trial_id, rail, t_ns);
-
-CREATE TABLE trial_rail_energy (
-    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    rail     TEXT NOT NULL,
-    energy_j REAL NOT NULL,
-    in_total INTEGER NOT NULL CHECK (in_total IN (0, 1)),
-    PRIMARY KEY (trial_id, rail)
-) WITHOUT ROWID;
-";
-
-/// v4: provenance per run, clocks and throttling per trial (see the table docs above).
-const V4_PROVENANCE: &str = "
-ALTER TABLE trials ADD COLUMN throttled INTEGER CHECK (throttled IN (0, 1));
-ALTER TABLE trials ADD COLUMN throttle_note TEXT;
-
-CREATE TABLE run_provenance (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    key    TEXT NOT NULL,
-    value  TEXT NOT NULL,
-    PRIMARY KEY (run_id, key)
-) WITHOUT ROWID;
-
-CREATE TABLE trial_clocks (
-    trial_id    INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    key         TEXT NOT NULL,
-    start_value REAL NOT NULL,
-    min_value   REAL NOT NULL,
-    max_value   REAL NOT NULL,
-    end_value   REAL NOT NULL,
-    PRIMARY KEY (trial_id, key)
-) WITHOUT ROWID;
-";
-
-/// v5: what a run's power total covers, and trials too short for the power sensor.
-const V5_POWER_SCOPE: &str = "
-ALTER TABLE runs ADD COLUMN power_scope TEXT;
-ALTER TABLE trials ADD COLUMN power_low_samples INTEGER;
-ALTER TABLE trials ADD COLUMN power_note TEXT;
-";
-
-/// v6: a trial is (workload, device, parameters); workload-neutral timing and metrics.
-const V6_WORKLOADS: &str = "
-ALTER TABLE trials ADD COLUMN workload TEXT NOT NULL DEFAULT 'cnn';
-ALTER TABLE trials ADD COLUMN params TEXT NOT NULL DEFAULT '{}';
-ALTER TABLE trials ADD COLUMN time_per_iteration_s REAL;
-ALTER TABLE trials ADD COLUMN time_per_iteration_spread_s REAL;
-ALTER TABLE trials ADD COLUMN total_time_s REAL;
-ALTER TABLE trials ADD COLUMN gflop_per_s REAL;
-ALTER TABLE trials ADD COLUMN metrics TEXT;
-";
-
-const V7_OUTPUT: &str = "
-CREATE TABLE iterations_v7 (
-    trial_id   INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    step       INTEGER NOT NULL,
-    epoch      INTEGER NOT NULL,
-    loss       REAL,
-    lr         REAL,
-    data_s     REAL NOT NULL,
-    step_s     REAL NOT NULL,
-    t_start_ns INTEGER NOT NULL,
-    t_end_ns   INTEGER NOT NULL,
-    energy_j   REAL,
-    PRIMARY KEY (trial_id, step)
-) WITHOUT ROWID;
-INSERT INTO iterations_v7 SELECT trial_id, step, epoch, loss, lr, data_s, step_s, t_start_ns, t_end_ns, energy_j FROM iterations;
-DROP TABLE iterations;
-ALTER TABLE iterations_v7 RENAME TO iterations;
-CREATE TABLE trial_output (
-    trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
-    stream   TEXT NOT NULL,
-    tail     TEXT NOT NULL,
-    PRIMARY KEY (trial_id, stream)
-);
-";
-
-/// v8: the trial's peak GPU memory (see the table docs above).
-const V8_GPU_MEMORY: &str = "
-ALTER TABLE trials ADD COLUMN peak_gpu_bytes INTEGER;
-";
-
-/// v9: an imported iteration's loss and time as its log wrote them.
-const V9_LOGGED_TEXT: &str = "
-ALTER TABLE iterations ADD COLUMN loss_text TEXT;
-ALTER TABLE iterations ADD COLUMN step_s_text TEXT;
-";
-
-/// v10: the repetition index of a trial (see the table docs above).
-const V10_REPETITION: &str = "
-ALTER TABLE trials ADD COLUMN repetition INTEGER NOT NULL DEFAULT 1 CHECK (repetition >= 1);
-";
 
 #[cfg(test)]
 mod tests {

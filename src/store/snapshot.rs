@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::Connection;
 
-use super::check::{precheck, Precheck};
-use super::{
-    check_not_newer, empty_database, inspect, open_read_connection, sql_err, Result, StoreError,
+use super::check::{
+    check_not_newer, empty_database, inspect, open_read_connection, precheck, Precheck,
     BUSY_TIMEOUT,
 };
+use super::error::{hint, sql_err, Result, StoreError};
 
 /// Opens `path` read-only and checks it is an edgebench database of a version this binary
 /// understands (older is fine: it is copied as it is). Returns the connection and version.
@@ -93,7 +93,7 @@ pub(super) fn backup_into(conn: &Connection, src: &Path, dst: &Path) -> Result<(
                             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
                             Some("backup did not complete".into()),
                         ),
-                        hint: super::error::hint(&rusqlite::Error::SqliteFailure(
+                        hint: hint(&rusqlite::Error::SqliteFailure(
                             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
                             None,
                         )),
@@ -103,11 +103,11 @@ pub(super) fn backup_into(conn: &Connection, src: &Path, dst: &Path) -> Result<(
         }
     }
     let mode: String = out
-        .query_row("PRAGMA journal_mode=DELETE", [], |r| r.get(0))
+        .query_row("PRAGMA journal_mode=DELETE", [], |r| r.get("journal_mode"))
         .map_err(sql_err(dst))?;
     debug_assert!(mode.eq_ignore_ascii_case("delete"));
     let check: String = out
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .query_row("PRAGMA integrity_check", [], |r| r.get("integrity_check"))
         .map_err(sql_err(dst))?;
     if check != "ok" {
         // The backup copies pages as they are, so a damaged copy means a damaged source.
