@@ -23,23 +23,12 @@ pub fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
-/// Seconds since the epoch -> "YYYY-MM-DDTHH:MM:SS.mmmZ" (civil-from-days, Howard Hinnant),
-/// without pulling in a date crate.
+/// Seconds since the epoch -> "YYYY-MM-DDTHH:MM:SS.mmmZ", rounded to the millisecond (humantime
+/// truncates, so the rounding happens here).
 pub fn rfc3339(secs: f64) -> String {
-    let days = (secs / 86_400.0).floor() as i64;
-    let rem = secs - days as f64 * 86_400.0;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let ms = (rem * 1000.0).round() as i64;
-    let (h, mi, s, ms) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+    let ms = (secs * 1000.0).round().max(0.0) as u64;
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 #[cfg(test)]
@@ -49,6 +38,21 @@ mod tests {
         assert_eq!(super::rfc3339(0.0), "1970-01-01T00:00:00.000Z");
         assert_eq!(super::rfc3339(1_764_107_000.25), "2025-11-25T21:43:20.250Z");
         assert_eq!(super::rfc3339(951_782_400.0), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            super::rfc3339(59.9996),
+            "1970-01-01T00:01:00.000Z",
+            "rounded, not cut"
+        );
+        let text = super::rfc3339(1_764_107_000.25);
+        let back = humantime::parse_rfc3339_weak(&text).unwrap();
+        assert_eq!(
+            super::rfc3339(
+                back.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs_f64()
+            ),
+            text
+        );
     }
 
     #[test]

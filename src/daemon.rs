@@ -5,6 +5,7 @@
 use crate::config::{Config, Schedule};
 use crate::host::HostPaths;
 use crate::runner;
+use sd_notify::NotifyState;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,14 +24,12 @@ pub fn seconds_until(hour: u32, minute: u32, now_s: u64) -> u64 {
     }
 }
 
+/// Seconds since local midnight, in the zone the system is set to (TZ, else /etc/localtime).
 fn local_seconds_of_day() -> u64 {
-    // SAFETY: time/localtime_r only write into the values we own.
-    unsafe {
-        let now = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        libc::localtime_r(&now, &mut tm);
-        (tm.tm_hour * 3600 + tm.tm_min * 60 + tm.tm_sec) as u64
-    }
+    let time = jiff::Zoned::now().time();
+    u64::from(time.hour().unsigned_abs()) * 3600
+        + u64::from(time.minute().unsigned_abs()) * 60
+        + u64::from(time.second().unsigned_abs())
 }
 
 /// `(uptime seconds, 1-minute load)` from procfs.
@@ -46,39 +45,35 @@ pub fn uptime_and_load(host: &HostPaths) -> Option<(f64, f64)> {
     Some((first("uptime")?, first("loadavg")?))
 }
 
-/// sd_notify(3) without libsystemd: one datagram to $NOTIFY_SOCKET (path or @abstract).
-pub fn notify(message: &str) {
+/// sd_notify(3) to $NOTIFY_SOCKET; nothing without one. A failure is only logged: the daemon
+/// works the same without a service manager listening.
+fn notify(states: &[NotifyState]) {
     let Some(target) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let Ok(socket) = std::os::unix::net::UnixDatagram::unbound() else {
-        return;
-    };
     let target = target.to_string_lossy().into_owned();
-    let sent = if let Some(name) = target.strip_prefix('@') {
-        use std::os::linux::net::SocketAddrExt;
-        std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-            .and_then(|addr| socket.send_to_addr(message.as_bytes(), &addr))
-    } else {
-        socket.send_to(message.as_bytes(), &target)
+    let sent = match target.strip_prefix('@') {
+        // sd-notify connects to the variable as a file path; a Linux abstract socket ("@name",
+        // as sd_notify(3) allows) is reached by name.
+        Some(name) => notify_abstract(name, states),
+        None => sd_notify::notify(states),
     };
     if let Err(e) = sent {
         tracing::debug!("sd_notify to {target} failed: {e}");
     }
 }
 
-/// Half the watchdog period systemd asked for (WATCHDOG_USEC), if it asked.
+fn notify_abstract(name: &str, states: &[NotifyState]) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    let message: String = states.iter().map(|s| format!("{s}\n")).collect();
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let socket = std::os::unix::net::UnixDatagram::unbound()?;
+    socket.send_to_addr(message.as_bytes(), &addr).map(drop)
+}
+
+/// Half the watchdog period systemd asked for (WATCHDOG_USEC, for this process), if it asked.
 fn watchdog_interval() -> Option<Duration> {
-    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-    if let Some(pid) = std::env::var("WATCHDOG_PID")
-        .ok()
-        .and_then(|p| p.parse::<u32>().ok())
-    {
-        if pid != std::process::id() {
-            return None;
-        }
-    }
-    Some(Duration::from_micros(usec / 2).max(Duration::from_millis(100)))
+    sd_notify::watchdog_enabled().map(|period| (period / 2).max(Duration::from_millis(100)))
 }
 
 fn load(path: &Path) -> anyhow::Result<(Config, Schedule)> {
@@ -107,12 +102,12 @@ async fn sweep(
                     "another sweep ({holder}) holds {}; this sweep starts when it ends",
                     lock.display()
                 );
-                notify(&format!(
-                    "STATUS=waiting for another sweep ({holder}) to finish"
-                ));
+                notify(&[NotifyState::Status(&format!(
+                    "waiting for another sweep ({holder}) to finish"
+                ))]);
             }
         };
-        let status = |line: &str| notify(&format!("STATUS={line}"));
+        let status = |line: &str| notify(&[NotifyState::Status(line)]);
         runner::sweep(runner::SweepRequest {
             config: &config,
             force: false,
@@ -131,28 +126,28 @@ async fn sweep(
         tokio::select! {
             done = &mut task => {
                 let outcome = done??;
-                notify(&format!(
-                    "STATUS=idle; last sweep: {} run, {} already done, {} failed{}",
+                notify(&[NotifyState::Status(&format!(
+                    "idle; last sweep: {} run, {} already done, {} failed{}",
                     outcome.ran, outcome.skipped, outcome.failed,
                     if outcome.interrupted { ", interrupted" } else { "" }
-                ));
+                ))]);
                 return Ok(stopping);
             }
             _ = signals.term.recv() => {
                 tracing::info!("SIGTERM received: stopping after the iteration in progress");
-                stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1");
+                stopping = true; stop.store(true, Ordering::SeqCst); notify(&[NotifyState::Stopping]);
             }
             _ = signals.int.recv() => {
                 tracing::info!("SIGINT received: stopping after the iteration in progress");
-                stopping = true; stop.store(true, Ordering::SeqCst); notify("STOPPING=1");
+                stopping = true; stop.store(true, Ordering::SeqCst); notify(&[NotifyState::Stopping]);
             }
             _ = signals.hup.recv() => {
                 tracing::info!("SIGHUP received: the config is reloaded when the current sweep ends");
                 // Applied when this sweep ends: a sweep's trials share one config.
                 *pending = Some(config_path.to_path_buf());
-                notify("STATUS=config change noted; applies after the current sweep");
+                notify(&[NotifyState::Status("config change noted; applies after the current sweep")]);
             }
-            _ = tick(&mut watchdog) => notify("WATCHDOG=1"),
+            _ = tick(&mut watchdog) => notify(&[NotifyState::Watchdog]),
         }
     }
 }
@@ -201,18 +196,21 @@ async fn idle(
             }
             _ = signals.hup.recv() => {
                 tracing::info!("SIGHUP received: reloading the config");
-                notify("RELOADING=1");
+                notify(&[NotifyState::Reloading]);
                 match reload() {
-                    Ok(()) => notify("READY=1\nSTATUS=config reloaded"),
+                    Ok(()) => notify(&[NotifyState::Ready, NotifyState::Status("config reloaded")]),
                     Err(e) => {
                         tracing::error!("config reload failed, keeping the previous one: {e:#}");
-                        notify(&format!("READY=1\nSTATUS=config reload failed: {e}"));
+                        notify(&[
+                            NotifyState::Ready,
+                            NotifyState::Status(&format!("config reload failed: {e}")),
+                        ]);
                     }
                 }
                 // A new schedule may start sooner.
                 return None;
             }
-            _ = tick(&mut watchdog) => notify("WATCHDOG=1"),
+            _ = tick(&mut watchdog) => notify(&[NotifyState::Watchdog]),
         }
     }
 }
@@ -230,7 +228,7 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
         config_path.display(),
         schedule
     );
-    notify("READY=1\nSTATUS=started");
+    notify(&[NotifyState::Ready, NotifyState::Status("started")]);
     let mut pending: Option<PathBuf> = None;
     let mut due_now = schedule != Schedule::BootIdle;
     loop {
@@ -239,14 +237,14 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             if pending.take().is_some() {
-                notify("RELOADING=1");
+                notify(&[NotifyState::Reloading]);
                 match load(&config_path) {
                     Ok((c, s)) => (config, schedule) = (c, s),
                     Err(e) => {
                         tracing::error!("config reload failed, keeping the previous one: {e:#}")
                     }
                 }
-                notify("READY=1");
+                notify(&[NotifyState::Ready]);
             }
             if matches!(schedule, Schedule::Once | Schedule::BootIdle) {
                 return Ok(0);

@@ -86,22 +86,13 @@ impl HostPaths {
     }
 }
 
-/// A signal's name for a user, e.g. `SIGKILL (signal 9)`: how a worker or a command died.
+/// A signal's name for a user, e.g. `SIGKILL (signal 9)`: how a worker or a command died. A
+/// number with no name (a real-time signal) is only its number.
 pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGILL => "SIGILL",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGPIPE => "SIGPIPE",
-        _ => return format!("signal {sig}"),
-    };
-    format!("{name} (signal {sig})")
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(signal) => format!("{} (signal {sig})", signal.as_str()),
+        Err(_) => format!("signal {sig}"),
+    }
 }
 
 #[cfg(test)]
@@ -111,6 +102,8 @@ mod tests {
     #[test]
     fn signals_are_named_for_users() {
         assert_eq!(super::signal_name(libc::SIGKILL), "SIGKILL (signal 9)");
+        assert_eq!(super::signal_name(libc::SIGTERM), "SIGTERM (signal 15)");
+        assert_eq!(super::signal_name(libc::SIGSEGV), "SIGSEGV (signal 11)");
         assert_eq!(super::signal_name(64), "signal 64");
     }
 

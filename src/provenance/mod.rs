@@ -221,4 +221,17 @@ mod tests {
         assert_eq!(parse_nvpmodel("pmode:0000", None).as_deref(), Some("0"));
         assert_eq!(parse_nvpmodel("nonsense", Some(conf)), None);
     }
+
+    #[test]
+    fn runs_record_the_vendored_candle_version() {
+        // build.rs takes the version from Cargo.lock, which holds the vendored crate's: the
+        // runs row says which candle (with edgebench's patch, PATCHED.md) trained.
+        let manifest = include_str!("../../vendor/candle-core/Cargo.toml");
+        let vendored = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("version = "))
+            .map(|v| v.trim_matches('"'));
+        assert_eq!(vendored, Some(crate::host::CANDLE_VERSION));
+        assert_eq!(crate::host::CANDLE_VERSION, "0.11.1+edgebench.1");
+    }
 }

@@ -435,9 +435,9 @@ impl Tensor {
                         // Skipping checks, the op went ok, we can skip
                         // the matmul size checks for now.
 
-                        // An operand that tracks no op (input data, a detached tensor) gets
-                        // no gradient: nothing reads it, and it costs a product as large as
-                        // the forward's.
+                        // edgebench patch 5: an operand that tracks no op (input data, a
+                        // detached tensor) gets no gradient: nothing reads it, and it costs a
+                        // product as large as the forward's.
                         if lhs.track_op() {
                             let lhs_grad = grad.matmul(&rhs.t()?)?;
                             grads.accumulate(lhs, &lhs_grad)?;
@@ -768,12 +768,12 @@ impl GradStore {
         Ok(grad)
     }
 
-    // edgebench patch (vendor/candle-core/PATCHED.md): `backward` used to accumulate every
+    // edgebench patch 2 (vendor/candle-core/PATCHED.md): upstream `backward` accumulates every
     // gradient as `or_insert` (a zeros tensor) followed by `add`/`sub`, a full allocation and
-    // a single-threaded pass per edge of the graph. The first gradient is now stored as it is
-    // (a contiguous copy if it is a strided view, as `add` gave before) and only later ones are
-    // added. A first gradient whose shape, dtype or device differs from the tensor's still goes
-    // through zeros + add/sub, so it fails exactly as it did.
+    // a single-threaded pass per edge of the graph. Here the first gradient is stored as it is
+    // (a contiguous copy if it is a strided view, as `add` gives) and only later ones are
+    // added. A first gradient whose shape, dtype or device differs from the tensor's goes
+    // through zeros + add/sub, so it fails exactly as upstream.
 
     fn first_grad_fits(tensor: &Tensor, grad: &Tensor) -> bool {
         grad.shape() == tensor.shape()

@@ -963,8 +963,9 @@ fn copy2d_<T: Copy + Send + Sync>(
         dst[dst_start..dst_start + d1 * d2].copy_from_slice(&src[src_start..src_start + d1 * d2]);
         return;
     }
-    // edgebench patch: big copies (a channel `cat` of NCHW activations and the `narrow`s of its
-    // gradient) run their rows on the rayon pool instead of on the calling thread alone.
+    // edgebench patch 3 (PATCHED.md): big copies (a channel `cat` of NCHW activations and the
+    // `narrow`s of its gradient) run their rows on the rayon pool, not on the calling thread
+    // alone.
     if d1 > 1 && d1 * d2 >= PAR_COPY_MIN && dst_stride1 >= d2 {
         let dst = &mut dst[dst_offset..dst_offset + (d1 - 1) * dst_stride1 + d2];
         dst.par_chunks_mut(dst_stride1)
@@ -984,7 +985,7 @@ fn copy2d_<T: Copy + Send + Sync>(
     }
 }
 
-/// Elements from which `copy2d_` splits its rows over threads (edgebench patch).
+/// Elements from which `copy2d_` splits its rows over threads (edgebench patch 3).
 const PAR_COPY_MIN: usize = 1 << 18;
 
 fn copy_strided_src_<T: Copy + Send + Sync>(src: &[T], dst: &mut [T], dst_offset: usize, src_l: &Layout) {
