@@ -9,7 +9,7 @@ use std::path::PathBuf;
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EDGEBENCH_GIT_COMMIT"), ", candle ", env!("EDGEBENCH_CANDLE_VERSION"), ")"),
     about = "Benchmarks CNN training (AlexNet, GoogLeNet) on Jetson-class boards and Linux hosts"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Root of sysfs (tests and containers point it elsewhere).
     #[arg(long, global = true, env = "EDGEBENCH_SYSFS", default_value = "/sys")]
     pub sysfs: PathBuf,
@@ -28,7 +28,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the sweep given by the config (default config/edgebench.toml) and print a summary.
     Run(Box<RunArgs>),
     /// Run any command (another framework's training) as a trial, measured like a sweep's:
@@ -182,7 +182,7 @@ fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize>
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ExportCommand {
+pub(crate) enum ExportCommand {
     /// The source studies' CSV files, loss_<machine>_<engine>.csv and times_<machine>_<engine>.csv
     /// for every engine (edgebench's own trainer and each other framework), and one file per
     /// other workload.
@@ -198,7 +198,7 @@ pub enum ExportCommand {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ImportCommand {
+pub(crate) enum ImportCommand {
     /// Other frameworks' training logs, as trials of the exec workload.
     ///
     /// A folder of logs, one per run, named train_{net}_{CPU|GPU}_{batch}.log (as the Caffe and
@@ -224,7 +224,7 @@ pub enum ImportCommand {
 }
 
 #[derive(Debug, Args, Default)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// What the trials run: a workload's name (cnn trains AlexNet/GoogLeNet; the README lists
     /// every workload); an unknown name is refused with the list of known ones.
     #[arg(long, value_parser = edgebench::workloads::parse_kind)]
@@ -257,7 +257,7 @@ pub struct RunArgs {
 
 /// What `run` and `exec` share: the sweep's axes, the database, memory and power.
 #[derive(Debug, Args, Default)]
-pub struct SweepArgs {
+pub(crate) struct SweepArgs {
     /// Config file (default: config/edgebench.toml if present, else built-in defaults).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -319,7 +319,7 @@ pub struct SweepArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ExecArgs {
+pub(crate) struct ExecArgs {
     /// The engine's name in results and reports (default: the program's file name).
     #[arg(long, value_name = "ENGINE")]
     pub name: Option<String>,
@@ -344,7 +344,7 @@ pub struct ExecArgs {
 }
 
 impl ExecArgs {
-    pub fn overrides(&self) -> edgebench::config::Overrides {
+    pub(crate) fn overrides(&self) -> edgebench::config::Overrides {
         let program = self.command.first().map(String::as_str).unwrap_or_default();
         let name = self.name.clone().unwrap_or_else(|| {
             std::path::Path::new(program)
@@ -371,7 +371,7 @@ impl ExecArgs {
 }
 
 impl RunArgs {
-    pub fn overrides(&self) -> edgebench::config::Overrides {
+    pub(crate) fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             workload: self.workload.clone(),
             ops: self.op.clone(),
@@ -387,7 +387,7 @@ impl RunArgs {
 }
 
 impl SweepArgs {
-    pub fn overrides(&self) -> edgebench::config::Overrides {
+    pub(crate) fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             nets: self.net.clone(),
             devices: self.device.clone(),

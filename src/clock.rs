@@ -3,7 +3,7 @@
 
 /// CLOCK_MONOTONIC in nanoseconds: shared by every process on the host, so power and memory
 /// samplers in another process line up with iteration boundaries.
-pub fn monotonic_ns() -> i64 {
+pub(crate) fn monotonic_ns() -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -15,7 +15,7 @@ pub fn monotonic_ns() -> i64 {
 
 /// The wall clock now as RFC 3339 UTC ("YYYY-MM-DDTHH:MM:SS.mmmZ"); the store sorts these as
 /// text.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -25,7 +25,7 @@ pub fn now_rfc3339() -> String {
 
 /// Seconds since the epoch -> "YYYY-MM-DDTHH:MM:SS.mmmZ", rounded to the millisecond (humantime
 /// truncates, so the rounding happens here).
-pub fn rfc3339(secs: f64) -> String {
+pub(crate) fn rfc3339(secs: f64) -> String {
     let ms = (secs * 1000.0).round().max(0.0) as u64;
     let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(at).to_string()

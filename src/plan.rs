@@ -8,7 +8,7 @@ use crate::workloads::{self, PlanInput, PlannedTrial};
 use std::collections::HashSet;
 
 #[derive(Debug, Clone, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub to_run: Vec<PlannedTrial>,
     /// Already done in the DB for the same key and repetition (and not forced).
     pub skipped: Vec<PlannedTrial>,
@@ -16,7 +16,7 @@ pub struct Plan {
 
 /// Expands a validated config. `done` holds the (key, repetition) pairs already done; `force`
 /// reruns them.
-pub fn plan(input: &PlanInput<'_>, done: &HashSet<(TrialKey, usize)>, force: bool) -> Plan {
+pub(crate) fn plan(input: &PlanInput<'_>, done: &HashSet<(TrialKey, usize)>, force: bool) -> Plan {
     let repeat = input.config.sweep.repeat.max(1);
     let trials = workloads::plan(input);
     let mut plan = Plan::default();

@@ -8,7 +8,7 @@ fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Median and interquartile range; None for no data.
-pub fn median_iqr(values: &[f64]) -> Option<(f64, f64)> {
+pub(crate) fn median_iqr(values: &[f64]) -> Option<(f64, f64)> {
     if values.is_empty() {
         return None;
     }
@@ -23,16 +23,16 @@ pub fn median_iqr(values: &[f64]) -> Option<(f64, f64)> {
 /// How far above the trial's median step time a step may take before it is flagged as a
 /// stall (SIGSTOP, a swap storm, a thermal emergency): a stall multiplies a step's time, noise
 /// does not.
-pub const STALL_FACTOR: f64 = 10.0;
+pub(crate) const STALL_FACTOR: f64 = 10.0;
 
 /// A stall must also cost this much more than the median: a 1 ms operator step preempted for
 /// 15 ms is scheduling noise, not a stall.
-pub const STALL_MIN_EXCESS_S: f64 = 1.0;
+pub(crate) const STALL_MIN_EXCESS_S: f64 = 1.0;
 
 /// The steps of `step_s` far above its median (more than [`STALL_FACTOR`] times it and at
 /// least [`STALL_MIN_EXCESS_S`] longer): their count and words about the longest; None when
 /// there is none.
-pub fn stalls(step_s: &[f64]) -> Option<(usize, String)> {
+pub(crate) fn stalls(step_s: &[f64]) -> Option<(usize, String)> {
     let (median, _) = median_iqr(step_s)?;
     let stalled = |s: f64| s > STALL_FACTOR * median && s - median >= STALL_MIN_EXCESS_S;
     let count = step_s.iter().filter(|&&s| stalled(s)).count();
@@ -52,18 +52,18 @@ pub fn stalls(step_s: &[f64]) -> Option<(usize, String)> {
 }
 
 /// A loss the studies would have flagged: negative (Caffe's overfitting bug) or not finite.
-pub fn loss_is_anomalous(loss: f64) -> bool {
+pub(crate) fn loss_is_anomalous(loss: f64) -> bool {
     !loss.is_finite() || loss < 0.0
 }
 
 /// How far above its running median a loss may jump before it is flagged: a diverging step
 /// (a blown-up learning rate, corrupt data) jumps by orders of magnitude, noise does not.
-pub const LOSS_SPIKE_FACTOR: f64 = 100.0;
+pub(crate) const LOSS_SPIKE_FACTOR: f64 = 100.0;
 
 /// Why a trial's loss series is anomalous, naming the first offending step; None if it is
 /// not. Flags a negative or non-finite loss, and a loss above [`LOSS_SPIKE_FACTOR`] x the
 /// median of the losses before it.
-pub fn loss_anomaly(losses: &[f64]) -> Option<String> {
+pub(crate) fn loss_anomaly(losses: &[f64]) -> Option<String> {
     // The running median from two heaps: the lower half (max-heap) and the upper half
     // (min-heap). Finite non-negative f64 order like their bit patterns.
     use std::cmp::Reverse;
@@ -106,12 +106,12 @@ pub fn loss_anomaly(losses: &[f64]) -> Option<String> {
 
 /// Warm-up iterations actually excluded: the configured count, but always leaving at least
 /// one measured iteration when the trial has any.
-pub fn effective_warmup(configured: usize, iterations: usize) -> usize {
+pub(crate) fn effective_warmup(configured: usize, iterations: usize) -> usize {
     configured.min(iterations.saturating_sub(1))
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct TimeSummary {
+pub(crate) struct TimeSummary {
     /// Median step seconds / batch over the measured (post-warm-up) iterations.
     pub time_per_image_s: f64,
     /// IQR of step seconds / batch.
@@ -121,7 +121,7 @@ pub struct TimeSummary {
 }
 
 /// Summarises step times (seconds, one per iteration in order), skipping `warmup` leading ones.
-pub fn time_summary(step_s: &[f64], warmup: usize, batch: usize) -> Option<TimeSummary> {
+pub(crate) fn time_summary(step_s: &[f64], warmup: usize, batch: usize) -> Option<TimeSummary> {
     let measured = step_s.get(warmup..)?;
     let (median, iqr) = median_iqr(measured)?;
     Some(TimeSummary {

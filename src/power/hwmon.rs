@@ -385,7 +385,7 @@ pub(crate) mod fixtures {
     use std::path::Path;
 
     /// Host paths with sysfs at `root` (procfs under it).
-    pub fn host(root: &Path) -> HostPaths {
+    pub(crate) fn host(root: &Path) -> HostPaths {
         HostPaths {
             sysfs: root.to_path_buf(),
             procfs: root.join("proc"),
@@ -393,14 +393,14 @@ pub(crate) mod fixtures {
         }
     }
 
-    pub fn write(root: &Path, rel: &str, text: &str) {
+    pub(crate) fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, format!("{text}\n")).unwrap();
     }
 
     /// JetPack 5 Orin NX: ina3221 at 1-0040, hwmon index 3; (label, mV, mA).
-    pub fn orin_nx(sys: &Path, rails: &[(&str, u32, u32)]) {
+    pub(crate) fn orin_nx(sys: &Path, rails: &[(&str, u32, u32)]) {
         write(
             sys,
             "firmware/devicetree/base/compatible",
@@ -427,7 +427,7 @@ pub(crate) mod fixtures {
     /// JetPack 7 AGX Thor: the carrier's INA238 at 2-0044 under the `ina238` driver, no label,
     /// `power1_input` in uW (kept apart from V x I so a test sees which is read), and a UCSI
     /// power-supply entry for the USB-C port the board is powered through.
-    pub fn thor(sys: &Path, vin_mv: u32, vin_ma: u32, vin_uw: u64) {
+    pub(crate) fn thor(sys: &Path, vin_mv: u32, vin_ma: u32, vin_uw: u64) {
         write(
             sys,
             "firmware/devicetree/base/compatible",
@@ -457,10 +457,10 @@ pub(crate) mod fixtures {
     }
 
     /// (rail name, mV, mA, mW)
-    pub type IioRail<'a> = (&'a str, u32, u32, u32);
+    pub(crate) type IioRail<'a> = (&'a str, u32, u32, u32);
 
     /// JetPack 4 TX2: ina3221x IIO at 0-0040 and 0-0041, channels per chip address.
-    pub fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
+    pub(crate) fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
         write(
             sys,
             "firmware/devicetree/base/compatible",

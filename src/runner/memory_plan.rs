@@ -82,7 +82,7 @@ pub(super) struct Assessed {
 }
 
 impl MemoryPlan {
-    pub fn capacity(&self, host: &HostPaths) -> Option<estimate::Capacity> {
+    pub(super) fn capacity(&self, host: &HostPaths) -> Option<estimate::Capacity> {
         let m = ProcReader::new(host).meminfo()?;
         let ram = self.limit.map_or(m.mem_total, |l| l.min(m.mem_total));
         Some(estimate::Capacity {
@@ -94,7 +94,7 @@ impl MemoryPlan {
 
     /// A CUDA trial on a GPU that shares the CPU's DRAM: what it allocates on the device is
     /// system RAM.
-    pub fn gpu_shares_ram(&self, trial: &PlannedTrial) -> bool {
+    pub(super) fn gpu_shares_ram(&self, trial: &PlannedTrial) -> bool {
         self.gpu_integrated && trial.key.device == DeviceKind::Cuda.as_str()
     }
 
@@ -103,7 +103,7 @@ impl MemoryPlan {
     /// are the same bytes, allocated on the device but out of the same DRAM, so they count
     /// against RAM alike. A CUDA trial on a discrete GPU or an unknown board is checked the
     /// same way too, which is conservative there: its tensors live in the GPU's own memory.
-    pub fn preflight(&self, host: &HostPaths, trial: &PlannedTrial) -> Preflight {
+    pub(super) fn preflight(&self, host: &HostPaths, trial: &PlannedTrial) -> Preflight {
         let Some(cap) = self.capacity(host) else {
             return Preflight::Run { warning: None };
         };
@@ -136,7 +136,7 @@ impl MemoryPlan {
     /// The swap verdict over the trial's measured iterations (`from_ns`..`to_ns`, `measured`
     /// of them): one rule for every trial. A CUDA trial on an integrated GPU is judged like a
     /// CPU trial: its device memory is the RAM whose shortage pages the worker out.
-    pub fn assess(
+    pub(super) fn assess(
         &self,
         trial: &PlannedTrial,
         samples: &[MemorySample],

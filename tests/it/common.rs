@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The binary, in `dir`, with a clean environment: no DB or sysfs root from the caller, no
 /// config/edgebench.toml in the cwd, two math threads.
-pub fn edgebench(dir: &Path) -> Command {
+pub(crate) fn edgebench(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_edgebench"));
     cmd.current_dir(dir)
         .env_remove("EDGEBENCH_DB")
@@ -20,16 +20,16 @@ pub fn edgebench(dir: &Path) -> Command {
 }
 
 /// `edgebench args` in `dir`, run to the end.
-pub fn run_edgebench(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn run_edgebench(dir: &Path, args: &[&str]) -> Output {
     edgebench(dir).args(args).output().unwrap()
 }
 
 /// A path as a command-line argument (the tests' temporary paths are UTF-8).
-pub fn arg(path: &Path) -> &str {
+pub(crate) fn arg(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-pub fn describe(out: &Output) -> String {
+pub(crate) fn describe(out: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
         out.status.code(),
@@ -38,13 +38,13 @@ pub fn describe(out: &Output) -> String {
     )
 }
 
-pub fn ok(out: Output) -> Output {
+pub(crate) fn ok(out: Output) -> Output {
     assert!(out.status.success(), "{}", describe(&out));
     out
 }
 
 /// `edgebench results --json` as JSON objects.
-pub fn results(dir: &Path, db: &Path) -> Vec<Value> {
+pub(crate) fn results(dir: &Path, db: &Path) -> Vec<Value> {
     let out = ok(edgebench(dir)
         .args(["results", "--json", "--db"])
         .arg(db)
@@ -58,7 +58,7 @@ pub fn results(dir: &Path, db: &Path) -> Vec<Value> {
 }
 
 /// One number from the DB, 0 while the file or table does not exist yet.
-pub fn count(db: &Path, sql: &str) -> i64 {
+pub(crate) fn count(db: &Path, sql: &str) -> i64 {
     Connection::open(db)
         .ok()
         .and_then(|c| c.query_row(sql, [], |r| r.get::<_, i64>(0)).ok())
@@ -67,7 +67,7 @@ pub fn count(db: &Path, sql: &str) -> i64 {
 
 /// Polls until `sql` counts at least `n`, failing after `limit`. The poll is short enough for
 /// a test to act between two training steps of a small trial.
-pub fn wait_for(db: &Path, sql: &str, n: i64, limit: Duration) {
+pub(crate) fn wait_for(db: &Path, sql: &str, n: i64, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
         let got = count(db, sql);
@@ -83,7 +83,7 @@ pub fn wait_for(db: &Path, sql: &str, n: i64, limit: Duration) {
 }
 
 /// Sends `sig` to `pid`, a process the test started (directly or through the binary).
-pub fn signal(pid: u32, sig: i32) {
+pub(crate) fn signal(pid: u32, sig: i32) {
     // SAFETY: plain kill(2); the caller has not reaped `pid`, so it is still that process.
     unsafe { libc::kill(pid as i32, sig) };
 }
@@ -99,7 +99,7 @@ fn state_and_parent(pid: u32) -> Option<(char, u32)> {
 }
 
 /// Pids of the live children of `parent`.
-pub fn children(parent: u32) -> Vec<u32> {
+pub(crate) fn children(parent: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -109,14 +109,14 @@ pub fn children(parent: u32) -> Vec<u32> {
 }
 
 /// Whether `pid` still runs (a zombie nobody reaped yet counts as gone).
-pub fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     state_and_parent(pid).is_some_and(|(state, _)| state != 'Z')
 }
 
 /// Why the memory cgroup tests cannot run here (not root, no usable memory cgroup), if they
 /// cannot. Probed once per test process: the probe cgroup is named after the process, so two
 /// tests probing at once would collide on it and one would see the cgroup as unusable.
-pub fn cgroup_unusable() -> Option<String> {
+pub(crate) fn cgroup_unusable() -> Option<String> {
     static UNUSABLE: OnceLock<Option<String>> = OnceLock::new();
     UNUSABLE
         .get_or_init(|| {
@@ -133,14 +133,14 @@ pub fn cgroup_unusable() -> Option<String> {
 
 /// Whether the tests run under CI (`CI=true`, as .ci/run is run), which provides every
 /// capability these tests need.
-pub fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// For a test that cannot run on this host; the caller returns after it. Under CI a missing
 /// capability is a broken CI machine, so the test fails with `reason`. Elsewhere it says, on
 /// the terminal itself, that the test was not run: libtest hides a passing test's output.
-pub fn skip_or_fail(reason: &str) {
+pub(crate) fn skip_or_fail(reason: &str) {
     let test = std::thread::current()
         .name()
         .unwrap_or("a test")

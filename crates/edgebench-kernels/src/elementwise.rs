@@ -259,7 +259,7 @@ mod avx2_fma {
     const UNROLL: usize = 3;
     const BLOCK: usize = 8 * UNROLL;
 
-    pub fn available() -> bool {
+    pub(super) fn available() -> bool {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
     }
 
@@ -391,14 +391,14 @@ mod avx2_fma {
     /// # Safety
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sigmoid(a: &[f32], c: &mut [f32]) {
+    pub(super) unsafe fn sigmoid(a: &[f32], c: &mut [f32]) {
         map(a, c, |x| sigmoid_v(x))
     }
 
     /// # Safety
     /// The CPU has AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tanh(a: &[f32], c: &mut [f32]) {
+    pub(super) unsafe fn tanh(a: &[f32], c: &mut [f32]) {
         map(a, c, |x| tanh_v(x))
     }
 }

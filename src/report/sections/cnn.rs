@@ -115,7 +115,7 @@ pub fn batch_series(
 }
 
 /// GPU-over-CPU speedup per net against batch; a point is swap-spoiled if either side is.
-pub fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> {
+pub(crate) fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> {
     let rows: Vec<ResultRow> = picked.values().cloned().collect();
     let sp = training_speedups(&rows);
     let mut by: BTreeMap<String, Vec<Point>> = BTreeMap::new();
@@ -151,7 +151,7 @@ pub fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> 
 }
 
 /// Loss against iteration, one series per batch (the thesis' Graphs 5.1-5.5).
-pub fn loss_series(
+pub(crate) fn loss_series(
     store: &Store,
     picked: &Picked,
     net: &str,
@@ -164,7 +164,7 @@ pub fn loss_series(
     loss_by_batch(store, trials)
 }
 
-pub const TABLE_HEADER: [&str; 13] = [
+pub(crate) const TABLE_HEADER: [&str; 13] = [
     "batch",
     "status",
     "ms/image",
@@ -182,7 +182,7 @@ pub const TABLE_HEADER: [&str; 13] = [
 
 /// The CNN tables, one per (net, device); with repeated keys a column of the mean time per
 /// image and its 95 % confidence interval over the repetitions.
-pub fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> Vec<Table> {
+pub(crate) fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> Vec<Table> {
     let repeated = repetitions.any_repeated();
     let rows: Vec<ResultRow> = picked.values().cloned().collect();
     let sp = training_speedups(&rows);
@@ -257,7 +257,7 @@ fn speedup_plot(title: &str, series: Vec<Series>) -> Plot {
 }
 
 /// The plots of one host, in file order: (file stem, plot). Empty plots are left out.
-pub fn host_plots(
+pub(crate) fn host_plots(
     store: &Store,
     host: &str,
     picked: &Picked,

@@ -88,10 +88,10 @@ fn avg_time(row: &ResultRow, iters: &[IterationRecord]) -> f64 {
 }
 
 /// (engine, net, device, batch) -> the trial that stands for it.
-pub type Picked = BTreeMap<(String, String, String, usize), ResultRow>;
+pub(crate) type Picked = BTreeMap<(String, String, String, usize), ResultRow>;
 
 /// The trial standing for each (engine, net, device, batch) among `rows` (oldest first).
-pub fn pick(rows: &[ResultRow]) -> Picked {
+pub(crate) fn pick(rows: &[ResultRow]) -> Picked {
     latest_per_key(rows, |r| {
         engine_of(r).map(|engine| (engine, r.net.clone(), r.device.clone(), r.batch))
     })
@@ -102,7 +102,7 @@ pub fn pick(rows: &[ResultRow]) -> Picked {
 
 /// Whether the rows hold any trial of an engine other than edgebench's (only then do the
 /// engine tables and plots appear).
-pub fn has_other_engines(rows: &[ResultRow]) -> bool {
+pub(crate) fn has_other_engines(rows: &[ResultRow]) -> bool {
     rows.iter().any(|r| engine_of(r).is_some_and(|e| e != OWN))
 }
 
@@ -114,7 +114,7 @@ fn ok_time(r: &ResultRow) -> Option<f64> {
 
 /// GPU-over-CPU speedup per (engine, net, batch): the CPU's time per image over the GPU's,
 /// where both trials are `ok` with a time and ran the same work (epochs, images, data set).
-pub fn speedups(picked: &Picked) -> BTreeMap<(String, String, usize), f64> {
+pub(crate) fn speedups(picked: &Picked) -> BTreeMap<(String, String, usize), f64> {
     let key = |r: &ResultRow| (engine_of(r).unwrap_or_default(), r.net.clone(), r.batch);
     gpu_over_cpu(picked.values(), key)
         .into_iter()
@@ -139,7 +139,7 @@ fn imported(r: &ResultRow) -> bool {
 
 /// One table per engine other than edgebench's (whose trials have the CNN tables), then the
 /// GPU-over-CPU speedup of every engine side by side; nothing when only edgebench ran.
-pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     if !has_other_engines(rows) {
         return Vec::new();
     }
@@ -300,7 +300,7 @@ fn batch_plot(
 /// The engines' plots of one host, as (file stem, plot): time per image and GPU-over-CPU
 /// speedup against batch per engine, and energy per image and EDP where some trial of an
 /// engine other than edgebench's was measured; nothing when only edgebench ran.
-pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+pub(crate) fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     if !has_other_engines(rows) {
         return Vec::new();
     }
@@ -405,7 +405,7 @@ pub fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
 /// The thesis' loss figures (its Graphs 5.1-5.5) for every engine other than edgebench's
 /// (whose own are `loss_<net>_<device>`): loss against iteration per batch, one figure per
 /// (engine, net, device), stem `loss_<engine>_<net>_<device>`.
-pub fn loss_plots(
+pub(crate) fn loss_plots(
     store: &Store,
     host: &str,
     rows: &[ResultRow],

@@ -42,7 +42,7 @@ impl Section for Mlp {
 
 /// The MLP study's tables for one host's rows: per device, time, rate and energy per (size,
 /// style), with the GPU/CPU speedup and EDP ratio where both devices ran the same trial.
-pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
     let repetitions = Repetitions::of(rows);
@@ -121,7 +121,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 /// The MLP study's figures (stems `mlp_time`, `mlp_energy`, `mlp_edp`): time per iteration,
 /// energy and EDP per size (in order of work), one line per style and device, so CPU and GPU
 /// sit side by side; energy and EDP only where measured.
-pub fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "mlp").collect();
     let mlp = latest(&mlp);
     let repetitions = Repetitions::of(rows);

@@ -2,10 +2,10 @@
 //! it only, never on another section or the report), and the view across workloads; and the
 //! one list of them that the report runs.
 
-pub mod cnn;
-pub mod exec;
-pub mod mlp;
-pub mod ops;
+pub(crate) mod cnn;
+pub(crate) mod exec;
+pub(crate) mod mlp;
+pub(crate) mod ops;
 pub mod summary;
 
 use crate::render::Section;

@@ -44,7 +44,7 @@ impl Section for Ops {
 
 /// The operator study's tables for one host's rows: per device, time, rate and energy per
 /// (op, size).
-pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
     let repetitions = Repetitions::of(rows);
@@ -119,7 +119,7 @@ pub fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 /// The operator study's figures per device (stems `ops_mflops_<device>`, `ops_peak_<device>`):
 /// MFLOP/s and % of the peak FLOP/s of each op (one line per op and dtype) against its size in
 /// MB, both logarithmic; a trial that did not finish is in the no-value row.
-pub fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+pub(crate) fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let ops: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "ops").collect();
     let ops = latest(&ops);
     let repetitions = Repetitions::of(rows);
@@ -210,7 +210,7 @@ fn above_memory_roof(r: &ResultRow) -> bool {
 /// logarithmic; the measured roofs (the dtype's GEMM, the best STREAM rate the ops were judged
 /// against) and the theoretical ones (the board's or the CPU's peaks), each op a line over its
 /// sizes, and ringed the points above the memory roof (their working set fits in a cache).
-pub fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
+pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let ops: Vec<&ResultRow> = rows
         .iter()
         .filter(|r| r.workload == "ops" && r.status == TrialStatus::Ok)

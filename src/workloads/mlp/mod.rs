@@ -512,6 +512,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::{DType, Device, Tensor, Var};
 
     fn rows(t: &Tensor) -> Vec<Vec<f64>> {
         t.to_dtype(DType::F64).unwrap().to_vec2().unwrap()

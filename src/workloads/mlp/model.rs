@@ -21,11 +21,11 @@ pub struct Gradients {
 /// The model and its data.
 pub struct Mlp {
     style: Style,
-    x: Tensor,
-    y: Tensor,
-    w1: Var,
-    w2: Var,
-    learning_rate: f64,
+    pub(super) x: Tensor,
+    pub(super) y: Tensor,
+    pub(super) w1: Var,
+    pub(super) w2: Var,
+    pub(super) learning_rate: f64,
     /// Zeros shaped like h: what the hand-written ReLU backward selects where h < 0.
     zeros_h: Tensor,
 }

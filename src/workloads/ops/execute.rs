@@ -33,7 +33,7 @@ fn operand_lens(op: Op, shape: Shape) -> (usize, usize, usize) {
 }
 
 /// The matrix product's (m, n, k), whichever way the shape was given.
-fn dot_dims(shape: Shape) -> (usize, usize, usize) {
+pub(super) fn dot_dims(shape: Shape) -> (usize, usize, usize) {
     match shape {
         Shape::Matrix { m, n, k } => (m, n, k),
         Shape::Elements(_) => {

@@ -774,6 +774,7 @@ fn run_candle(
 
 #[cfg(test)]
 mod tests {
+    use super::execute::dot_dims;
     use super::*;
 
     const THREADS: [usize; 7] = [1, 3, 4, 6, 8, 12, 16];
