@@ -4,7 +4,8 @@
 //! kernels write into preallocated outputs, so the benches time the kernels, not page faults.
 //! Not part of the crate's API: hidden from the docs and free to change with the benches.
 
-use crate::conv::{self, Conv2d, Geom};
+use crate::conv;
+use crate::geom::{Conv2d, Geom};
 use crate::lrn::Lrn;
 use crate::pool::{self, Pool2d};
 use crate::winograd;

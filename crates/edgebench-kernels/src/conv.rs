@@ -12,21 +12,18 @@
 //! forward by output channels, input gradient by input channels, weight gradient by runs of
 //! output rows with per-thread partial sums.
 
-use super::{images_in_place, images_slice, nchw_slice, winograd, Float};
+pub use crate::geom::Conv2d;
+
+use crate::geom::Geom;
+use crate::matmul::{gemm, gemm_strided, gemm_uninit, SERIAL};
+use crate::relu::ReluMask;
+use crate::util::{
+    images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
+};
+use crate::winograd;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
-use gemm::Parallelism;
 use rayon::prelude::*;
 use std::ops::Range;
-
-/// Convolution hyper-parameters; the kernel size comes from the weight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conv2d {
-    pub stride: usize,
-    pub pad: usize,
-    pub groups: usize,
-    /// Apply ReLU to the output (fused; the backward masks the gradient with `y > 0`).
-    pub relu: bool,
-}
 
 /// x: (N, C, H, W), w: (O, C / groups, KH, KW), b: (O) -> (N, O, HO, WO), differentiable in all
 /// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
@@ -34,6 +31,12 @@ pub struct Conv2d {
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
     Geom::new(x.dims(), w.dims(), b.dims(), p)?;
     images_in_place(x)?.apply_op3(&w.contiguous()?, &b.contiguous()?, p)
+}
+
+/// Whether `conv2d` runs natively on `device`: always on the CPU, on CUDA with the `cudnn`
+/// feature (elsewhere use `conv2d_im2col` or `conv2d_candle`).
+pub fn conv2d_runs_on(device: &candle_core::Device) -> bool {
+    device.is_cpu() || (cfg!(feature = "cudnn") && device.is_cuda())
 }
 
 /// The same computation with candle's own ops (the reference in tests and on GPUs).
@@ -45,455 +48,6 @@ pub fn conv2d_candle(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Te
         y.relu()
     } else {
         Ok(y)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Geom {
-    pub(crate) n: usize,
-    pub(crate) c: usize,
-    pub(crate) h: usize,
-    pub(crate) w: usize,
-    pub(crate) o: usize,
-    pub(crate) kh: usize,
-    pub(crate) kw: usize,
-    pub(crate) ho: usize,
-    pub(crate) wo: usize,
-    pub(crate) stride: usize,
-    pub(crate) pad: usize,
-    pub(crate) groups: usize,
-}
-
-impl Geom {
-    pub(crate) fn new(x: &[usize], w: &[usize], b: &[usize], p: Conv2d) -> Result<Geom> {
-        let (&[n, c, h, wd], &[o, cg, kh, kw], &[bo]) = (x, w, b) else {
-            bail!("conv2d: expects x (N,C,H,W), w (O,C/g,KH,KW), b (O); got {x:?}, {w:?}, {b:?}")
-        };
-        if p.stride == 0 || p.groups == 0 || c % p.groups != 0 || o % p.groups != 0 {
-            bail!("conv2d: bad stride/groups {p:?} for {c} input and {o} output channels");
-        }
-        if cg != c / p.groups || bo != o || kh == 0 || kw == 0 {
-            bail!("conv2d: weight {w:?} / bias {b:?} do not fit input {x:?} with {p:?}");
-        }
-        if h + 2 * p.pad < kh || wd + 2 * p.pad < kw {
-            bail!(
-                "conv2d: kernel {kh}x{kw} larger than padded input {x:?} (pad {})",
-                p.pad
-            );
-        }
-        Ok(Geom {
-            n,
-            c,
-            h,
-            w: wd,
-            o,
-            kh,
-            kw,
-            ho: (h + 2 * p.pad - kh) / p.stride + 1,
-            wo: (wd + 2 * p.pad - kw) / p.stride + 1,
-            stride: p.stride,
-            pad: p.pad,
-            groups: p.groups,
-        })
-    }
-    pub(crate) fn cg(&self) -> usize {
-        self.c / self.groups
-    }
-    fn og(&self) -> usize {
-        self.o / self.groups
-    }
-    /// Rows of col: input channels of a group times kernel taps.
-    pub(crate) fn kk(&self) -> usize {
-        self.cg() * self.kh * self.kw
-    }
-    fn hw(&self) -> usize {
-        self.h * self.w
-    }
-    fn ohw(&self) -> usize {
-        self.ho * self.wo
-    }
-    /// col is the input itself.
-    fn direct(&self) -> bool {
-        self.kh == 1 && self.kw == 1 && self.stride == 1 && self.pad == 0
-    }
-    /// Scratch for the columns of `images` images side by side (one block of rows each).
-    pub(crate) fn col_len(&self, images: usize) -> usize {
-        if self.direct() && images == 1 {
-            0
-        } else {
-            self.kk() * self.block_rows(images) * self.wo * images
-        }
-    }
-
-    /// Output rows per block. A single image's columns go through im2col, GEMM (and col2im) in
-    /// blocks of rows whose columns fit in `COL_BLOCK_BYTES`, so they are still in the cache when
-    /// the GEMM packs them (GoogLeNet conv2/3x3 has 7 MB of columns per image). Sub-batches
-    /// (small maps) and 1x1 convolutions, which read the input in place, take all rows at once.
-    pub(crate) fn block_rows(&self, images: usize) -> usize {
-        if images > 1 || self.direct() {
-            return self.ho;
-        }
-        let row_bytes = self.kk() * self.wo * std::mem::size_of::<f32>();
-        (COL_BLOCK_BYTES / row_bytes.max(1)).clamp(1, self.ho.max(1))
-    }
-
-    /// The output rows in blocks (see `block_rows`).
-    pub(crate) fn row_blocks(&self, images: usize) -> impl Iterator<Item = Range<usize>> {
-        let (step, ho) = (self.block_rows(images), self.ho);
-        (0..ho)
-            .step_by(step.max(1))
-            .map(move |r| r..(r + step).min(ho))
-    }
-    /// The columns of one image's output (or col) that output rows `rows` cover.
-    fn cols_of(&self, rows: &Range<usize>) -> Range<usize> {
-        rows.start * self.wo..rows.end * self.wo
-    }
-
-    /// Output columns `ow` whose input column `ow * stride + kj - pad` lies in [0, w).
-    fn valid_cols(&self, kj: usize) -> (usize, usize) {
-        let (s, p) = (self.stride, self.pad);
-        let lo = if kj >= p { 0 } else { (p - kj).div_ceil(s) };
-        let hi = if self.w + p > kj {
-            ((self.w + p - kj - 1) / s + 1).min(self.wo)
-        } else {
-            0
-        };
-        (lo.min(hi), hi)
-    }
-    /// Input row of output row `oh` at kernel row `ki`, if inside the image.
-    fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {
-        (oh * self.stride + ki)
-            .checked_sub(self.pad)
-            .filter(|&r| r < self.h)
-    }
-
-    /// col (kk, |rows|·wo) <- the patches of one group's input `x` (cg, h, w) for output rows
-    /// `rows`; col's rows are `ld` apart and this image's columns start at `off` (several images
-    /// side by side).
-    pub(crate) fn im2col<T: Float>(
-        &self,
-        x: &[T],
-        col: &mut [T],
-        ld: usize,
-        off: usize,
-        out_rows: Range<usize>,
-    ) {
-        let (hw, wo, s) = (self.hw(), self.wo, self.stride);
-        let len = out_rows.len() * wo;
-        let mut rows = col.chunks_mut(ld).map(|r| &mut r[off..off + len]);
-        for plane in x.chunks_exact(hw) {
-            for ki in 0..self.kh {
-                for kj in 0..self.kw {
-                    let row = rows.next().expect("col has kk rows");
-                    let (lo, hi) = self.valid_cols(kj);
-                    if s == 1 && wo == self.w {
-                        self.im2col_same(plane, row, (ki, kj), out_rows.clone());
-                        continue;
-                    }
-                    for (oh, dst) in out_rows.clone().zip(row.chunks_exact_mut(wo)) {
-                        let Some(ih) = self.in_row(oh, ki) else {
-                            dst.fill(T::ZERO);
-                            continue;
-                        };
-                        let src = &plane[ih * self.w..(ih + 1) * self.w];
-                        dst[..lo].fill(T::ZERO);
-                        dst[hi..].fill(T::ZERO);
-                        if lo < hi {
-                            let iw0 = lo * s + kj - self.pad;
-                            gather_strided(&mut dst[lo..hi], &src[iw0..], s);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// One row of im2col (kernel tap `(ki, kj)`) for a stride-1 convolution whose output rows are
-    /// as long as the input's ("same" padding: every 3x3 and 5x5 in both nets). Such a row is the
-    /// input plane shifted by a constant, so it is one copy, then the few columns whose tap falls
-    /// in the padding are zeroed; row-by-row copies of 7-56 elements cost more in calls than data.
-    fn im2col_same<T: Float>(
-        &self,
-        plane: &[T],
-        row: &mut [T],
-        (ki, kj): (usize, usize),
-        out_rows: Range<usize>,
-    ) {
-        let (w, pad, r0) = (self.w, self.pad, out_rows.start);
-        // Output rows whose input row oh + ki - pad lies inside the image: none, a..a at the
-        // run's end, when the whole run lies in the top padding (a thread's run of one row of a
-        // 7x7 map with a 5x5 kernel) or the bottom one.
-        let a = out_rows.start.max(pad.saturating_sub(ki)).min(out_rows.end);
-        let b = out_rows.end.min((self.h + pad).saturating_sub(ki)).max(a);
-        let (head, rest) = row.split_at_mut((a - r0) * w);
-        let (dst, tail) = rest.split_at_mut((b - a) * w);
-        head.fill(T::ZERO);
-        tail.fill(T::ZERO);
-        if dst.is_empty() {
-            return;
-        }
-        // dst[i] = plane[start + i], where start may fall before the plane (first row, kj < pad)
-        // or the copy run past its end (last row, kj > pad): those are padding columns.
-        // (Clamped for planes narrower than the padding, where the shift exceeds a whole row.)
-        let start = ((a + ki - pad) * w + kj) as isize - pad as isize;
-        let skip = ((-start).max(0) as usize).min(dst.len());
-        let from = (start.max(0) as usize).min(plane.len());
-        let n = (dst.len() - skip).min(plane.len() - from);
-        dst[..skip].fill(T::ZERO);
-        dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
-        dst[skip + n..].fill(T::ZERO);
-        let (lo, hi) = self.valid_cols(kj);
-        for r in dst.chunks_exact_mut(w) {
-            r[..lo].fill(T::ZERO);
-            r[hi..].fill(T::ZERO);
-        }
-    }
-
-    /// dx (cg, h, w) += the patches in `col` (kk, |rows|·wo) of output rows `rows` scattered
-    /// back (the adjoint of im2col); rows `ld` apart, this image's columns from `off`.
-    pub(crate) fn col2im<T: Float>(
-        &self,
-        col: &[T],
-        dx: &mut [T],
-        ld: usize,
-        off: usize,
-        out_rows: Range<usize>,
-    ) {
-        let (hw, wo, s) = (self.hw(), self.wo, self.stride);
-        let len = out_rows.len() * wo;
-        let mut rows = col.chunks(ld).map(|r| &r[off..off + len]);
-        for plane in dx.chunks_exact_mut(hw) {
-            for ki in 0..self.kh {
-                for kj in 0..self.kw {
-                    let row = rows.next().expect("col has kk rows");
-                    let (lo, hi) = self.valid_cols(kj);
-                    if lo >= hi {
-                        continue;
-                    }
-                    for (oh, src) in out_rows.clone().zip(row.chunks_exact(wo)) {
-                        let Some(ih) = self.in_row(oh, ki) else {
-                            continue;
-                        };
-                        let dst = &mut plane[ih * self.w..(ih + 1) * self.w];
-                        let iw0 = lo * s + kj - self.pad;
-                        scatter_add_strided(&mut dst[iw0..], &src[lo..hi], s);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Images per GEMM: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's 13x13) put
-    /// several images side by side so the GEMM's column count reaches ~`MIN_COLS`.
-    fn sub_batch(&self, per: usize) -> usize {
-        // EDGEBENCH_CONV_COLS (`Tuning::conv_cols`) overrides the target (1 = off).
-        let target = crate::tuning().conv_cols;
-        target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
-    }
-
-    /// How many images each parallel task takes. The ops that split a batch this way run only
-    /// with at least one image per thread (fewer take the per-image splits: `fwd_channels`,
-    /// `bwd_data_channels`, `bwd_filter_rows`), so the GEMMs inside a task are single-threaded.
-    pub(crate) fn images_per_task(&self) -> usize {
-        let tasks = self.n.clamp(1, rayon::current_num_threads().max(1));
-        self.n.div_ceil(tasks).max(1)
-    }
-}
-
-/// dst[i] = src[i * s]: one row of im2col. The strides the nets use are constants here, so the
-/// loop compiles to shuffles (a runtime `step_by` gathers one element at a time, which made
-/// GoogLeNet conv1's im2col cost as much as its GEMM).
-fn gather_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
-    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
-        let Some(last) = dst.len().checked_sub(1) else {
-            return;
-        };
-        for (d, c) in dst[..last].iter_mut().zip(src[..last * S].chunks_exact(S)) {
-            *d = c[0];
-        }
-        dst[last] = src[last * S];
-    }
-    match s {
-        1 => dst.copy_from_slice(&src[..dst.len()]),
-        2 => fixed::<T, 2>(dst, src),
-        4 => fixed::<T, 4>(dst, src),
-        _ => {
-            for (d, v) in dst.iter_mut().zip(src.iter().step_by(s)) {
-                *d = *v;
-            }
-        }
-    }
-}
-
-/// dst[i * s] += src[i]: one row of col2im (see `gather_strided`).
-fn scatter_add_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
-    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
-        let Some(last) = src.len().checked_sub(1) else {
-            return;
-        };
-        for (c, &v) in dst[..last * S].chunks_exact_mut(S).zip(&src[..last]) {
-            c[0] += v;
-        }
-        dst[last * S] += src[last];
-    }
-    match s {
-        1 => {
-            for (d, &v) in dst[..src.len()].iter_mut().zip(src) {
-                *d += v;
-            }
-        }
-        2 => fixed::<T, 2>(dst, src),
-        4 => fixed::<T, 4>(dst, src),
-        _ => {
-            for (d, &v) in dst.iter_mut().step_by(s).zip(src) {
-                *d += v;
-            }
-        }
-    }
-}
-
-/// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm<T: Float>(
-    (m, n, k): (usize, usize, usize),
-    dst: &mut [T],
-    accumulate: bool,
-    lhs: &[T],
-    lhs_s: (usize, usize),
-    rhs: &[T],
-    rhs_s: (usize, usize),
-    par: Parallelism,
-) {
-    gemm_strided(
-        (m, n, k),
-        dst,
-        (n, 1),
-        accumulate,
-        lhs,
-        lhs_s,
-        rhs,
-        rhs_s,
-        par,
-    )
-}
-
-/// [`gemm`] with the destination's (row, column) strides too.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_strided<T: Float>(
-    (m, n, k): (usize, usize, usize),
-    dst: &mut [T],
-    (dst_rs, dst_cs): (usize, usize),
-    accumulate: bool,
-    lhs: &[T],
-    lhs_s: (usize, usize),
-    rhs: &[T],
-    rhs_s: (usize, usize),
-    par: Parallelism,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    // The pointers below are only valid if every element the strides reach is in bounds.
-    assert!(dst.len() > (m - 1) * dst_rs + (n - 1) * dst_cs);
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                for c in 0..n {
-                    dst[r * dst_rs + c * dst_cs] = T::ZERO;
-                }
-            }
-        }
-        return;
-    }
-    let dst = (dst.as_mut_ptr(), (dst_rs, dst_cs));
-    // SAFETY: dst is initialised memory, in bounds (asserted above).
-    unsafe { gemm_raw((m, n, k), dst, accumulate, (lhs, lhs_s), (rhs, rhs_s), par) }
-}
-
-/// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
-/// written (no zero-fill first: fc6's 151 MB weight gradient took 5 ms to zero per step).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_uninit<T: Float>(
-    (m, n, k): (usize, usize, usize),
-    dst: &mut [std::mem::MaybeUninit<T>],
-    lhs: &[T],
-    lhs_s: (usize, usize),
-    rhs: &[T],
-    rhs_s: (usize, usize),
-    par: Parallelism,
-) {
-    if k == 0 {
-        super::init_slice(&mut dst[..m * n], T::ZERO);
-        return;
-    }
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(dst.len() >= m * n);
-    let dst = (dst.as_mut_ptr().cast::<T>(), (n, 1));
-    // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
-    unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par) }
-}
-
-/// The call into gemm, with its operands' bounds checked here and dst's by the caller.
-///
-/// # Safety
-/// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
-/// and not aliased; when `accumulate` it must be initialised. m, n and k are not zero.
-unsafe fn gemm_raw<T: Float>(
-    (m, n, k): (usize, usize, usize),
-    (dst, (dst_rs, dst_cs)): (*mut T, (usize, usize)),
-    accumulate: bool,
-    (lhs, (lhs_rs, lhs_cs)): (&[T], (usize, usize)),
-    (rhs, (rhs_rs, rhs_cs)): (&[T], (usize, usize)),
-    par: Parallelism,
-) {
-    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
-    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
-    // SAFETY: the asserts above keep every operand access in bounds, the caller dst's; dst does
-    // not alias lhs or rhs (the caller's, and two & borrows); T is f32 or f64, which gemm
-    // supports.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            dst_cs as isize,
-            dst_rs as isize,
-            accumulate,
-            lhs.as_ptr(),
-            lhs_cs as isize,
-            lhs_rs as isize,
-            rhs.as_ptr(),
-            rhs_cs as isize,
-            rhs_rs as isize,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            par,
-        )
-    }
-}
-
-/// gemm on the calling thread only: the ops' tasks already use every thread.
-pub(crate) const SERIAL: Parallelism = Parallelism::None;
-
-pub(crate) const MIN_COLS: usize = 256;
-
-/// See `Geom::block_rows`: columns in flight per image, about half this CPU's L2 (2 MB on recent
-/// Xeons; the Cortex-A78AE cores of a Jetson Orin have 256 KB of L2 and share a 2-4 MB L3).
-const COL_BLOCK_BYTES: usize = 1 << 20;
-
-/// max(v, 0), with NaN -> 0.
-#[inline]
-pub(crate) fn relu_f<T: Float>(v: T) -> T {
-    if v > T::ZERO {
-        v
-    } else {
-        T::ZERO
     }
 }
 
@@ -606,7 +160,7 @@ pub(crate) fn fwd_im2col<T: Float>(
                         // The bias first, as the GEMM's accumulator.
                         let yg = &mut ys[at..at + og * ohw];
                         for (row, &bv) in yg.chunks_exact_mut(ohw).zip(bg) {
-                            super::init_slice(row, bv);
+                            init_slice(row, bv);
                         }
                         // SAFETY: every element of yg was just initialised.
                         let yg = unsafe { &mut *(yg as *mut [_] as *mut [T]) };
@@ -685,7 +239,7 @@ fn fwd_channels<T: Float>(
             let bg = &b[gi * og..][..og];
             // The bias first, as the GEMMs' accumulator.
             yg.par_chunks_mut(ohw).zip(bg).for_each(|(plane, &bv)| {
-                super::init_slice(plane, bv);
+                init_slice(plane, bv);
             });
             // SAFETY: every element of yg was just initialised.
             let yg = unsafe { &mut *(yg as *mut [_] as *mut [T]) };
@@ -782,7 +336,7 @@ pub(crate) fn bwd_data_im2col<T: Float>(dy: &[T], wt: &[T], g: &Geom) -> Vec<T> 
                     continue;
                 }
                 // Zeroed per sub-batch, just before the GEMM or col2im writes into it.
-                let dxs = super::init_slice(dxs, T::ZERO);
+                let dxs = init_slice(dxs, T::ZERO);
                 for gi in 0..g.groups {
                     let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     let wg = &wt[gi * og * kk..(gi + 1) * og * kk];
@@ -846,7 +400,7 @@ fn bwd_data_channels<T: Float>(dy: &[T], wt: &[T], g: &Geom, dx: &mut [std::mem:
                         gemm_uninit((rk, ohw, og), dxp, lhs, (1, kk), dyg, (ohw, 1), SERIAL);
                         return;
                     }
-                    let dxp = super::init_slice(dxp, T::ZERO);
+                    let dxp = init_slice(dxp, T::ZERO);
                     let mut dcol = vec![T::ZERO; rk * g.block_rows(1) * g.wo];
                     for rows in g.row_blocks(1) {
                         let cols = g.cols_of(&rows);
@@ -978,7 +532,7 @@ fn add_weight_grad<T: Float>(
         SERIAL,
     );
     for (d, row) in db.iter_mut().zip(dy.chunks_exact(dy_ld)) {
-        *d += super::sum(&row[cols.clone()]);
+        *d += sum(&row[cols.clone()]);
     }
 }
 
@@ -992,19 +546,6 @@ fn dw_row_major<T: Float>(mut total: Vec<T>, g: &Geom) -> Vec<T> {
             for (c, d) in row.iter_mut().enumerate() {
                 *d = t[c * og + r];
             }
-        }
-    }
-    total
-}
-
-/// The element-wise sum of the tasks' partial gradients, in task order (reproducible for a
-/// given thread count).
-pub(crate) fn sum_partials<T: Float>(partials: Vec<Vec<T>>) -> Vec<T> {
-    let mut parts = partials.into_iter();
-    let mut total = parts.next().expect("at least one task");
-    for p in parts {
-        for (t, v) in total.iter_mut().zip(p) {
-            *t += v;
         }
     }
     total
@@ -1050,12 +591,12 @@ impl CustomOp3 for Conv2d {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::{cuda, cudnn};
+        use crate::{cuda, cudnn};
         use candle_core::backend::BackendStorage;
         let g = geom_of(self, l1, l2, l3.dims())?;
         let n = self.name();
         let dev = s1.device();
-        let x = cuda::images_input(s1, l1, n)?;
+        let x = cudnn::images_input(s1, l1, n)?;
         let (w, b) = (cuda::input(s2, l2, n)?, cuda::input(s3, l3, n)?);
         let y = cudnn::conv_fwd(dev, (&x.0, x.1), &w, &b, &g, self.relu)?;
         Ok((cuda::storage(y, dev), Shape::from((g.n, g.o, g.ho, g.wo))))
@@ -1110,66 +651,6 @@ impl CustomOp3 for Conv2d {
     }
 }
 
-/// dy * (y > 0): the gradient through the fused ReLU.
-pub(crate) struct ReluMask;
-
-/// ReluMask's dy (`l1`) and y (`l2`) are one shape.
-fn same_shape(l1: &Layout, l2: &Layout) -> Result<()> {
-    if l1.shape() != l2.shape() {
-        bail!("relu-mask: shapes differ {:?} {:?}", l1.shape(), l2.shape());
-    }
-    Ok(())
-}
-
-impl CustomOp2 for ReluMask {
-    fn name(&self) -> &'static str {
-        "relu-mask"
-    }
-
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        fn mask<T: Float>(dy: &[T], y: &[T]) -> Vec<T> {
-            let mut out = Vec::new();
-            // Collected in place: no zeroing pass (see `super::zeros`).
-            dy.par_iter()
-                .zip(y.par_iter())
-                .with_min_len(1 << 14)
-                .map(|(&d, &y)| if y > T::ZERO { d } else { T::ZERO })
-                .collect_into_vec(&mut out);
-            out
-        }
-        same_shape(l1, l2)?;
-        let n = "relu-mask";
-        let out = float_kernel!(n, |d in s1, y in s2| mask(
-            nchw_slice(d, l1, n)?,
-            nchw_slice(y, l2, n)?
-        ));
-        Ok((out, l1.shape().clone()))
-    }
-
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
-        use candle_core::backend::BackendStorage;
-        same_shape(l1, l2)?;
-        let n = self.name();
-        let dev = s1.device();
-        let out = cuda::relu_mask(dev, &cuda::input(s1, l1, n)?, &cuda::input(s2, l2, n)?)?;
-        Ok((cuda::storage(out, dev), l1.shape().clone()))
-    }
-}
-
 /// (dy, w) -> dx; carries the op and the input dims (H, W are not implied by dy's).
 struct ConvBwdData(Conv2d, Vec<usize>);
 
@@ -1216,7 +697,7 @@ impl CustomOp2 for ConvBwdData {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::{cuda, cudnn};
+        use crate::{cuda, cudnn};
         use candle_core::backend::BackendStorage;
         let g = self.geom(l1, l2)?;
         let n = self.name();
@@ -1270,12 +751,12 @@ impl CustomOp2 for ConvBwdFilter {
         s2: &candle_core::CudaStorage,
         l2: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::{cuda, cudnn};
+        use crate::{cuda, cudnn};
         use candle_core::backend::BackendStorage;
         let g = self.geom(l1, l2)?;
         let n = self.name();
         let dev = s1.device();
-        let x = cuda::images_input(s1, l1, n)?;
+        let x = cudnn::images_input(s1, l1, n)?;
         let out = cudnn::conv_bwd_filter(dev, (&x.0, x.1), &cuda::input(s2, l2, n)?, &g)?;
         Ok((cuda::storage(out, dev), Shape::from(g.o * g.kk() + g.o)))
     }
@@ -1446,7 +927,7 @@ mod tests {
                     n == 1 || !part.is_contiguous(),
                     "case {i}: the narrow is a view"
                 );
-                assert!(crate::image_stride(part.layout()).is_some());
+                assert!(crate::util::image_stride(part.layout()).is_some());
                 let copy = Var::from_tensor(&part.contiguous().unwrap()).unwrap();
                 // (y, gradient of `var`, dw, db) of sum(conv(x) * r).
                 let f = |x: &Tensor, var: &Tensor| {
@@ -1475,7 +956,7 @@ mod tests {
 
     fn forward_and_gradients_match_candle_here() {
         let mut compared = 2 * cases().len() as i32;
-        let _ = MIN_COLS; // the 12x12 cases assume MIN_COLS in 145..=288
+        let _ = crate::tuning::CONV_COLS; // the 12x12 cases assume CONV_COLS in 145..=288
         for (i, c) in cases().iter().enumerate() {
             for dtype in [DType::F64, DType::F32] {
                 let v = vars(c, i as u64, dtype);
@@ -1605,7 +1086,7 @@ mod tests {
 
     #[test]
     fn row_blocks_match_candle() {
-        // Single images with columns over COL_BLOCK_BYTES go through im2col/GEMM/col2im in
+        // Single images with columns over tuning::COL_BLOCK_BYTES go through im2col/GEMM/col2im in
         // blocks of output rows, the last one shorter.
         let cases: [Case; 2] = [
             ([1, 64, 43, 43], [8, 64, 5, 5], p(1, 2, 1, true)),
@@ -1671,5 +1152,114 @@ mod tests {
         assert!(conv2d(&x, &w, &b, p(1, 0, 3, false)).is_err());
         let w = Tensor::zeros((6, 4, 7, 7), DType::F32, &Device::Cpu).unwrap();
         assert!(conv2d(&x, &w, &b, p(1, 0, 1, false)).is_err());
+    }
+
+    /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
+    /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
+    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 to 16 threads (more threads
+    /// than images: fewer images per task, and the im2col path's per-image splits).
+    #[test]
+    fn winograd_matches_im2col_path() {
+        let shapes = [
+            (3, 4, 7, 7, 5),
+            (2, 3, 5, 6, 2),
+            (1, 2, 40, 40, 3),
+            (1, 3, 45, 37, 2),
+            (2, 3, 41, 23, 4),
+            (4, 2, 1, 1, 3),
+            (5, 6, 14, 14, 7),
+        ];
+        let run = || {
+            for (i, &(n, c, h, w, o)) in shapes.iter().enumerate() {
+                let p = Conv2d {
+                    stride: 1,
+                    pad: 1,
+                    groups: 1,
+                    relu: i % 2 == 0,
+                };
+                let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+                let threads = rayon::current_num_threads();
+                let min_side = crate::tuning::WINOGRAD_MIN_SIDE;
+                assert_eq!(winograd::applies(&g), h.min(w) >= min_side && n >= threads);
+                let mut r = Rng::new(7 + i as u64);
+                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+                let dy = r.vec(n * o * h * w);
+                let x_img = (&x[..], c * h * w);
+                let ndx = n * c * h * w;
+                let want_y = fwd_im2col(x_img, &wt, &b, &g, p.relu);
+                let filter = bwd_filter_im2col(x_img, &dy, &g);
+                let mut both = bwd_data_im2col(&dy, &wt, &g);
+                both.extend(filter);
+                for m in [2, 4] {
+                    let ctx = format!("F({m}x{m}) {:?} relu {}", (n, c, h, w, o), p.relu);
+                    let e = max_rel(&winograd::fwd_with(x_img, &wt, &b, &g, p.relu, m), &want_y);
+                    assert!(e < 1e-12, "forward {ctx}: {e}");
+                    let winograd = winograd::bwd_both_with(x_img, &dy, &wt, &g, m);
+                    let e = max_rel(&winograd[ndx..], &both[ndx..]);
+                    assert!(e < 1e-12, "weight gradient {ctx}: {e}");
+                    let e = max_rel(&winograd, &both);
+                    assert!(e < 1e-12, "both gradients {ctx}: {e}");
+                }
+            }
+        };
+        crate::test_util::on_thread_counts(run);
+    }
+
+    /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
+    /// f32 does (within 3x; measured 0.6-1.7x, ~1e-5 of max(|value|, 1)); F(4x4) within 20x.
+    #[test]
+    fn winograd_f32_error_is_small() {
+        let (n, c, h, w, o) = (2, 64, 16, 16, 32);
+        let p = Conv2d {
+            stride: 1,
+            pad: 1,
+            groups: 1,
+            relu: false,
+        };
+        let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+        let mut r = Rng::new(3);
+        let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+        let dy = r.vec(n * o * h * w);
+        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<_>>();
+        let back = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
+        let (x32, w32, b32, dy32) = (f(&x), f(&wt), f(&b), f(&dy));
+        let (xi, xi32) = ((&x[..], c * h * w), (&x32[..], c * h * w));
+        let exact = [
+            fwd_im2col(xi, &wt, &b, &g, false),
+            bwd_data_im2col(&dy, &wt, &g),
+            bwd_filter_im2col(xi, &dy, &g),
+        ];
+        let im2col = [
+            back(fwd_im2col(xi32, &w32, &b32, &g, false)),
+            back(bwd_data_im2col(&dy32, &w32, &g)),
+            back(bwd_filter_im2col(xi32, &dy32, &g)),
+        ];
+        // F(4x4)'s transforms have coefficients up to 8 (and 1/24 in G), so its rounding error
+        // is larger: measured 8-17x im2col's, ~1e-4 of max(|value|, 1).
+        for (m, bound) in [(2, 3.0), (4, 20.0)] {
+            let both = winograd::bwd_both_with(xi32, &dy32, &w32, &g, m);
+            let winograd = [
+                back(winograd::fwd_with(xi32, &w32, &b32, &g, false, m)),
+                back(both[..n * c * h * w].to_vec()),
+                back(both[n * c * h * w..].to_vec()),
+            ];
+            for (pass, e) in ["forward", "input gradient", "weight gradient"]
+                .into_iter()
+                .enumerate()
+            {
+                let (ew, ei) = (
+                    max_rel(&exact[pass], &winograd[pass]),
+                    max_rel(&exact[pass], &im2col[pass]),
+                );
+                println!(
+                    "F({m}x{m}) {e}: {ew:.2e} vs im2col {ei:.2e} ({:.1}x)",
+                    ew / ei
+                );
+                assert!(
+                    ew < bound * ei.max(1e-6),
+                    "F({m}x{m}) {e}: winograd f32 off by {ew}, im2col by {ei}"
+                );
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `Conv2d` on CUDA through cuDNN (the `cudnn` feature): forward, input gradient and weight
 //! gradient, as PyTorch and Caffe train on NVIDIA GPUs. The bias and the fused ReLU are one pass
-//! over the output (`cuda::bias_act`), the bias gradient one reduction (`cuda::bias_grad`).
+//! over the output (`bias_act`), the bias gradient one reduction (`bias_grad`), both kernels of
+//! `cuda/bias.cu`.
 //!
 //! Per thread (cuDNN handles are neither Send nor Sync) and device: one cuDNN handle on candle's
 //! stream, one plan per convolution shape (descriptors plus the algorithm of each direction,
@@ -10,15 +11,20 @@
 //! Math: strict fp32 (`CUDNN_FMA_MATH`) unless `set_tf32(true)`, which lets cuDNN use TF32 tensor
 //! cores, as PyTorch's default `allow_tf32` does.
 
-use super::conv::Geom;
-use super::{cuda, images_len};
+use crate::cuda::{config, i32_of, Module};
+use crate::geom::Geom;
+use crate::tuning;
+use crate::util::{image_stride, images_len};
+use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::cudnn::{
     sys, ConvBackwardData, ConvBackwardFilter, ConvDescriptor, ConvForward, Cudnn,
     FilterDescriptor, TensorDescriptor,
 };
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView};
-use candle_core::cuda_backend::DeviceId;
-use candle_core::{bail, CudaDevice, Result};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::{DeviceId, WrapErr};
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,6 +61,31 @@ struct State {
 
 thread_local! {
     static STATE: RefCell<State> = RefCell::default();
+}
+
+/// An f32 NCHW input whose images are each contiguous (`image_stride`), from the first image's
+/// start to the last one's end, and the distance between images.
+pub(crate) fn images_input<'a>(
+    s: &'a CudaStorage,
+    l: &Layout,
+    op: &str,
+) -> Result<(CudaView<'a, f32>, usize)> {
+    let (&[n, c, h, w], Some(stride)) = (l.dims(), image_stride(l)) else {
+        bail!(
+            "{op}: expects NCHW images that are each contiguous, got shape {:?} strides {:?}",
+            l.dims(),
+            l.stride()
+        );
+    };
+    let len = images_len(n, c * h * w, stride);
+    let start = l.start_offset();
+    match s.dtype() {
+        candle_core::DType::F32 => Ok((
+            s.as_cuda_slice::<f32>()?.slice(start..start + len),
+            stride.max(1),
+        )),
+        dt => bail!("{op}: the CUDA kernel supports f32 only, got {dt:?}"),
+    }
 }
 
 fn int(v: usize, what: &str) -> Result<i32> {
@@ -125,7 +156,7 @@ fn with_plan<R>(
     image_stride: usize,
     f: impl FnOnce(&mut Plan, &mut HashMap<DeviceId, CudaSlice<u8>>) -> Result<R>,
 ) -> Result<R> {
-    let tf32 = super::tf32();
+    let tf32 = tuning::tf32();
     STATE.with(|state| {
         let mut state = state.borrow_mut();
         let State {
@@ -200,7 +231,7 @@ pub(crate) fn conv_fwd(
         Ok(())
     })?;
     if g.n * g.o * g.ho * g.wo > 0 {
-        cuda::bias_act(dev, &mut y, b, g.o, g.ho * g.wo, relu)?;
+        bias_act(dev, &mut y, b, g.o, g.ho * g.wo, relu)?;
     }
     Ok(y)
 }
@@ -273,6 +304,62 @@ pub(crate) fn conv_bwd_filter(
         plan.bwd_filter = Some((algo, bytes));
         Ok(())
     })?;
-    cuda::bias_grad(dev, dy, &mut db, (g.n, g.o, g.ho * g.wo))?;
+    bias_grad(dev, dy, &mut db, (g.n, g.o, g.ho * g.wo))?;
     Ok(out)
+}
+
+/// The bias kernels: the epilogue and the bias gradient.
+static BIAS: Module = Module::new("edgebench_bias", include_str!("cuda/bias.cu"));
+
+/// The convolution epilogue: `y += b` per channel, then ReLU if `relu`, in place.
+fn bias_act(
+    dev: &CudaDevice,
+    y: &mut CudaSlice<f32>,
+    b: &CudaView<'_, f32>,
+    c: usize,
+    hw: usize,
+    relu: bool,
+) -> Result<()> {
+    let total = y.len();
+    let (n, c, hw, relu) = (
+        total as i64,
+        i32_of(c, "channels")?,
+        hw as i64,
+        i32::from(relu),
+    );
+    let func = BIAS.kernel(dev, "eb_bias_act")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(y).arg(b).arg(&n).arg(&c).arg(&hw).arg(&relu);
+    // SAFETY: the arguments match eb_bias_act's signature; y holds total = N·c·hw elements and
+    // b holds c (the caller's checked geometry).
+    unsafe { l.launch(config(total)) }.w()?;
+    Ok(())
+}
+
+/// `db[ch]` = the sum of `dy` (N, c, hw) over images and positions, into `db` (c elements).
+fn bias_grad(
+    dev: &CudaDevice,
+    dy: &CudaView<'_, f32>,
+    db: &mut CudaViewMut<'_, f32>,
+    (n, c, hw): (usize, usize, usize),
+) -> Result<()> {
+    if dy.len() != n * c * hw {
+        bail!("bias gradient: {} gradients for {n}x{c}x{hw}", dy.len());
+    }
+    let (ni, ci, hwi) = (i32_of(n, "batch")?, i32_of(c, "channels")?, hw as i64);
+    let func = BIAS.kernel(dev, "eb_bias_grad")?;
+    let stream = dev.cuda_stream();
+    let mut l = stream.launch_builder(&func);
+    l.arg(dy).arg(db).arg(&ni).arg(&ci).arg(&hwi);
+    let cfg = LaunchConfig {
+        grid_dim: (ci.max(1) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the arguments match eb_bias_grad's signature; dy holds n·c·hw elements (checked)
+    // and db at least c (the caller's slice of the output); one block per channel, 256 threads
+    // as the kernel's shared array assumes.
+    unsafe { l.launch(cfg) }.w()?;
+    Ok(())
 }

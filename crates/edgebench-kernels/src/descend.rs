@@ -20,14 +20,14 @@ pub(crate) struct Descend {
 const CHUNK: usize = 1 << 16;
 
 /// The `[start, end)` of a contiguous layout, or an error naming what is expected.
-pub(crate) fn contiguous_range(what: &str, layout: &Layout) -> Result<(usize, usize)> {
+fn contiguous_range(what: &str, layout: &Layout) -> Result<(usize, usize)> {
     match layout.contiguous_offsets() {
         Some(range) => Ok(range),
         None => bail!("descend: the {what} must be contiguous"),
     }
 }
 
-pub(crate) fn same_shape(lw: &Layout, lg: &Layout) -> Result<()> {
+fn same_shape(lw: &Layout, lg: &Layout) -> Result<()> {
     if lw.shape() != lg.shape() {
         bail!(
             "descend: weight {:?} and gradient {:?} differ",
@@ -73,7 +73,44 @@ impl InplaceOp2 for Descend {
         lg: &Layout,
     ) -> Result<()> {
         same_shape(lw, lg)?;
-        crate::cuda::descend(w, lw, g, lg, self.rate)
+        gpu::descend(w, lw, g, lg, self.rate)
+    }
+}
+
+/// The CUDA kernel (`cuda/descend.cu`).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::contiguous_range;
+    use crate::cuda::{config, input, Module};
+    use candle_core::backend::BackendStorage;
+    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaStorage, Layout, Result};
+
+    static KERNELS: Module = Module::new("edgebench_descend", include_str!("cuda/descend.cu"));
+
+    /// `w -= rate·g` in place (shapes checked by the caller).
+    pub(super) fn descend(
+        w: &mut CudaStorage,
+        lw: &Layout,
+        g: &CudaStorage,
+        lg: &Layout,
+        rate: f32,
+    ) -> Result<()> {
+        let g = input(g, lg, "descend")?;
+        let (a, b) = contiguous_range("weight", lw)?;
+        let dev = w.device().clone();
+        let mut w = w.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
+        let total = b - a;
+        let len = total as i64;
+        let func = KERNELS.kernel(&dev, "eb_descend")?;
+        let stream = dev.cuda_stream();
+        let mut l = stream.launch_builder(&func);
+        l.arg(&mut w).arg(&g).arg(&len).arg(&rate);
+        // SAFETY: the arguments match eb_descend's signature; w and g each hold `total` elements
+        // (one shape, both contiguous).
+        unsafe { l.launch(config(total)) }.w()?;
+        Ok(())
     }
 }
 

@@ -4,12 +4,12 @@
 //! memory that large makes the host wait for the GPU to catch up mid-step. The backward applies
 //! the same mask again from the seed. CPU and CUDA give the same mask for the same seed.
 
-use super::{nchw_slice, Float};
+use crate::util::{nchw_slice, Float};
 use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 /// splitmix64's finaliser of `seed + (i+1)·golden ratio`, top 32 bits: a uniform u32 per element,
-/// the same on the host and in the CUDA kernel (`cuda::SOURCE`'s `eb_mix`).
+/// the same on the host and in the CUDA kernel (`eb_mix` in `cuda/dropout.cu`).
 pub(crate) fn mix(seed: u64, i: u64) -> u32 {
     let mut z = seed.wrapping_add(i.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -77,15 +77,51 @@ impl CustomOp1 for Dropout {
         s: &candle_core::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         use candle_core::backend::BackendStorage;
         let dev = s.device();
-        let out = cuda::dropout(dev, &cuda::input(s, l, self.name())?, self)?;
-        Ok((cuda::storage(out, dev), l.shape().clone()))
+        let out = gpu::dropout(dev, &input(s, l, self.name())?, self)?;
+        Ok((storage(out, dev), l.shape().clone()))
     }
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
         Ok(Some(grad_res.contiguous()?.apply_op1_no_bwd(self)?))
+    }
+}
+
+/// The CUDA kernel (`cuda/dropout.cu`).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use super::Dropout;
+    use crate::cuda::{config, Module};
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaDevice, Result};
+
+    static KERNELS: Module = Module::new("edgebench_dropout", include_str!("cuda/dropout.cu"));
+
+    /// `x` through the dropout mask of `d`.
+    pub(super) fn dropout(
+        dev: &CudaDevice,
+        x: &CudaView<'_, f32>,
+        d: &Dropout,
+    ) -> Result<CudaSlice<f32>> {
+        let total = x.len();
+        // SAFETY: every element is written by the kernel.
+        let y = unsafe { dev.alloc::<f32>(total)? };
+        let n = total as i64;
+        let func = KERNELS.kernel(dev, "eb_dropout")?;
+        let stream = dev.cuda_stream();
+        let mut l = stream.launch_builder(&func);
+        l.arg(x)
+            .arg(&y)
+            .arg(&n)
+            .arg(&d.seed)
+            .arg(&d.threshold)
+            .arg(&d.scale);
+        // SAFETY: the arguments match eb_dropout's signature; x and y hold `total` elements.
+        unsafe { l.launch(config(total)) }.w()?;
+        Ok(y)
     }
 }
 

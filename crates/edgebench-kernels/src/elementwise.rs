@@ -9,6 +9,8 @@
 //! vectorised copy (see `avx2_fma`); f64 keeps the standard library's `exp`. f32 dot is
 //! [`crate::sgemm`].
 
+use crate::matmul::gemm_crate;
+use crate::sgemm::sgemm;
 use rayon::prelude::*;
 
 /// The element types the benchmark runs in.
@@ -66,7 +68,7 @@ impl Elem for f32 {
         ((1.0 - e) / (1.0 + e)).copysign(self)
     }
     fn gemm(a: &[Self], b: &[Self], c: &mut [Self], dims: (usize, usize, usize)) {
-        crate::sgemm::sgemm(a, b, c, dims)
+        sgemm(a, b, c, dims)
     }
     fn sigmoid_slice(a: &[Self], c: &mut [Self]) {
         #[cfg(target_arch = "x86_64")]
@@ -419,46 +421,6 @@ pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
 /// crate), f64 through the `gemm` crate (the GEMM candle's CPU matmul uses).
 pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], dims: (usize, usize, usize)) {
     T::gemm(a, b, c, dims)
-}
-
-/// The `gemm` crate on all rayon threads (the portable path, and the reference in tests).
-pub(crate) fn gemm_crate<T: Elem>(a: &[T], b: &[T], c: &mut [T], (m, n, k): (usize, usize, usize)) {
-    assert!(
-        a.len() == m * k && b.len() == k * n && c.len() == m * n,
-        "matmul shapes"
-    );
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
-        gemm::Parallelism::Rayon(threads)
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the asserts above make every index gemm reads or writes fall inside a, b, c
-    // (row-major, row strides k, n, n; column stride 1); c is borrowed mutably, so it overlaps
-    // neither a nor b. alpha is unused (read_dst false), beta = 1 scales the product.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            T::from_f64(0.0),
-            T::from_f64(1.0),
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
 }
 
 /// `len` pseudo-random values in [lo, hi), the same for a given seed at any thread count

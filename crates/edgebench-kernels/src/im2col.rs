@@ -9,8 +9,8 @@
 //! a group's rows are one contiguous block and the whole batch is one GEMM per group:
 //! `y_g (O/g, N·HO·WO) = W_g (O/g, C/g·KH·KW) · cols_g`.
 
-use super::conv::{Conv2d, Geom};
-use super::{nchw_slice, Float};
+use crate::geom::{Conv2d, Geom};
+use crate::util::{nchw_slice, Float};
 #[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
@@ -65,7 +65,7 @@ impl Geom {
         Shape::from((self.n, self.c, self.h, self.w))
     }
 
-    /// `conv::Geom::im2col` per image (it takes any number of channel planes), the images side
+    /// `Geom::im2col` per image (it takes any number of channel planes), the images side
     /// by side: rows `N·HO·WO` apart. The CPU path is for tests; the CPU trains with `conv2d`.
     fn im2col_batch<T: Float>(&self, x: &[T]) -> Vec<T> {
         let (p, chw) = (self.ho * self.wo, self.c * self.h * self.w);
@@ -139,12 +139,12 @@ impl CustomOp1 for Cols {
         s: &candle_core::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         let output = self.checked_layout(l)?;
         let dev = s.device();
-        let input = cuda::input(s, l, self.name())?;
-        let out = cuda::cols(dev, &input, &self.g, self.adjoint, output.elem_count())?;
-        Ok((cuda::storage(out, dev), output))
+        let x = input(s, l, self.name())?;
+        let out = gpu::cols(dev, &x, &self.g, self.adjoint, output.elem_count())?;
+        Ok((storage(out, dev), output))
     }
 
     /// Each is the gradient of the other (linear maps, adjoint to each other).
@@ -154,6 +154,55 @@ impl CustomOp1 for Cols {
             adjoint: !self.adjoint,
         };
         Ok(Some(grad_res.contiguous()?.apply_op1_no_bwd(&adjoint)?))
+    }
+}
+
+/// The CUDA kernels (`cuda/im2col.cu`).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use crate::cuda::{config, i32_of, Module};
+    use crate::geom::Geom;
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaDevice, Result};
+
+    static KERNELS: Module = Module::new("edgebench_im2col", include_str!("cuda/im2col.cu"));
+
+    /// The im2col/col2im kernels' integer arguments after the element count, in order.
+    fn col_args(g: &Geom) -> Result<[i32; 10]> {
+        let mut out = [0i32; 10];
+        let v = [g.n, g.c, g.h, g.w, g.kh, g.kw, g.ho, g.wo, g.stride, g.pad];
+        for (o, &v) in out.iter_mut().zip(&v) {
+            *o = i32_of(v, "convolution size")?;
+        }
+        Ok(out)
+    }
+
+    /// im2col (x -> cols) or, `adjoint`, col2im (cols -> x), into `dst_len` elements (the caller's
+    /// checked output shape).
+    pub(super) fn cols(
+        dev: &CudaDevice,
+        src: &CudaView<'_, f32>,
+        g: &Geom,
+        adjoint: bool,
+        dst_len: usize,
+    ) -> Result<CudaSlice<f32>> {
+        let name = if adjoint { "eb_col2im" } else { "eb_im2col" };
+        // SAFETY: every element is written by the kernel.
+        let dst = unsafe { dev.alloc::<f32>(dst_len)? };
+        let a = col_args(g)?;
+        let total = dst_len as i64;
+        let func = KERNELS.kernel(dev, name)?;
+        let stream = dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        b.arg(src).arg(&dst).arg(&total);
+        for v in &a {
+            b.arg(v);
+        }
+        // SAFETY: the arguments match eb_im2col's / eb_col2im's signature (same for both); src and
+        // dst hold the input and cols element counts of `g` (checked shapes in the caller).
+        unsafe { b.launch(config(dst_len)) }.w()?;
+        Ok(dst)
     }
 }
 

@@ -2,8 +2,10 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use super::conv::{gemm_strided, gemm_uninit, relu_f};
-use super::{nchw_slice, Float};
+use crate::matmul::{gemm_strided, gemm_uninit};
+use crate::relu::ReluMask;
+use crate::tuning::{LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK};
+use crate::util::{init_slice, nchw_slice, relu_f, vec_written_by, zeros, Float};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -47,15 +49,6 @@ struct Linear {
     relu: bool,
 }
 
-/// Batches of at most this many rows take the streaming loops below for the forward and the
-/// weight gradient instead of gemm: with so few rows they are bound by reading or writing W
-/// once, and gemm took fc6 (151 MB) 15.5 ms forward and 55 ms for dW at batch 1 against
-/// 9.5 and 34 ms here (`linear/` in benches/kernels.rs).
-const STREAM_MAX_ROWS: usize = 4;
-
-/// W's rows per parallel task of the streaming loops (fc6: 36 KB each).
-const STREAM_ROWS_PER_TASK: usize = 64;
-
 /// Σ a[k]·b[k] in 16 lanes (a plain fold does not vectorise: float addition is not associative).
 fn dot<T: Float>(a: &[T], b: &[T]) -> T {
     const LANES: usize = 16;
@@ -79,10 +72,10 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 
 /// yt (o, n), column-major y, = W · xᵀ for a few rows of x: one pass over W.
 fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    let rows = STREAM_ROWS_PER_TASK;
+    let rows = LINEAR_STREAM_ROWS_PER_TASK;
     // SAFETY: each chunk of `rows` W rows writes its n values per row below.
     unsafe {
-        super::vec_written_by(o * n, |yt| {
+        vec_written_by(o * n, |yt| {
             yt.par_chunks_mut(rows * n)
                 .zip(w.par_chunks(rows * i))
                 .for_each(|(yt, w)| {
@@ -99,14 +92,14 @@ fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> V
 /// dW (o, i) = dyᵀ (o, n) · x (n, i) for a few rows: each row of dW built in the cache and
 /// written to memory once.
 fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    let rows = STREAM_ROWS_PER_TASK;
+    let rows = LINEAR_STREAM_ROWS_PER_TASK;
     // SAFETY: every row of every chunk is initialised by `init_slice` below.
     unsafe {
-        super::vec_written_by(o * i, |dw| {
+        vec_written_by(o * i, |dw| {
             dw.par_chunks_mut(rows * i).enumerate().for_each(|(t, dw)| {
                 for (k, dwc) in dw.chunks_exact_mut(i).enumerate() {
                     let c = t * rows + k;
-                    let dwc = super::init_slice(dwc, T::ZERO);
+                    let dwc = init_slice(dwc, T::ZERO);
                     for (r, xr) in x.chunks_exact(i).take(n).enumerate() {
                         let d = dy[r * o + c];
                         for (s, &v) in dwc.iter_mut().zip(xr) {
@@ -126,7 +119,7 @@ fn fwd<T: Float>(
     (n, i, o): (usize, usize, usize),
     relu: bool,
 ) -> Vec<T> {
-    let yt = if (1..=STREAM_MAX_ROWS).contains(&n) && i > 0 {
+    let yt = if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && i > 0 {
         stream_fwd(x, w, (n, i, o))
     } else {
         gemm_fwd(x, w, (n, i, o))
@@ -153,7 +146,7 @@ fn gemm_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec
     // The product goes into a column-major (n, o) buffer, which gemm computes as asked: x is the
     // packed side and W is streamed in place. For a row-major y gemm transposes the problem and
     // packs all of W first, tripling the memory traffic of fc6's 151 MB weight.
-    let mut yt = super::zeros(n * o);
+    let mut yt = zeros(n * o);
     gemm_strided(
         (n, o, i),
         &mut yt,
@@ -205,7 +198,7 @@ impl CustomOp3 for Linear {
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let dy = if self.relu {
             dy.contiguous()?
-                .apply_op2_no_bwd(&y.contiguous()?, &super::conv::ReluMask)?
+                .apply_op2_no_bwd(&y.contiguous()?, &ReluMask)?
         } else {
             dy.contiguous()?
         };
@@ -230,18 +223,18 @@ impl LinearBwd {
     fn run<T: Float>(&self, dy: &[T], other: &[T], (n, o): (usize, usize), i: usize) -> Vec<T> {
         match self {
             // (dx stays on gemm: as fast as a streaming pass over W at 1-4 rows, measured.)
-            LinearBwd::Weight if (1..=STREAM_MAX_ROWS).contains(&n) && i > 0 => {
+            LinearBwd::Weight if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
             }
             // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
             LinearBwd::Data => unsafe {
-                super::vec_written_by(n * i, |dx| {
+                vec_written_by(n * i, |dx| {
                     gemm_uninit((n, i, o), dx, dy, (o, 1), other, (i, 1), par())
                 })
             },
             // SAFETY: gemm_uninit writes all of the (o, i) product dW, as vec_written_by needs.
             LinearBwd::Weight => unsafe {
-                super::vec_written_by(o * i, |dw| {
+                vec_written_by(o * i, |dw| {
                     gemm_uninit((o, i, n), dw, dy, (1, o), other, (i, 1), par())
                 })
             },
@@ -310,8 +303,8 @@ mod tests {
     #[test]
     fn matches_candle_and_finite_differences() {
         crate::test_util::on_thread_counts(|| {
-            // Rows up to STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows of W
-            // are two streaming tasks, 37 inputs more than two 16-lane chunks.
+            // Rows up to LINEAR_STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows
+            // of W are two streaming tasks, 37 inputs more than two 16-lane chunks.
             for (n, i, o, relu) in [
                 (3, 7, 5, false),
                 (2, 12, 4, true),

@@ -1,7 +1,8 @@
 //! Caffe `LRNLayer` with `norm_region: ACROSS_CHANNELS` as a differentiable candle op (candle 0.11
 //! has no LRN). AlexNet and GoogLeNet use size 5, alpha 1e-4, beta 0.75, k 1.
 
-use super::{nchw_slice, Float};
+use crate::tuning::LRN_BLOCK;
+use crate::util::{native_or_host, nchw_slice, vec_written_by, Float};
 #[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
@@ -21,7 +22,7 @@ pub fn lrn(x: &Tensor, p: Lrn) -> Result<Tensor> {
     x.dims4()?;
     p.check()?;
     // Contiguous copy is differentiable, so strided inputs still get their gradient.
-    super::native_or_host(x, |x| x.contiguous()?.apply_op1(p))
+    native_or_host(x, |x| x.contiguous()?.apply_op1(p))
 }
 
 impl Lrn {
@@ -104,9 +105,9 @@ impl Lrn {
     }
 
     #[cfg(feature = "cuda")]
-    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> super::cuda::LrnGeom {
+    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> gpu::LrnGeom {
         let (pre, post) = self.pre_post();
-        super::cuda::LrnGeom {
+        gpu::LrnGeom {
             len: n * c * h * w,
             c,
             hw: h * w,
@@ -133,7 +134,7 @@ impl Lrn {
     fn fwd<T: Float>(&self, x: &[T], dims: (usize, usize, usize, usize)) -> Vec<T> {
         let len = dims.0 * dims.1 * dims.2 * dims.3;
         // SAFETY: `fwd_into` initialises every element of its output.
-        unsafe { super::vec_written_by(len, |y| self.fwd_into(x, dims, y)) }
+        unsafe { vec_written_by(len, |y| self.fwd_into(x, dims, y)) }
     }
 
     /// `fwd` into `y` (N·C·H·W elements), initialising it.
@@ -186,7 +187,7 @@ impl Lrn {
     ) -> Vec<T> {
         let len = dims.0 * dims.1 * dims.2 * dims.3;
         // SAFETY: `bwd_into` initialises every element of its output.
-        unsafe { super::vec_written_by(len, |dx| self.bwd_into(x, y, dy, dims, dx)) }
+        unsafe { vec_written_by(len, |dx| self.bwd_into(x, y, dy, dims, dx)) }
     }
 
     /// `bwd_cpu` into `dx` (N·C·H·W elements), initialising it.
@@ -273,10 +274,6 @@ struct LrnBwdScratch<T> {
     spow: Vec<T>,
 }
 
-/// Channels per forward task: long enough that sliding the window beats summing it afresh,
-/// short enough that a batch-1 sample still splits over the cores.
-const LRN_BLOCK: usize = 16;
-
 /// `acc += f(enter) - f(leave)` over a plane, for the planes given: a window sum sliding by one
 /// channel (`f` squares for the sum of squares).
 fn slide<T: Float>(acc: &mut [T], enter: Option<&[T]>, leave: Option<&[T]>, f: impl Fn(T) -> T) {
@@ -318,12 +315,12 @@ impl CustomOp1 for Lrn {
         s: &candle_core::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         self.check()?;
         let dims = l.shape().dims4()?;
         let dev = s.device();
-        let y = cuda::lrn_fwd(dev, &cuda::input(s, l, "lrn")?, self.geom(dims))?;
-        Ok((cuda::storage(y, dev), l.shape().clone()))
+        let y = gpu::lrn_fwd(dev, &input(s, l, "lrn")?, self.geom(dims))?;
+        Ok((storage(y, dev), l.shape().clone()))
     }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
@@ -375,17 +372,92 @@ impl CustomOp3 for LrnBwd {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         let dims = Lrn::check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let n = "lrn-bwd";
         let dev = s1.device();
-        let (x, y, dy) = (
-            cuda::input(s1, l1, n)?,
-            cuda::input(s2, l2, n)?,
-            cuda::input(s3, l3, n)?,
-        );
-        let dx = cuda::lrn_bwd(dev, &x, &y, &dy, self.0.geom(dims))?;
-        Ok((cuda::storage(dx, dev), l1.shape().clone()))
+        let (x, y, dy) = (input(s1, l1, n)?, input(s2, l2, n)?, input(s3, l3, n)?);
+        let dx = gpu::lrn_bwd(dev, &x, &y, &dy, self.0.geom(dims))?;
+        Ok((storage(dx, dev), l1.shape().clone()))
+    }
+}
+
+/// The CUDA kernels (`cuda/lrn.cu`).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use crate::cuda::{config, i32_of, Module};
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaDevice, Result};
+
+    static KERNELS: Module = Module::new("edgebench_lrn", include_str!("cuda/lrn.cu"));
+
+    /// LRN parameters in the kernels' terms.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct LrnGeom {
+        pub(super) len: usize,
+        pub(super) c: usize,
+        pub(super) hw: usize,
+        pub(super) pre: usize,
+        pub(super) post: usize,
+        pub(super) k: f32,
+        pub(super) ratio: f32,
+        pub(super) beta: f32,
+        pub(super) cache_ratio: f32,
+    }
+
+    pub(super) fn lrn_fwd(
+        dev: &CudaDevice,
+        x: &CudaView<'_, f32>,
+        g: LrnGeom,
+    ) -> Result<CudaSlice<f32>> {
+        // SAFETY: every element is written by the kernel.
+        let y = unsafe { dev.alloc::<f32>(g.len)? };
+        let (n, c, hw) = (g.len as i64, i32_of(g.c, "channels")?, g.hw as i64);
+        let (pre, post) = (g.pre as i32, g.post as i32);
+        let func = KERNELS.kernel(dev, "eb_lrn_fwd")?;
+        let stream = dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        b.arg(x)
+            .arg(&y)
+            .arg(&n)
+            .arg(&c)
+            .arg(&hw)
+            .arg(&pre)
+            .arg(&post);
+        b.arg(&g.k).arg(&g.ratio).arg(&g.beta);
+        // SAFETY: the arguments match eb_lrn_fwd's signature; x and y hold len elements.
+        unsafe { b.launch(config(g.len)) }.w()?;
+        Ok(y)
+    }
+
+    pub(super) fn lrn_bwd(
+        dev: &CudaDevice,
+        x: &CudaView<'_, f32>,
+        y: &CudaView<'_, f32>,
+        dy: &CudaView<'_, f32>,
+        g: LrnGeom,
+    ) -> Result<CudaSlice<f32>> {
+        // SAFETY: every element is written by the kernel.
+        let dx = unsafe { dev.alloc::<f32>(g.len)? };
+        let (n, c, hw) = (g.len as i64, i32_of(g.c, "channels")?, g.hw as i64);
+        let (pre, post) = (g.pre as i32, g.post as i32);
+        let func = KERNELS.kernel(dev, "eb_lrn_bwd")?;
+        let stream = dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        b.arg(x)
+            .arg(y)
+            .arg(dy)
+            .arg(&dx)
+            .arg(&n)
+            .arg(&c)
+            .arg(&hw)
+            .arg(&pre)
+            .arg(&post);
+        b.arg(&g.k).arg(&g.ratio).arg(&g.beta).arg(&g.cache_ratio);
+        // SAFETY: the arguments match eb_lrn_bwd's signature; every buffer holds len elements.
+        unsafe { b.launch(config(g.len)) }.w()?;
+        Ok(dx)
     }
 }
 

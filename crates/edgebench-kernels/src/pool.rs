@@ -2,7 +2,9 @@
 //! back-propagates when kernel == stride with no padding; GoogLeNet and AlexNet need overlapping,
 //! padded and ceil-mode windows.
 
-use super::{nchw_slice, Float};
+use crate::util::{
+    init_slice, native_or_host, nchw_slice, par_chunks_zeroed, vec_written_by, zeros, Float,
+};
 #[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
 use candle_core::{bail, CpuStorage, CustomOp1, CustomOp3, Layout, Result, Shape, Tensor};
@@ -41,7 +43,7 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     p.check(h, w)?;
     // The kernels index planes directly; a copy here is differentiable, so strided inputs still
     // get their gradient.
-    super::native_or_host(x, |x| {
+    native_or_host(x, |x| {
         let x = x.contiguous()?;
         if p.kind == PoolKind::Max && x.device().is_cpu() {
             let arg = std::sync::Mutex::new(Vec::new());
@@ -107,7 +109,7 @@ impl Pool2d {
         if self.kind == PoolKind::Max {
             return self.max_fwd(x, (n, c, h, w)).0;
         }
-        super::par_chunks_zeroed(
+        par_chunks_zeroed(
             len,
             plane_out,
             || (),
@@ -145,14 +147,14 @@ impl Pool2d {
         let plane_out = hw.len() * ww.len();
         let (len, plane) = (n * c * h * w, h * w);
         if plane_out == 0 {
-            return super::zeros(len);
+            return zeros(len);
         }
         let outs = |i: usize| i * plane_out..(i + 1) * plane_out;
         if self.kind == PoolKind::Max {
             // No argmax recorded (the op was not `MaxPoolCpu`): find it again.
             return max_scatter(plane, &self.max_fwd(x, (n, c, h, w)).1, dy, n * c);
         }
-        super::par_chunks_zeroed(
+        par_chunks_zeroed(
             len,
             plane,
             || (),
@@ -178,8 +180,8 @@ impl Pool2d {
     }
 
     #[cfg(feature = "cuda")]
-    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> super::cuda::PoolGeom {
-        super::cuda::PoolGeom {
+    fn geom(&self, (n, c, h, w): (usize, usize, usize, usize)) -> gpu::PoolGeom {
+        gpu::PoolGeom {
             planes: n * c,
             h,
             w,
@@ -538,7 +540,7 @@ fn max_step<T: Float, const INIT: bool>(e: T, m: &mut T, a: &mut u32, at: u32) {
 /// input element that won its window, straight into the (zeroed, cache-warm) plane of dx.
 fn max_scatter<T: Float>(plane: usize, arg: &[u32], dy: &[T], planes: usize) -> Vec<T> {
     // SAFETY: `max_scatter_into` initialises every element of its output.
-    unsafe { super::vec_written_by(planes * plane, |dx| max_scatter_into(plane, arg, dy, dx)) }
+    unsafe { vec_written_by(planes * plane, |dx| max_scatter_into(plane, arg, dy, dx)) }
 }
 
 /// `max_scatter` into `dx` (one input plane per `arg` plane), initialising it.
@@ -555,7 +557,7 @@ pub(crate) fn max_scatter_into<T: Float>(
         .enumerate()
         .for_each(|(i, dxp)| {
             // Zeroed here, while it is in the cache, instead of in a pass over memory first.
-            let dxp = super::init_slice(dxp, T::ZERO);
+            let dxp = init_slice(dxp, T::ZERO);
             let outs = i * plane_out..(i + 1) * plane_out;
             for (&a, &d) in arg[outs.clone()].iter().zip(&dy[outs]) {
                 if a != NO_ARG {
@@ -646,12 +648,12 @@ impl CustomOp1 for Pool2d {
         s: &candle_core::CudaStorage,
         l: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         let dims = l.shape().dims4()?;
         self.check(dims.2, dims.3)?;
         let dev = s.device();
-        let y = cuda::pool_fwd(dev, &cuda::input(s, l, "pool2d")?, self.geom(dims))?;
-        Ok((cuda::storage(y, dev), self.out_shape(dims)))
+        let y = gpu::pool_fwd(dev, &input(s, l, "pool2d")?, self.geom(dims))?;
+        Ok((storage(y, dev), self.out_shape(dims)))
     }
 
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
@@ -704,18 +706,115 @@ impl CustomOp3 for PoolBwd {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        use super::cuda;
+        use crate::cuda::{input, storage};
         let p = &self.0;
         let dims = p.check_bwd(l1.shape(), l2.shape(), l3.shape())?;
         let n = "pool2d-bwd";
         let dev = s1.device();
-        let (x, y, dy) = (
-            cuda::input(s1, l1, n)?,
-            cuda::input(s2, l2, n)?,
-            cuda::input(s3, l3, n)?,
-        );
-        let dx = cuda::pool_bwd(dev, &x, &y, &dy, p.geom(dims))?;
-        Ok((cuda::storage(dx, dev), l1.shape().clone()))
+        let (x, y, dy) = (input(s1, l1, n)?, input(s2, l2, n)?, input(s3, l3, n)?);
+        let dx = gpu::pool_bwd(dev, &x, &y, &dy, p.geom(dims))?;
+        Ok((storage(dx, dev), l1.shape().clone()))
+    }
+}
+
+/// The CUDA kernels (`cuda/pool.cu`).
+#[cfg(feature = "cuda")]
+mod gpu {
+    use crate::cuda::{config, i32_of, Module};
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+    use candle_core::cuda_backend::WrapErr;
+    use candle_core::{CudaDevice, Result};
+
+    static KERNELS: Module = Module::new("edgebench_pool", include_str!("cuda/pool.cu"));
+
+    /// Pooling geometry, as `Pool2d` computes it on the CPU.
+    #[derive(Debug, Clone, Copy)]
+    pub(super) struct PoolGeom {
+        pub(super) planes: usize,
+        pub(super) h: usize,
+        pub(super) w: usize,
+        pub(super) oh: usize,
+        pub(super) ow: usize,
+        pub(super) kernel: usize,
+        pub(super) stride: usize,
+        pub(super) pad: usize,
+        pub(super) is_max: bool,
+    }
+
+    impl PoolGeom {
+        fn out_len(&self) -> usize {
+            self.planes * self.oh * self.ow
+        }
+
+        /// The pooling kernels' arguments after the element count, in order.
+        fn args(&self) -> Result<[i32; 8]> {
+            let v = [
+                self.h,
+                self.w,
+                self.oh,
+                self.ow,
+                self.kernel,
+                self.stride,
+                self.pad,
+                usize::from(self.is_max),
+            ];
+            let mut out = [0i32; 8];
+            for (o, &v) in out.iter_mut().zip(&v) {
+                *o = i32_of(v, "pooling size")?;
+            }
+            Ok(out)
+        }
+    }
+
+    /// Runs `name` (eb_pool_fwd or eb_pool_bwd) over the pooling output: the buffers first, then
+    /// the output element count and the geometry.
+    fn pool_kernel(
+        dev: &CudaDevice,
+        name: &str,
+        buffers: &[&CudaView<'_, f32>],
+        out: &CudaSlice<f32>,
+        g: PoolGeom,
+    ) -> Result<()> {
+        let total = g.out_len();
+        let (n, a) = (total as i64, g.args()?);
+        let func = KERNELS.kernel(dev, name)?;
+        let stream = dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        for buffer in buffers {
+            b.arg(*buffer);
+        }
+        b.arg(out).arg(&n);
+        for v in &a {
+            b.arg(v);
+        }
+        // SAFETY: the arguments match the kernels' signatures in cuda/pool.cu; x (and dx) hold
+        // planes*h*w elements, y (and dy) planes*oh*ow (the callers' checked shapes).
+        unsafe { b.launch(config(total)) }.w()?;
+        Ok(())
+    }
+
+    pub(super) fn pool_fwd(
+        dev: &CudaDevice,
+        x: &CudaView<'_, f32>,
+        g: PoolGeom,
+    ) -> Result<CudaSlice<f32>> {
+        // SAFETY: every element is written by the kernel.
+        let y = unsafe { dev.alloc::<f32>(g.out_len())? };
+        pool_kernel(dev, "eb_pool_fwd", &[x], &y, g)?;
+        Ok(y)
+    }
+
+    /// The kernel adds into dx, so it starts zeroed.
+    pub(super) fn pool_bwd(
+        dev: &CudaDevice,
+        x: &CudaView<'_, f32>,
+        y: &CudaView<'_, f32>,
+        dy: &CudaView<'_, f32>,
+        g: PoolGeom,
+    ) -> Result<CudaSlice<f32>> {
+        let dx = dev.alloc_zeros::<f32>(g.planes * g.h * g.w)?;
+        pool_kernel(dev, "eb_pool_bwd", &[x, y, dy], &dx, g)?;
+        Ok(dx)
     }
 }
 

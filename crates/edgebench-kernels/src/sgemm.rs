@@ -9,6 +9,7 @@
 // Elsewhere only the `gemm` crate path is compiled; the blocking constants stay for the tests.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
+use crate::matmul::gemm_crate;
 use rayon::prelude::*;
 
 /// Rows of A (and C) per microkernel call.
@@ -27,8 +28,8 @@ const MC: usize = 144;
 const NC: usize = 4096;
 /// Most floats of B packed at once (2 MiB): when B is narrow, several depth blocks are packed
 /// as one group, and a thread's rows of C stay in its cache from one block to the next (two
-/// threads at n = 661: 117 -> 128 GFLOP/s, medians of six alternating rounds). An 8 MiB limit measured 4-6 % slower at n = 2048, where the
-/// blocks packed first are likelier to have left the cache before they are used.
+/// threads at n = 661: 117 -> 128 GFLOP/s). An 8 MiB limit is 4-6 % slower at n = 2048, where
+/// the blocks packed first are likelier to have left the cache before they are used.
 const PACKED_B_FLOATS: usize = 1 << 19;
 
 /// C (m x n) = A (m x k) · B (k x n), all row-major and contiguous, on the current rayon
@@ -49,7 +50,7 @@ pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usiz
     if has_avx2_fma() {
         return blocked(a, b, c, (m, n, k));
     }
-    crate::elementwise::gemm_crate(a, b, c, (m, n, k));
+    gemm_crate(a, b, c, (m, n, k));
 }
 
 /// Whether [`sgemm`] runs its own AVX2/FMA kernel on this CPU (else the `gemm` crate).
@@ -91,9 +92,9 @@ thread_local! {
 /// columns that `dst` holds (`dst.len() / (kc * NR)` of them, the first one starting at column
 /// `jc + first_panel * NR`), each kc x NR row by row; columns at and past `jc + nc` are zeros.
 /// The panels are filled row after row: B's rows are read in contiguous stretches of up to
-/// 768 bytes (a run of eight panels), where packing one panel at a time read 96 bytes per row
-/// and came back for the rest of each cache line after it had left (packing by panel, with a
-/// memcpy call per row, took 10 % of a one-thread product at n = 661).
+/// 768 bytes (a run of eight panels). Packing one panel at a time reads 96 bytes per row and
+/// comes back for the rest of each cache line after it has left (by panel, with a memcpy call
+/// per row, packing took 10 % of a one-thread product at n = 661).
 #[cfg(target_arch = "x86_64")]
 fn pack_b(
     b: &[f32],
@@ -198,9 +199,9 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
 }
 
 /// Run `index` of `units` units cut into `parts` runs whose sizes differ by at most one unit:
-/// equal shares let the threads finish together (cut into runs of 136 rows, 2383 rows gave two
-/// threads 9 and 8.5 runs' work in every depth block; even runs measured 0-7 % faster on two
-/// threads at n = 661 to 2383, over five sets of rounds).
+/// equal shares let the threads finish together (cut into runs of 136 rows, 2383 rows give two
+/// threads 9 and 8.5 runs' work in every depth block; even runs are 0-7 % faster on two threads
+/// at n = 661 to 2383).
 fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> {
     index * units / parts..(index + 1) * units / parts
 }
@@ -314,9 +315,9 @@ struct Progress {
 /// per step, two per group, the pool's threads fall asleep and are woken dozens of times per
 /// product, and a woken vCPU can be slow to come back: after a 250 ms pause two threads ran
 /// n = 661 at 67 GFLOP/s that way against 119 in one region (2-core EPYC VM). Claiming
-/// instead of a fixed share also evens out threads that run at different speeds. Every wait is for runs that a
-/// running thread has claimed, so a product finishes even if only one thread of the pool
-/// takes part.
+/// instead of a fixed share also evens out threads that run at different speeds. Every wait is
+/// for runs that a running thread has claimed, so a product finishes even if only one thread of
+/// the pool takes part.
 #[cfg(target_arch = "x86_64")]
 fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
     let threads = rayon::current_num_threads().max(1);
@@ -572,10 +573,10 @@ unsafe fn kernel(
             _mm_prefetch::<_MM_HINT_T0>(row.add(NR - 1).cast());
         }
     }
-    // The loop in assembly: written with intrinsics, LLVM spilled an accumulator of this tile
-    // to the stack (all sixteen vector registers are in use) and the kernel ran at half speed.
-    // The accumulators go straight into C from their registers, not through a stack array
-    // (1-3 % of a one-thread product at n = 661 and 2048).
+    // The loop in assembly: from intrinsics LLVM spills an accumulator of this tile to the
+    // stack (all sixteen vector registers are in use) and the kernel runs at half speed. The
+    // accumulators go straight into C from their registers, not through a stack array (1-3 % of
+    // a one-thread product at n = 661 and 2048).
     // SAFETY: the loop reads kc x 4 floats from a and kc x 24 from b (the panels' sizes),
     // writes only registers, then reads (unless overwrite) and writes the 4 x 24 tile of c.
     unsafe {
@@ -666,7 +667,16 @@ unsafe fn kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elementwise::fill;
+    use crate::test_util::Rng;
+
+    /// `len` values uniform in [-1, 1) from `seed`.
+    fn fill(len: usize, seed: u64) -> Vec<f32> {
+        Rng::new(seed)
+            .vec(len)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect()
+    }
 
     fn reference(a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) -> Vec<f64> {
         let mut c = vec![0f64; m * n];
@@ -720,8 +730,8 @@ mod tests {
         crate::test_util::on_thread_counts(|| {
             let threads = rayon::current_num_threads();
             for (s, &(m, n, k)) in shapes.iter().enumerate() {
-                let a: Vec<f32> = fill(m * k, 11 + s as u64, -1.0, 1.0);
-                let b: Vec<f32> = fill(k * n, 23 + s as u64, -1.0, 1.0);
+                let a = fill(m * k, 11 + s as u64);
+                let b = fill(k * n, 23 + s as u64);
                 let want = reference(&a, &b, (m, n, k));
                 // Stale values in C must be overwritten, not added to.
                 let mut c = vec![f32::NAN; m * n];
@@ -746,7 +756,7 @@ mod tests {
             return;
         }
         let (m, k) = (11, 45);
-        let a: Vec<f32> = fill(m * k, 3, -1.0, 1.0);
+        let a = fill(m * k, 3);
         for (pc, kc) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)] {
             let mut packed = vec![f32::NAN; m.div_ceil(MR) * MR * kc];
             pack_a(&a, k, m, (pc, kc), &mut packed);
@@ -758,7 +768,7 @@ mod tests {
             }
         }
         let (k, n) = (9, 20 * NR + 5);
-        let b: Vec<f32> = fill(k * n, 4, -1.0, 1.0);
+        let b = fill(k * n, 4);
         // (depths, columns, the run of panels packed): whole ranges and runs inside them, the
         // last panel partial or not.
         let cases = [
@@ -790,8 +800,8 @@ mod tests {
     fn a_product_finishes_when_the_other_threads_of_its_pool_are_busy() {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
         let (m, n, k) = (2 * MC + 3, 3 * NR + 1, 2 * KC + 5);
-        let a: Vec<f32> = fill(m * k, 7, -1.0, 1.0);
-        let b: Vec<f32> = fill(k * n, 8, -1.0, 1.0);
+        let a = fill(m * k, 7);
+        let b = fill(k * n, 8);
         let want = reference(&a, &b, (m, n, k));
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -849,12 +859,12 @@ mod tests {
     #[test]
     fn agrees_with_the_gemm_crate() {
         let (m, n, k) = (97, 131, 300);
-        let a: Vec<f32> = fill(m * k, 5, -1.0, 1.0);
-        let b: Vec<f32> = fill(k * n, 6, -1.0, 1.0);
+        let a = fill(m * k, 5);
+        let b = fill(k * n, 6);
         let mut ours = vec![0f32; m * n];
         let mut theirs = vec![0f32; m * n];
         sgemm(&a, &b, &mut ours, (m, n, k));
-        crate::elementwise::gemm_crate(&a, &b, &mut theirs, (m, n, k));
+        gemm_crate(&a, &b, &mut theirs, (m, n, k));
         let worst = ours
             .iter()
             .zip(&theirs)

@@ -1,8 +1,58 @@
-//! The kernels' tuning knobs, read from the environment once per process. They exist for
-//! comparisons (Winograd against im2col) and for tuning on other CPUs; the defaults are the
-//! values measured best on the boards (see docs/kernels.md, "Tuning variables").
+//! The kernels' tuning: the knobs read from the environment once per process ([`Tuning`]), the
+//! block sizes and thresholds the kernels are built around (the knobs' defaults among them), and
+//! the TF32 switch. The knobs exist for comparisons (Winograd against im2col) and for tuning on
+//! other CPUs; the defaults are the values measured best on the boards (see docs/kernels.md,
+//! "Tuning variables"). A leaf: the kernels read their sizes from here, never the other way.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+
+/// Default of `Tuning::conv_cols`: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's
+/// 13x13) put several images side by side in one im2col GEMM until it has about this many
+/// columns.
+pub(crate) const CONV_COLS: usize = 256;
+
+/// A single image's im2col columns go through im2col, GEMM and col2im in blocks of output rows
+/// of about this many bytes (`Geom::block_rows`), so they are still in the cache when the GEMM
+/// packs them: about half this CPU's L2 (2 MB on recent Xeons; the Cortex-A78AE cores of a
+/// Jetson Orin have 256 KB of L2 and share a 2-4 MB L3).
+pub(crate) const COL_BLOCK_BYTES: usize = 1 << 20;
+
+/// Default of `Tuning::winograd_tiles`: target tile columns per Winograd GEMM. 196 keeps one
+/// image per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four
+/// 14x14 images instead of six. At 256 a block's transformed tiles are larger and conv2/3x3, 3a,
+/// 3b and 4e ran 2-7 % slower; 128 and 160 were no faster than 196 on 3b and 4e.
+pub(crate) const WINOGRAD_TILES: usize = 196;
+
+/// Default of `Tuning::winograd_chunk_kb`: the Winograd forward computes its GEMM outputs in
+/// chunks of output channels of about this many KiB, half of a 2 MB L2, so they are still in
+/// the cache for the output transform.
+pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
+
+/// Maps smaller than this (on either side) stay on im2col: a 7x7 map is 4x4 tiles covering 8x8
+/// (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd measured
+/// slower there (GoogLeNet 5a/5b).
+pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
+
+/// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
+/// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
+/// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes
+/// more of its last tiles: measured faster than F(2x2) on GoogLeNet's 56x56 conv2/3x3, level on
+/// 28x28, slower on 14x14.
+pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 48;
+
+/// Fully connected layers with at most this many rows (batch) take streaming loops for the
+/// forward and the weight gradient instead of gemm: with so few rows they are bound by reading
+/// or writing W once, and gemm took fc6 (151 MB) 15.5 ms forward and 55 ms for dW at batch 1
+/// against 9.5 and 34 ms streaming (`linear/` in benches/kernels.rs).
+pub(crate) const LINEAR_STREAM_MAX_ROWS: usize = 4;
+
+/// W's rows per parallel task of the fully connected layer's streaming loops (fc6: 36 KB each).
+pub(crate) const LINEAR_STREAM_ROWS_PER_TASK: usize = 64;
+
+/// LRN channels per task: long enough that sliding the window beats summing it afresh, short
+/// enough that a batch-1 sample still splits over the cores.
+pub(crate) const LRN_BLOCK: usize = 16;
 
 /// Every tuning knob of the kernels. `tuning()` holds the process's values, read from the
 /// environment by `Tuning::from_env` the first time a kernel asks.
@@ -29,11 +79,11 @@ pub struct Tuning {
 impl Default for Tuning {
     fn default() -> Self {
         Tuning {
-            conv_cols: crate::conv::MIN_COLS,
+            conv_cols: CONV_COLS,
             winograd: true,
             winograd_tile: None,
-            winograd_tiles: crate::winograd::TILES,
-            winograd_chunk_kb: 1024,
+            winograd_tiles: WINOGRAD_TILES,
+            winograd_chunk_kb: WINOGRAD_CHUNK_KB,
         }
     }
 }
@@ -69,6 +119,22 @@ impl Tuning {
 pub fn tuning() -> &'static Tuning {
     static TUNING: OnceLock<Tuning> = OnceLock::new();
     TUNING.get_or_init(Tuning::from_env)
+}
+
+static TF32: AtomicBool = AtomicBool::new(false);
+
+/// Lets f32 matrix products and convolutions on CUDA use TF32 tensor cores (10-bit mantissa
+/// products, f32 sums), as PyTorch does by default for convolutions; off (strict fp32) unless
+/// set. Covers cuBLAS (candle's matmul) and cuDNN (`cudnn` feature); no effect on the CPU.
+pub fn set_tf32(on: bool) {
+    TF32.store(on, Ordering::Relaxed);
+    #[cfg(feature = "cuda")]
+    candle_core::cuda::set_gemm_reduced_precision_f32(on);
+}
+
+/// Whether `set_tf32(true)` is in effect.
+pub fn tf32() -> bool {
+    TF32.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

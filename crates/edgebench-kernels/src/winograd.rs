@@ -10,35 +10,30 @@
 //! The transforms' coefficients are 0, ±1 and ½, so the results differ from im2col's only by
 //! rounding (the tests compare both). Work is split as in `conv`: one contiguous run of images
 //! per rayon thread; the GEMMs take blocks of tiles (whole images side by side for small maps,
-//! bands of tile rows for large ones) of about `TILES` columns.
+//! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns.
 //!
-//! Maps of at least `F4_MIN_SIDE` (GoogLeNet's 56x56 conv2/3x3) take F(4x4, 3x3) instead: 6x6
-//! input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than im2col) and
-//! tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8 (f32 error
-//! ~10x im2col's; the tests bound it).
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 conv2/3x3) take F(4x4, 3x3)
+//! instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than
+//! im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8
+//! (f32 error ~10x im2col's; the tests bound it).
 
-use super::conv::{gemm, Geom, SERIAL};
-use super::Float;
+use crate::geom::Geom;
+use crate::matmul::{gemm, SERIAL};
+use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_MIN_SIDE};
+use crate::util::{relu_f, sum, sum_partials, Float};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-/// Target tile columns per GEMM (`Tuning::winograd_tiles`, EDGEBENCH_WINOGRAD_TILES, overrides it). 196 keeps one image
-/// per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four 14x14
-/// images instead of six: with 256 a block's transformed tiles were larger and conv2/3x3, 3a,
-/// 3b and 4e measured 2-7 % slower (in-process alternating runs, 20 rounds per layer; 128 and
-/// 160 were no better than 196 on 3b and 4e).
-pub(crate) const TILES: usize = 196;
-
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
-/// `MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and its
-/// transforms run on one core while gemm's threads share only the GEMMs: batch 1 measured
-/// slower than im2col), and not turned off
-/// with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the im2col path, for comparison).
+/// `WINOGRAD_MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and
+/// its transforms run on one core while gemm's threads share only the GEMMs: batch 1 measured
+/// slower than im2col), and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the
+/// im2col path, for comparison).
 pub(crate) fn applies(g: &Geom) -> bool {
-    crate::tuning().winograd
+    tuning().winograd
         && fits(g)
-        && g.h.min(g.w) >= MIN_SIDE
+        && g.h.min(g.w) >= WINOGRAD_MIN_SIDE
         && g.n >= rayon::current_num_threads()
 }
 
@@ -48,24 +43,19 @@ pub(crate) fn fits(g: &Geom) -> bool {
     g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.groups == 1
 }
 
-/// Smaller maps stay on im2col: a 7x7 map is 4x4 tiles covering 8x8 (31 % of the work wasted)
-/// with rows too short for the transforms' vectors; measured slower there (GoogLeNet 5a/5b).
-const MIN_SIDE: usize = 10;
-
-/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `F4_MIN_SIDE`, else 2;
-/// EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every layer.
+/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
+/// else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every layer.
 fn tile_size(g: &Geom) -> usize {
-    let forced = crate::tuning().winograd_tile;
-    forced.unwrap_or(if g.h.min(g.w) >= F4_MIN_SIDE { 4 } else { 2 })
+    let forced = tuning().winograd_tile;
+    forced.unwrap_or(if g.h.min(g.w) >= WINOGRAD_F4_MIN_SIDE {
+        4
+    } else {
+        2
+    })
 }
 
-/// F(4x4) does 4x fewer multiplies than direct convolution (F(2x2): 2.25x) but its transforms
-/// cost more per tile, and a map that is not a multiple of 4 wastes more of its last tiles:
-/// measured faster than F(2x2) on GoogLeNet's 56x56 conv2/3x3, level on 28x28, slower on 14x14.
-const F4_MIN_SIDE: usize = 48;
-
 fn tiles_target() -> usize {
-    crate::tuning().winograd_tiles
+    tuning().winograd_tiles
 }
 
 /// The tiling of one image and how a task's images are cut into GEMM blocks.
@@ -345,7 +335,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     let (h, w, tw) = (t.h, t.w, t.tw);
     let n = rows.len() * tw;
     let xi_stride = bias.len() * ld;
-    let act = |v: T| if relu { super::conv::relu_f(v) } else { v };
+    let act = |v: T| if relu { relu_f(v) } else { v };
     for (o, (plane, &b)) in y.chunks_exact_mut(h * w).zip(bias).enumerate() {
         let mv = |xi: usize| &m[xi * xi_stride + o * ld + at..][..n];
         // sa[a][j] = (Aᵀ M)[a][j] (M·A vectors, a-major; each M vector read once), then each
@@ -532,10 +522,10 @@ fn gemms<T: Float>(
     }
 }
 
-/// Output channels per GEMM chunk of the forward: 16 x chunk x `ld` outputs in about 1 MB
-/// (EDGEBENCH_WINOGRAD_CHUNK_KB, `Tuning::winograd_chunk_kb`, overrides; half of a 2 MB L2).
+/// Output channels per GEMM chunk of the forward: `xi` x chunk x `ld` outputs in about
+/// `Tuning::winograd_chunk_kb` KiB (`WINOGRAD_CHUNK_KB` by default, half of a 2 MB L2).
 fn out_chunk(ld: usize, o: usize, xi: usize) -> usize {
-    let kb = crate::tuning().winograd_chunk_kb;
+    let kb = tuning().winograd_chunk_kb;
     let per_channel = xi * ld * 4;
     (kb * 1024 / per_channel.max(1))
         .next_multiple_of(8)
@@ -566,7 +556,7 @@ fn copy_interiors<T: Float>(
 fn sum_planes<T: Float>(dys: &[T], hw: usize, db: &mut [T]) {
     let o = db.len();
     for (i, plane) in dys.chunks_exact(hw).enumerate() {
-        db[i % o] += super::sum(plane);
+        db[i % o] += sum(plane);
     }
 }
 
@@ -769,7 +759,7 @@ pub(crate) fn bwd_both_with<T: Float>(
             grads
         })
         .collect();
-    let total = super::conv::sum_partials(partials);
+    let total = sum_partials(partials);
     let dw = (f.filter_adjoint)(&total[..xis * oc], oc);
     let tail = &mut out.spare_capacity_mut()[ndx..];
     for (d, &v) in tail.iter_mut().zip(dw.iter().chain(&total[xis * oc..])) {
@@ -976,128 +966,5 @@ impl Tile<4, 6> for F4 {
 
     fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
         std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G4[i][k]) * v[i]))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::conv::{bwd_data_im2col, bwd_filter_im2col, fwd_im2col, Conv2d};
-    use crate::test_util::Rng;
-
-    fn max_rel(a: &[f64], b: &[f64]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        a.iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs() / x.abs().max(y.abs()).max(1.0))
-            .fold(0.0, f64::max)
-    }
-
-    /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
-    /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
-    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 to 16 threads (more threads
-    /// than images: fewer images per task, and the im2col path's per-image splits).
-    #[test]
-    fn matches_im2col_path() {
-        let shapes = [
-            (3, 4, 7, 7, 5),
-            (2, 3, 5, 6, 2),
-            (1, 2, 40, 40, 3),
-            (1, 3, 45, 37, 2),
-            (2, 3, 41, 23, 4),
-            (4, 2, 1, 1, 3),
-            (5, 6, 14, 14, 7),
-        ];
-        let run = || {
-            for (i, &(n, c, h, w, o)) in shapes.iter().enumerate() {
-                let p = Conv2d {
-                    stride: 1,
-                    pad: 1,
-                    groups: 1,
-                    relu: i % 2 == 0,
-                };
-                let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
-                let threads = rayon::current_num_threads();
-                assert_eq!(applies(&g), h.min(w) >= MIN_SIDE && n >= threads);
-                let mut r = Rng::new(7 + i as u64);
-                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
-                let dy = r.vec(n * o * h * w);
-                let x_img = (&x[..], c * h * w);
-                let ndx = n * c * h * w;
-                let want_y = fwd_im2col(x_img, &wt, &b, &g, p.relu);
-                let filter = bwd_filter_im2col(x_img, &dy, &g);
-                let mut both = bwd_data_im2col(&dy, &wt, &g);
-                both.extend(filter);
-                for m in [2, 4] {
-                    let ctx = format!("F({m}x{m}) {:?} relu {}", (n, c, h, w, o), p.relu);
-                    let e = max_rel(&fwd_with(x_img, &wt, &b, &g, p.relu, m), &want_y);
-                    assert!(e < 1e-12, "forward {ctx}: {e}");
-                    let winograd = bwd_both_with(x_img, &dy, &wt, &g, m);
-                    let e = max_rel(&winograd[ndx..], &both[ndx..]);
-                    assert!(e < 1e-12, "weight gradient {ctx}: {e}");
-                    let e = max_rel(&winograd, &both);
-                    assert!(e < 1e-12, "both gradients {ctx}: {e}");
-                }
-            }
-        };
-        crate::test_util::on_thread_counts(run);
-    }
-
-    /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
-    /// f32 does (within 3x; measured 0.6-1.7x, ~1e-5 of max(|value|, 1)); F(4x4) within 20x.
-    #[test]
-    fn f32_error_is_small() {
-        let (n, c, h, w, o) = (2, 64, 16, 16, 32);
-        let p = Conv2d {
-            stride: 1,
-            pad: 1,
-            groups: 1,
-            relu: false,
-        };
-        let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
-        let mut r = Rng::new(3);
-        let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
-        let dy = r.vec(n * o * h * w);
-        let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<_>>();
-        let back = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
-        let (x32, w32, b32, dy32) = (f(&x), f(&wt), f(&b), f(&dy));
-        let (xi, xi32) = ((&x[..], c * h * w), (&x32[..], c * h * w));
-        let exact = [
-            fwd_im2col(xi, &wt, &b, &g, false),
-            bwd_data_im2col(&dy, &wt, &g),
-            bwd_filter_im2col(xi, &dy, &g),
-        ];
-        let im2col = [
-            back(fwd_im2col(xi32, &w32, &b32, &g, false)),
-            back(bwd_data_im2col(&dy32, &w32, &g)),
-            back(bwd_filter_im2col(xi32, &dy32, &g)),
-        ];
-        // F(4x4)'s transforms have coefficients up to 8 (and 1/24 in G), so its rounding error
-        // is larger: measured 8-17x im2col's, ~1e-4 of max(|value|, 1).
-        for (m, bound) in [(2, 3.0), (4, 20.0)] {
-            let both = bwd_both_with(xi32, &dy32, &w32, &g, m);
-            let winograd = [
-                back(fwd_with(xi32, &w32, &b32, &g, false, m)),
-                back(both[..n * c * h * w].to_vec()),
-                back(both[n * c * h * w..].to_vec()),
-            ];
-            for (pass, e) in ["forward", "input gradient", "weight gradient"]
-                .into_iter()
-                .enumerate()
-            {
-                let (ew, ei) = (
-                    max_rel(&exact[pass], &winograd[pass]),
-                    max_rel(&exact[pass], &im2col[pass]),
-                );
-                println!(
-                    "F({m}x{m}) {e}: {ew:.2e} vs im2col {ei:.2e} ({:.1}x)",
-                    ew / ei
-                );
-                assert!(
-                    ew < bound * ei.max(1e-6),
-                    "F({m}x{m}) {e}: winograd f32 off by {ew}, im2col by {ei}"
-                );
-            }
-        }
     }
 }

@@ -1,0 +1,323 @@
+//! Convolution geometry: the hyper-parameters ([`Conv2d`]), the shapes they give ([`Geom`]),
+//! and im2col/col2im of one image's rows, which the CPU kernels (`conv`, `winograd`) and the
+//! CUDA paths (`im2col`, `cudnn`) share.
+
+use crate::tuning;
+use crate::util::Float;
+use candle_core::{bail, Result};
+use std::ops::Range;
+
+/// Convolution hyper-parameters; the kernel size comes from the weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2d {
+    pub stride: usize,
+    pub pad: usize,
+    pub groups: usize,
+    /// Apply ReLU to the output (fused; the backward masks the gradient with `y > 0`).
+    pub relu: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Geom {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) o: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) ho: usize,
+    pub(crate) wo: usize,
+    pub(crate) stride: usize,
+    pub(crate) pad: usize,
+    pub(crate) groups: usize,
+}
+
+impl Geom {
+    pub(crate) fn new(x: &[usize], w: &[usize], b: &[usize], p: Conv2d) -> Result<Geom> {
+        let (&[n, c, h, wd], &[o, cg, kh, kw], &[bo]) = (x, w, b) else {
+            bail!("conv2d: expects x (N,C,H,W), w (O,C/g,KH,KW), b (O); got {x:?}, {w:?}, {b:?}")
+        };
+        if p.stride == 0 || p.groups == 0 || c % p.groups != 0 || o % p.groups != 0 {
+            bail!("conv2d: bad stride/groups {p:?} for {c} input and {o} output channels");
+        }
+        if cg != c / p.groups || bo != o || kh == 0 || kw == 0 {
+            bail!("conv2d: weight {w:?} / bias {b:?} do not fit input {x:?} with {p:?}");
+        }
+        if h + 2 * p.pad < kh || wd + 2 * p.pad < kw {
+            bail!(
+                "conv2d: kernel {kh}x{kw} larger than padded input {x:?} (pad {})",
+                p.pad
+            );
+        }
+        Ok(Geom {
+            n,
+            c,
+            h,
+            w: wd,
+            o,
+            kh,
+            kw,
+            ho: (h + 2 * p.pad - kh) / p.stride + 1,
+            wo: (wd + 2 * p.pad - kw) / p.stride + 1,
+            stride: p.stride,
+            pad: p.pad,
+            groups: p.groups,
+        })
+    }
+    pub(crate) fn cg(&self) -> usize {
+        self.c / self.groups
+    }
+    pub(crate) fn og(&self) -> usize {
+        self.o / self.groups
+    }
+    /// Rows of col: input channels of a group times kernel taps.
+    pub(crate) fn kk(&self) -> usize {
+        self.cg() * self.kh * self.kw
+    }
+    pub(crate) fn hw(&self) -> usize {
+        self.h * self.w
+    }
+    pub(crate) fn ohw(&self) -> usize {
+        self.ho * self.wo
+    }
+    /// col is the input itself.
+    pub(crate) fn direct(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.stride == 1 && self.pad == 0
+    }
+    /// Scratch for the columns of `images` images side by side (one block of rows each).
+    pub(crate) fn col_len(&self, images: usize) -> usize {
+        if self.direct() && images == 1 {
+            0
+        } else {
+            self.kk() * self.block_rows(images) * self.wo * images
+        }
+    }
+
+    /// Output rows per block. A single image's columns go through im2col, GEMM (and col2im) in
+    /// blocks of rows whose columns fit in `tuning::COL_BLOCK_BYTES`, so they are still in the
+    /// cache when the GEMM packs them (GoogLeNet conv2/3x3 has 7 MB of columns per image).
+    /// Sub-batches (small maps) and 1x1 convolutions, which read the input in place, take all
+    /// rows at once.
+    pub(crate) fn block_rows(&self, images: usize) -> usize {
+        if images > 1 || self.direct() {
+            return self.ho;
+        }
+        let row_bytes = self.kk() * self.wo * std::mem::size_of::<f32>();
+        (tuning::COL_BLOCK_BYTES / row_bytes.max(1)).clamp(1, self.ho.max(1))
+    }
+
+    /// The output rows in blocks (see `block_rows`).
+    pub(crate) fn row_blocks(&self, images: usize) -> impl Iterator<Item = Range<usize>> {
+        let (step, ho) = (self.block_rows(images), self.ho);
+        (0..ho)
+            .step_by(step.max(1))
+            .map(move |r| r..(r + step).min(ho))
+    }
+    /// The columns of one image's output (or col) that output rows `rows` cover.
+    pub(crate) fn cols_of(&self, rows: &Range<usize>) -> Range<usize> {
+        rows.start * self.wo..rows.end * self.wo
+    }
+
+    /// Output columns `ow` whose input column `ow * stride + kj - pad` lies in [0, w).
+    fn valid_cols(&self, kj: usize) -> (usize, usize) {
+        let (s, p) = (self.stride, self.pad);
+        let lo = if kj >= p { 0 } else { (p - kj).div_ceil(s) };
+        let hi = if self.w + p > kj {
+            ((self.w + p - kj - 1) / s + 1).min(self.wo)
+        } else {
+            0
+        };
+        (lo.min(hi), hi)
+    }
+    /// Input row of output row `oh` at kernel row `ki`, if inside the image.
+    fn in_row(&self, oh: usize, ki: usize) -> Option<usize> {
+        (oh * self.stride + ki)
+            .checked_sub(self.pad)
+            .filter(|&r| r < self.h)
+    }
+
+    /// col (kk, |rows|·wo) <- the patches of one group's input `x` (cg, h, w) for output rows
+    /// `rows`; col's rows are `ld` apart and this image's columns start at `off` (several images
+    /// side by side).
+    pub(crate) fn im2col<T: Float>(
+        &self,
+        x: &[T],
+        col: &mut [T],
+        ld: usize,
+        off: usize,
+        out_rows: Range<usize>,
+    ) {
+        let (hw, wo, s) = (self.hw(), self.wo, self.stride);
+        let len = out_rows.len() * wo;
+        let mut rows = col.chunks_mut(ld).map(|r| &mut r[off..off + len]);
+        for plane in x.chunks_exact(hw) {
+            for ki in 0..self.kh {
+                for kj in 0..self.kw {
+                    let row = rows.next().expect("col has kk rows");
+                    let (lo, hi) = self.valid_cols(kj);
+                    if s == 1 && wo == self.w {
+                        self.im2col_same(plane, row, (ki, kj), out_rows.clone());
+                        continue;
+                    }
+                    for (oh, dst) in out_rows.clone().zip(row.chunks_exact_mut(wo)) {
+                        let Some(ih) = self.in_row(oh, ki) else {
+                            dst.fill(T::ZERO);
+                            continue;
+                        };
+                        let src = &plane[ih * self.w..(ih + 1) * self.w];
+                        dst[..lo].fill(T::ZERO);
+                        dst[hi..].fill(T::ZERO);
+                        if lo < hi {
+                            let iw0 = lo * s + kj - self.pad;
+                            gather_strided(&mut dst[lo..hi], &src[iw0..], s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One row of im2col (kernel tap `(ki, kj)`) for a stride-1 convolution whose output rows are
+    /// as long as the input's ("same" padding: every 3x3 and 5x5 in both nets). Such a row is the
+    /// input plane shifted by a constant, so it is one copy, then the few columns whose tap falls
+    /// in the padding are zeroed; row-by-row copies of 7-56 elements cost more in calls than data.
+    fn im2col_same<T: Float>(
+        &self,
+        plane: &[T],
+        row: &mut [T],
+        (ki, kj): (usize, usize),
+        out_rows: Range<usize>,
+    ) {
+        let (w, pad, r0) = (self.w, self.pad, out_rows.start);
+        // Output rows whose input row oh + ki - pad lies inside the image: none, a..a at the
+        // run's end, when the whole run lies in the top padding (a thread's run of one row of a
+        // 7x7 map with a 5x5 kernel) or the bottom one.
+        let a = out_rows.start.max(pad.saturating_sub(ki)).min(out_rows.end);
+        let b = out_rows.end.min((self.h + pad).saturating_sub(ki)).max(a);
+        let (head, rest) = row.split_at_mut((a - r0) * w);
+        let (dst, tail) = rest.split_at_mut((b - a) * w);
+        head.fill(T::ZERO);
+        tail.fill(T::ZERO);
+        if dst.is_empty() {
+            return;
+        }
+        // dst[i] = plane[start + i], where start may fall before the plane (first row, kj < pad)
+        // or the copy run past its end (last row, kj > pad): those are padding columns.
+        // (Clamped for planes narrower than the padding, where the shift exceeds a whole row.)
+        let start = ((a + ki - pad) * w + kj) as isize - pad as isize;
+        let skip = ((-start).max(0) as usize).min(dst.len());
+        let from = (start.max(0) as usize).min(plane.len());
+        let n = (dst.len() - skip).min(plane.len() - from);
+        dst[..skip].fill(T::ZERO);
+        dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
+        dst[skip + n..].fill(T::ZERO);
+        let (lo, hi) = self.valid_cols(kj);
+        for r in dst.chunks_exact_mut(w) {
+            r[..lo].fill(T::ZERO);
+            r[hi..].fill(T::ZERO);
+        }
+    }
+
+    /// dx (cg, h, w) += the patches in `col` (kk, |rows|·wo) of output rows `rows` scattered
+    /// back (the adjoint of im2col); rows `ld` apart, this image's columns from `off`.
+    pub(crate) fn col2im<T: Float>(
+        &self,
+        col: &[T],
+        dx: &mut [T],
+        ld: usize,
+        off: usize,
+        out_rows: Range<usize>,
+    ) {
+        let (hw, wo, s) = (self.hw(), self.wo, self.stride);
+        let len = out_rows.len() * wo;
+        let mut rows = col.chunks(ld).map(|r| &r[off..off + len]);
+        for plane in dx.chunks_exact_mut(hw) {
+            for ki in 0..self.kh {
+                for kj in 0..self.kw {
+                    let row = rows.next().expect("col has kk rows");
+                    let (lo, hi) = self.valid_cols(kj);
+                    if lo >= hi {
+                        continue;
+                    }
+                    for (oh, src) in out_rows.clone().zip(row.chunks_exact(wo)) {
+                        let Some(ih) = self.in_row(oh, ki) else {
+                            continue;
+                        };
+                        let dst = &mut plane[ih * self.w..(ih + 1) * self.w];
+                        let iw0 = lo * s + kj - self.pad;
+                        scatter_add_strided(&mut dst[iw0..], &src[lo..hi], s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Images per GEMM: small feature maps (GoogLeNet's 14x14 and 7x7, AlexNet's 13x13) put
+    /// several images side by side so the GEMM's column count reaches ~`tuning::CONV_COLS`.
+    pub(crate) fn sub_batch(&self, per: usize) -> usize {
+        // EDGEBENCH_CONV_COLS (`Tuning::conv_cols`) overrides the target (1 = off).
+        let target = tuning::tuning().conv_cols;
+        target.div_ceil(self.ohw().max(1)).clamp(1, per.max(1))
+    }
+
+    /// How many images each parallel task takes. The ops that split a batch this way run only
+    /// with at least one image per thread (fewer take the per-image splits: `fwd_channels`,
+    /// `bwd_data_channels`, `bwd_filter_rows`), so the GEMMs inside a task are single-threaded.
+    pub(crate) fn images_per_task(&self) -> usize {
+        let tasks = self.n.clamp(1, rayon::current_num_threads().max(1));
+        self.n.div_ceil(tasks).max(1)
+    }
+}
+
+/// dst[i] = src[i * s]: one row of im2col. The strides the nets use are constants here, so the
+/// loop compiles to shuffles (a runtime `step_by` gathers one element at a time, which made
+/// GoogLeNet conv1's im2col cost as much as its GEMM).
+fn gather_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
+    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
+        let Some(last) = dst.len().checked_sub(1) else {
+            return;
+        };
+        for (d, c) in dst[..last].iter_mut().zip(src[..last * S].chunks_exact(S)) {
+            *d = c[0];
+        }
+        dst[last] = src[last * S];
+    }
+    match s {
+        1 => dst.copy_from_slice(&src[..dst.len()]),
+        2 => fixed::<T, 2>(dst, src),
+        4 => fixed::<T, 4>(dst, src),
+        _ => {
+            for (d, v) in dst.iter_mut().zip(src.iter().step_by(s)) {
+                *d = *v;
+            }
+        }
+    }
+}
+
+/// dst[i * s] += src[i]: one row of col2im (see `gather_strided`).
+fn scatter_add_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
+    fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
+        let Some(last) = src.len().checked_sub(1) else {
+            return;
+        };
+        for (c, &v) in dst[..last * S].chunks_exact_mut(S).zip(&src[..last]) {
+            c[0] += v;
+        }
+        dst[last * S] += src[last];
+    }
+    match s {
+        1 => {
+            for (d, &v) in dst[..src.len()].iter_mut().zip(src) {
+                *d += v;
+            }
+        }
+        2 => fixed::<T, 2>(dst, src),
+        4 => fixed::<T, 4>(dst, src),
+        _ => {
+            for (d, &v) in dst.iter_mut().step_by(s).zip(src) {
+                *d += v;
+            }
+        }
+    }
+}

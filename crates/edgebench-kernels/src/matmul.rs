@@ -1,0 +1,180 @@
+//! The calls into the `gemm` crate, with their operands' bounds checked: strided products for
+//! the convolution and fully connected kernels, and the row-major product on all threads that
+//! the operator benchmark's f64 `dot` runs (and SGEMM falls back to).
+
+use crate::util::Float;
+use ::gemm::Parallelism;
+
+/// The `gemm` crate on all rayon threads (the portable path, and the reference in tests).
+pub(crate) fn gemm_crate<T: Float>(
+    a: &[T],
+    b: &[T],
+    c: &mut [T],
+    (m, n, k): (usize, usize, usize),
+) {
+    assert!(
+        a.len() == m * k && b.len() == k * n && c.len() == m * n,
+        "matmul shapes"
+    );
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the asserts above make every index gemm reads or writes fall inside a, b, c
+    // (row-major, row strides k, n, n; column stride 1); c is borrowed mutably, so it overlaps
+    // neither a nor b. alpha is unused (read_dst false), beta = 1 scales the product.
+    unsafe {
+        ::gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+/// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    par: Parallelism,
+) {
+    gemm_strided(
+        (m, n, k),
+        dst,
+        (n, 1),
+        accumulate,
+        lhs,
+        lhs_s,
+        rhs,
+        rhs_s,
+        par,
+    )
+}
+
+/// [`gemm`] with the destination's (row, column) strides too.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_strided<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [T],
+    (dst_rs, dst_cs): (usize, usize),
+    accumulate: bool,
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    par: Parallelism,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // The pointers below are only valid if every element the strides reach is in bounds.
+    assert!(dst.len() > (m - 1) * dst_rs + (n - 1) * dst_cs);
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                for c in 0..n {
+                    dst[r * dst_rs + c * dst_cs] = T::ZERO;
+                }
+            }
+        }
+        return;
+    }
+    let dst = (dst.as_mut_ptr(), (dst_rs, dst_cs));
+    // SAFETY: dst is initialised memory, in bounds (asserted above).
+    unsafe { gemm_raw((m, n, k), dst, accumulate, (lhs, lhs_s), (rhs, rhs_s), par) }
+}
+
+/// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
+/// written (no zero-fill first: fc6's 151 MB weight gradient took 5 ms to zero per step).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_uninit<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [std::mem::MaybeUninit<T>],
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    par: Parallelism,
+) {
+    if k == 0 {
+        crate::util::init_slice(&mut dst[..m * n], T::ZERO);
+        return;
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(dst.len() >= m * n);
+    let dst = (dst.as_mut_ptr().cast::<T>(), (n, 1));
+    // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
+    unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par) }
+}
+
+/// The call into gemm, with its operands' bounds checked here and dst's by the caller.
+///
+/// # Safety
+/// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
+/// and not aliased; when `accumulate` it must be initialised. m, n and k are not zero.
+unsafe fn gemm_raw<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    (dst, (dst_rs, dst_cs)): (*mut T, (usize, usize)),
+    accumulate: bool,
+    (lhs, (lhs_rs, lhs_cs)): (&[T], (usize, usize)),
+    (rhs, (rhs_rs, rhs_cs)): (&[T], (usize, usize)),
+    par: Parallelism,
+) {
+    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    // SAFETY: the asserts above keep every operand access in bounds, the caller dst's; dst does
+    // not alias lhs or rhs (the caller's, and two & borrows); T is f32 or f64, which gemm
+    // supports.
+    unsafe {
+        ::gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs as isize,
+            dst_rs as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            T::ONE,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+/// gemm on the calling thread only: the ops' tasks already use every thread.
+pub(crate) const SERIAL: Parallelism = Parallelism::None;
