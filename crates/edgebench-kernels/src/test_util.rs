@@ -5,10 +5,10 @@ use candle_core::{Device, Result, Tensor, Var};
 /// The thread counts the kernels are checked at: one, the boards' 4, 6, 8 and 12 cores, 16,
 /// and 3 (uneven splits). Small batches and maps leave threads with no work or with only
 /// padding rows at the high counts.
-pub const THREAD_COUNTS: [usize; 7] = [1, 3, 4, 6, 8, 12, 16];
+pub(crate) const THREAD_COUNTS: [usize; 7] = [1, 3, 4, 6, 8, 12, 16];
 
 /// Runs `f` inside a rayon pool of each of `THREAD_COUNTS` threads.
-pub fn on_thread_counts(f: impl Fn() + Sync) {
+pub(crate) fn on_thread_counts(f: impl Fn() + Sync) {
     for threads in THREAD_COUNTS {
         // Captured output, shown with a failure: which pool it happened in.
         println!("rayon pool of {threads} threads");
@@ -21,28 +21,28 @@ pub fn on_thread_counts(f: impl Fn() + Sync) {
 }
 
 /// Deterministic xorshift so the tests need no extra crates.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
     /// Uniform in [-1, 1).
-    pub fn uniform(&mut self) -> f64 {
+    pub(crate) fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
     }
-    pub fn vec(&mut self, n: usize) -> Vec<f64> {
+    pub(crate) fn vec(&mut self, n: usize) -> Vec<f64> {
         (0..n).map(|_| self.uniform()).collect()
     }
     /// Pairwise distinct values 0.01 apart (shuffled), so max-pool argmaxes survive
     /// finite-difference nudges.
-    pub fn distinct(&mut self, n: usize) -> Vec<f64> {
+    pub(crate) fn distinct(&mut self, n: usize) -> Vec<f64> {
         let mut v: Vec<f64> = (0..n).map(|i| i as f64 * 0.01 - n as f64 * 0.005).collect();
         for i in (1..n).rev() {
             let j = (self.next_u64() % (i as u64 + 1)) as usize;
@@ -52,11 +52,11 @@ impl Rng {
     }
 }
 
-pub fn tensor(v: &[f64], dims: (usize, usize, usize, usize)) -> Tensor {
+pub(crate) fn tensor(v: &[f64], dims: (usize, usize, usize, usize)) -> Tensor {
     Tensor::from_vec(v.to_vec(), dims, &Device::Cpu).unwrap()
 }
 
-pub fn to_vec(t: &Tensor) -> Vec<f64> {
+pub(crate) fn to_vec(t: &Tensor) -> Vec<f64> {
     t.to_dtype(candle_core::DType::F64)
         .unwrap()
         .flatten_all()
@@ -67,7 +67,7 @@ pub fn to_vec(t: &Tensor) -> Vec<f64> {
 
 /// Checks the autograd input gradient of `f` against central differences of
 /// loss = sum(f(x) * w) in f64; returns the worst relative error.
-pub fn grad_check(
+pub(crate) fn grad_check(
     x: &[f64],
     dims: (usize, usize, usize, usize),
     seed: u64,
