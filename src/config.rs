@@ -952,8 +952,7 @@ mod tests {
             ..Default::default()
         });
         let err = crate::workloads::check_config(&c, "c.toml")
-            .err()
-            .unwrap()
+            .unwrap_err()
             .to_string();
         assert!(err.contains("batch 16") && err.contains("c.toml"), "{err}");
         c.apply(&Overrides {
@@ -961,7 +960,7 @@ mod tests {
             nets: Some(vec!["vgg".into()]),
             ..Default::default()
         });
-        let err = crate::workloads::check_config(&c, "x").err().unwrap();
+        let err = crate::workloads::check_config(&c, "x").unwrap_err();
         assert!(err.to_string().contains("vgg"));
     }
 

@@ -12,12 +12,12 @@
 //! the trials' dates) is written under it, and under its `<figure>` in `summary.html`, which
 //! links every file of the host's report.
 //! Trials of the MLP and operator workloads get their own tables in the summaries
-//! ([`super::sections::mlp`], [`super::sections::ops`]) and CSV files
+//! ([`crate::workloads::mlp::report`], [`crate::workloads::ops::report`]) and CSV files
 //! (`<workload>_<host>_edgebench.csv`). Other frameworks' trials (`edgebench exec`,
 //! `edgebench import logs`) get a table per engine, the speedup of every engine,
 //! `time_per_image_engines.svg`, `speedup_engines.svg`, `loss_<engine>_<net>_<device>.svg`
 //! and, where measured, `energy_per_image_engines.svg` and `edp_engines.svg`
-//! ([`super::sections::exec`]); the MLP study `mlp_time.svg` (and `mlp_energy.svg`,
+//! ([`crate::workloads::exec::report`]); the MLP study `mlp_time.svg` (and `mlp_energy.svg`,
 //! `mlp_edp.svg` where measured) and the operators' `roofline_<device>.svg`; and the studies'
 //! CSV files per engine (`{loss,times}_<host>_<engine>.csv`).
 //!
@@ -39,8 +39,8 @@ use crate::render::table::{html_escape, Table};
 use crate::render::{Context, Output};
 use crate::store::{ResultRow, Store};
 
-pub use super::sections::cnn::{batch_series, pick, Picked};
 pub use crate::render::files::{replace_unsafe, safe_name};
+pub use crate::workloads::cnn::report::{batch_series, pick, Picked};
 
 fn markdown(host: &str, tables: &[Table]) -> String {
     let mut s = format!("# edgebench results: {host}\n\n");

@@ -36,9 +36,9 @@ macro_rules! registry {
 
 registry! {
     cnn::Cnn,
+    exec::Exec,
     mlp::MlpStudy,
     ops::Ops,
-    exec::Exec,
     idle::Idle,
 }
 
@@ -47,7 +47,7 @@ pub type Emit<'a> = &'a mut dyn FnMut(&IterationRecord) -> anyhow::Result<Contro
 
 /// What a workload provides to the sweep, the worker, the runner and the report. Only
 /// [`Workload::kind`], [`Workload::plan`] and [`Workload::run`] have no default.
-pub trait Workload: Sync {
+pub(crate) trait Workload: Sync {
     /// Its name in `--workload`, the config, the database and JSON.
     fn kind(&self) -> WorkloadKind;
 
@@ -135,6 +135,12 @@ pub trait Workload: Sync {
         1
     }
 
+    /// Its part of the report (tables, figures, CSV files); none by default, and its trials
+    /// still appear in the summary.
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        None
+    }
+
     /// Ends at once what the trial started outside the worker (a command's process group),
     /// in a worker whose parent is gone.
     fn end_abruptly(&self) {}
@@ -165,7 +171,7 @@ impl Job {
     }
 
     /// The workload that runs this job.
-    pub fn workload(&self) -> anyhow::Result<&'static dyn Workload> {
+    pub(crate) fn workload(&self) -> anyhow::Result<&'static dyn Workload> {
         by_kind(&self.workload).map_err(anyhow::Error::msg)
     }
 
@@ -285,7 +291,7 @@ pub fn names() -> Vec<String> {
 }
 
 /// The workload of that name.
-pub fn by_kind(kind: &WorkloadKind) -> Result<&'static dyn Workload, String> {
+pub(crate) fn by_kind(kind: &WorkloadKind) -> Result<&'static dyn Workload, String> {
     REGISTRY
         .iter()
         .copied()
@@ -327,7 +333,7 @@ pub fn option_values(matches: &clap::ArgMatches) -> Vec<(String, String, String)
 
 /// The sweep's workload, known, and its part of the config checked; config sections that no
 /// workload reads are refused. `origin` names where the config came from.
-pub fn check_config(config: &Config, origin: &str) -> Result<&'static dyn Workload, ConfigError> {
+pub fn check_config(config: &Config, origin: &str) -> Result<(), ConfigError> {
     let invalid = |message: String| ConfigError::Invalid {
         origin: origin.to_string(),
         message,
@@ -344,8 +350,7 @@ pub fn check_config(config: &Config, origin: &str) -> Result<&'static dyn Worklo
             names().join(", ")
         )));
     }
-    workload.check(config).map_err(invalid)?;
-    Ok(workload)
+    workload.check(config).map_err(invalid)
 }
 
 /// Opens the data set, checks the operators, measures the roofs: whatever the sweep's workload
@@ -361,6 +366,11 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
     by_kind(&input.config.sweep.workload)
         .expect("checked with the config")
         .plan(input)
+}
+
+/// The workloads' report sections, in registry order.
+pub(crate) fn report_sections() -> Vec<Box<dyn crate::render::Section>> {
+    REGISTRY.iter().filter_map(|w| w.report_section()).collect()
 }
 
 /// A worker whose parent is gone: every workload ends what it started outside the worker.

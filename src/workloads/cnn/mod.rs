@@ -3,6 +3,8 @@
 //! the common trial columns, so its `params` object is empty, except `{"tf32":true}` for a CUDA
 //! trial with TF32 tensor cores (`train.tf32`).
 
+pub mod report;
+
 use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, Workload};
 use crate::host::HostPaths;
 use crate::config::{Config, DeviceKind};
@@ -21,6 +23,10 @@ pub const KIND: WorkloadKind = WorkloadKind::named("cnn");
 pub struct Cnn;
 
 impl Workload for Cnn {
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        Some(Box::new(report::Cnn))
+    }
+
     fn kind(&self) -> WorkloadKind {
         KIND
     }

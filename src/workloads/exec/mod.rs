@@ -3,6 +3,8 @@
 //! layout of the Caffe/TensorFlow study scripts are imported ([`import`]), and config entries
 //! expand into commands run in their own process group ([`command`]).
 
+pub mod report;
+
 pub mod command;
 pub mod import;
 pub mod parse;
@@ -28,6 +30,10 @@ pub const KIND: WorkloadKind = WorkloadKind::named("exec");
 pub struct Exec;
 
 impl Workload for Exec {
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        Some(Box::new(report::Exec))
+    }
+
     fn kind(&self) -> WorkloadKind {
         KIND
     }

@@ -13,6 +13,8 @@
 //!
 //! With D_in in the tens of thousands and lr 1e-6 the loss can diverge; it is recorded as it is.
 
+pub mod report;
+
 mod model;
 
 pub use model::{Gradients, Mlp, MyRelu};
@@ -404,6 +406,10 @@ pub const KIND: WorkloadKind = WorkloadKind::named("mlp");
 pub struct MlpStudy;
 
 impl super::Workload for MlpStudy {
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        Some(Box::new(report::Mlp))
+    }
+
     fn kind(&self) -> WorkloadKind {
         KIND
     }

@@ -23,6 +23,8 @@
 //! A trial is warm-up executions, then timed executions until both a minimum count and a
 //! minimum time are reached; every execution is one iteration record.
 
+pub mod report;
+
 /// The elementwise loops, the GEMM and the seeded fill (in the kernels crate, where they are
 /// also tested on aarch64).
 pub use edgebench_kernels::elementwise as kernels;
@@ -516,6 +518,10 @@ pub const KIND: WorkloadKind = WorkloadKind::named("ops");
 pub struct Ops;
 
 impl super::Workload for Ops {
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        Some(Box::new(report::Ops))
+    }
+
     fn kind(&self) -> WorkloadKind {
         KIND
     }

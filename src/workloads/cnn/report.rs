@@ -75,7 +75,7 @@ pub type Picked = BTreeMap<(String, String, usize), ResultRow>;
 pub fn pick(rows: &[ResultRow]) -> Picked {
     // The plots and tables are the CNN studies'; other workloads have their own CSV files.
     latest_per_key(rows, |r| {
-        (r.workload == "cnn").then(|| (r.net.clone(), r.device.clone(), r.batch))
+        (r.workload == super::KIND).then(|| (r.net.clone(), r.device.clone(), r.batch))
     })
     .into_iter()
     .map(|(k, r)| (k, r.clone()))

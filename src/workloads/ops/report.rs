@@ -120,7 +120,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 /// MFLOP/s and % of the peak FLOP/s of each op (one line per op and dtype) against its size in
 /// MB, both logarithmic; a trial that did not finish is in the no-value row.
 pub(crate) fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
-    let ops: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "ops").collect();
+    let ops: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == super::KIND).collect();
     let ops = latest(&ops);
     let repetitions = Repetitions::of(rows);
     // A GEMM's size is its three f32 matrices; the other ops name theirs.
@@ -213,7 +213,7 @@ fn above_memory_roof(r: &ResultRow) -> bool {
 pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let ops: Vec<&ResultRow> = rows
         .iter()
-        .filter(|r| r.workload == "ops" && r.status == TrialStatus::Ok)
+        .filter(|r| r.workload == super::KIND && r.status == TrialStatus::Ok)
         .collect();
     let ops = latest(&ops);
     let mut groups: BTreeMap<(String, String), Vec<&ResultRow>> = BTreeMap::new();

@@ -79,7 +79,7 @@ impl Section for Exec {
 /// plain mean; an external command's record may stand for several iterations (a log showing
 /// every K-th step) and counts for as many.
 fn avg_time(row: &ResultRow, iters: &[IterationRecord]) -> f64 {
-    if row.workload == "exec" {
+    if row.workload == super::KIND {
         let covered: usize = steps_covered(iters).iter().sum();
         total_time_s(iters, 0) / covered as f64
     } else {

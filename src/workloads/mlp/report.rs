@@ -122,7 +122,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 /// energy and EDP per size (in order of work), one line per style and device, so CPU and GPU
 /// sit side by side; energy and EDP only where measured.
 pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
-    let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == "mlp").collect();
+    let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == super::KIND).collect();
     let mlp = latest(&mlp);
     let repetitions = Repetitions::of(rows);
     // Sizes by multiply-adds per iteration, named sizes (small < medium < large) agreeing.
