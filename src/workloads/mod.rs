@@ -445,6 +445,60 @@ pub fn params_text<T: Serialize>(params: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Overrides, MAX_ITERATIONS, MAX_THREADS};
+    use std::path::Path;
+
+    #[test]
+    fn overrides_and_validation() {
+        let mut c = Config::from_toml("[sweep]\nimages = 8\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.sweep.epochs, 1); // unspecified keys keep their defaults
+        c.apply(&Overrides {
+            batches: Some(vec![1, 16]),
+            ..Default::default()
+        });
+        let err = check_config(&c, "c.toml").unwrap_err().to_string();
+        assert!(err.contains("batch 16") && err.contains("c.toml"), "{err}");
+        c.apply(&Overrides {
+            batches: Some(vec![2]),
+            nets: Some(vec!["vgg".into()]),
+            ..Default::default()
+        });
+        let err = check_config(&c, "x").unwrap_err();
+        assert!(err.to_string().contains("vgg"));
+    }
+
+    #[test]
+    fn iteration_bound_is_checked_without_overflow() {
+        let mut c = Config::default();
+        c.sweep.batches = vec![2];
+        c.sweep.images = 20;
+        c.sweep.epochs = MAX_ITERATIONS / 10;
+        check_config(&c, "x")
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.sweep.epochs += 1;
+        let err = check_config(&c, "x").err().unwrap().to_string();
+        assert!(
+            err.contains("--epochs") && err.contains("10000000"),
+            "{err}"
+        );
+        // (images / batch) * epochs wraps to a small number in unchecked u64 arithmetic.
+        c.sweep.images = 16;
+        c.sweep.epochs = usize::MAX / 4 + 1;
+        assert!(check_config(&c, "x").is_err());
+        c.sweep.epochs = 1;
+        c.train.threads = MAX_THREADS;
+        check_config(&c, "x")
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("{e}"));
+        c.train.threads = MAX_THREADS + 1;
+        assert!(c
+            .validate("x")
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("--threads"));
+    }
 
     #[test]
     fn params_text_is_sorted_whatever_the_field_order() {
