@@ -70,6 +70,10 @@ pub struct Config {
     pub ops: OpsConfig,
     /// `[[exec]]`: the commands of the external-command workload (`--workload exec`).
     pub exec: Vec<ExecEntry>,
+    /// `[sync]`: the central PostgreSQL the daemon copies its results to.
+    pub sync: SyncConfig,
+    /// `[metrics]`: where the daemon serves `/metrics` for Prometheus.
+    pub metrics: MetricsConfig,
     /// The sections of workloads that bring their own (`[idle] duration = "60s"`).
     #[serde(flatten)]
     pub sections: std::collections::BTreeMap<String, toml::Value>,
@@ -388,6 +392,48 @@ impl Default for DaemonConfig {
             schedule: Schedule::Once,
             idle_load: 1.0,
             min_uptime_s: 120.0,
+        }
+    }
+}
+
+/// `[sync]`: results copied to a central PostgreSQL (`edgebench push`) by the daemon, after
+/// each sweep and on a timer while trials wait. The local database stays the truth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SyncConfig {
+    /// `postgres://USER@HOST/DB?sslmode=verify-full`; what the URL leaves out comes from
+    /// libpq's variables (PGHOST, PGUSER, PGPASSWORD, PGPASSFILE, PGSSLMODE). Never a
+    /// password here: it would sit in every run's recorded config.
+    pub postgres: Option<String>,
+    /// How long the daemon waits between pushes while trials wait to be pushed.
+    pub interval: Timeout,
+    /// The longest wait after failed pushes (the wait doubles from `interval` up to this).
+    pub max_backoff: Timeout,
+}
+
+impl Default for SyncConfig {
+    fn default() -> Self {
+        SyncConfig {
+            postgres: None,
+            interval: Timeout(Duration::from_secs(300)),
+            max_backoff: Timeout(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// `[metrics]`: the daemon's Prometheus endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `HOST:PORT` to serve `/metrics` on; loopback unless the board should be scraped from
+    /// elsewhere. `"off"`: no endpoint.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
         }
     }
 }

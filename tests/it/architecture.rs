@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["board", "models"],
     &["config"],
     &["memory", "power", "provenance", "train"],
+    &["metrics"],
     &["store"],
     &["render"],
     &["workloads"],
