@@ -24,8 +24,12 @@ out=$(cd "$out" && pwd)
 qemu=$(command -v qemu-aarch64 || true)
 [ -n "$qemu" ] || { echo "qemu-aarch64 missing: apt-get install qemu-user" >&2; exit 1; }
 
-bin=$(PROFILE=release cross/build-aarch64.sh | tail -n 1)
-[ -x "$bin" ] || { echo "cross/build-aarch64.sh gave no binary ($bin)" >&2; exit 1; }
+built=$(PROFILE=release cross/build-aarch64.sh | tail -n 1)
+[ -x "$built" ] || { echo "cross/build-aarch64.sh gave no binary ($built)" >&2; exit 1; }
+# The runs and the attribution read this copy: a rebuild meanwhile (the build script embeds the
+# git commit) would move the code the counts refer to. bench/arm-mca.sh reads it too.
+bin=$out/edgebench
+cp "$built" "$bin"
 
 plugin=$(bench/arm/build-plugin.sh "$out")
 

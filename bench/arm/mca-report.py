@@ -100,8 +100,9 @@ def line_addresses(binary, file, line):
 
 
 def innermost_fp_loop(binary, sym, marks):
-    """The innermost loop (backward branch whose body holds no other) with most FP work that
-    holds one of the addresses `marks`."""
+    """The innermost loop (backward branch whose body holds no other) with the most FP32 FLOP
+    per iteration that holds one of the addresses `marks` (the vectorised loop rather than its
+    scalar remainder)."""
     insns = disassemble(binary, sym[0], sym[0] + sym[1])
     best = None
     for i, (addr, mnem, rest, target) in enumerate(insns):
@@ -113,7 +114,7 @@ def innermost_fp_loop(binary, sym, marks):
         if any(x[3] is not None and x[3] <= x[0] and x[0] != addr and x[3] >= target
                for x in body):
             continue
-        work = sum(1 for x in body if x[1].startswith("f"))
+        work = sum(flops(x[1], [o.strip() for o in x[2].split(",")]) for x in body)
         if best is None or work > best[0]:
             best = (work, body)
     return best[1] if best else []
@@ -158,7 +159,7 @@ def main():
     with open(hot) as f:
         for line in f:
             cat, off, length, n, share, run = line.rstrip("\n").split("\t")
-            if float(share) >= 1.0 and float(share) > blocks.get(off, ("", 0, 0.0))[2]:
+            if float(share) >= 0.1 and float(share) > blocks.get(off, ("", 0, 0.0))[2]:
                 blocks[off] = (cat, int(length), float(share), run)
     for off, (cat, length, share, run) in sorted(blocks.items(), key=lambda kv: -kv[1][2]):
         insns, widened = loop_of_block(binary, int(off, 16), length, syms)
@@ -172,7 +173,7 @@ def main():
         best = None
         for sym in funcs:
             body = innermost_fp_loop(binary, sym, [m for m in marks if sym[0] <= m < sym[0] + sym[1]])
-            work = sum(1 for x in body if x[1] in FUSED)
+            work = sum(flops(x[1], [o.strip() for o in x[2].split(",")]) for x in body)
             if body and (best is None or work > best[0]):
                 best = (work, body)
         if best is None:
