@@ -42,6 +42,9 @@ pub fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample {
     }
 }
 
+/// Shown each sample on the sampler's thread as it is taken.
+pub type MemoryObserver = Box<dyn FnMut(&MemorySample) + Send>;
+
 pub struct MemorySampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<MemorySample>>,
@@ -63,7 +66,7 @@ impl MemorySampler {
         paths: &HostPaths,
         watch: Watch,
         interval: Duration,
-        mut observe: Option<Box<dyn FnMut(&MemorySample) + Send>>,
+        mut observe: Option<MemoryObserver>,
     ) -> std::io::Result<MemorySampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let reader = ProcReader::new(paths);

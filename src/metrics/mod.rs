@@ -14,9 +14,9 @@
 
 pub mod server;
 
-use crate::memory::MemorySample;
+use crate::memory::{MemoryObserver, MemorySample};
 use crate::power::{LiveSink, Reading};
-use crate::provenance::ClockState;
+use crate::provenance::{ClockObserver, ClockState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -301,7 +301,7 @@ impl Metrics {
     }
 
     /// For the memory sampler's thread: available memory and swap in use from its reads.
-    pub fn memory_observer(&self) -> Box<dyn FnMut(&MemorySample) + Send> {
+    pub fn memory_observer(&self) -> MemoryObserver {
         let (available, swap) = (
             self.inner.memory_available.clone(),
             self.inner.swap_used.clone(),
@@ -317,7 +317,7 @@ impl Metrics {
     /// For the clock watcher's thread: temperatures and clock frequencies from its reads. The
     /// handles are kept across reads (a host's zones and clocks come in the same order each
     /// time), so a series is looked up in the registry only when it first appears.
-    pub fn clock_observer(&self) -> Box<dyn FnMut(&ClockState) + Send> {
+    pub fn clock_observer(&self) -> ClockObserver {
         let inner = Arc::clone(&self.inner);
         let mut zones: Vec<(String, GaugeF)> = Vec::new();
         let mut clocks: Vec<(String, GaugeF)> = Vec::new();

@@ -206,6 +206,9 @@ impl ClockState {
 }
 
 /// A thread in the parent that reads the clocks every `interval` while a trial runs.
+/// Shown each state on the watcher's thread as it is read.
+pub type ClockObserver = Box<dyn FnMut(&ClockState) + Send>;
+
 pub struct ClockWatcher {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<ClockState>>,
@@ -221,7 +224,7 @@ impl ClockWatcher {
     pub fn start_observed(
         host: &HostPaths,
         interval: Duration,
-        mut observe: Option<Box<dyn FnMut(&ClockState) + Send>>,
+        mut observe: Option<ClockObserver>,
     ) -> std::io::Result<ClockWatcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
