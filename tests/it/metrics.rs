@@ -291,3 +291,99 @@ fn a_metrics_address_that_cannot_be_bound_is_refused_naming_it() {
     );
     assert!(!db.exists(), "nothing is written");
 }
+
+/// A daemon running one idle sweep of `duration_s` into `dir`, serving metrics on `listen`;
+/// its log is `dir/daemon.log`. Killed on drop should a test fail first.
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    fn start(dir: &Path, listen: &str, duration_s: u32) -> Daemon {
+        let cfg = dir.join("d.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"{duration_s}s\"\n\
+                 [store]\ndb = \"{}\"\n[daemon]\nschedule = \"once\"\n\
+                 [metrics]\nlisten = \"{listen}\"\n",
+                dir.join("d.db").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+        Daemon(
+            edgebench(dir)
+                .args(["daemon", "--config"])
+                .arg(&cfg)
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// Its exit code, waiting at most a minute.
+    fn wait(&mut self) -> Option<i32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_daemon_serves_metrics_during_its_sweep_and_sweeps_without_an_endpoint_it_cannot_bind() {
+    use crate::fixtures::prometheus::http_get;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut daemon = Daemon::start(dir.path(), &listen, 3);
+    let log = || std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();
+    // Polled until the trial shows (the daemon starts the sweep after binding).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let body = loop {
+        if let Ok((200, body)) = http_get(&listen, "/metrics") {
+            if body.contains("edgebench_trial_info{") {
+                break body;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no trial on http://{listen}/metrics\n{}",
+            log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(body.contains("workload=\"idle\""), "{body}");
+    assert!(
+        body.contains("edgebench_trial_iterations_planned 3\n"),
+        "{body}"
+    );
+    assert_eq!(http_get(&listen, "/").unwrap().0, 404);
+    assert_eq!(daemon.wait(), Some(0), "{}", log());
+
+    // The address taken: the error is logged, naming it, and the sweep runs all the same.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &addr, 1);
+    let code = daemon.wait();
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains(&addr) && log.contains("without a metrics endpoint"),
+        "{log}"
+    );
+    let rows = results(dir.path(), &dir.path().join("d.db"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "ok", "{rows:?}");
+}
