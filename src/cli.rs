@@ -316,6 +316,10 @@ pub(crate) struct SweepArgs {
     /// board; refused, exit 2, on a board without a carrier-board monitor). Default: module.
     #[arg(long, value_parser = edgebench::config::PowerScope::parse)]
     pub power_scope: Option<edgebench::config::PowerScope>,
+    /// Serve live metrics for Prometheus at http://ADDR/metrics while the sweep runs, e.g.
+    /// 127.0.0.1:9464 (exit 2 if ADDR cannot be bound).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
 }
 
 #[derive(Debug, Args)]

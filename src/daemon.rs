@@ -4,6 +4,7 @@
 
 use crate::config::{Config, Schedule};
 use crate::host::HostPaths;
+use crate::metrics::{server, Metrics};
 use crate::runner;
 use sd_notify::NotifyState;
 use std::path::{Path, PathBuf};
@@ -87,12 +88,14 @@ fn load(path: &Path) -> anyhow::Result<(Config, Schedule)> {
 async fn sweep(
     config: &Config,
     host: &HostPaths,
+    metrics: &Metrics,
     signals: &mut Signals,
     pending: &mut Option<PathBuf>,
     config_path: &Path,
 ) -> anyhow::Result<bool> {
     let stop = Arc::new(AtomicBool::new(false));
     let (config, host, flag) = (config.clone(), host.clone(), Arc::clone(&stop));
+    let metrics = metrics.clone();
     let mut task = tokio::task::spawn_blocking(move || -> anyhow::Result<runner::RunOutcome> {
         // A sweep started by hand holds the database: wait for it (a skipped sweep would be
         // lost until the next schedule), then resume; what it finished is not run again.
@@ -117,6 +120,7 @@ async fn sweep(
             abort: None,
             on_trial: Some(&status),
             wait_for_lock: Some(&mut waiting),
+            metrics: Some(&metrics),
         })
         .map_err(|e| e.error)
     });
@@ -228,12 +232,24 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
         config_path.display(),
         schedule
     );
+    // The endpoint lives as long as the daemon; `[metrics] listen` is read at start only.
+    let metrics = Metrics::new();
+    let _server = server::start_or_log(&config.metrics.listen, &metrics);
     notify(&[NotifyState::Ready, NotifyState::Status("started")]);
     let mut pending: Option<PathBuf> = None;
     let mut due_now = schedule != Schedule::BootIdle;
     loop {
         if due_now {
-            if sweep(&config, &host, &mut signals, &mut pending, &config_path).await? {
+            if sweep(
+                &config,
+                &host,
+                &metrics,
+                &mut signals,
+                &mut pending,
+                &config_path,
+            )
+            .await?
+            {
                 return Ok(0);
             }
             if pending.take().is_some() {

@@ -14,7 +14,8 @@
 //! - `render` (tables, figures, CSV files of the store's rows; the `Section` a workload's
 //!   report implements) over `store` (SQLite, one writer); reading the store only, `report`
 //!   (running every section) and `sync`.
-//! - measurement beside the runner: `power`, `memory`, `provenance`.
+//! - measurement beside the runner: `power`, `memory`, `provenance`; above them `metrics`
+//!   (the live Prometheus view of what they read, served over HTTP).
 //! - the bottom: `config`, `record` (iteration records, metrics), `stats`, `board`, `host`,
 //!   `clock`.
 
@@ -24,6 +25,7 @@ pub mod config;
 pub mod daemon;
 pub mod host;
 pub mod memory;
+pub mod metrics;
 pub mod models;
 mod plan;
 pub mod power;

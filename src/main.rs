@@ -451,6 +451,15 @@ fn run(
     let abort = Arc::new(AtomicBool::new(false));
     watch_interrupts(&stop, &abort, host)?;
     tracing::info!("config: {origin}");
+    let metrics = edgebench::metrics::Metrics::new();
+    // Held until the sweep returns; refused before anything is written.
+    let _server = match &args.metrics {
+        Some(addr) => Some(
+            edgebench::metrics::server::MetricsServer::start(addr, metrics.clone())
+                .map_err(usage)?,
+        ),
+        None => None,
+    };
     let mut waiting = |held: &store::LockError| {
         if let store::LockError::Held { holder, lock, .. } = held {
             tracing::info!(
@@ -467,6 +476,7 @@ fn run(
         stop: &stop,
         abort: Some(&abort),
         on_trial: None,
+        metrics: args.metrics.is_some().then_some(&metrics),
         wait_for_lock: match args.wait {
             true => Some(&mut waiting),
             false => None,

@@ -7,5 +7,5 @@ pub mod procfs;
 pub mod sampler;
 pub mod verdict;
 
-pub use sampler::{MemorySample, MemorySampler, Watch};
+pub use sampler::{MemoryObserver, MemorySample, MemorySampler, Watch};
 pub use verdict::{assess, MemoryReport, SwapThresholds};

@@ -42,6 +42,9 @@ pub fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample {
     }
 }
 
+/// Shown each sample on the sampler's thread as it is taken.
+pub type MemoryObserver = Box<dyn FnMut(&MemorySample) + Send>;
+
 pub struct MemorySampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<MemorySample>>,
@@ -54,6 +57,17 @@ impl MemorySampler {
         watch: Watch,
         interval: Duration,
     ) -> std::io::Result<MemorySampler> {
+        Self::start_observed(paths, watch, interval, None)
+    }
+
+    /// As [`MemorySampler::start`], each sample also shown to `observe` on the sampler's
+    /// thread as it is taken (a live view of the same reads).
+    pub fn start_observed(
+        paths: &HostPaths,
+        watch: Watch,
+        interval: Duration,
+        mut observe: Option<MemoryObserver>,
+    ) -> std::io::Result<MemorySampler> {
         let stop = Arc::new(AtomicBool::new(false));
         let reader = ProcReader::new(paths);
         let flag = Arc::clone(&stop);
@@ -61,11 +75,18 @@ impl MemorySampler {
             .name("memory-sampler".into())
             .spawn(move || {
                 let mut samples = Vec::new();
+                let mut take = |samples: &mut Vec<MemorySample>| {
+                    let s = sample(&reader, Some(watch));
+                    if let Some(observe) = observe.as_mut() {
+                        observe(&s);
+                    }
+                    samples.push(s);
+                };
                 loop {
-                    samples.push(sample(&reader, Some(watch)));
+                    take(&mut samples);
                     crate::host::sleep_unless(&flag, interval);
                     if flag.load(Ordering::Relaxed) {
-                        samples.push(sample(&reader, Some(watch)));
+                        take(&mut samples);
                         return samples;
                     }
                 }

@@ -28,7 +28,7 @@ pub use discovery::{Discovery, Probe};
 pub use energy::{trial_energy, TrialEnergy};
 pub use monitor::PowerMonitor;
 pub use report::{sensors, sensors_text, RailNow, SensorsReport, SourceNow};
-pub use sampler::{Health, RailSeries, RecordingHandle, Samples};
+pub use sampler::{Health, LiveSink, RailSeries, RecordingHandle, Samples};
 use serde::Serialize;
 use std::time::Duration;
 pub use trial::{sensor_updates, PowerSeries, TrialPower, TrialPowerRecord, MIN_SENSOR_UPDATES};

@@ -49,6 +49,36 @@ impl PowerMonitor {
         )
     }
 
+    /// As [`PowerMonitor::start`], each source's readings also going to its sink (in the order
+    /// of [`PowerMonitor::rails_by_source`]) as they are taken.
+    pub fn start_live(&self, live: Vec<Box<dyn super::LiveSink>>) -> RecordingHandle {
+        RecordingHandle::start_live(
+            &self.sources,
+            self.total.clone(),
+            Some(Arc::clone(&self.health)),
+            live,
+        )
+    }
+
+    /// Every source's rails in reading order, each with whether it is part of the total.
+    /// Locks the sources: call it between recordings, never while one runs.
+    pub fn rails_by_source(&self) -> Vec<Vec<(String, bool)>> {
+        self.sources
+            .iter()
+            .map(|(src, _)| {
+                let src = src.lock().unwrap_or_else(|e| e.into_inner());
+                let name = src.describe();
+                src.rails()
+                    .iter()
+                    .map(|r| {
+                        let in_total = self.total.iter().any(|(s, t)| *s == name && t == r);
+                        (r.clone(), in_total)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Counts a trial marked power_incomplete, for the warning at the run's end; `error` is its
     /// recording's first failed read.
     pub(super) fn count_incomplete(&self, error: Option<&str>) {

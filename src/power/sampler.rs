@@ -52,6 +52,15 @@ pub struct Health {
 
 pub(super) type SharedSource = Arc<Mutex<Box<dyn PowerSource>>>;
 
+/// Takes a source's readings as its sampler thread makes them, for a live view outside the
+/// recording (the metrics endpoint). It runs on the sampler thread at the sampling rate, so it
+/// must neither block nor allocate.
+pub trait LiveSink: Send {
+    /// One good reading of every rail (in the source's rail order) at `t_ns`, or `None` for a
+    /// failed or implausible read.
+    fn sample(&mut self, t_ns: i64, readings: Option<&[Reading]>);
+}
+
 struct ThreadResult {
     series: Vec<RailSeries>,
     errors: Vec<(i64, i64)>,
@@ -75,7 +84,12 @@ fn plausible(r: &Reading) -> bool {
     r.watts.is_finite() && (-1.0..=10_000.0).contains(&r.watts)
 }
 
-fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> ThreadResult {
+fn sample_loop(
+    src: SharedSource,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+    mut live: Option<Box<dyn LiveSink>>,
+) -> ThreadResult {
     let mut src = src.lock().unwrap_or_else(|e| e.into_inner());
     let name = src.describe();
     let mut series: Vec<RailSeries> = src
@@ -107,6 +121,9 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
                         (t - since) as f64 * 1e-9
                     );
                 }
+                if let Some(live) = live.as_mut() {
+                    live.sample(t, Some(&readings));
+                }
                 for (s, r) in series.iter_mut().zip(readings) {
                     s.t_ns.push(t);
                     s.volts.push(r.volts);
@@ -115,6 +132,9 @@ fn sample_loop(src: SharedSource, period: Duration, stop: Arc<AtomicBool>) -> Th
                 }
             }
             other => {
+                if let Some(live) = live.as_mut() {
+                    live.sample(t, None);
+                }
                 if failing_since.is_none() {
                     failing_since = Some(series[0].t_ns.last().copied().unwrap_or(t));
                 }
@@ -170,14 +190,26 @@ impl RecordingHandle {
         total: Vec<(String, String)>,
         health: Option<Arc<Mutex<Health>>>,
     ) -> RecordingHandle {
+        Self::start_live(sources, total, health, Vec::new())
+    }
+
+    /// As [`RecordingHandle::start`], the k-th source's readings also going to `live[k]`.
+    pub(super) fn start_live(
+        sources: &[(SharedSource, Duration)],
+        total: Vec<(String, String)>,
+        health: Option<Arc<Mutex<Health>>>,
+        live: Vec<Box<dyn LiveSink>>,
+    ) -> RecordingHandle {
         let stop = Arc::new(AtomicBool::new(false));
+        let mut live = live.into_iter();
         let threads = sources
             .iter()
             .map(|(src, period)| {
                 let (src, stop, period) = (Arc::clone(src), Arc::clone(&stop), *period);
+                let live = live.next();
                 std::thread::Builder::new()
                     .name("edgebench-power".into())
-                    .spawn(move || sample_loop(src, period, stop))
+                    .spawn(move || sample_loop(src, period, stop, live))
                     .expect("spawn power sampler thread")
             })
             .collect();

@@ -206,6 +206,9 @@ impl ClockState {
 }
 
 /// A thread in the parent that reads the clocks every `interval` while a trial runs.
+/// Shown each state on the watcher's thread as it is read.
+pub type ClockObserver = Box<dyn FnMut(&ClockState) + Send>;
+
 pub struct ClockWatcher {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<ClockState>>,
@@ -213,20 +216,37 @@ pub struct ClockWatcher {
 
 impl ClockWatcher {
     pub fn start(host: &HostPaths, interval: Duration) -> std::io::Result<ClockWatcher> {
+        Self::start_observed(host, interval, None)
+    }
+
+    /// As [`ClockWatcher::start`], each state also shown to `observe` on the watcher's thread
+    /// as it is read (a live view of the same reads).
+    pub fn start_observed(
+        host: &HostPaths,
+        interval: Duration,
+        mut observe: Option<ClockObserver>,
+    ) -> std::io::Result<ClockWatcher> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let host = host.clone();
         let thread = std::thread::Builder::new()
             .name("clock-watcher".into())
             .spawn(move || {
-                let mut states = vec![read_state(&host)];
+                let mut read = || {
+                    let state = read_state(&host);
+                    if let Some(observe) = observe.as_mut() {
+                        observe(&state);
+                    }
+                    state
+                };
+                let mut states = vec![read()];
                 if states[0].is_empty() {
                     // Nothing to watch on this host; do not poll empty directories.
                     return states;
                 }
                 loop {
                     crate::host::sleep_unless(&flag, interval);
-                    states.push(read_state(&host));
+                    states.push(read());
                     if flag.load(Ordering::Relaxed) {
                         return states;
                     }

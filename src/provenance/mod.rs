@@ -6,7 +6,9 @@
 
 pub mod clocks;
 
-pub use clocks::{assess, read_state, ClockReport, ClockSeries, ClockState, ClockWatcher};
+pub use clocks::{
+    assess, read_state, ClockObserver, ClockReport, ClockSeries, ClockState, ClockWatcher,
+};
 
 use crate::board;
 use crate::host::{read_trimmed as read, HostPaths};

@@ -10,6 +10,7 @@ mod worker_process;
 use crate::config::{Config, DeviceKind};
 use crate::host::{self, HostPaths};
 use crate::memory::cgroup;
+use crate::metrics::Metrics;
 use crate::plan;
 use crate::power::PowerMonitor;
 use crate::provenance;
@@ -51,6 +52,7 @@ struct RunRequest<'a> {
     abort: Option<&'a AtomicBool>,
     on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
     power: Option<&'a PowerMonitor>,
+    metrics: Option<&'a Metrics>,
     lock: &'a SweepLock,
     prepared: Prepared,
 }
@@ -74,6 +76,8 @@ pub struct SweepRequest<'a> {
     /// While another sweep holds the database: None refuses at once; Some waits, telling
     /// this callback who holds it.
     pub wait_for_lock: Option<&'a mut dyn FnMut(&LockError)>,
+    /// The live metrics to update (power, memory, clocks, trial progress), when served.
+    pub metrics: Option<&'a Metrics>,
 }
 
 /// Why a sweep did not run: `refused` when nothing was written (bad input, a held lock, a
@@ -146,6 +150,7 @@ pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
             abort: req.abort,
             on_trial: req.on_trial,
             power: power.as_ref(),
+            metrics: req.metrics,
             lock: &lock,
             prepared,
         },
@@ -286,6 +291,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         power: None,
         stop_grace: Duration::from_secs_f64(config.sweep.stop_grace_s),
         memory,
+        metrics: req.metrics,
     };
     let mut outcome = RunOutcome {
         skipped: plan.skipped.len(),

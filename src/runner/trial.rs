@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::host::HostPaths;
 use crate::memory::procfs::ProcReader;
 use crate::memory::{cgroup, MemorySampler, Watch};
+use crate::metrics::{Metrics, TrialLabelValues};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
 use crate::record::IterationRecord;
@@ -46,6 +47,17 @@ pub(super) fn run_one(
         warmup,
         &now(),
     )?;
+    let live = ctx.metrics.map(|m| {
+        m.trial(
+            TrialLabelValues {
+                workload: trial.key.workload.as_str(),
+                net: &trial.key.net,
+                batch: trial.key.batch,
+                device: &trial.key.device,
+            },
+            planned,
+        )
+    });
     let mut memory = MemoryColumns {
         mem_estimate_bytes: Some(trial.memory_estimate_bytes as i64),
         mem_limit_bytes: ctx.memory.limit.map(|l| l as i64),
@@ -66,6 +78,9 @@ pub(super) fn run_one(
                 trial_id,
                 &empty_summary(TrialStatus::SkippedMemory, Some(why)),
             )?;
+            if let Some(live) = live {
+                live.ended(TrialStatus::SkippedMemory.as_str());
+            }
             return Ok(TrialStatus::SkippedMemory);
         }
         Preflight::Run {
@@ -89,7 +104,10 @@ pub(super) fn run_one(
     };
     let vm_before = ProcReader::new(ctx.host).vmstat().map(|v| v.oom_kill);
     // Power is sampled in the parent, so it keeps running whatever happens to the worker.
-    let recording = ctx.power.as_ref().map(|(m, _, _)| m.start());
+    let recording = ctx.power.as_ref().map(|(m, _, _)| match ctx.metrics {
+        Some(metrics) => m.start_live(metrics.power_sinks(&m.rails_by_source(), m.scope.as_str())),
+        None => m.start(),
+    });
     if let (Some((m, _, _)), 0) = (&ctx.power, warmup) {
         m.mark(true);
     }
@@ -114,8 +132,17 @@ pub(super) fn run_one(
         false => Watch::Process(pid),
     };
     let _active = ActiveTrial::register(pid, cgroup.as_ref().map(|cg| cg.dir.clone()));
-    let sampler = MemorySampler::start(ctx.host, watch, ctx.memory.interval)?;
-    let clocks = ClockWatcher::start(ctx.host, CLOCK_INTERVAL)?;
+    let sampler = MemorySampler::start_observed(
+        ctx.host,
+        watch,
+        ctx.memory.interval,
+        ctx.metrics.map(Metrics::memory_observer),
+    )?;
+    let clocks = ClockWatcher::start_observed(
+        ctx.host,
+        CLOCK_INTERVAL,
+        ctx.metrics.map(Metrics::clock_observer),
+    )?;
     {
         let mut stdin = child.stdin.take().expect("piped stdin");
         let mut line = serde_json::to_string(&trial.job)?;
@@ -174,6 +201,9 @@ pub(super) fn run_one(
         }
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(WorkerMessage::Iteration(rec)) => {
+                if let Some(live) = &live {
+                    live.iteration();
+                }
                 if store_error.is_none() {
                     if let Err(e) = store.record_iteration(trial_id, &rec) {
                         // The DB failed: stop the worker; nothing more can be recorded.
@@ -418,6 +448,9 @@ pub(super) fn run_one(
             }
         ),
     };
+    if let Some(live) = live {
+        live.ended(status.as_str());
+    }
     let throttled = clocks.throttled == Some(true);
     say(line, error.is_some() || report.swap_pressure);
     if throttled {
@@ -517,4 +550,6 @@ pub(super) struct TrialContext<'a> {
     /// `--power`: the monitor, the run's idle baseline, and whether to keep every sample.
     pub power: Option<(&'a PowerMonitor, Option<Baseline>, bool)>,
     pub memory: MemoryPlan,
+    /// The live metrics to update, when they are served.
+    pub metrics: Option<&'a Metrics>,
 }

@@ -11,6 +11,7 @@ mod cli;
 mod daemon;
 mod exec;
 mod memory;
+mod metrics;
 mod models;
 mod power;
 mod provenance;

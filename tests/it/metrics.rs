@@ -1,0 +1,389 @@
+//! Live metrics end to end: `edgebench run --power --metrics` on the prepared Orin NX tree,
+//! scraped every second by a real Prometheus; what Prometheus stored is checked against the
+//! simulated sensors, and every PromQL query of the Grafana dashboard is run against it. The
+//! dashboard's SQL queries are listed (macros and variables substituted) for the tests that run
+//! them against PostgreSQL.
+
+use crate::common::{describe, edgebench, ok, results};
+use crate::fixtures::jetson::{orin_nx_board, orin_nx_power, ORIN_NX_GPU, ORIN_NX_HWMON};
+use crate::fixtures::prometheus::{free_port, Prometheus};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The dashboard, as committed.
+pub(crate) fn dashboard() -> Value {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/grafana/dashboards/edgebench.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// What `$host` becomes in [`dashboard_sql_queries`].
+pub(crate) const DASHBOARD_HOST: &str = "orin-lab";
+/// What `$workload` becomes in [`dashboard_sql_queries`].
+pub(crate) const DASHBOARD_WORKLOAD: &str = "cnn";
+
+/// Every PostgreSQL query of the dashboard (panels and template variables) as (where it is,
+/// SQL) with Grafana's macros and variables substituted: `$__timeFilter(col)` becomes the last
+/// 30 days of `col`, `$host` [`DASHBOARD_HOST`], `$workload` [`DASHBOARD_WORKLOAD`].
+pub(crate) fn dashboard_sql_queries() -> Vec<(String, String)> {
+    let d = dashboard();
+    let time_filter =
+        regex::Regex::new(r"\$__timeFilter\(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*\)").unwrap();
+    let substitute = |sql: &str| {
+        let sql = time_filter.replace_all(sql, "$1 BETWEEN now() - interval '30 days' AND now()");
+        sql.replace("$host", DASHBOARD_HOST)
+            .replace("$workload", DASHBOARD_WORKLOAD)
+    };
+    let is_postgres = |v: &Value| v["datasource"]["type"] == "postgres";
+    let mut out = Vec::new();
+    for var in d["templating"]["list"].as_array().unwrap() {
+        if is_postgres(var) {
+            let q = var["query"].as_str().unwrap();
+            out.push((
+                format!("variable ${}", var["name"].as_str().unwrap()),
+                substitute(q),
+            ));
+        }
+    }
+    for panel in d["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if is_postgres(target) || (is_postgres(panel) && target.get("rawSql").is_some()) {
+                let title = panel["title"].as_str().unwrap();
+                let sql = target["rawSql"].as_str().unwrap();
+                out.push((format!("panel {title:?}"), substitute(sql)));
+            }
+        }
+    }
+    out
+}
+
+/// Every PromQL query of the dashboard as (panel title, expression) with Grafana's interval
+/// variables substituted.
+fn dashboard_promql() -> Vec<(String, String)> {
+    let d = dashboard();
+    let mut out = Vec::new();
+    for panel in d["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = target["expr"].as_str() {
+                let expr = expr
+                    .replace("$__rate_interval", "30s")
+                    .replace("$__interval", "1s")
+                    .replace("$__range", "5m");
+                out.push((panel["title"].as_str().unwrap().to_string(), expr));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_dashboard_sql_is_listed_with_every_macro_and_variable_substituted() {
+    let queries = dashboard_sql_queries();
+    let text: String = queries.iter().map(|(_, q)| q.as_str()).collect();
+    for view in [
+        "edgebench.trial_summary",
+        "edgebench.board_workload_summary",
+        "edgebench.gpu_cpu_speedup",
+    ] {
+        assert!(text.contains(view), "{view} in {queries:#?}");
+    }
+    for (place, sql) in &queries {
+        assert!(!sql.contains('$'), "{place}: {sql}");
+        assert!(sql.trim_start().starts_with("SELECT"), "{place}: {sql}");
+    }
+    assert!(
+        queries
+            .iter()
+            .any(|(_, q)| q.contains(&format!("host = '{DASHBOARD_HOST}'"))),
+        "{queries:#?}"
+    );
+    assert!(
+        text.contains("started_at BETWEEN now() - interval '30 days' AND now()"),
+        "{queries:#?}"
+    );
+    // The PromQL panels use only the metrics edgebench serves.
+    for (title, expr) in dashboard_promql() {
+        assert!(expr.contains("edgebench_"), "{title}: {expr}");
+    }
+}
+
+/// A fixture file's number.
+fn number(root: &Path, rel: &str) -> f64 {
+    std::fs::read_to_string(root.join(rel))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Watts of each rail of the simulated ina3221, from its label, voltage and current files.
+fn fixture_rails(sys: &Path) -> Vec<(String, f64)> {
+    (1..=3)
+        .map(|k| {
+            let label = std::fs::read_to_string(sys.join(format!("{ORIN_NX_HWMON}/in{k}_label")))
+                .unwrap()
+                .trim()
+                .to_string();
+            let mv = number(sys, &format!("{ORIN_NX_HWMON}/in{k}_input"));
+            let ma = number(sys, &format!("{ORIN_NX_HWMON}/curr{k}_input"));
+            (label, mv * ma * 1e-6)
+        })
+        .collect()
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn a_run_is_scraped_by_prometheus_and_every_dashboard_query_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let root: PathBuf = dir.path().to_path_buf();
+    orin_nx_board(&root);
+    let sys = root.join("sys");
+    orin_nx_power(&sys);
+    let db = root.join("m.db");
+    let cfg = root.join("m.toml");
+    std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\n").unwrap();
+    let target = format!("127.0.0.1:{}", free_port());
+    let prometheus = Prometheus::start(&[&target]);
+    let duration_s = 5;
+    let start = unix_now();
+    let out = edgebench(&root)
+        .args(["run", "--workload", "idle", "--duration"])
+        .arg(format!("{duration_s}s"))
+        .args(["--power", "--metrics", &target, "--config"])
+        .arg(&cfg)
+        .arg("--sysfs")
+        .arg(&sys)
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    let end = unix_now();
+    let out = ok(out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("http://{target}/metrics")),
+        "{}",
+        describe(&out)
+    );
+    let rows = results(&root, &db);
+    let row = &rows[0];
+    assert_eq!(row["status"], "ok", "{row}");
+
+    let p = &prometheus;
+    let last = |series: &str| p.scalar(&format!("last_over_time({series}[10m])"));
+    // Every rail as the sensor reads it; the total is VDD_IN alone on an Orin NX.
+    let rails = fixture_rails(&sys);
+    for (rail, watts) in &rails {
+        let got = last(&format!(
+            "edgebench_power_watts{{rail=\"{rail}\",scope=\"rail\"}}"
+        ));
+        assert!(
+            close(got, *watts),
+            "{rail}: {got} W, the sensor gives {watts} W"
+        );
+    }
+    let vdd_in = rails.iter().find(|(r, _)| r == "VDD_IN").unwrap().1;
+    let total = p.vector("last_over_time(edgebench_power_watts{rail=\"total\"}[10m])");
+    assert_eq!(total.len(), 1, "{total:?}");
+    assert_eq!(total[0].0["scope"], "module", "{total:?}");
+    assert!(close(total[0].1, vdd_in), "{total:?}");
+    // Constant power: every rail's energy over the same samples is its power times one span.
+    let energy = |rail: &str| last(&format!("edgebench_energy_joules_total{{rail=\"{rail}\"}}"));
+    let span_s = energy("total") / vdd_in;
+    assert!(span_s > 0.0, "no energy integrated\n{}", p.log());
+    for (rail, watts) in &rails {
+        assert!(
+            close(energy(rail) / watts, span_s),
+            "{rail}: {} J at {watts} W, total {} J at {vdd_in} W",
+            energy(rail),
+            energy("total")
+        );
+    }
+    // Temperatures and clocks as the tree has them.
+    let temp_c = number(&sys, "class/thermal/thermal_zone0/temp") / 1e3;
+    let got = last("edgebench_temperature_celsius{zone=\"cpu-thermal\"}");
+    assert!(close(got, temp_c), "{got} C, the tree has {temp_c}");
+    let cpu_hz = number(&sys, "devices/system/cpu/cpufreq/policy0/scaling_cur_freq") * 1e3;
+    assert!(close(
+        last("edgebench_clock_hertz{clock=\"cpu_policy0\"}"),
+        cpu_hz
+    ));
+    let gpu_hz = number(&sys, &format!("{ORIN_NX_GPU}/cur_freq"));
+    assert!(close(last("edgebench_clock_hertz{clock=\"gpu\"}"), gpu_hz));
+    assert!(last("edgebench_memory_available_bytes") > 0.0);
+    // The trial, labelled as recorded, with its progress.
+    let info = p.vector("max_over_time(edgebench_trial_info[10m])");
+    assert_eq!(info.len(), 1, "{info:?}");
+    let labels = &info[0].0;
+    assert_eq!(info[0].1, 1.0);
+    for key in ["workload", "net", "device"] {
+        assert_eq!(labels[key], row[key], "{key}: {labels} vs {row}");
+    }
+    assert_eq!(
+        labels["batch"],
+        row["batch"].to_string(),
+        "{labels} vs {row}"
+    );
+    let planned = p.scalar("max_over_time(edgebench_trial_iterations_planned[10m])");
+    assert_eq!(planned, duration_s as f64);
+    let done = p.scalar("max_over_time(edgebench_trial_iterations_done[10m])");
+    assert!(done >= 1.0 && done <= planned, "{done} of {planned}");
+    let iterations = last("edgebench_iterations_total{workload=\"idle\"}");
+    assert!(iterations >= done && iterations <= planned, "{iterations}");
+    let version = p.vector("edgebench_build_info or last_over_time(edgebench_build_info[10m])");
+    assert_eq!(
+        version[0].0["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{version:?}"
+    );
+
+    // Every PromQL query of the dashboard runs, over the run's time.
+    let queries = dashboard_promql();
+    assert!(!queries.is_empty());
+    for (title, expr) in &queries {
+        let v = p.query_range(expr, start - 5.0, end + 1.0);
+        assert_eq!(v["status"], "success", "{title}: {expr}: {v}");
+        if expr.contains("edgebench_power_watts") {
+            let series = v["data"]["result"].as_array().unwrap();
+            assert!(!series.is_empty(), "{title}: {expr}: no data: {v}");
+        }
+    }
+    drop(prometheus);
+}
+
+#[test]
+fn a_metrics_address_that_cannot_be_bound_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let db = dir.path().join("m.db");
+    let out = edgebench(dir.path())
+        .args([
+            "run",
+            "--workload",
+            "idle",
+            "--duration",
+            "1s",
+            "--metrics",
+            &addr,
+        ])
+        .arg("--db")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&addr),
+        "{}",
+        describe(&out)
+    );
+    assert!(!db.exists(), "nothing is written");
+}
+
+/// A daemon running one idle sweep of `duration_s` into `dir`, serving metrics on `listen`;
+/// its log is `dir/daemon.log`. Killed on drop should a test fail first.
+struct Daemon(std::process::Child);
+
+impl Daemon {
+    fn start(dir: &Path, listen: &str, duration_s: u32) -> Daemon {
+        let cfg = dir.join("d.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"{duration_s}s\"\n\
+                 [store]\ndb = \"{}\"\n[daemon]\nschedule = \"once\"\n\
+                 [metrics]\nlisten = \"{listen}\"\n",
+                dir.join("d.db").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+        Daemon(
+            edgebench(dir)
+                .args(["daemon", "--config"])
+                .arg(&cfg)
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// Its exit code, waiting at most a minute.
+    fn wait(&mut self) -> Option<i32> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status.code();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_daemon_serves_metrics_during_its_sweep_and_sweeps_without_an_endpoint_it_cannot_bind() {
+    use crate::fixtures::prometheus::http_get;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut daemon = Daemon::start(dir.path(), &listen, 3);
+    let log = || std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();
+    // Polled until the trial shows (the daemon starts the sweep after binding).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let body = loop {
+        if let Ok((200, body)) = http_get(&listen, "/metrics") {
+            if body.contains("edgebench_trial_info{") {
+                break body;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no trial on http://{listen}/metrics\n{}",
+            log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(body.contains("workload=\"idle\""), "{body}");
+    assert!(
+        body.contains("edgebench_trial_iterations_planned 3\n"),
+        "{body}"
+    );
+    assert_eq!(http_get(&listen, "/").unwrap().0, 404);
+    assert_eq!(daemon.wait(), Some(0), "{}", log());
+
+    // The address taken: the error is logged, naming it, and the sweep runs all the same.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(dir.path(), &addr, 1);
+    let code = daemon.wait();
+    let log = std::fs::read_to_string(dir.path().join("daemon.log")).unwrap();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(
+        log.contains(&addr) && log.contains("without a metrics endpoint"),
+        "{log}"
+    );
+    let rows = results(dir.path(), &dir.path().join("d.db"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "ok", "{rows:?}");
+}
