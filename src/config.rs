@@ -421,6 +421,18 @@ impl Default for SyncConfig {
     }
 }
 
+/// Whether a PostgreSQL URL carries a password: in its user-info (`USER:PASSWORD@`) or as a
+/// `password=` parameter.
+fn url_has_password(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = main.split('/').next().unwrap_or("");
+    let in_userinfo = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    in_userinfo || query.split('&').any(|kv| kv.starts_with("password="))
+}
+
 /// `[metrics]`: the daemon's Prometheus endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -861,6 +873,26 @@ impl Config {
                 "data.synthetic_classes must be between 1 and {outputs} (the networks' output \
                  classes)"
             )));
+        }
+        if let Some(url) = &self.sync.postgres {
+            if url_has_password(url) {
+                return Err(invalid(
+                    "sync.postgres must not hold a password (it would be recorded with every \
+                     run's config); put it in the password file (PGPASSFILE, default ~/.pgpass, \
+                     mode 0600) or PGPASSWORD"
+                        .into(),
+                ));
+            }
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "sync.postgres must be a postgres://USER@HOST[:PORT]/DB URL".into(),
+                ));
+            }
+        }
+        if self.sync.interval.0.is_zero() || self.sync.max_backoff.0 < self.sync.interval.0 {
+            return Err(invalid(
+                "sync.interval must be above 0 and sync.max_backoff at least sync.interval".into(),
+            ));
         }
         let p = &self.power;
         if p.rate_hz.is_some_and(|r| !(r > 0.0 && r <= 10_000.0)) {

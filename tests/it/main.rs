@@ -12,6 +12,7 @@ mod daemon;
 mod exec;
 mod memory;
 mod models;
+mod postgres;
 mod power;
 mod provenance;
 mod report;
