@@ -937,6 +937,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sync_url_with_a_password_is_refused() {
+        let with = |url: &str| Config {
+            sync: SyncConfig {
+                postgres: Some(url.into()),
+                ..SyncConfig::default()
+            },
+            ..Config::default()
+        };
+        for url in [
+            "postgres://u:hunter2@h/db",
+            "postgres://u@h/db?password=hunter2",
+        ] {
+            let e = with(url).validate("test").unwrap_err().to_string();
+            assert!(e.contains("PGPASSFILE") && !e.contains("hunter2"), "{e}");
+        }
+        with("postgres://u@h:5433/db?sslmode=verify-full")
+            .validate("test")
+            .unwrap();
+        with("mysql://u@h/db").validate("test").unwrap_err();
+    }
+
+    #[test]
     fn timeouts() {
         let secs = |t: &str| t.parse::<Timeout>().map(|t| t.0.as_secs());
         assert_eq!(secs("90"), Ok(90));
