@@ -482,7 +482,7 @@ fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
         cpu / gpu
     );
 
-    // fetch --host nano into a new file: the nano's trials, and the local tools read them.
+    // fetch --host nano into an absent file: the nano's trials, and the local tools read them.
     let into = dir.path().join("fetched.db");
     let fetch = |extra: &[&str]| {
         ok(edgebench(dir.path())

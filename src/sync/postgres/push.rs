@@ -80,7 +80,7 @@ impl PushReport {
     }
 }
 
-/// The RFC 3339 UTC time now, for the ledger.
+/// The current time as RFC 3339 UTC, for the ledger.
 fn now_text() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
@@ -296,7 +296,7 @@ fn push_trial(
         },
     )?;
     let run = run.ok_or_else(|| anyhow!("run {} of the trial is missing", trial.run_id))?;
-    // Known before the upsert, so the count of new runs needs no system column.
+    // Known before the upsert, so counting the runs the server lacked needs no system column.
     let known = tx
         .query_opt(&st.run_id, &[&run[0]])
         .map_err(db_err("finding the run"))?
