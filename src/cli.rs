@@ -117,6 +117,35 @@ pub(crate) enum Command {
         #[arg(long = "ssh-opt")]
         ssh_opts: Vec<String>,
     },
+    /// Copy every finished trial the central PostgreSQL lacks to it (one transaction per
+    /// trial; pushing again adds nothing). The password comes from PGPASSWORD or the password
+    /// file (PGPASSFILE, default ~/.pgpass), never the command line.
+    Push {
+        /// postgres://USER@HOST[:PORT]/DB[?sslmode=verify-full&sslrootcert=FILE]
+        url: String,
+        #[arg(long, env = "EDGEBENCH_DB", default_value = edgebench::config::DEFAULT_DB)]
+        db: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy trials from the central PostgreSQL into a local database (merged by UUID, so
+    /// fetching twice adds nothing).
+    Fetch {
+        /// postgres://USER@HOST[:PORT]/DB
+        url: String,
+        /// The local database (created if absent).
+        #[arg(long)]
+        into: PathBuf,
+        /// Only this board (its host name).
+        #[arg(long)]
+        host: Option<String>,
+        /// Only trials started at or after this date/time (e.g. 2025-02-01).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this workload (e.g. cnn).
+        #[arg(long)]
+        workload: Option<String>,
+    },
     /// CSV files, Markdown/HTML summary tables and plots for every host in a database.
     Report {
         db: PathBuf,

@@ -421,6 +421,18 @@ impl Default for SyncConfig {
     }
 }
 
+/// Whether a PostgreSQL URL carries a password: in its user-info (`USER:PASSWORD@`) or as a
+/// `password=` parameter.
+fn url_has_password(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let authority = main.split('/').next().unwrap_or("");
+    let in_userinfo = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    in_userinfo || query.split('&').any(|kv| kv.starts_with("password="))
+}
+
 /// `[metrics]`: the daemon's Prometheus endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -862,6 +874,26 @@ impl Config {
                  classes)"
             )));
         }
+        if let Some(url) = &self.sync.postgres {
+            if url_has_password(url) {
+                return Err(invalid(
+                    "sync.postgres must not hold a password (it would be recorded with every \
+                     run's config); put it in the password file (PGPASSFILE, default ~/.pgpass, \
+                     mode 0600) or PGPASSWORD"
+                        .into(),
+                ));
+            }
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(invalid(
+                    "sync.postgres must be a postgres://USER@HOST[:PORT]/DB URL".into(),
+                ));
+            }
+        }
+        if self.sync.interval.0.is_zero() || self.sync.max_backoff.0 < self.sync.interval.0 {
+            return Err(invalid(
+                "sync.interval must be above 0 and sync.max_backoff at least sync.interval".into(),
+            ));
+        }
         let p = &self.power;
         if p.rate_hz.is_some_and(|r| !(r > 0.0 && r <= 10_000.0)) {
             return Err(invalid("power.rate_hz must be in (0, 10000]".into()));
@@ -903,6 +935,28 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sync_url_with_a_password_is_refused() {
+        let with = |url: &str| Config {
+            sync: SyncConfig {
+                postgres: Some(url.into()),
+                ..SyncConfig::default()
+            },
+            ..Config::default()
+        };
+        for url in [
+            "postgres://u:hunter2@h/db",
+            "postgres://u@h/db?password=hunter2",
+        ] {
+            let e = with(url).validate("test").unwrap_err().to_string();
+            assert!(e.contains("PGPASSFILE") && !e.contains("hunter2"), "{e}");
+        }
+        with("postgres://u@h:5433/db?sslmode=verify-full")
+            .validate("test")
+            .unwrap();
+        with("mysql://u@h/db").validate("test").unwrap_err();
+    }
 
     #[test]
     fn timeouts() {

@@ -6,6 +6,7 @@ use crate::config::{Config, Schedule};
 use crate::host::HostPaths;
 use crate::metrics::{server, Metrics};
 use crate::runner;
+use crate::sync;
 use sd_notify::NotifyState;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -219,6 +220,105 @@ async fn idle(
     }
 }
 
+/// The daemon's `[sync] postgres` pushes: after each sweep, then every `interval` while trials
+/// wait; a failed push waits twice as long as the one before (up to `max_backoff`).
+struct SyncState {
+    /// Final trials not yet on the server as last seen; what the metrics gauge
+    /// `edgebench_sync_backlog_trials` reports (see [`SyncState::backlog`]).
+    backlog: u64,
+    /// When the next push is due; `None`: nothing waits.
+    due: Option<tokio::time::Instant>,
+    /// The wait after the last failure (zero after a success).
+    backoff: Duration,
+}
+
+impl SyncState {
+    fn new() -> SyncState {
+        SyncState {
+            backlog: 0,
+            due: None,
+            backoff: Duration::ZERO,
+        }
+    }
+
+    /// Final trials waiting to be pushed, as of the last push or attempt.
+    fn backlog(&self) -> u64 {
+        self.backlog
+    }
+
+    /// One push on a blocking thread; returns the backlog after it. Without `[sync]
+    /// postgres`, nothing.
+    async fn push(&mut self, config: &Config) -> Option<u64> {
+        let url = config.sync.postgres.clone()?;
+        let db = config.db_path();
+        let (u, d) = (url.clone(), db.clone());
+        let pushed = tokio::task::spawn_blocking(move || sync::postgres::push(&u, &d))
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+        let interval = config.sync.interval.0;
+        let target = sync::postgres::mask_url(&url);
+        match pushed {
+            Ok(report) => {
+                tracing::info!("{}", report.text());
+                self.backlog = report.waiting;
+                self.backoff = Duration::ZERO;
+                self.due = (self.backlog > 0).then(|| tokio::time::Instant::now() + interval);
+            }
+            Err(e) => {
+                let (u, d) = (url.clone(), db.clone());
+                if let Ok(Ok(n)) =
+                    tokio::task::spawn_blocking(move || sync::postgres::backlog(&u, &d)).await
+                {
+                    self.backlog = n;
+                }
+                self.backoff = if self.backoff.is_zero() {
+                    interval
+                } else {
+                    (self.backoff * 2).min(config.sync.max_backoff.0)
+                };
+                tracing::warn!(
+                    "push to {target} failed (next try in {}): {e:#}",
+                    humantime::format_duration(self.backoff)
+                );
+                self.due = Some(tokio::time::Instant::now() + self.backoff);
+            }
+        }
+        let line = format!("{} trials wait to be pushed to {target}", self.backlog);
+        tracing::info!("{line}");
+        notify(&[NotifyState::Status(&line)]);
+        Some(self.backlog)
+    }
+}
+
+/// Waits `wait` for the next sweep, pushing whenever `[sync]` has a push due; returns
+/// Some(exit code) when told to stop. A config reload ends the wait early, as [`idle`] does.
+async fn idle_and_sync(
+    wait: Duration,
+    signals: &mut Signals,
+    reload: &mut dyn FnMut() -> anyhow::Result<()>,
+    sync_state: &mut SyncState,
+    config: &dyn Fn() -> Config,
+) -> Option<i32> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let now = tokio::time::Instant::now();
+        let nap_end = match sync_state.due {
+            Some(due) if due < deadline => due,
+            _ => deadline,
+        };
+        if let Some(code) = idle(nap_end.saturating_duration_since(now), signals, reload).await {
+            return Some(code);
+        }
+        let woke = tokio::time::Instant::now();
+        if woke < nap_end || woke >= deadline {
+            // Reloaded, or the sweep is due.
+            return None;
+        }
+        sync_state.push(&config()).await;
+    }
+}
+
 async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
     let (mut config, mut schedule) = load(&config_path)?;
     let mut signals = Signals {
@@ -238,6 +338,7 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
     notify(&[NotifyState::Ready, NotifyState::Status("started")]);
     let mut pending: Option<PathBuf> = None;
     let mut due_now = schedule != Schedule::BootIdle;
+    let mut sync_state = SyncState::new();
     loop {
         if due_now {
             if sweep(
@@ -252,6 +353,7 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
             {
                 return Ok(0);
             }
+            sync_state.push(&config).await;
             if pending.take().is_some() {
                 notify(&[NotifyState::Reloading]);
                 match load(&config_path) {
@@ -263,6 +365,18 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
                 notify(&[NotifyState::Ready]);
             }
             if matches!(schedule, Schedule::Once | Schedule::BootIdle) {
+                // Exits once what it recorded is on the server (or nothing is configured).
+                while sync_state.due.is_some() {
+                    let wait = sync_state
+                        .due
+                        .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+                        .unwrap_or_default();
+                    let mut no_reload = || Ok(());
+                    if let Some(code) = idle(wait, &mut signals, &mut no_reload).await {
+                        return Ok(code);
+                    }
+                    sync_state.push(&config).await;
+                }
                 return Ok(0);
             }
         }
@@ -273,14 +387,26 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
             Schedule::BootIdle => Duration::from_secs(10),
             Schedule::Once => Duration::from_secs(365 * 86_400),
         };
+        // Pushes while idle use the config of the last sweep.
+        let current = config.clone();
+        let sync_config = move || current.clone();
         let mut reload = || -> anyhow::Result<()> {
             let (c, s) = load(&config_path)?;
             (config, schedule) = (c, s);
             Ok(())
         };
-        if let Some(code) = idle(wait, &mut signals, &mut reload).await {
+        if let Some(code) = idle_and_sync(
+            wait,
+            &mut signals,
+            &mut reload,
+            &mut sync_state,
+            &sync_config,
+        )
+        .await
+        {
             return Ok(code);
         }
+        tracing::debug!("sync backlog: {} trials", sync_state.backlog());
         due_now = match schedule {
             Schedule::BootIdle => uptime_and_load(&host).is_none_or(|(up, load)| {
                 up >= config.daemon.min_uptime_s && load < config.daemon.idle_load

@@ -115,15 +115,41 @@ fn dispatch(
             let rows = Store::open_readonly(&db)
                 .and_then(|store| store.results())
                 .map_err(input)?;
+            let push = push_target(&db);
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report::results_json(&rows)?)?
-                );
-            } else if rows.is_empty() {
-                println!("no trials in {}", db.display());
+                let mut value = report::results_json(&rows)?;
+                if let (Some((target, pushed)), serde_json::Value::Array(list)) =
+                    (&push, &mut value)
+                {
+                    for (row, obj) in rows.iter().zip(list.iter_mut()) {
+                        if let serde_json::Value::Object(map) = obj {
+                            // Whether this trial waits to be pushed to the target.
+                            let waits = row.status != store::TrialStatus::Running
+                                && !pushed.contains(&row.trial_id);
+                            map.insert("push_waiting".into(), waits.into());
+                            map.insert("push_target".into(), target.as_str().into());
+                        }
+                    }
+                }
+                println!("{}", serde_json::to_string_pretty(&value)?);
             } else {
-                print!("{}", report::summary::table(&rows));
+                if rows.is_empty() {
+                    println!("no trials in {}", db.display());
+                } else {
+                    print!("{}", report::summary::table(&rows));
+                }
+                if let Some((target, pushed)) = &push {
+                    let waiting = rows
+                        .iter()
+                        .filter(|r| {
+                            r.status != store::TrialStatus::Running && !pushed.contains(&r.trial_id)
+                        })
+                        .count();
+                    println!(
+                        "{waiting} trials wait to be pushed to {}",
+                        sync::postgres::short_target(target)
+                    );
+                }
             }
             Ok(0)
         }
@@ -154,6 +180,39 @@ fn dispatch(
                 ssh_opts: &ssh_opts,
             })?;
             print_merge(&r, &into);
+            Ok(0)
+        }
+        Command::Push { url, db, json } => {
+            let r = sync::postgres::push(&url, &db)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{}", r.text());
+            }
+            Ok(0)
+        }
+        Command::Fetch {
+            url,
+            into,
+            host: board,
+            since,
+            workload,
+        } => {
+            let r = sync::postgres::fetch(
+                &url,
+                &into,
+                &sync::postgres::FetchRequest {
+                    host: board.as_deref(),
+                    since: since.as_deref(),
+                    workload: workload.as_deref(),
+                },
+            )?;
+            println!(
+                "fetched {} trial(s) from {}",
+                r.trials,
+                sync::postgres::mask_url(&url)
+            );
+            print_merge(&r.merge, &into);
             Ok(0)
         }
         Command::Report {
@@ -377,6 +436,24 @@ fn input(e: store::StoreError) -> Failure {
         code: if e.is_bad_input() { 2 } else { 1 },
         error: e.into(),
     }
+}
+
+/// The server `results` reports the push backlog for: `[sync] postgres` of the config in
+/// the working directory, else the target the ledger of `db` names last; with the trial UUIDs
+/// the ledger lists as held there.
+fn push_target(db: &std::path::Path) -> Option<(String, std::collections::HashSet<String>)> {
+    let store = Store::open_readonly(db).ok()?;
+    let configured = Config::resolve(None)
+        .ok()
+        .and_then(|(c, _)| c.sync.postgres)
+        .and_then(|url| sync::postgres::ConnInfo::parse(&url, &sync::postgres::process_env()).ok())
+        .map(|info| info.target().0);
+    let target = match configured {
+        Some(t) => t,
+        None => store.push_targets().ok()?.into_iter().next()?,
+    };
+    let pushed = store.pushed_uuids(&target).ok()?;
+    Some((target, pushed))
 }
 
 fn print_merge(r: &store::MergeReport, into: &std::path::Path) {

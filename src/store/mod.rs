@@ -10,7 +10,7 @@
 //! Modules, leaves first: `error`, `status`, `rows` (row types), [`schema`] (with the SQL
 //! files of its migrations), [`lock`]; `check` (what a file is, before it is opened),
 //! `migrate`; `handle` (the [`Store`] and opening it); `read` and `write` (every query, insert
-//! and update); `import`, `recovery`, `snapshot`, `merge`. None imports this module, which
+//! and update); `import`, `recovery`, `snapshot`, `merge`, `pushed` (the push ledger). None imports this module, which
 //! only gathers what the rest of the crate uses.
 
 mod check;
@@ -20,6 +20,7 @@ mod import;
 pub mod lock;
 mod merge;
 mod migrate;
+mod pushed;
 mod read;
 mod recovery;
 mod rows;
@@ -33,6 +34,7 @@ pub use handle::Store;
 pub use import::{ImportOutcome, ImportedTrial};
 pub use lock::{LockError, SweepLock};
 pub use merge::{merge, MergeReport, TableCount};
+pub use pushed::FinalTrial;
 pub(crate) use rows::LoggedText;
 pub use rows::{MemoryColumns, ResultRow, RunInfo, TrialKey, TrialSummary};
 pub use schema::SCHEMA_VERSION;

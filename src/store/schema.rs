@@ -247,6 +247,19 @@
 //! | column | type | meaning |
 //! |--------|------|---------|
 //! | `repetition` | INTEGER NOT NULL DEFAULT 1 | which repetition of its key the trial is (1-based, `[sweep] repeat`); 1 for trials stored before repetitions |
+//!
+//! # Version 11: the push ledger
+//!
+//! ## `pushed` — trials a central PostgreSQL holds (`edgebench push`), WITHOUT ROWID
+//!
+//! | column | type | meaning |
+//! |--------|------|---------|
+//! | `trial_uuid` | TEXT NOT NULL | the trial (`trials.uuid`) |
+//! | `target` | TEXT NOT NULL | the server as `postgres://USER@HOST:PORT/DB` (never a password) |
+//! | `pushed_at` | TEXT NOT NULL | RFC 3339 UTC time the server's commit was seen |
+//!
+//! Primary key (`trial_uuid`, `target`). Only a hint: each push asks the server which trials
+//! it holds, and the server's answer wins. `merge` leaves this table out (it is per board).
 
 /// Value of `meta.application` that marks a file as ours.
 pub(crate) const APPLICATION: &str = "edgebench";
@@ -299,6 +312,10 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 10,
         sql: include_str!("migrations/0010_repetition.sql"),
+    },
+    Migration {
+        version: 11,
+        sql: include_str!("migrations/0011_pushed.sql"),
     },
 ];
 

@@ -13,6 +13,7 @@ mod exec;
 mod memory;
 mod metrics;
 mod models;
+mod postgres;
 mod power;
 mod provenance;
 mod report;

@@ -1,0 +1,778 @@
+//! The fleet's central PostgreSQL against a real throwaway server (`fixtures::postgres`):
+//! push (idempotent, concurrent, atomic per trial, resumable), the server's schema version,
+//! authentication (password file, PGPASSWORD, TLS verify-full), the board role's privileges,
+//! the views, fetch, and the daemon's sync.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+
+use crate::common::{arg, describe, edgebench, ok, results};
+use crate::fixtures::db::{board_db, board_key, board_run, trial};
+use crate::fixtures::postgres::{Auth, PgServer, PASSWORD};
+use edgebench::store::Store;
+use edgebench::sync::postgres as pg;
+
+/// Every table `push` copies.
+const TABLES: &[&str] = &[
+    "runs",
+    "trials",
+    "iterations",
+    "power_samples",
+    "trial_memory",
+    "trial_rail_energy",
+    "trial_clocks",
+    "trial_output",
+    "run_provenance",
+];
+
+/// libpq variables for a library call: none but a HOME without a password file.
+fn env(home: &Path) -> pg::Env {
+    HashMap::from([("HOME".to_string(), home.display().to_string())])
+}
+
+/// A board's database ([`board_db`]) with power samples, rail energy, clocks, output tails
+/// and provenance for every trial, as a powered run records them.
+fn full_board(path: &Path, host: &str) {
+    board_db(path, host);
+    let c = Connection::open(path).unwrap();
+    let trials: Vec<(i64, i64)> = c
+        .prepare("SELECT id, run_id FROM trials")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (t, run) in &trials {
+        for i in 0..(20 + t % 7) {
+            c.execute(
+                "INSERT INTO power_samples (trial_id, source, rail, t_ns, volts, amps, watts) \
+                 VALUES (?1, 'ina3221', 'VDD_IN', ?2, 5.0, 1.0, ?3)",
+                rusqlite::params![t, i * 1000, 5.0 + i as f64 / 10.0],
+            )
+            .unwrap();
+        }
+        c.execute(
+            "INSERT INTO trial_rail_energy VALUES (?1, 'VDD_IN', 12.5, 1), (?1, 'VDD_GPU', 3.5, 0)",
+            [t],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO trial_clocks VALUES (?1, 'gpu_mhz', 900, 850, 921, 900)",
+            [t],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT INTO trial_output VALUES (?1, 'stdout', 'done')",
+            [t],
+        )
+        .unwrap();
+        c.execute(
+            "INSERT OR IGNORE INTO run_provenance VALUES (?1, 'l4t', 'R32.7.1')",
+            [run],
+        )
+        .unwrap();
+    }
+    c.execute(
+        "UPDATE trials SET energy_per_image_j = 0.5 + batch / 10.0, params = '{\"x\": 1}'",
+        [],
+    )
+    .unwrap();
+}
+
+fn local_count(path: &Path, table: &str) -> i64 {
+    let c = Connection::open(path).unwrap();
+    let sql = match table {
+        // Only final trials (and their runs and rows) are pushed.
+        "trials" => "SELECT count(*) FROM trials WHERE status <> 'running'".to_string(),
+        _ => format!("SELECT count(*) FROM {table}"),
+    };
+    c.query_row(&sql, [], |r| r.get(0)).unwrap()
+}
+
+fn server_counts(server: &PgServer, db: &str) -> Vec<i64> {
+    TABLES
+        .iter()
+        .map(|t| server.count(db, &format!("SELECT count(*) FROM edgebench.{t}")))
+        .collect()
+}
+
+fn local_counts(paths: &[PathBuf]) -> Vec<i64> {
+    TABLES
+        .iter()
+        .map(|t| paths.iter().map(|p| local_count(p, t)).sum())
+        .collect()
+}
+
+fn push_cli(dir: &Path, url: &str, db: &Path) -> std::process::Output {
+    edgebench(dir)
+        .env("HOME", dir)
+        .env_remove("PGPASSWORD")
+        .env_remove("PGPASSFILE")
+        .args(["push", url, "--db"])
+        .arg(db)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn push_twice_adds_nothing_and_the_server_holds_what_the_board_holds() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("twice", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    full_board(&db, "nano");
+    let out = ok(push_cli(dir.path(), &url, &db));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rows/s"), "{text}");
+    let first = server_counts(&server, "twice");
+    assert_eq!(first, local_counts(std::slice::from_ref(&db)));
+    let out = ok(push_cli(dir.path(), &url, &db));
+    assert_eq!(server_counts(&server, "twice"), first, "{}", describe(&out));
+    // Values arrive typed: booleans, JSON, times.
+    assert_eq!(
+        server.psql(
+            "twice",
+            "SELECT count(*) FROM edgebench.trials WHERE loss_anomaly = false AND params->>'x' = '1' \
+             AND started_at = timestamptz '2025-02-01T00:00:00Z'"
+        ),
+        first[1].to_string()
+    );
+    // The ledger says nothing waits.
+    let out = ok(edgebench(dir.path())
+        .args(["results", "--db"])
+        .arg(&db)
+        .output()
+        .unwrap());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "0 trials wait to be pushed to 127.0.0.1:{}/twice",
+            server.port
+        )),
+        "{text}"
+    );
+}
+
+#[test]
+fn several_boards_pushing_at_once_add_up() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("fleet", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let boards: Vec<PathBuf> = (0..5)
+        .map(|i| {
+            let p = dir.path().join(format!("board{i}.db"));
+            full_board(&p, &format!("board{i}"));
+            p
+        })
+        .collect();
+    let home = dir.path().to_path_buf();
+    std::thread::scope(|s| {
+        for b in &boards {
+            let (url, home) = (&url, &home);
+            s.spawn(move || pg::push_with_env(url, b, &env(home)).unwrap());
+        }
+    });
+    assert_eq!(server_counts(&server, "fleet"), local_counts(&boards));
+    // Server ids are distinct per trial: as many ids as trials.
+    assert_eq!(
+        server.count("fleet", "SELECT count(DISTINCT id) FROM edgebench.trials"),
+        local_counts(&boards)[1]
+    );
+}
+
+#[test]
+fn a_running_trial_waits_until_it_is_final() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("running", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    let mut s = Store::open(&db).unwrap();
+    let run = s
+        .begin_run(&board_run("tx2", "2025-02-01T00:00:00Z"))
+        .unwrap();
+    trial(
+        &mut s,
+        run,
+        &board_key("alexnet", "cpu", 1),
+        4,
+        "ok",
+        Some(0.1),
+    );
+    let running = s
+        .begin_trial(
+            run,
+            &board_key("alexnet", "cpu", 2),
+            4,
+            1,
+            "2025-02-01T00:01:00Z",
+        )
+        .unwrap();
+    drop(s);
+    let report = pg::push_with_env(&url, &db, &env(dir.path())).unwrap();
+    assert_eq!((report.trials, report.waiting), (1, 0));
+    assert_eq!(
+        server.count("running", "SELECT count(*) FROM edgebench.trials"),
+        1
+    );
+    assert_eq!(
+        server.psql(
+            "running",
+            "SELECT count(*) FROM edgebench.runs WHERE ended_at IS NULL"
+        ),
+        "1"
+    );
+    let mut s = Store::open(&db).unwrap();
+    s.finish_trial(
+        running,
+        &crate::fixtures::db::board_summary("ok", Some(0.1)),
+    )
+    .unwrap();
+    s.finish_run(run, "2025-02-01T00:20:00Z", "finished")
+        .unwrap();
+    drop(s);
+    let report = pg::push_with_env(&url, &db, &env(dir.path())).unwrap();
+    assert_eq!(report.trials, 1);
+    assert_eq!(
+        server.count("running", "SELECT count(*) FROM edgebench.trials"),
+        2
+    );
+    assert_eq!(
+        server.psql(
+            "running",
+            "SELECT status FROM edgebench.runs WHERE ended_at IS NOT NULL"
+        ),
+        "finished"
+    );
+}
+
+#[test]
+fn a_cut_push_leaves_whole_trials_and_the_next_push_completes() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("cut", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    full_board(&db, "nano");
+    let before = local_counts(std::slice::from_ref(&db));
+    // The schema first, then a trigger that fails the COPY of the fourth trial's iterations,
+    // mid-stream, as a server going away would.
+    pg::push_with_env(&url, &dir.path().join("absent.db"), &env(dir.path())).unwrap_err();
+    let empty = dir.path().join("empty.db");
+    Store::open(&empty).unwrap();
+    pg::push_with_env(&url, &empty, &env(dir.path())).unwrap();
+    server.psql(
+        "cut",
+        "CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           IF (SELECT count(*) FROM edgebench.trials) > 3 THEN \
+             RAISE EXCEPTION 'connection cut'; END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER cut BEFORE INSERT ON edgebench.iterations \
+           FOR EACH ROW EXECUTE FUNCTION cut()",
+    );
+    let err = pg::push_with_env(&url, &db, &env(dir.path())).unwrap_err();
+    assert!(format!("{err:#}").contains("connection cut"), "{err:#}");
+    assert_eq!(
+        server.count("cut", "SELECT count(*) FROM edgebench.trials"),
+        3
+    );
+    // Whole trials only: every trial on the server has all its iterations and samples.
+    assert_eq!(
+        server.count(
+            "cut",
+            "SELECT count(*) FROM edgebench.trials t WHERE iterations_done <> \
+             (SELECT count(*) FROM edgebench.iterations i WHERE i.trial_id = t.id)"
+        ),
+        0
+    );
+    assert_eq!(
+        local_counts(std::slice::from_ref(&db)),
+        before,
+        "local database untouched"
+    );
+    let waiting = pg::backlog(&url, &db).unwrap();
+    assert_eq!(waiting as i64, before[1] - 3);
+    server.psql("cut", "DROP TRIGGER cut ON edgebench.iterations");
+    let report = pg::push_with_env(&url, &db, &env(dir.path())).unwrap();
+    assert_eq!(report.trials as i64, before[1] - 3);
+    assert_eq!(report.trials_already_there, 3);
+    assert_eq!(server_counts(&server, "cut"), before);
+}
+
+#[test]
+fn passwords_from_the_password_file_and_pgpassword_and_a_wrong_one_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = PgServer::start(Auth::Password);
+    let url = server
+        .database("auth", "postgres")
+        .replace("?sslmode=disable", "");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    board_db(&db, "nano");
+    let push = |vars: &[(&str, &str)]| {
+        let mut cmd = edgebench(dir.path());
+        cmd.env("HOME", dir.path())
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE")
+            .args(["push", &url, "--db"])
+            .arg(&db);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let wrong = push(&[("PGPASSWORD", "not-the-password")]);
+    assert!(!wrong.status.success(), "{}", describe(&wrong));
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        stderr.contains("password") && stderr.contains("127.0.0.1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password"), "{stderr}");
+    assert_eq!(
+        server.psql("auth", "SELECT to_regclass('edgebench.trials') IS NULL"),
+        "t"
+    );
+
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(
+        &passfile,
+        format!("127.0.0.1:{}:auth:postgres:{PASSWORD}\n", server.port),
+    )
+    .unwrap();
+    std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ok(push(&[("PGPASSFILE", arg(&passfile))]));
+    assert_eq!(
+        server.count("auth", "SELECT count(*) FROM edgebench.trials"),
+        local_count(&db, "trials")
+    );
+    // A file others can read is ignored, as libpq does.
+    std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let ignored = push(&[("PGPASSFILE", arg(&passfile))]);
+    assert!(!ignored.status.success(), "{}", describe(&ignored));
+    ok(push(&[("PGPASSWORD", PASSWORD)]));
+}
+
+#[test]
+fn a_server_with_a_newer_schema_is_refused() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("newer", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    board_db(&db, "nano");
+    ok(push_cli(dir.path(), &url, &db));
+    let newer = pg::SERVER_SCHEMA_VERSION + 1;
+    server.psql(
+        "newer",
+        &format!("INSERT INTO edgebench.schema_version (version, edgebench_version) VALUES ({newer}, '9.9.9')"),
+    );
+    let out = push_cli(dir.path(), &url, &db);
+    assert!(!out.status.success(), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the server's edgebench schema is v{newer}, this edgebench knows up to v{}: upgrade \
+             edgebench on this board",
+            pg::SERVER_SCHEMA_VERSION
+        )),
+        "{stderr}"
+    );
+}
+
+/// Median of `v` (sorted copy), as percentile_cont(0.5).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("views", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
+    full_board(&nano, "nano");
+    full_board(&tx2, "tx2");
+    // A second repetition on the nano, slower, so the median is over two values.
+    {
+        let mut s = Store::open(&nano).unwrap();
+        let run = s
+            .begin_run(&board_run("nano", "2025-03-01T00:00:00Z"))
+            .unwrap();
+        trial(
+            &mut s,
+            run,
+            &board_key("alexnet", "cpu", 1),
+            4,
+            "ok",
+            Some(0.5),
+        );
+        trial(
+            &mut s,
+            run,
+            &board_key("alexnet", "cuda", 1),
+            4,
+            "failed",
+            Some(0.5),
+        );
+        s.finish_run(run, "2025-03-01T00:10:00Z", "finished")
+            .unwrap();
+        drop(s);
+        Connection::open(&nano)
+            .unwrap()
+            .execute(
+                "UPDATE trials SET started_at = '2025-03-01T00:00:00Z' WHERE run_id = ?1",
+                [run],
+            )
+            .unwrap();
+    }
+    for b in [&nano, &tx2] {
+        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
+    }
+    assert_eq!(
+        server.count("views", "SELECT count(*) FROM edgebench.trial_summary"),
+        local_count(&nano, "trials") + local_count(&tx2, "trials")
+    );
+    // board_workload_summary and gpu_cpu_speedup from the nano's own rows.
+    let c = Connection::open(&nano).unwrap();
+    let tpis = |device: &str| -> Vec<f64> {
+        c.prepare(
+            "SELECT time_per_image_s FROM trials WHERE net = 'alexnet' AND batch = 1 \
+             AND device = ?1 AND status = 'ok'",
+        )
+        .unwrap()
+        .query_map([device], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    };
+    let (cpu, gpu) = (median(tpis("cpu")), median(tpis("cuda")));
+    let all_cuda: i64 = c
+        .query_row(
+            "SELECT count(*) FROM trials WHERE net = 'alexnet' AND batch = 1 AND device = 'cuda'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let row = server.psql(
+        "views",
+        "SELECT trials, trials_ok, median_time_per_image_s FROM edgebench.board_workload_summary \
+         WHERE host = 'nano' AND net = 'alexnet' AND device = 'cuda' AND batch = 1",
+    );
+    let f: Vec<&str> = row.split('|').collect();
+    assert_eq!(f[0].parse::<i64>().unwrap(), all_cuda);
+    assert_eq!(f[1].parse::<usize>().unwrap(), tpis("cuda").len());
+    assert!((f[2].parse::<f64>().unwrap() - gpu).abs() < 1e-12, "{row}");
+    let speedup: f64 = server
+        .psql(
+            "views",
+            "SELECT speedup FROM edgebench.gpu_cpu_speedup WHERE host = 'nano' AND net = 'alexnet' \
+             AND batch = 1",
+        )
+        .parse()
+        .unwrap();
+    assert!(
+        (speedup - cpu / gpu).abs() < 1e-9,
+        "{speedup} vs {}",
+        cpu / gpu
+    );
+
+    // fetch --host nano into an absent file: the nano's trials, and the local tools read them.
+    let into = dir.path().join("fetched.db");
+    let fetch = |extra: &[&str]| {
+        ok(edgebench(dir.path())
+            .env("HOME", dir.path())
+            .args(["fetch", &url, "--into", arg(&into)])
+            .args(extra)
+            .output()
+            .unwrap())
+    };
+    fetch(&["--host", "nano", "--workload", "cnn"]);
+    let rows = results(dir.path(), &into);
+    assert_eq!(rows.len() as i64, local_count(&nano, "trials"));
+    assert!(rows.iter().all(|r| r["host"] == "nano"));
+    let counts: Vec<i64> = [
+        "iterations",
+        "power_samples",
+        "trial_memory",
+        "run_provenance",
+    ]
+    .iter()
+    .map(|t| local_count(&into, t))
+    .collect();
+    let expected: Vec<i64> = [
+        "iterations",
+        "power_samples",
+        "trial_memory",
+        "run_provenance",
+    ]
+    .iter()
+    .map(|t| local_count(&nano, t))
+    .collect();
+    assert_eq!(counts, expected);
+    // Fetching again adds nothing; --since leaves out the older run.
+    fetch(&["--host", "nano"]);
+    assert_eq!(
+        results(dir.path(), &into).len() as i64,
+        local_count(&nano, "trials")
+    );
+    let since = dir.path().join("since.db");
+    ok(edgebench(dir.path())
+        .args([
+            "fetch",
+            &url,
+            "--into",
+            arg(&since),
+            "--since",
+            "2025-02-15",
+        ])
+        .output()
+        .unwrap());
+    assert_eq!(results(dir.path(), &since).len(), 2);
+    let out = dir.path().join("report");
+    ok(edgebench(dir.path())
+        .args(["report", arg(&into), "--out", arg(&out)])
+        .output()
+        .unwrap());
+    assert!(std::fs::read_dir(&out).unwrap().next().is_some());
+}
+
+#[test]
+fn the_board_role_pushes_but_cannot_read_or_delete() {
+    let server = PgServer::start(Auth::Trust);
+    let owner_url = server.database("roles", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("a.db"), dir.path().join("b.db"));
+    full_board(&first, "a");
+    full_board(&second, "b");
+    // The owner's first push creates the schema; then the README's role SQL.
+    pg::push_with_env(&owner_url, &first, &env(dir.path())).unwrap();
+    let sql = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sync/postgres/board_role.sql"),
+    )
+    .unwrap();
+    server.psql("roles", &sql);
+    let board_url = owner_url.replace("postgres@", "edgebench_board@");
+    let report = pg::push_with_env(&board_url, &second, &env(dir.path())).unwrap();
+    assert_eq!(report.trials as i64, local_count(&second, "trials"));
+    let again = pg::push_with_env(&board_url, &second, &env(dir.path())).unwrap();
+    assert_eq!(again.trials, 0);
+    assert_eq!(
+        server_counts(&server, "roles"),
+        local_counts(&[first.clone(), second.clone()])
+    );
+    for sql in [
+        "SELECT * FROM edgebench.trials",
+        "SELECT count(*) FROM edgebench.iterations",
+        "SELECT * FROM edgebench.trial_summary",
+        "DELETE FROM edgebench.iterations",
+        "DELETE FROM edgebench.trials",
+        "DELETE FROM edgebench.runs",
+    ] {
+        let e = server
+            .psql_as("edgebench_board", "roles", sql)
+            .expect_err(sql);
+        assert!(e.contains("permission denied"), "{sql}: {e}");
+    }
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with the openssl CLI.
+fn certificates(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (apt-get install openssl) runs");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let f = |s: &str| format!("{name}-{s}");
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        &f("ca.key"),
+        "-out",
+        &f("ca.crt"),
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &f("server.key"),
+        "-out",
+        &f("server.csr"),
+    ]);
+    std::fs::write(dir.join(f("ext")), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &f("server.csr"),
+        "-CA",
+        &f("ca.crt"),
+        "-CAkey",
+        &f("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &f("ext"),
+        "-out",
+        &f("server.crt"),
+    ]);
+    (
+        dir.join(f("ca.crt")),
+        dir.join(f("server.crt")),
+        dir.join(f("server.key")),
+    )
+}
+
+#[test]
+fn tls_verify_full_accepts_the_servers_ca_and_refuses_another() {
+    use std::os::unix::fs::PermissionsExt;
+    let certs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(certs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (ca, cert, key) = certificates(certs.path(), "good");
+    let (other_ca, _, _) = certificates(certs.path(), "other");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::process::Command::new("chown")
+            .args(["nobody:nogroup", arg(&key), arg(&cert)])
+            .status()
+            .unwrap();
+    }
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = PgServer::start_with(
+        Auth::Trust,
+        &[
+            "ssl=on".into(),
+            format!("ssl_cert_file={}", cert.display()),
+            format!("ssl_key_file={}", key.display()),
+        ],
+    );
+    let url = server
+        .database("tls", "postgres")
+        .replace("?sslmode=disable", "");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    board_db(&db, "nano");
+    let with = |params: String| format!("{url}?{params}");
+    pg::push_with_env(
+        &with(format!("sslmode=verify-full&sslrootcert={}", ca.display())),
+        &db,
+        &env(dir.path()),
+    )
+    .unwrap();
+    assert_eq!(server.psql("tls", "SHOW ssl"), "on");
+    let e = pg::push_with_env(
+        &with(format!(
+            "sslmode=verify-full&sslrootcert={}",
+            other_ca.display()
+        )),
+        &db,
+        &env(dir.path()),
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("cannot connect"), "{e:#}");
+    // verify-ca checks the chain only: a name the certificate lacks is accepted there, and
+    // refused by verify-full.
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let e = pg::push_with_env(
+        &format!("{by_name}?sslmode=verify-full&sslrootcert={}", ca.display()),
+        &db,
+        &env(dir.path()),
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("cannot connect"), "{e:#}");
+    pg::push_with_env(
+        &format!("{by_name}?sslmode=verify-ca&sslrootcert={}", ca.display()),
+        &db,
+        &env(dir.path()),
+    )
+    .unwrap();
+    pg::push_with_env(&with("sslmode=require".into()), &db, &env(dir.path())).unwrap();
+}
+
+#[test]
+fn the_daemon_pushes_after_its_sweep_and_again_when_the_server_returns() {
+    let mut server = PgServer::start(Auth::Trust);
+    let url = server.database("daemon", "postgres");
+    server.stop();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"1s\"\n[store]\ndb = \"{}\"\n\
+             [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"{url}\"\ninterval = \"1s\"\n\
+             max_backoff = \"2s\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut child = edgebench(dir.path())
+        .env("HOME", dir.path())
+        .args(["daemon", "--config", arg(&config)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("trials wait to be pushed")
+    {
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "no failed push logged: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waiting = local_count(&db, "trials");
+    assert!(waiting > 0);
+    server.run();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not push and exit: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("failed"), "{text}");
+    assert_eq!(
+        server.count("daemon", "SELECT count(*) FROM edgebench.trials"),
+        waiting
+    );
+    assert!(text.contains("0 trials wait to be pushed"), "{text}");
+}
