@@ -230,14 +230,17 @@ struct SyncState {
     due: Option<tokio::time::Instant>,
     /// The wait after the last failure (zero after a success).
     backoff: Duration,
+    /// Where the backlog is shown live (`edgebench_sync_backlog_trials`).
+    metrics: Metrics,
 }
 
 impl SyncState {
-    fn new() -> SyncState {
+    fn new(metrics: &Metrics) -> SyncState {
         SyncState {
             backlog: 0,
             due: None,
             backoff: Duration::ZERO,
+            metrics: metrics.clone(),
         }
     }
 
@@ -284,6 +287,7 @@ impl SyncState {
                 self.due = Some(tokio::time::Instant::now() + self.backoff);
             }
         }
+        self.metrics.set_sync_backlog(self.backlog);
         let line = format!("{} trials wait to be pushed to {target}", self.backlog);
         tracing::info!("{line}");
         notify(&[NotifyState::Status(&line)]);
@@ -338,7 +342,7 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
     notify(&[NotifyState::Ready, NotifyState::Status("started")]);
     let mut pending: Option<PathBuf> = None;
     let mut due_now = schedule != Schedule::BootIdle;
-    let mut sync_state = SyncState::new();
+    let mut sync_state = SyncState::new(&metrics);
     loop {
         if due_now {
             if sweep(

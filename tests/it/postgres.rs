@@ -776,3 +776,45 @@ fn the_daemon_pushes_after_its_sweep_and_again_when_the_server_returns() {
     );
     assert!(text.contains("0 trials wait to be pushed"), "{text}");
 }
+
+/// The Grafana dashboard's SQL panels and variables, each run against the views of a server
+/// holding a board's push: every query runs, and the panels over this board's host and workload
+/// show its trials.
+#[test]
+fn every_dashboard_sql_query_runs_against_the_views() {
+    use crate::metrics::{dashboard_sql_queries, DASHBOARD_HOST, DASHBOARD_WORKLOAD};
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("dashboard", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    full_board(&db, DASHBOARD_HOST);
+    // Inside the dashboard's time range (the last 30 days).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let c = Connection::open(&db).unwrap();
+    c.execute(
+        "UPDATE trials SET started_at = strftime('%Y-%m-%dT%H:%M:%SZ', ?1 - 3600, 'unixepoch'), \
+         ended_at = strftime('%Y-%m-%dT%H:%M:%SZ', ?1 - 60, 'unixepoch')",
+        [now],
+    )
+    .unwrap();
+    let workload: String = c
+        .query_row("SELECT DISTINCT workload FROM trials", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(workload, DASHBOARD_WORKLOAD);
+    drop(c);
+    ok(push_cli(dir.path(), &url, &db));
+    let ok_trials = local_count(&db, "trials");
+    let queries = dashboard_sql_queries();
+    assert!(queries.len() >= 5, "{queries:?}");
+    for (place, sql) in &queries {
+        let rows = server
+            .try_psql("dashboard", sql)
+            .unwrap_or_else(|e| panic!("{place}: {sql}\n{e}"));
+        let rows = rows.lines().filter(|l| !l.is_empty()).count();
+        assert!(rows > 0, "{place} shows nothing for this board: {sql}");
+        assert!(rows as i64 <= ok_trials.max(1) * 2, "{place}: {rows} rows");
+    }
+}
