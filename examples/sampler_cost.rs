@@ -1,5 +1,6 @@
 //! The power sampler's own CPU cost on a prepared Orin NX ina3221 tree (CPU seconds per wall
-//! second while the main thread sleeps), at the tree's default rate and at 1 kHz:
+//! second while the main thread sleeps), at the tree's default rate and at 1 kHz, recording
+//! only and recording while feeding the live metrics (`/metrics`):
 //!
 //!     cargo run --example sampler_cost
 //!
@@ -34,25 +35,33 @@ fn main() -> anyhow::Result<()> {
         rootfs: "/".into(),
     };
     for rate_hz in [None, Some(1000.0)] {
-        let cfg = PowerConfig {
-            rate_hz,
-            ..Default::default()
-        };
-        let m = PowerMonitor::for_run(&host, &cfg)?;
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
-        let h = m.start();
-        std::thread::sleep(Duration::from_secs(5));
-        let s = h.stop();
-        let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
-        let n = s.series[0].t_ns.len();
-        println!(
-            "rate {}: {n} samples in {wall:.2} s ({:.0} Hz), sampler CPU {:.3} % of one core",
-            rate_hz.map_or("default (update_interval 7 ms)".to_string(), |r| format!(
-                "{r} Hz"
-            )),
-            n as f64 / wall,
-            100.0 * cpu / wall
-        );
+        for live in [false, true] {
+            let cfg = PowerConfig {
+                rate_hz,
+                ..Default::default()
+            };
+            let m = PowerMonitor::for_run(&host, &cfg)?;
+            let metrics = edgebench::metrics::Metrics::new();
+            let (cpu0, t0) = (cpu_seconds(), Instant::now());
+            let h = if live {
+                m.start_live(metrics.power_sinks(&m.rails_by_source(), m.scope.as_str()))
+            } else {
+                m.start()
+            };
+            std::thread::sleep(Duration::from_secs(5));
+            let s = h.stop();
+            let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
+            let n = s.series[0].t_ns.len();
+            println!(
+                "rate {}, {}: {n} samples in {wall:.2} s ({:.0} Hz), sampler CPU {:.3} % of one core",
+                rate_hz.map_or("default (update_interval 7 ms)".to_string(), |r| format!(
+                    "{r} Hz"
+                )),
+                if live { "with live metrics" } else { "recording only" },
+                n as f64 / wall,
+                100.0 * cpu / wall
+            );
+        }
     }
     Ok(())
 }
