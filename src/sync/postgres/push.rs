@@ -267,6 +267,21 @@ fn local_rows(
     Ok(())
 }
 
+/// Every row of `sql` for `id`, collected.
+fn local_all(
+    store: &Store,
+    sql: &str,
+    id: i64,
+    columns: &[(&str, Kind)],
+) -> anyhow::Result<Vec<Vec<Cell>>> {
+    let mut rows = Vec::new();
+    local_rows(store, sql, id, columns, |cells| {
+        rows.push(cells);
+        Ok(())
+    })?;
+    Ok(rows)
+}
+
 fn params(cells: &[Cell]) -> Vec<&(dyn ToSql + Sync)> {
     cells.iter().map(|c| c as &(dyn ToSql + Sync)).collect()
 }
@@ -284,18 +299,14 @@ fn push_trial(
     provenance_sent: &HashSet<i64>,
 ) -> anyhow::Result<Option<Sent>> {
     let mut tx = client.transaction().map_err(db_err("BEGIN"))?;
-    let mut run = None;
-    local_rows(
+    let run = local_all(
         store,
         &format!("SELECT {} FROM runs WHERE id = ?1", names(RUN_COLUMNS)),
         trial.run_id,
         RUN_COLUMNS,
-        |cells| {
-            run = Some(cells);
-            Ok(())
-        },
-    )?;
-    let run = run.ok_or_else(|| anyhow!("run {} of the trial is missing", trial.run_id))?;
+    )?
+    .pop()
+    .ok_or_else(|| anyhow!("run {} of the trial is missing", trial.run_id))?;
     // Known before the upsert, so counting the runs the server lacked needs no system column.
     let known = tx
         .query_opt(&st.run_id, &[&run[0]])
@@ -322,8 +333,7 @@ fn push_trial(
         other_rows: 0,
     };
     if !provenance_sent.contains(&trial.run_id) {
-        let mut rows = Vec::new();
-        local_rows(
+        let rows = local_all(
             store,
             &format!(
                 "SELECT {} FROM run_provenance WHERE run_id = ?1",
@@ -331,10 +341,6 @@ fn push_trial(
             ),
             trial.run_id,
             RUN_PROVENANCE.columns,
-            |cells| {
-                rows.push(cells);
-                Ok(())
-            },
         )?;
         for cells in rows {
             let mut p: Vec<&(dyn ToSql + Sync)> = vec![&run_id];
@@ -345,18 +351,14 @@ fn push_trial(
         }
     }
 
-    let mut trial_cells = None;
-    local_rows(
+    let trial_cells = local_all(
         store,
         &format!("SELECT {} FROM trials WHERE id = ?1", names(TRIAL_COLUMNS)),
         trial.trial_id,
         TRIAL_COLUMNS,
-        |cells| {
-            trial_cells = Some(cells);
-            Ok(())
-        },
-    )?;
-    let trial_cells = trial_cells.ok_or_else(|| anyhow!("trial {} vanished", trial.trial_id))?;
+    )?
+    .pop()
+    .ok_or_else(|| anyhow!("trial {} vanished", trial.trial_id))?;
     let mut p: Vec<&(dyn ToSql + Sync)> = vec![&run_id];
     p.extend(params(&trial_cells));
     let Some(row) = tx
@@ -379,13 +381,8 @@ fn push_trial(
         let n = match statement {
             None => copy_rows(&mut tx, store, table, &select, trial.trial_id, server_trial)?,
             Some(statement) => {
-                let mut rows = Vec::new();
-                local_rows(store, &select, trial.trial_id, table.columns, |cells| {
-                    rows.push(cells);
-                    Ok(())
-                })?;
                 let mut n = 0;
-                for cells in rows {
+                for cells in local_all(store, &select, trial.trial_id, table.columns)? {
                     let mut p: Vec<&(dyn ToSql + Sync)> = vec![&server_trial];
                     p.extend(params(&cells));
                     n += tx
