@@ -7,9 +7,10 @@
 # bench/arm/insn-count.c against the qemu-plugin.h of the installed qemu's own source (Debian's
 # source package of that exact version, fetched with `apt-get source`; or QEMU_PLUGIN_H=path to
 # the header of the same qemu release). For every CPU model, net and batch it runs
-# `edgebench profile --quick --threads 1` with 1 and with 2 timed steps under
+# `edgebench profile --quick --threads 1 --steps 1` (a warm-up step, then the timed one) under
 # `qemu-aarch64 -cpu CPU -plugin` and prints, as Markdown, the step's instructions (the
-# difference of the two runs) and where they go (bench/arm/insn-report.py).
+# difference of two snapshots of one run, taken as the timed step starts and ends) and where
+# they go (bench/arm/insn-report.py).
 # Output and the per-block counts: $ARM_INSN_OUT (default target/arm-insn).
 # Counts are guest instructions retired by qemu's translator: no time, no caches, no pipeline.
 set -euo pipefail
@@ -45,16 +46,18 @@ runs=()
 for cpu in ${cpus//,/ }; do
     for net in ${nets//,/ }; do
         for batch in ${batches//,/ }; do
-            files=()
-            for steps in 1 2; do
-                f=$out/$cpu-$net-b$batch-s$steps.tb
-                start=$SECONDS
-                RAYON_NUM_THREADS=1 "$qemu" -cpu "$cpu" -L /usr/aarch64-linux-gnu \
-                    -plugin "$plugin,out=$f" "$bin" profile --net "$net" --batch "$batch" \
-                    --steps "$steps" --threads 1 --quick > "$f.stdout"
-                echo "$cpu $net batch $batch, $steps timed step(s): $(head -n 1 "$f") instructions, $((SECONDS - start)) s" >&2
-                files+=("$f")
-            done
+            # One run: profile calls getrusage (aarch64 system call 165) as each step starts
+            # and as a timed step ends, and the plugin snapshots its counts at each call; the
+            # timed step is the third snapshot minus the second (the first starts the warm-up).
+            f=$out/$cpu-$net-b$batch.tb
+            rm -f "$f" "$f".mark*
+            start=$SECONDS
+            RAYON_NUM_THREADS=1 "$qemu" -cpu "$cpu" -L /usr/aarch64-linux-gnu \
+                -plugin "$plugin,out=$f,mark=165" "$bin" profile --net "$net" --batch "$batch" \
+                --steps 1 --threads 1 --quick > "$f.stdout"
+            [ -f "$f.mark3" ] || { echo "$f: fewer than 3 step marks (see $f.stdout)" >&2; exit 1; }
+            echo "$cpu $net batch $batch: $(head -n 1 "$f.mark2") / $(head -n 1 "$f.mark3") instructions at the timed step's start / end, $((SECONDS - start)) s" >&2
+            files=("$f.mark2" "$f.mark3")
             runs+=("$cpu $net b$batch=${files[0]},${files[1]},$batch,$(gflop_of "$net")")
         done
     done

@@ -7,8 +7,10 @@
 # The guest: PyTorch 2.6.0's CPU wheel for aarch64 and numpy (pip download --platform), and
 # Debian's arm64 python3.11 with the libraries it loads (apt-get download with a private
 # arm64 list, unpacked with dpkg -x), under $ARM_TORCH_ROOT (default target/arm-torch); qemu
-# reads it as the guest's / (-L). One thread (OMP_NUM_THREADS=1); a step's instructions are
-# a run of 3 steps minus a run of 2 (torch_train.py's first step is its warm-up).
+# reads it as the guest's / (-L). One thread (OMP_NUM_THREADS=1). One run of 2 steps per case:
+# torch_train.py prints to stdout only after each step, and the plugin snapshots its counts at
+# each write to fd 1 (mark=64:1); the second step is the end of the second minus the end of
+# the first (the first step is the warm-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nets=${1:-alexnet}
@@ -54,16 +56,21 @@ runs=()
 for cpu in ${cpus//,/ }; do
     for net in ${nets//,/ }; do
         for batch in ${batches//,/ }; do
-            files=()
-            for steps in 2 3; do
-                f=$dir/torch-$cpu-$net-b$batch-s$steps.tb
-                start=$SECONDS
-                OMP_NUM_THREADS=1 PYTHONPATH=$dir/site "$qemu" -cpu "$cpu" -L "$dir/root" \
-                    -plugin "$plugin,out=$f" "$dir/root/usr/bin/python3.11" bench/torch_train.py \
-                    "$net" "$batch" "$steps" > "$f.stdout"
-                echo "$cpu $net batch $batch, $steps steps: $(head -n 1 "$f") instructions, $((SECONDS - start)) s" >&2
-                files+=("$f")
-            done
+            f=$dir/torch-$cpu-$net-b$batch.tb
+            rm -f "$f" "$f".mark*
+            start=$SECONDS
+            OMP_NUM_THREADS=1 PYTHONPATH=$dir/site "$qemu" -cpu "$cpu" -L "$dir/root" \
+                -plugin "$plugin,out=$f,mark=64:1" "$dir/root/usr/bin/python3.11" \
+                bench/torch_train.py "$net" "$batch" 2 > "$f.stdout"
+            # Python writes each printed line in pieces (text, then newline), so a step's end is
+            # a burst of marks a few thousand instructions apart: the last mark of each burst
+            # ends a step (the last burst also holds the final summary line).
+            ends=$(for m in "$f".mark*; do echo "${m##*.mark} $(head -n 1 "$m" | cut -d' ' -f2)"; done |
+                sort -n | awk 'NR > 1 && $2 - prev > 1000000 { print file } { prev = $2; file = $1 } END { print file }')
+            set -- $ends
+            [ $# -ge 2 ] || { echo "$f: fewer than 2 step ends among the marks (see $f.stdout)" >&2; exit 1; }
+            files=("$f.mark$1" "$f.mark$2")
+            echo "$cpu $net batch $batch: $(head -n 1 "${files[0]}") / $(head -n 1 "${files[1]}") instructions at the 1st / 2nd step's end, $((SECONDS - start)) s" >&2
             case $net in alexnet) gflop=4.3 ;; googlenet) gflop=9.5 ;; *) gflop=0 ;; esac
             runs+=("PyTorch $cpu $net b$batch=${files[0]},${files[1]},$batch,$gflop")
         done

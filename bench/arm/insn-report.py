@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Tables from the per-block counts of bench/arm/insn-count.c (bench/arm-insn.sh).
 
-A training step's instructions are the counts of a run with 2 timed steps minus those of a
-run with 1: everything else the process does (start-up, weight initialisation, the warm-up
-step, exit) is the same in both and cancels. Each block's difference is attributed, through
+A training step's instructions are the counts of one run's snapshot at the step's end minus
+those of its snapshot at the step's start (the plugin's mark=, taken at a system call the
+program makes between steps): start-up, weight initialisation, the warm-up step and exit are
+outside the two. Each block's difference is attributed, through
 the binary's line tables (addr2line, inline frames included), to the innermost frame outside
 Rust's standard library: its crate, and for edgebench's kernels crate its module.
 
-usage: insn-report.py BIN|- BASE OUT_DIR LABEL=ONE_STEP_FILE,TWO_STEP_FILE[,BATCH,GFLOP] ...
+usage: insn-report.py BIN|- BASE OUT_DIR LABEL=START_FILE,END_FILE,BATCH,GFLOP ...
 Writes OUT_DIR/hot-blocks.tsv (the block with most of each category's instructions in each
 run: category, offset in the binary, instructions in the block, instructions it ran per step,
 its share of the step, run; for bench/arm-mca.sh) and prints Markdown tables.
@@ -114,7 +115,7 @@ def main():
     size = image_size(binary) if binary != "-" else 0
     cats = attribute(binary, base, size, {v for r in runs for v in r[5]}) if size else {}
 
-    print("| run | instructions, 1 timed step | 2 timed steps | one training step | per image "
+    print("| run | instructions at the step's start | at its end | one training step | per image "
           "| FP FLOP executed per step | FLOP/instruction | model FLOP per step / instructions |")
     print("|---|---|---|---|---|---|---|---|")
     per_run = []

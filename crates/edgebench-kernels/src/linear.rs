@@ -5,7 +5,7 @@
 use crate::matmul::{gemm_strided, gemm_uninit};
 use crate::relu::ReluMask;
 use crate::tuning::{LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK};
-use crate::util::{init_slice, nchw_slice, relu_f, vec_written_by, zeros, Float};
+use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -58,10 +58,10 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .fold(T::ZERO, |s, (&p, &q)| s + p * q);
+        .fold(T::ZERO, |s, (&p, &q)| p.mul_add_fast(q, s));
     for (p, q) in ca.zip(cb) {
         for ((s, &p), &q) in acc.iter_mut().zip(p).zip(q) {
-            *s += p * q;
+            *s = p.mul_add_fast(q, *s);
         }
     }
     for s in acc {
@@ -90,20 +90,29 @@ fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> V
 }
 
 /// dW (o, i) = dyᵀ (o, n) · x (n, i) for a few rows: each row of dW built in the cache and
-/// written to memory once.
+/// written to memory once. The first input row's products are stored, not added to zeros: at
+/// batch 1 that is the whole row in one multiply and one store per element.
 fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
     let rows = LINEAR_STREAM_ROWS_PER_TASK;
-    // SAFETY: every row of every chunk is initialised by `init_slice` below.
+    // SAFETY: every element of every row of every chunk is written by the first input row's
+    // pass below (n >= 1, x holds n rows of i).
     unsafe {
         vec_written_by(o * i, |dw| {
             dw.par_chunks_mut(rows * i).enumerate().for_each(|(t, dw)| {
                 for (k, dwc) in dw.chunks_exact_mut(i).enumerate() {
                     let c = t * rows + k;
-                    let dwc = init_slice(dwc, T::ZERO);
-                    for (r, xr) in x.chunks_exact(i).take(n).enumerate() {
-                        let d = dy[r * o + c];
+                    let mut x_rows = x.chunks_exact(i).take(n);
+                    let first = x_rows.next().expect("stream_weight needs n >= 1");
+                    let d = dy[c];
+                    for (s, &v) in dwc.iter_mut().zip(first) {
+                        s.write(d * v);
+                    }
+                    // SAFETY: every element was written just above.
+                    let dwc = &mut *(dwc as *mut [std::mem::MaybeUninit<T>] as *mut [T]);
+                    for (r, xr) in x_rows.enumerate() {
+                        let d = dy[(r + 1) * o + c];
                         for (s, &v) in dwc.iter_mut().zip(xr) {
-                            *s += d * v;
+                            *s = d.mul_add_fast(v, *s);
                         }
                     }
                 }

@@ -24,6 +24,10 @@ pub(crate) trait Float:
     fn from_f64(v: f64) -> Self;
     fn powf(self, e: Self) -> Self;
     fn sqrt(self) -> Self;
+    /// `self * b + c`: fused (one rounding) on aarch64, where FMLA/FMADD are baseline and halve
+    /// the arithmetic instructions of a multiply-accumulate loop; a multiply and an add
+    /// elsewhere (baseline x86-64 has no FMA, and `mul_add` would be a library call).
+    fn mul_add_fast(self, b: Self, c: Self) -> Self;
 }
 
 macro_rules! impl_float {
@@ -40,6 +44,13 @@ macro_rules! impl_float {
             }
             fn sqrt(self) -> Self {
                 <$t>::sqrt(self)
+            }
+            #[inline(always)]
+            fn mul_add_fast(self, b: Self, c: Self) -> Self {
+                #[cfg(target_arch = "aarch64")]
+                return <$t>::mul_add(self, b, c);
+                #[cfg(not(target_arch = "aarch64"))]
+                return self * b + c;
             }
         }
     };
