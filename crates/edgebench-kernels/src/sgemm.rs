@@ -3,7 +3,8 @@
 //! in MC x KC blocks that stay in its core's L2) around a microkernel in inline assembly,
 //! chosen at run time: 4 x 24 AVX2/FMA on x86_64, 8 x 12 NEON (base ASIMD, which every
 //! ARMv8-A core has, Cortex-A57 included) on aarch64. x86_64 CPUs without AVX2 and FMA, and
-//! other architectures, run the `gemm` crate.
+//! other architectures, run the `gemm` crate. On aarch64 the convolution and fully connected
+//! kernels' strided f32 products (`matmul`) run the same blocked product (`sgemm_strided`).
 //!
 //! Why not the `gemm` crate everywhere: on an AMD Zen 3 (AVX2/FMA) its kernel left a fifth of
 //! OpenBLAS's rate on the table; the figures are in docs/performance.md.
@@ -90,7 +91,20 @@ pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usiz
     }
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if native_kernel() {
-        return blocked(a, b, c, (m, n, k));
+        let a = Operand {
+            data: a,
+            rs: k,
+            cs: 1,
+        };
+        let b = Operand {
+            data: b,
+            rs: n,
+            cs: 1,
+        };
+        let threads = rayon::current_num_threads().max(1);
+        // SAFETY: c holds m x n floats, row stride n (asserted above), borrowed mutably.
+        unsafe { blocked(a, b, (c.as_mut_ptr(), n), (m, n, k), false, threads) };
+        return;
     }
     gemm_crate(a, b, c, (m, n, k));
 }
@@ -128,17 +142,62 @@ thread_local! {
     static PACK_B: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// An operand of the blocked product: its floats and its (row, column) strides in floats.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    rs: usize,
+    cs: usize,
+}
+
+/// dst (m x n, row stride `dst_rs`, column stride 1) = [dst +] lhs (m x k) · rhs (k x n),
+/// with (row, column) strides for both operands, on `threads` threads of the current rayon
+/// pool; with one thread the product runs on the calling thread only, without entering the
+/// pool (the convolution and linear kernels call it from inside their own rayon tasks).
+///
+/// # Safety
+/// [`native_kernel`] is true; every element (r, c) < (m, n) of dst at r * dst_rs + c is in one
+/// allocation, writable and aliased by neither operand, and initialised when `accumulate`;
+/// m, n and k are not zero.
+#[cfg(target_arch = "aarch64")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn sgemm_strided(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut f32, usize),
+    accumulate: bool,
+    (lhs, (lhs_rs, lhs_cs)): (&[f32], (usize, usize)),
+    (rhs, (rhs_rs, rhs_cs)): (&[f32], (usize, usize)),
+    threads: usize,
+) {
+    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    let a = Operand {
+        data: lhs,
+        rs: lhs_rs,
+        cs: lhs_cs,
+    };
+    let b = Operand {
+        data: rhs,
+        rs: rhs_rs,
+        cs: rhs_cs,
+    };
+    // SAFETY: as the caller promises.
+    unsafe { blocked(a, b, (dst, dst_rs), (m, n, k), accumulate, threads.max(1)) }
+}
+
 /// Packs rows `pc..pc + kc` of B (row stride `n`), from column `jc` on, into the panels of NR
 /// columns that `dst` holds (`dst.len() / (kc * NR)` of them, the first one starting at column
 /// `jc + first_panel * NR`), each kc x NR row by row; columns at and past `jc + nc` are zeros.
 /// The panels are filled row after row: B's rows are read in contiguous stretches of up to
 /// 768 bytes (a run of eight panels). Packing one panel at a time reads 96 bytes per row and
 /// comes back for the rest of each cache line after it has left (by panel, with a memcpy call
-/// per row, packing took 10 % of a one-thread product at n = 661).
+/// per row, packing took 10 % of a one-thread product at n = 661). A B whose columns are not
+/// contiguous is read column by column, each column's floats in order of depth (B stored
+/// transposed: contiguous columns).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn pack_b(
-    b: &[f32],
-    n: usize,
+    b: Operand,
     (pc, kc): (usize, usize),
     (jc, nc): (usize, usize),
     first_panel: usize,
@@ -146,8 +205,23 @@ fn pack_b(
 ) {
     let panel_len = kc * NR;
     let j_run = jc + first_panel * NR;
+    if b.cs != 1 {
+        for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
+            for j in 0..NR {
+                let col = j_run + g * NR + j;
+                for p in 0..kc {
+                    panel[p * NR + j] = if col < jc + nc {
+                        b.data[(pc + p) * b.rs + col * b.cs]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        return;
+    }
     for p in 0..kc {
-        let src_row = &b[(pc + p) * n..][..jc + nc];
+        let src_row = &b.data[(pc + p) * b.rs..][..jc + nc];
         for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
             let j0 = j_run + g * NR;
             let row = &mut panel[p * NR..][..NR];
@@ -168,15 +242,22 @@ fn pack_b(
     }
 }
 
-/// Packs the `rows` x kc block of A starting at `a` (row stride `k`, from column `pc`) into
-/// panels of MR rows, each kc x MR column by column, the last one padded with zeros.
+/// Packs the `rows` x kc block of A starting at row 0 of `a` (from column `pc`) into panels of
+/// MR rows, each kc x MR column by column, the last one padded with zeros.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn pack_a(a: &[f32], k: usize, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
+fn pack_a(a: Operand, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
     for (panel, dst) in dst.chunks_exact_mut(kc * MR).enumerate() {
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
-        if valid == MR {
-            let src: [&[f32]; MR] = std::array::from_fn(|i| &a[(i0 + i) * k + pc..][..kc]);
+        if valid == MR && a.rs == 1 {
+            // A stored transposed: each column of the panel is MR contiguous floats.
+            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
+                column.copy_from_slice(&a.data[i0 + (pc + p) * a.cs..][..MR]);
+            }
+            continue;
+        }
+        if valid == MR && a.cs == 1 {
+            let src: [&[f32]; MR] = std::array::from_fn(|i| &a.data[(i0 + i) * a.rs + pc..][..kc]);
             // SAFETY: only called on the AVX2/FMA path (blocked), checked by sgemm.
             #[cfg(target_arch = "x86_64")]
             unsafe {
@@ -188,9 +269,8 @@ fn pack_a(a: &[f32], k: usize, rows: usize, (pc, kc): (usize, usize), dst: &mut 
         }
         for i in 0..MR {
             if i < valid {
-                let src = &a[(i0 + i) * k + pc..][..kc];
-                for (p, &v) in src.iter().enumerate() {
-                    dst[p * MR + i] = v;
+                for p in 0..kc {
+                    dst[p * MR + i] = a.data[(i0 + i) * a.rs + (pc + p) * a.cs];
                 }
             } else {
                 for p in 0..kc {
@@ -401,9 +481,22 @@ struct Progress {
 /// instead of a fixed share also evens out threads that run at different speeds. Every wait is
 /// for runs that a running thread has claimed, so a product finishes even if only one thread of
 /// the pool takes part.
+///
+/// C has row stride `ldc` and column stride 1; `accumulate` adds the product into it. Runs on
+/// `threads` threads of the current pool (one: the calling thread only).
+///
+/// # Safety
+/// [`native_kernel`] is true; the m x n floats of C at r * ldc + c are in one allocation,
+/// writable and aliased by neither operand, and initialised when `accumulate`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
-    let threads = rayon::current_num_threads().max(1);
+unsafe fn blocked(
+    a: Operand,
+    b: Operand,
+    (c, ldc): (*mut f32, usize),
+    (m, n, k): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
     // An equal number of row runs per thread, each at most about MC rows, in whole
     // microkernel rows.
     let row_panels = m.div_ceil(MR);
@@ -426,7 +519,7 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
     let mut pack_b_buf = Aligned(PACK_B.take());
     let packed_len = groups.iter().map(Group::packed_len).max().unwrap_or(0);
     let packed_b = Shared(pack_b_buf.slice(2 * packed_len).as_mut_ptr());
-    let c_shared = Shared(c.as_mut_ptr());
+    let c_shared = Shared(c);
     let take_part = || {
         for (g, (group, progress)) in groups.iter().zip(&progress_by_group).enumerate() {
             // Two buffers, by turns: a thread done with its rows of one group goes on to pack
@@ -449,7 +542,7 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
                         run_panels.len() * kc * NR,
                     )
                 };
-                pack_b(b, n, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
+                pack_b(b, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
                 progress
                     .packed
                     .fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -468,22 +561,32 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
                 let panels = even_run(row_panels, tasks, task);
                 let first_row = panels.start * MR;
                 let rows = (panels.end * MR).min(m) - first_row;
-                // SAFETY: this task's rows of C, disjoint from every other task's; the
-                // previous group's writes to them were released and seen finished above.
-                let c =
-                    unsafe { std::slice::from_raw_parts_mut(c_shared.at(first_row * n), rows * n) };
-                let a = &a[first_row * k..];
+                // SAFETY: the first of this task's rows of C, disjoint from every other
+                // task's; the previous group's writes to them were released and seen finished
+                // above.
+                let c = unsafe { c_shared.at(first_row * ldc) };
+                let a = Operand {
+                    data: &a.data[first_row * a.rs..],
+                    ..a
+                };
                 PACK_A.with_borrow_mut(|pack_a_buf| {
                     for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
                         let pc = group.pg + blk * KC;
                         let kc = KC.min(k - pc);
                         let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
-                        pack_a(a, k, rows, (pc, kc), packed_a);
-                        // SAFETY: native_kernel() was checked by sgemm; the panels hold
-                        // kc x MR and kc x NR floats, and the tile writes stay inside c's
-                        // rows 0..rows and columns jc..jc + nc.
+                        pack_a(a, rows, (pc, kc), packed_a);
+                        let overwrite = pc == 0 && !accumulate;
+                        // SAFETY: native_kernel() holds (the caller's promise); the panels
+                        // hold kc x MR and kc x NR floats, and the tile writes stay inside
+                        // this task's rows 0..rows and columns jc..jc + nc of C.
                         unsafe {
-                            macro_kernel(kc, packed_a, packed_b, c, n, group.jc, group.nc, pc == 0)
+                            macro_kernel(
+                                kc,
+                                (packed_a, packed_b),
+                                (c, rows, ldc),
+                                (group.jc, group.nc),
+                                overwrite,
+                            )
                         }
                     }
                 });
@@ -508,18 +611,17 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
 /// stays in L1 while the A panels stream from L2), A panel inner.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-#[allow(clippy::too_many_arguments)]
+///
+/// # Safety
+/// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
+/// rows (row stride `ldc`) of columns `jc..jc + nc`.
 unsafe fn macro_kernel(
     kc: usize,
-    packed_a: &[f32],
-    packed_b: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    jc: usize,
-    nc: usize,
+    (packed_a, packed_b): (&[f32], &[f32]),
+    (c, rows, ldc): (*mut f32, usize, usize),
+    (jc, nc): (usize, usize),
     overwrite: bool,
 ) {
-    let rows = c.len() / ldc;
     let a_panels = packed_a.len() / (kc * MR);
     let b_panels = packed_b.chunks_exact(kc * NR);
     let b_panel_lines = kc * NR / 16;
@@ -545,7 +647,7 @@ unsafe fn macro_kernel(
                         kc,
                         a_panel.as_ptr(),
                         b_panel.as_ptr(),
-                        c.as_mut_ptr().add(i0 * ldc + j0),
+                        c.add(i0 * ldc + j0),
                         ldc,
                         overwrite,
                     )
@@ -565,13 +667,19 @@ unsafe fn macro_kernel(
                     )
                 };
                 for i in 0..valid_rows {
-                    let dst = &mut c[(i0 + i) * ldc + j0..][..cols];
                     let src = &tile[i * NR..][..cols];
-                    if overwrite {
-                        dst.copy_from_slice(src);
-                    } else {
-                        for (d, s) in dst.iter_mut().zip(src) {
-                            *d += s;
+                    // SAFETY: row i0 + i, columns j0..j0 + cols, lie inside c; a destination
+                    // that is overwritten may be uninitialised, so it is written through the
+                    // pointer, and one that is added to is initialised (the caller's promise).
+                    unsafe {
+                        let dst = c.add((i0 + i) * ldc + j0);
+                        if overwrite {
+                            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                        } else {
+                            let dst = std::slice::from_raw_parts_mut(dst, cols);
+                            for (d, s) in dst.iter_mut().zip(src) {
+                                *d += s;
+                            }
                         }
                     }
                 }
@@ -1083,10 +1191,30 @@ mod tests {
         });
     }
 
+    /// The `rows` x `cols` values of `v` (row-major) at (row, column) strides `rs`, `cs`, the
+    /// gaps between them NaN.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn strided(v: &[f32], (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> Vec<f32> {
+        let mut out = vec![f32::NAN; (rows - 1) * rs + (cols - 1) * cs + 1];
+        for r in 0..rows {
+            for c in 0..cols {
+                out[r * rs + c * cs] = v[r * cols + c];
+            }
+        }
+        out
+    }
+
+    /// (row, column) strides of a `rows` x `cols` matrix: row-major, stored transposed, and
+    /// neither stride 1.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn layouts((rows, cols): (usize, usize)) -> [(usize, usize); 3] {
+        [(cols, 1), (1, rows), (2 * cols + 1, 2)]
+    }
+
     /// The packed layouts element by element: A's panels column by column, B's row by row,
     /// both padded with zeros (depths around the transposes' four and eight columns, rows
-    /// that fill a panel or do not, and B's runs of
-    /// panels with a partial last panel).
+    /// that fill a panel or do not, and B's runs of panels with a partial last panel), from
+    /// operands row-major, transposed and with both strides above 1.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
     fn packed_panels_hold_their_elements_and_zero_padding() {
@@ -1095,14 +1223,30 @@ mod tests {
         }
         let (m, k) = (11, 45);
         let a = fill(m * k, 3);
-        for (pc, kc) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)] {
+        for ((pc, kc), (rs, cs)) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)]
+            .into_iter()
+            .flat_map(|depths| layouts((m, k)).map(|strides| (depths, strides)))
+        {
+            let data = strided(&a, (m, k), (rs, cs));
             let mut packed = vec![f32::NAN; m.div_ceil(MR) * MR * kc];
-            pack_a(&a, k, m, (pc, kc), &mut packed);
+            pack_a(
+                Operand {
+                    data: &data,
+                    rs,
+                    cs,
+                },
+                m,
+                (pc, kc),
+                &mut packed,
+            );
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, i) = (idx / (kc * MR), idx % (kc * MR) / MR, idx % MR);
                 let row = panel * MR + i;
                 let want = if row < m { a[row * k + pc + p] } else { 0.0 };
-                assert_eq!(got, want, "A kc {kc}: panel {panel}, depth {p}, row {i}");
+                assert_eq!(
+                    got, want,
+                    "A kc {kc}, strides {rs}, {cs}: panel {panel}, depth {p}, row {i}"
+                );
             }
         }
         let (k, n) = (9, 20 * NR + 5);
@@ -1116,9 +1260,18 @@ mod tests {
             ((1, 8), (NR + 2, 9 * NR + 1), 3..7),
             ((1, 8), (NR + 2, 9 * NR + 1), 7..10),
         ];
-        for ((pc, kc), (jc, nc), panels) in cases {
+        for (((pc, kc), (jc, nc), panels), (rs, cs)) in cases
+            .into_iter()
+            .flat_map(|case| layouts((k, n)).map(|strides| (case.clone(), strides)))
+        {
+            let data = strided(&b, (k, n), (rs, cs));
             let mut packed = vec![f32::NAN; panels.len() * NR * kc];
-            pack_b(&b, n, (pc, kc), (jc, nc), panels.start, &mut packed);
+            let operand = Operand {
+                data: &data,
+                rs,
+                cs,
+            };
+            pack_b(operand, (pc, kc), (jc, nc), panels.start, &mut packed);
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, j) = (idx / (kc * NR), idx % (kc * NR) / NR, idx % NR);
                 let col = (panels.start + panel) * NR + j;
@@ -1127,7 +1280,84 @@ mod tests {
                 } else {
                     0.0
                 };
-                assert_eq!(got, want, "B nc {nc}: panel {panel}, depth {p}, column {j}");
+                assert_eq!(
+                    got, want,
+                    "B nc {nc}, strides {rs}, {cs}: panel {panel}, depth {p}, column {j}"
+                );
+            }
+        }
+    }
+
+    /// The blocked product of strided operands (row-major, transposed, neither stride 1) into
+    /// a C whose rows are longer than n, overwritten or added to, on the calling thread alone
+    /// and on three of the pool's: the columns past n stay as they were.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[test]
+    fn strided_operands_into_a_wider_c_overwrite_or_accumulate() {
+        if !native_kernel() {
+            return;
+        }
+        let shapes = [
+            (MR + 1, NR - 1, 5),
+            (37, 41, KC + 3),
+            (MC + 5, 2 * NR + 3, 2 * KC + 1),
+        ];
+        for (s, &(m, n, k)) in shapes.iter().enumerate() {
+            let (a, b) = (fill(m * k, 31 + s as u64), fill(k * n, 37 + s as u64));
+            let product = reference(&a, &b, (m, n, k));
+            let ldc = n + 3;
+            let c_before = fill(m * ldc, 41 + s as u64);
+            for ((a_strides, b_strides), (accumulate, threads)) in layouts((m, k))
+                .into_iter()
+                .flat_map(|sa| layouts((k, n)).map(move |sb| (sa, sb)))
+                .flat_map(|l| [(false, 1), (true, 1), (false, 3), (true, 3)].map(move |r| (l, r)))
+            {
+                let a_data = strided(&a, (m, k), a_strides);
+                let b_data = strided(&b, (k, n), b_strides);
+                let (lhs, rhs) = (
+                    Operand {
+                        data: &a_data,
+                        rs: a_strides.0,
+                        cs: a_strides.1,
+                    },
+                    Operand {
+                        data: &b_data,
+                        rs: b_strides.0,
+                        cs: b_strides.1,
+                    },
+                );
+                let mut c = c_before.clone();
+                // SAFETY: native_kernel() is true; c holds m rows of ldc >= n floats, its own
+                // allocation, initialised.
+                unsafe {
+                    blocked(
+                        lhs,
+                        rhs,
+                        (c.as_mut_ptr(), ldc),
+                        (m, n, k),
+                        accumulate,
+                        threads,
+                    )
+                };
+                let context = format!(
+                    "{m}x{n}x{k}, strides {a_strides:?} {b_strides:?}, accumulate {accumulate}, \
+                     {threads} threads"
+                );
+                for i in 0..m {
+                    for j in 0..ldc {
+                        let (got, before) = (c[i * ldc + j], c_before[i * ldc + j]);
+                        if j >= n {
+                            assert_eq!(got, before, "{context}: c[{i}, {j}] past n");
+                            continue;
+                        }
+                        let want =
+                            product[i * n + j] + if accumulate { before as f64 } else { 0.0 };
+                        assert!(
+                            (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                            "{context}: c[{i}, {j}] = {got}, want {want}"
+                        );
+                    }
+                }
             }
         }
     }
