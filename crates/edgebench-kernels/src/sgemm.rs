@@ -161,7 +161,6 @@ struct Operand<'a> {
 /// allocation, writable and aliased by neither operand, and initialised when `accumulate`;
 /// m, n and k are not zero.
 #[cfg(target_arch = "aarch64")]
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn sgemm_strided(
     (m, n, k): (usize, usize, usize),
     (dst, dst_rs): (*mut f32, usize),
@@ -249,22 +248,23 @@ fn pack_a(a: Operand, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
     for (panel, dst) in dst.chunks_exact_mut(kc * MR).enumerate() {
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
-        if valid == MR && a.rs == 1 {
-            // A stored transposed: each column of the panel is MR contiguous floats.
-            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
-                column.copy_from_slice(&a.data[i0 + (pc + p) * a.cs..][..MR]);
-            }
-            continue;
-        }
         if valid == MR && a.cs == 1 {
             let src: [&[f32]; MR] = std::array::from_fn(|i| &a.data[(i0 + i) * a.rs + pc..][..kc]);
-            // SAFETY: only called on the AVX2/FMA path (blocked), checked by sgemm.
             #[cfg(target_arch = "x86_64")]
+            // SAFETY: pack_a runs only in the blocked product, whose callers have checked
+            // native_kernel() (AVX2 and FMA).
             unsafe {
                 transpose_4_rows(src, dst)
             };
             #[cfg(target_arch = "aarch64")]
             transpose_8_rows(src, dst);
+            continue;
+        }
+        if valid == MR && a.rs == 1 {
+            // A stored transposed: each column of the panel is MR contiguous floats.
+            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
+                column.copy_from_slice(&a.data[i0 + (pc + p) * a.cs..][..MR]);
+            }
             continue;
         }
         for i in 0..MR {
@@ -609,12 +609,12 @@ unsafe fn blocked(
 
 /// Every MR x NR tile of a thread's rows of C against one packed B block: B panel outer (it
 /// stays in L1 while the A panels stream from L2), A panel inner.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
 ///
 /// # Safety
 /// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
 /// rows (row stride `ldc`) of columns `jc..jc + nc`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
 unsafe fn macro_kernel(
     kc: usize,
     (packed_a, packed_b): (&[f32], &[f32]),
@@ -637,7 +637,7 @@ unsafe fn macro_kernel(
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
             for line in ip * lines_per_tile..((ip + 1) * lines_per_tile).min(next_lines) {
-                prefetch_l2(next_b[line * 16..].as_ptr());
+                prefetch_l2(next_b.as_ptr().wrapping_add(line * 16));
             }
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
@@ -877,7 +877,7 @@ unsafe fn kernel(
 /// One step of the NEON microkernel, as assembly text: the step's 8 values of A in v0 (rows
 /// 0-3) and v1 (rows 4-7) times its row of B in v2, v3, v4, added into the accumulators, row i
 /// of C in v(8 + 3i)..v(10 + 3i). Loads from `{a}` + `$a` and `{b}` + `$b` bytes (the steps of
-/// one unrolled iteration at their offsets), or with post-increment when `$a` is "post".
+/// one unrolled iteration at their offsets), or with post-increment (`neon_step!(post)`).
 #[cfg(target_arch = "aarch64")]
 macro_rules! neon_step {
     (post) => {
