@@ -6,9 +6,10 @@
 #                                     and a one-iteration CPU trial into a temporary DB
 #   cross/build-aarch64.sh --test-ops build the kernels crate's unit tests (edgebench-kernels)
 #                                     for aarch64 and run its reference tests under qemu-user, on
-#                                     1 to 16 threads (the aarch64 code paths of gemm and of
-#                                     the vectorised loops), as a Cortex-A57 and as a Cortex-A76
-#                                     (EDGEBENCH_QEMU_CPUS picks others)
+#                                     1 to 16 threads (the aarch64 code paths: edgebench's
+#                                     NEON SGEMM, gemm's kernels and the vectorised loops), as a
+#                                     Cortex-A57 and as a Cortex-A76 (EDGEBENCH_QEMU_CPUS picks
+#                                     others)
 # PROFILE=ci-aarch64 picks a cargo profile other than release (CI's quicker smoke build).
 set -euo pipefail
 cd "$(dirname "$0")/.."

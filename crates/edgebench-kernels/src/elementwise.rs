@@ -417,8 +417,8 @@ pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
 }
 
 /// C (m x n) = A (m x k) · B (k x n), all row-major, on all rayon threads: f32 through
-/// [`crate::sgemm::sgemm`] (its own AVX2/FMA kernel where the CPU has them, else the `gemm`
-/// crate), f64 through the `gemm` crate (the GEMM candle's CPU matmul uses).
+/// [`crate::sgemm::sgemm`] (its own AVX2/FMA kernel on x86-64 CPUs that have them and NEON
+/// kernel on aarch64, else the `gemm` crate), f64 through the `gemm` crate (the GEMM candle's CPU matmul uses).
 pub fn matmul<T: Elem>(a: &[T], b: &[T], c: &mut [T], dims: (usize, usize, usize)) {
     T::gemm(a, b, c, dims)
 }

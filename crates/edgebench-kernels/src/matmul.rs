@@ -1,6 +1,7 @@
 //! The calls into the `gemm` crate, with their operands' bounds checked: strided products for
 //! the convolution and fully connected kernels, and the row-major product on all threads that
-//! the operator benchmark's f64 `dot` runs (and SGEMM falls back to).
+//! the operator benchmark's f64 `dot` runs (and SGEMM falls back to). On aarch64 the strided
+//! f32 products run edgebench's own NEON kernel instead ([`crate::sgemm`]).
 
 use crate::util::Float;
 use ::gemm::Parallelism;
@@ -133,7 +134,8 @@ pub(crate) fn gemm_uninit<T: Float>(
     unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par) }
 }
 
-/// The call into gemm, with its operands' bounds checked here and dst's by the caller.
+/// The call into gemm (for f32 on aarch64, into [`crate::sgemm`]'s blocked product), with its
+/// operands' bounds checked here and dst's by the caller.
 ///
 /// # Safety
 /// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
@@ -148,6 +150,54 @@ unsafe fn gemm_raw<T: Float>(
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    // f32 on aarch64: edgebench's own NEON kernel (crate::sgemm), when dst has a unit stride.
+    #[cfg(target_arch = "aarch64")]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && crate::sgemm::native_kernel()
+        && (dst_cs == 1 || dst_rs == 1)
+    {
+        let threads = match par {
+            Parallelism::None => 1,
+            Parallelism::Rayon(0) => rayon::current_num_threads(),
+            Parallelism::Rayon(threads) => threads,
+        };
+        // SAFETY: T is f32 (checked above), so the casts change no type.
+        let (lhs, rhs, dst) = unsafe {
+            (
+                std::slice::from_raw_parts(lhs.as_ptr().cast::<f32>(), lhs.len()),
+                std::slice::from_raw_parts(rhs.as_ptr().cast::<f32>(), rhs.len()),
+                dst.cast::<f32>(),
+            )
+        };
+        if dst_cs == 1 {
+            // SAFETY: as the caller promises for dst; the operands are bounds-checked there.
+            unsafe {
+                crate::sgemm::sgemm_strided(
+                    (m, n, k),
+                    (dst, dst_rs),
+                    accumulate,
+                    (lhs, (lhs_rs, lhs_cs)),
+                    (rhs, (rhs_rs, rhs_cs)),
+                    threads,
+                )
+            }
+        } else {
+            // A column-major dst is the row-major C^T = B^T A^T: the operands swap places and
+            // their strides swap.
+            // SAFETY: as above, with dst's rows and columns exchanged.
+            unsafe {
+                crate::sgemm::sgemm_strided(
+                    (n, m, k),
+                    (dst, dst_cs),
+                    accumulate,
+                    (rhs, (rhs_cs, rhs_rs)),
+                    (lhs, (lhs_cs, lhs_rs)),
+                    threads,
+                )
+            }
+        }
+        return;
+    }
     // SAFETY: the asserts above keep every operand access in bounds, the caller dst's; dst does
     // not alias lhs or rhs (the caller's, and two & borrows); T is f32 or f64, which gemm
     // supports.

@@ -1,36 +1,79 @@
 //! A row-major f32 GEMM for the operator benchmark's `dot` and its measured SGEMM roof:
 //! BLIS-style blocking (B packed in KC x NC blocks shared by all threads, A packed per thread
-//! in MC x KC blocks that stay in its core's L2) around a 4 x 24 AVX2/FMA microkernel chosen at
-//! run time. CPUs without AVX2 and FMA, and other architectures, run the `gemm` crate.
+//! in MC x KC blocks that stay in its core's L2) around a microkernel in inline assembly,
+//! chosen at run time: 4 x 24 AVX2/FMA on x86_64, 8 x 12 NEON (base ASIMD, which every
+//! ARMv8-A core has, Cortex-A57 included) on aarch64. x86_64 CPUs without AVX2 and FMA, and
+//! other architectures, run the `gemm` crate. On aarch64 the convolution and fully connected
+//! kernels' strided f32 products (`matmul`) run the same blocked product (`sgemm_strided`).
 //!
 //! Why not the `gemm` crate everywhere: on an AMD Zen 3 (AVX2/FMA) its kernel left a fifth of
 //! OpenBLAS's rate on the table; the figures are in docs/performance.md.
 
 // Elsewhere only the `gemm` crate path is compiled; the blocking constants stay for the tests.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code, unused_imports)
+)]
 
 use crate::matmul::gemm_crate;
 use rayon::prelude::*;
 
 /// Rows of A (and C) per microkernel call.
+#[cfg(not(target_arch = "aarch64"))]
 const MR: usize = 4;
 /// Columns of B (and C) per microkernel call: three 8-lane vectors. 4 x 24 needs 4 broadcasts
 /// of A per 12 FMAs where 6 x 16 needs 6; on Zen 3 the microkernel alone ran at ~89 GFLOP/s
 /// per core in L1 against ~70 for 6 x 16.
+#[cfg(not(target_arch = "aarch64"))]
 const NR: usize = 24;
 /// Depth of a packed block: a KC x NR panel of B (18 KiB) stays in a 32 KiB L1d while the
 /// microkernel walks down the A block (at KC = 256, 24 KiB, the kernel lost a quarter).
+#[cfg(not(target_arch = "aarch64"))]
 const KC: usize = 192;
 /// Rows of a packed A block: MC x KC floats (108 KiB) stay in a 512 KiB L2 with room for
 /// the B panels streaming through.
+#[cfg(not(target_arch = "aarch64"))]
 const MC: usize = 144;
 /// Columns of a packed B block: KC x NC floats (3 MiB) are shared by all threads from L3.
+#[cfg(not(target_arch = "aarch64"))]
 const NC: usize = 4096;
 /// Most floats of B packed at once (2 MiB): when B is narrow, several depth blocks are packed
 /// as one group, and a thread's rows of C stay in its cache from one block to the next (two
 /// threads at n = 661: 117 -> 128 GFLOP/s). An 8 MiB limit is 4-6 % slower at n = 2048, where
 /// the blocks packed first are likelier to have left the cache before they are used.
+#[cfg(not(target_arch = "aarch64"))]
 const PACKED_B_FLOATS: usize = 1 << 19;
+
+// aarch64, for the Jetson boards' cores: Cortex-A57 (32 KiB L1d, 2 MiB L2 shared by four
+// cores), Carmel (64 KiB L1d, 2 MiB L2 per pair of cores, 4 MiB L3) and Cortex-A78AE (64 KiB
+// L1d, 256 KiB L2 per core, 2 MiB L3 per cluster of four). Chosen from those sizes; no ARM
+// machine has timed them.
+
+/// Rows of A (and C) per microkernel call: BLIS's Cortex-A57 shape, 8 x 12. Its 24
+/// accumulators take v8..v31, and one step's 8 values of A and 12 of B take five of the
+/// remaining eight registers: 24 FMAs per 5 vector loads.
+#[cfg(target_arch = "aarch64")]
+const MR: usize = 8;
+/// Columns of B (and C) per microkernel call: three 4-lane vectors.
+#[cfg(target_arch = "aarch64")]
+const NR: usize = 12;
+/// Depth of a packed block: a KC x NR panel of B (12 KiB) and a KC x MR panel of A (8 KiB)
+/// together take under two thirds of the A57's 32 KiB L1d (under a third of 64 KiB).
+#[cfg(target_arch = "aarch64")]
+const KC: usize = 256;
+/// Rows of a packed A block: MC x KC floats (128 KiB) take half of an A78AE core's 256 KiB
+/// L2 and a quarter of an A57 core's share of its 2 MiB, with room for the B panels
+/// streaming through.
+#[cfg(target_arch = "aarch64")]
+const MC: usize = 128;
+/// Columns of a packed B block: KC x NC floats (1020 KiB, 85 whole panels), shared by all
+/// threads from the A57's L2 or the A78AE's L3, next to four cores' A blocks (512 KiB).
+#[cfg(target_arch = "aarch64")]
+const NC: usize = 1020;
+/// Most floats of B packed at once (1 MiB): one full block, or several depth blocks of a
+/// narrow B as one group (see the x86_64 constant), within the same share of L2 or L3.
+#[cfg(target_arch = "aarch64")]
+const PACKED_B_FLOATS: usize = 1 << 18;
 
 /// C (m x n) = A (m x k) · B (k x n), all row-major and contiguous, on the current rayon
 /// pool's threads.
@@ -46,32 +89,43 @@ pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usiz
         c.fill(0.0);
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
-        return blocked(a, b, c, (m, n, k));
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if native_kernel() {
+        let a = Operand {
+            data: a,
+            rs: k,
+            cs: 1,
+        };
+        let b = Operand {
+            data: b,
+            rs: n,
+            cs: 1,
+        };
+        let threads = rayon::current_num_threads().max(1);
+        // SAFETY: c holds m x n floats, row stride n (asserted above), borrowed mutably.
+        unsafe { blocked(a, b, (c.as_mut_ptr(), n), (m, n, k), false, threads) };
+        return;
     }
     gemm_crate(a, b, c, (m, n, k));
 }
 
-/// Whether [`sgemm`] runs its own AVX2/FMA kernel on this CPU (else the `gemm` crate).
+/// Whether [`sgemm`] runs its own microkernel on this CPU (x86_64 with AVX2 and FMA, or
+/// aarch64 with NEON), else the `gemm` crate.
 pub fn native_kernel() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return has_avx2_fma();
-    #[cfg(not(target_arch = "x86_64"))]
+    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(target_arch = "aarch64")]
+    return std::arch::is_aarch64_feature_detected!("neon");
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     false
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
 /// A buffer of at least `len` floats starting on a 64-byte boundary (whole cache lines for
 /// the microkernel's vector loads), reused between calls on the same thread.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct Aligned(Vec<f32>);
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Aligned {
     fn slice(&mut self, len: usize) -> &mut [f32] {
         if self.0.len() < len + 16 {
@@ -82,10 +136,53 @@ impl Aligned {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 thread_local! {
     static PACK_A: std::cell::RefCell<Aligned> = const { std::cell::RefCell::new(Aligned(Vec::new())) };
     static PACK_B: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// An operand of the blocked product: its floats and its (row, column) strides in floats.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    data: &'a [f32],
+    rs: usize,
+    cs: usize,
+}
+
+/// dst (m x n, row stride `dst_rs`, column stride 1) = [dst +] lhs (m x k) · rhs (k x n),
+/// with (row, column) strides for both operands, on `threads` threads of the current rayon
+/// pool; with one thread the product runs on the calling thread only, without entering the
+/// pool (the convolution and linear kernels call it from inside their own rayon tasks).
+///
+/// # Safety
+/// [`native_kernel`] is true; every element (r, c) < (m, n) of dst at r * dst_rs + c is in one
+/// allocation, writable and aliased by neither operand, and initialised when `accumulate`;
+/// m, n and k are not zero.
+#[cfg(target_arch = "aarch64")]
+pub(crate) unsafe fn sgemm_strided(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_rs): (*mut f32, usize),
+    accumulate: bool,
+    (lhs, (lhs_rs, lhs_cs)): (&[f32], (usize, usize)),
+    (rhs, (rhs_rs, rhs_cs)): (&[f32], (usize, usize)),
+    threads: usize,
+) {
+    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
+    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    let a = Operand {
+        data: lhs,
+        rs: lhs_rs,
+        cs: lhs_cs,
+    };
+    let b = Operand {
+        data: rhs,
+        rs: rhs_rs,
+        cs: rhs_cs,
+    };
+    // SAFETY: as the caller promises.
+    unsafe { blocked(a, b, (dst, dst_rs), (m, n, k), accumulate, threads.max(1)) }
 }
 
 /// Packs rows `pc..pc + kc` of B (row stride `n`), from column `jc` on, into the panels of NR
@@ -94,11 +191,12 @@ thread_local! {
 /// The panels are filled row after row: B's rows are read in contiguous stretches of up to
 /// 768 bytes (a run of eight panels). Packing one panel at a time reads 96 bytes per row and
 /// comes back for the rest of each cache line after it has left (by panel, with a memcpy call
-/// per row, packing took 10 % of a one-thread product at n = 661).
-#[cfg(target_arch = "x86_64")]
+/// per row, packing took 10 % of a one-thread product at n = 661). A B whose columns are not
+/// contiguous is read column by column, each column's floats in order of depth (B stored
+/// transposed: contiguous columns).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn pack_b(
-    b: &[f32],
-    n: usize,
+    b: Operand,
     (pc, kc): (usize, usize),
     (jc, nc): (usize, usize),
     first_panel: usize,
@@ -106,8 +204,23 @@ fn pack_b(
 ) {
     let panel_len = kc * NR;
     let j_run = jc + first_panel * NR;
+    if b.cs != 1 {
+        for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
+            for j in 0..NR {
+                let col = j_run + g * NR + j;
+                for p in 0..kc {
+                    panel[p * NR + j] = if col < jc + nc {
+                        b.data[(pc + p) * b.rs + col * b.cs]
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+        return;
+    }
     for p in 0..kc {
-        let src_row = &b[(pc + p) * n..][..jc + nc];
+        let src_row = &b.data[(pc + p) * b.rs..][..jc + nc];
         for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
             let j0 = j_run + g * NR;
             let row = &mut panel[p * NR..][..NR];
@@ -128,24 +241,36 @@ fn pack_b(
     }
 }
 
-/// Packs the `rows` x kc block of A starting at `a` (row stride `k`, from column `pc`) into
-/// panels of MR rows, each kc x MR column by column, the last one padded with zeros.
-#[cfg(target_arch = "x86_64")]
-fn pack_a(a: &[f32], k: usize, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
+/// Packs the `rows` x kc block of A starting at row 0 of `a` (from column `pc`) into panels of
+/// MR rows, each kc x MR column by column, the last one padded with zeros.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn pack_a(a: Operand, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
     for (panel, dst) in dst.chunks_exact_mut(kc * MR).enumerate() {
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
-        if valid == MR {
-            let src: [&[f32]; MR] = std::array::from_fn(|i| &a[(i0 + i) * k + pc..][..kc]);
-            // SAFETY: only called on the AVX2/FMA path (blocked), checked by sgemm.
-            unsafe { transpose_4_rows(src, dst) };
+        if valid == MR && a.cs == 1 {
+            let src: [&[f32]; MR] = std::array::from_fn(|i| &a.data[(i0 + i) * a.rs + pc..][..kc]);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: pack_a runs only in the blocked product, whose callers have checked
+            // native_kernel() (AVX2 and FMA).
+            unsafe {
+                transpose_4_rows(src, dst)
+            };
+            #[cfg(target_arch = "aarch64")]
+            transpose_8_rows(src, dst);
+            continue;
+        }
+        if valid == MR && a.rs == 1 {
+            // A stored transposed: each column of the panel is MR contiguous floats.
+            for (p, column) in dst.chunks_exact_mut(MR).enumerate() {
+                column.copy_from_slice(&a.data[i0 + (pc + p) * a.cs..][..MR]);
+            }
             continue;
         }
         for i in 0..MR {
             if i < valid {
-                let src = &a[(i0 + i) * k + pc..][..kc];
-                for (p, &v) in src.iter().enumerate() {
-                    dst[p * MR + i] = v;
+                for p in 0..kc {
+                    dst[p * MR + i] = a.data[(i0 + i) * a.rs + (pc + p) * a.cs];
                 }
             } else {
                 for p in 0..kc {
@@ -198,6 +323,44 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
     }
 }
 
+/// `dst[p * 8 + i] = rows[i][p]`, four columns at a time: two 4 x 4 register transposes (rows
+/// 0-3 and 4-7) and eight full-vector stores rather than eight strided scalar stores per column.
+#[cfg(target_arch = "aarch64")]
+fn transpose_8_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
+    use std::arch::aarch64::*;
+    let kc = rows[0].len();
+    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * MR);
+    let body = kc - kc % 4;
+    for p in (0..body).step_by(4) {
+        for half in [0, 4] {
+            // SAFETY: p + 4 <= kc floats in every row, and dst holds kc x 8 floats; NEON is
+            // part of the aarch64 baseline.
+            unsafe {
+                let r0 = vld1q_f32(rows[half].as_ptr().add(p));
+                let r1 = vld1q_f32(rows[half + 1].as_ptr().add(p));
+                let r2 = vld1q_f32(rows[half + 2].as_ptr().add(p));
+                let r3 = vld1q_f32(rows[half + 3].as_ptr().add(p));
+                // Pairs of rows interleaved: (r0[0], r1[0], r0[2], r1[2]) and so on, then the
+                // 64-bit halves of two pairs make one column of the four rows.
+                let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+                let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+                let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+                let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+                let out = dst.as_mut_ptr().add(p * MR + half);
+                vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
+                vst1q_f32(out.add(MR), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out.add(2 * MR), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+                vst1q_f32(out.add(3 * MR), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+            }
+        }
+    }
+    for p in body..kc {
+        for (i, row) in rows.iter().enumerate() {
+            dst[p * MR + i] = row[p];
+        }
+    }
+}
+
 /// Run `index` of `units` units cut into `parts` runs whose sizes differ by at most one unit:
 /// equal shares let the threads finish together (cut into runs of 136 rows, 2383 rows give two
 /// threads 9 and 8.5 runs' work in every depth block; even runs are 0-7 % faster on two threads
@@ -207,13 +370,13 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
 }
 
 /// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn depth_block_len(nc: usize) -> usize {
     nc.div_ceil(NR) * NR * KC
 }
 
 /// One group of depth blocks of B packed together: columns `jc..jc + nc`, depths `pg..pg + kg`.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct Group {
     jc: usize,
     nc: usize,
@@ -221,7 +384,7 @@ struct Group {
     kg: usize,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Group {
     fn panels(&self) -> usize {
         self.nc.div_ceil(NR)
@@ -248,7 +411,7 @@ impl Group {
 }
 
 /// Claims the next of `items` work items for this thread, or None when all are taken.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn claim(next: &std::sync::atomic::AtomicUsize, items: usize) -> Option<usize> {
     let item = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     (item < items).then_some(item)
@@ -256,7 +419,7 @@ fn claim(next: &std::sync::atomic::AtomicUsize, items: usize) -> Option<usize> {
 
 /// Waits until `done` reaches `items`. Every unfinished item has been claimed by a thread that
 /// is running it, so the wait ends without this thread's help.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn wait_for(done: &std::sync::atomic::AtomicUsize, items: usize) {
     let mut spins = 0u32;
     while done.load(std::sync::atomic::Ordering::Acquire) < items {
@@ -271,10 +434,10 @@ fn wait_for(done: &std::sync::atomic::AtomicUsize, items: usize) {
 
 /// A pointer shared by the threads of one product, each writing only its own part of the
 /// buffer between two waits.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 struct Shared(*mut f32);
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Shared {
     /// The pointer at `offset` floats (a method, so that closures capture the Sync wrapper).
     ///
@@ -288,14 +451,14 @@ impl Shared {
 
 // SAFETY: the threads of a product write disjoint parts (packing runs, C's row runs), and a
 // buffer is read only after `wait_for` has seen every write to it released.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe impl Send for Shared {}
 // SAFETY: as for Send.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe impl Sync for Shared {}
 
 /// Progress counters of one group, shared by the threads of a product.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[derive(Default)]
 struct Progress {
     next_run: std::sync::atomic::AtomicUsize,
@@ -318,9 +481,22 @@ struct Progress {
 /// instead of a fixed share also evens out threads that run at different speeds. Every wait is
 /// for runs that a running thread has claimed, so a product finishes even if only one thread of
 /// the pool takes part.
-#[cfg(target_arch = "x86_64")]
-fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)) {
-    let threads = rayon::current_num_threads().max(1);
+///
+/// C has row stride `ldc` and column stride 1; `accumulate` adds the product into it. Runs on
+/// `threads` threads of the current pool (one: the calling thread only).
+///
+/// # Safety
+/// [`native_kernel`] is true; the m x n floats of C at r * ldc + c are in one allocation,
+/// writable and aliased by neither operand, and initialised when `accumulate`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn blocked(
+    a: Operand,
+    b: Operand,
+    (c, ldc): (*mut f32, usize),
+    (m, n, k): (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
     // An equal number of row runs per thread, each at most about MC rows, in whole
     // microkernel rows.
     let row_panels = m.div_ceil(MR);
@@ -343,7 +519,7 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
     let mut pack_b_buf = Aligned(PACK_B.take());
     let packed_len = groups.iter().map(Group::packed_len).max().unwrap_or(0);
     let packed_b = Shared(pack_b_buf.slice(2 * packed_len).as_mut_ptr());
-    let c_shared = Shared(c.as_mut_ptr());
+    let c_shared = Shared(c);
     let take_part = || {
         for (g, (group, progress)) in groups.iter().zip(&progress_by_group).enumerate() {
             // Two buffers, by turns: a thread done with its rows of one group goes on to pack
@@ -366,7 +542,7 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
                         run_panels.len() * kc * NR,
                     )
                 };
-                pack_b(b, n, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
+                pack_b(b, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
                 progress
                     .packed
                     .fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -385,22 +561,32 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
                 let panels = even_run(row_panels, tasks, task);
                 let first_row = panels.start * MR;
                 let rows = (panels.end * MR).min(m) - first_row;
-                // SAFETY: this task's rows of C, disjoint from every other task's; the
-                // previous group's writes to them were released and seen finished above.
-                let c =
-                    unsafe { std::slice::from_raw_parts_mut(c_shared.at(first_row * n), rows * n) };
-                let a = &a[first_row * k..];
+                // SAFETY: the first of this task's rows of C, disjoint from every other
+                // task's; the previous group's writes to them were released and seen finished
+                // above.
+                let c = unsafe { c_shared.at(first_row * ldc) };
+                let a = Operand {
+                    data: &a.data[first_row * a.rs..],
+                    ..a
+                };
                 PACK_A.with_borrow_mut(|pack_a_buf| {
                     for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
                         let pc = group.pg + blk * KC;
                         let kc = KC.min(k - pc);
                         let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
-                        pack_a(a, k, rows, (pc, kc), packed_a);
-                        // SAFETY: has_avx2_fma() was checked by the caller; the panels hold
-                        // kc x MR and kc x NR floats, and the tile writes stay inside c's
-                        // rows 0..rows and columns jc..jc + nc.
+                        pack_a(a, rows, (pc, kc), packed_a);
+                        let overwrite = pc == 0 && !accumulate;
+                        // SAFETY: native_kernel() holds (the caller's promise); the panels
+                        // hold kc x MR and kc x NR floats, and the tile writes stay inside
+                        // this task's rows 0..rows and columns jc..jc + nc of C.
                         unsafe {
-                            macro_kernel(kc, packed_a, packed_b, c, n, group.jc, group.nc, pc == 0)
+                            macro_kernel(
+                                kc,
+                                (packed_a, packed_b),
+                                (c, rows, ldc),
+                                (group.jc, group.nc),
+                                overwrite,
+                            )
                         }
                     }
                 });
@@ -423,21 +609,19 @@ fn blocked(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usize)
 
 /// Every MR x NR tile of a thread's rows of C against one packed B block: B panel outer (it
 /// stays in L1 while the A panels stream from L2), A panel inner.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
+///
+/// # Safety
+/// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
+/// rows (row stride `ldc`) of columns `jc..jc + nc`.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
 unsafe fn macro_kernel(
     kc: usize,
-    packed_a: &[f32],
-    packed_b: &[f32],
-    c: &mut [f32],
-    ldc: usize,
-    jc: usize,
-    nc: usize,
+    (packed_a, packed_b): (&[f32], &[f32]),
+    (c, rows, ldc): (*mut f32, usize, usize),
+    (jc, nc): (usize, usize),
     overwrite: bool,
 ) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    let rows = c.len() / ldc;
     let a_panels = packed_a.len() / (kc * MR);
     let b_panels = packed_b.chunks_exact(kc * NR);
     let b_panel_lines = kc * NR / 16;
@@ -453,8 +637,7 @@ unsafe fn macro_kernel(
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
             for line in ip * lines_per_tile..((ip + 1) * lines_per_tile).min(next_lines) {
-                // SAFETY: prefetches do not fault; the line lies in the next panel.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(next_b.as_ptr().add(line * 16).cast()) };
+                prefetch_l2(next_b.as_ptr().wrapping_add(line * 16));
             }
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
@@ -464,7 +647,7 @@ unsafe fn macro_kernel(
                         kc,
                         a_panel.as_ptr(),
                         b_panel.as_ptr(),
-                        c.as_mut_ptr().add(i0 * ldc + j0),
+                        c.add(i0 * ldc + j0),
                         ldc,
                         overwrite,
                     )
@@ -484,19 +667,46 @@ unsafe fn macro_kernel(
                     )
                 };
                 for i in 0..valid_rows {
-                    let dst = &mut c[(i0 + i) * ldc + j0..][..cols];
                     let src = &tile[i * NR..][..cols];
-                    if overwrite {
-                        dst.copy_from_slice(src);
-                    } else {
-                        for (d, s) in dst.iter_mut().zip(src) {
-                            *d += s;
+                    // SAFETY: row i0 + i, columns j0..j0 + cols, lie inside c; a destination
+                    // that is overwritten may be uninitialised, so it is written through the
+                    // pointer, and one that is added to is initialised (the caller's promise).
+                    unsafe {
+                        let dst = c.add((i0 + i) * ldc + j0);
+                        if overwrite {
+                            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                        } else {
+                            let dst = std::slice::from_raw_parts_mut(dst, cols);
+                            for (d, s) in dst.iter_mut().zip(src) {
+                                *d += s;
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Fetches the cache line at `line` into L2 (a hint: it never faults, and nothing waits for it).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+fn prefetch_l2(line: *const f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and does not fault; SSE is part of
+    // the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line.cast())
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above: PRFM is a hint that does not fault and writes no register.
+    unsafe {
+        std::arch::asm!(
+            "prfm pldl2keep, [{line}]",
+            line = in(reg) line,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
 }
 
 /// One step of the microkernel's loop, as assembly text: row `$p` of the packed B panel (three
@@ -664,6 +874,234 @@ unsafe fn kernel(
     }
 }
 
+/// One step of the NEON microkernel, as assembly text: the step's 8 values of A in v0 (rows
+/// 0-3) and v1 (rows 4-7) times its row of B in v2, v3, v4, added into the accumulators, row i
+/// of C in v(8 + 3i)..v(10 + 3i). Loads from `{a}` + `$a` and `{b}` + `$b` bytes (the steps of
+/// one unrolled iteration at their offsets), or with post-increment (`neon_step!(post)`).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_step {
+    (post) => {
+        concat!(
+            "ldp q0, q1, [{a}], #32\n",
+            "ldp q2, q3, [{b}], #32\n",
+            "ldr q4, [{b}], #16\n",
+            neon_step!(fmla),
+        )
+    };
+    ($a:literal, $b:literal, $b2:literal) => {
+        concat!(
+            "ldp q0, q1, [{a}, #",
+            $a,
+            "]\n",
+            "ldp q2, q3, [{b}, #",
+            $b,
+            "]\n",
+            "ldr q4, [{b}, #",
+            $b2,
+            "]\n",
+            neon_step!(fmla),
+        )
+    };
+    (fmla) => {
+        concat!(
+            "fmla v8.4s, v2.4s, v0.s[0]\n",
+            "fmla v9.4s, v3.4s, v0.s[0]\n",
+            "fmla v10.4s, v4.4s, v0.s[0]\n",
+            "fmla v11.4s, v2.4s, v0.s[1]\n",
+            "fmla v12.4s, v3.4s, v0.s[1]\n",
+            "fmla v13.4s, v4.4s, v0.s[1]\n",
+            "fmla v14.4s, v2.4s, v0.s[2]\n",
+            "fmla v15.4s, v3.4s, v0.s[2]\n",
+            "fmla v16.4s, v4.4s, v0.s[2]\n",
+            "fmla v17.4s, v2.4s, v0.s[3]\n",
+            "fmla v18.4s, v3.4s, v0.s[3]\n",
+            "fmla v19.4s, v4.4s, v0.s[3]\n",
+            "fmla v20.4s, v2.4s, v1.s[0]\n",
+            "fmla v21.4s, v3.4s, v1.s[0]\n",
+            "fmla v22.4s, v4.4s, v1.s[0]\n",
+            "fmla v23.4s, v2.4s, v1.s[1]\n",
+            "fmla v24.4s, v3.4s, v1.s[1]\n",
+            "fmla v25.4s, v4.4s, v1.s[1]\n",
+            "fmla v26.4s, v2.4s, v1.s[2]\n",
+            "fmla v27.4s, v3.4s, v1.s[2]\n",
+            "fmla v28.4s, v4.4s, v1.s[2]\n",
+            "fmla v29.4s, v2.4s, v1.s[3]\n",
+            "fmla v30.4s, v3.4s, v1.s[3]\n",
+            "fmla v31.4s, v4.4s, v1.s[3]\n",
+        )
+    };
+}
+
+/// The eight rows of the tile, as assembly text: `$row` expanded with each row's three
+/// accumulators.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_rows {
+    ($row:ident) => {
+        concat!(
+            $row!(8, 9, 10),
+            $row!(11, 12, 13),
+            $row!(14, 15, 16),
+            $row!(17, 18, 19),
+            $row!(20, 21, 22),
+            $row!(23, 24, 25),
+            $row!(26, 27, 28),
+            $row!(29, 30, 31),
+        )
+    };
+}
+
+/// Adds a row of C (at `{cp}`, which then moves to the next row) into its accumulators.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_add_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "ld1 {{v0.4s, v1.4s, v2.4s}}, [{cp}], {ldc}\n",
+            "fadd v",
+            $x,
+            ".4s, v",
+            $x,
+            ".4s, v0.4s\n",
+            "fadd v",
+            $y,
+            ".4s, v",
+            $y,
+            ".4s, v1.4s\n",
+            "fadd v",
+            $z,
+            ".4s, v",
+            $z,
+            ".4s, v2.4s\n",
+        )
+    };
+}
+
+/// Stores a row's accumulators to C (at `{c}`, which then moves to the next row).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_store_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "st1 {{v",
+            $x,
+            ".4s, v",
+            $y,
+            ".4s, v",
+            $z,
+            ".4s}}, [{c}], {ldc}\n"
+        )
+    };
+}
+
+/// Fetches a row of C (at `{cp}`, which then moves to the next row) into L1: 48 bytes, in one
+/// or two cache lines.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_prefetch_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        "prfm pldl1keep, [{cp}]\nprfum pldl1keep, [{cp}, #44]\nadd {cp}, {cp}, {ldc}\n"
+    };
+}
+
+/// C[0..8][0..12] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
+/// A panel (kc x 8, column by column) and a packed B panel (kc x 12, row by row): 24 4-lane
+/// accumulators, each step one 8-float column of A and one 12-float row of B, three FMAs per
+/// element of A (by lane, without a broadcast).
+///
+/// # Safety
+/// `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for reads and
+/// writes.
+#[cfg(target_arch = "aarch64")]
+unsafe fn kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    // The loop in assembly, as on x86_64: the 24 accumulators and the step's five operands
+    // take 29 of the 32 vector registers, and code generated from intrinsics tends to spill
+    // with that many live values. Only base ASIMD instructions: a Cortex-A57 runs them.
+    // SAFETY: the loop reads kc x 8 floats from a and kc x 12 from b (the panels' sizes),
+    // writes only registers, then reads (unless overwrite) and writes the 8 x 12 tile of c;
+    // prefetches do not fault.
+    unsafe {
+        std::arch::asm!(
+            // The tile of C is read (or written) after kc steps: fetching it now hides a miss
+            // behind the loop instead of stalling at its end.
+            "mov {cp}, {c}",
+            neon_rows!(neon_prefetch_row),
+            "movi v8.16b, #0",
+            "movi v9.16b, #0",
+            "movi v10.16b, #0",
+            "movi v11.16b, #0",
+            "movi v12.16b, #0",
+            "movi v13.16b, #0",
+            "movi v14.16b, #0",
+            "movi v15.16b, #0",
+            "movi v16.16b, #0",
+            "movi v17.16b, #0",
+            "movi v18.16b, #0",
+            "movi v19.16b, #0",
+            "movi v20.16b, #0",
+            "movi v21.16b, #0",
+            "movi v22.16b, #0",
+            "movi v23.16b, #0",
+            "movi v24.16b, #0",
+            "movi v25.16b, #0",
+            "movi v26.16b, #0",
+            "movi v27.16b, #0",
+            "movi v28.16b, #0",
+            "movi v29.16b, #0",
+            "movi v30.16b, #0",
+            "movi v31.16b, #0",
+            // Four steps per iteration, then the remaining kc % 4 one at a time.
+            "and {r}, {k}, #3",
+            "lsr {k}, {k}, #2",
+            "cbz {k}, 4f",
+            "2:",
+            // A streams from L2 (a new panel every tile), two cache lines per iteration; the
+            // B panel stays in L1.
+            "prfm pldl1keep, [{a}, #256]",
+            "prfm pldl1keep, [{a}, #320]",
+            neon_step!("0", "0", "32"),
+            neon_step!("32", "48", "80"),
+            neon_step!("64", "96", "128"),
+            neon_step!("96", "144", "176"),
+            "add {a}, {a}, #128",
+            "add {b}, {b}, #192",
+            "subs {k}, {k}, #1",
+            "b.ne 2b",
+            "4:",
+            "cbz {r}, 3f",
+            "5:",
+            neon_step!(post),
+            "subs {r}, {r}, #1",
+            "b.ne 5b",
+            "3:",
+            "cbnz {overwrite}, 6f",
+            "mov {cp}, {c}",
+            neon_rows!(neon_add_row),
+            "6:",
+            neon_rows!(neon_store_row),
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            k = inout(reg) kc => _,
+            r = out(reg) _,
+            c = inout(reg) c => _,
+            cp = out(reg) _,
+            ldc = in(reg) ldc * 4,
+            overwrite = in(reg) overwrite as usize,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            options(nostack),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,17 +1145,24 @@ mod tests {
     /// row split across threads), each against the f64 triple loop in pools of 1 to 16 threads.
     #[test]
     fn sgemm_matches_the_f64_reference_at_every_thread_count() {
-        // B packed in three groups of depth blocks, the last one partial.
-        let (groups_n, groups_k): (usize, usize) = (1000, 900);
+        // B packed in three groups of two depth blocks each, the last group partial, its last
+        // panel too.
+        let groups_n = PACKED_B_FLOATS / (2 * KC * NR) * NR - 5;
         let group_depth = PACKED_B_FLOATS / (groups_n.div_ceil(NR) * NR * KC) * KC;
-        assert!(group_depth > KC && groups_k.div_ceil(group_depth) == 3);
+        let groups_k = 2 * group_depth + KC / 2 + 3;
+        assert!(group_depth == 2 * KC && groups_k.div_ceil(group_depth) == 3);
         let shapes = [
             (1, 1, 1),
             (5, 17, 3),
             (6, 16, 1),
             (7, 15, 2),
+            (MR, NR, 1),
+            (MR - 1, NR - 1, 4),
+            (MR + 1, NR + 1, 5),
+            (3 * MR, 2 * NR, 8),
             (37, 41, 29),
             (13, 33, KC + 1),
+            (MR, 3 * NR, KC - 1),
             (MC + 7, 2 * NR + 5, KC * 2 + 3),
             (2 * MC + 1, 50, 70),
             (300, 9, 11),
@@ -746,25 +1191,62 @@ mod tests {
         });
     }
 
+    /// The `rows` x `cols` values of `v` (row-major) at (row, column) strides `rs`, `cs`, the
+    /// gaps between them NaN.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn strided(v: &[f32], (rows, cols): (usize, usize), (rs, cs): (usize, usize)) -> Vec<f32> {
+        let mut out = vec![f32::NAN; (rows - 1) * rs + (cols - 1) * cs + 1];
+        for r in 0..rows {
+            for c in 0..cols {
+                out[r * rs + c * cs] = v[r * cols + c];
+            }
+        }
+        out
+    }
+
+    /// (row, column) strides of a `rows` x `cols` matrix: row-major, stored transposed, and
+    /// neither stride 1.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn layouts((rows, cols): (usize, usize)) -> [(usize, usize); 3] {
+        [(cols, 1), (1, rows), (2 * cols + 1, 2)]
+    }
+
     /// The packed layouts element by element: A's panels column by column, B's row by row,
-    /// both padded with zeros (depths around the transpose's eight columns, and B's runs of
-    /// panels with a partial last panel).
-    #[cfg(target_arch = "x86_64")]
+    /// both padded with zeros (depths around the transposes' four and eight columns, rows
+    /// that fill a panel or do not, and B's runs of panels with a partial last panel), from
+    /// operands row-major, transposed and with both strides above 1.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
     fn packed_panels_hold_their_elements_and_zero_padding() {
-        if !has_avx2_fma() {
+        if !native_kernel() {
             return;
         }
         let (m, k) = (11, 45);
         let a = fill(m * k, 3);
-        for (pc, kc) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)] {
+        for ((pc, kc), (rs, cs)) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)]
+            .into_iter()
+            .flat_map(|depths| layouts((m, k)).map(|strides| (depths, strides)))
+        {
+            let data = strided(&a, (m, k), (rs, cs));
             let mut packed = vec![f32::NAN; m.div_ceil(MR) * MR * kc];
-            pack_a(&a, k, m, (pc, kc), &mut packed);
+            pack_a(
+                Operand {
+                    data: &data,
+                    rs,
+                    cs,
+                },
+                m,
+                (pc, kc),
+                &mut packed,
+            );
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, i) = (idx / (kc * MR), idx % (kc * MR) / MR, idx % MR);
                 let row = panel * MR + i;
                 let want = if row < m { a[row * k + pc + p] } else { 0.0 };
-                assert_eq!(got, want, "A kc {kc}: panel {panel}, depth {p}, row {i}");
+                assert_eq!(
+                    got, want,
+                    "A kc {kc}, strides {rs}, {cs}: panel {panel}, depth {p}, row {i}"
+                );
             }
         }
         let (k, n) = (9, 20 * NR + 5);
@@ -778,9 +1260,18 @@ mod tests {
             ((1, 8), (NR + 2, 9 * NR + 1), 3..7),
             ((1, 8), (NR + 2, 9 * NR + 1), 7..10),
         ];
-        for ((pc, kc), (jc, nc), panels) in cases {
+        for (((pc, kc), (jc, nc), panels), (rs, cs)) in cases
+            .into_iter()
+            .flat_map(|case| layouts((k, n)).map(|strides| (case.clone(), strides)))
+        {
+            let data = strided(&b, (k, n), (rs, cs));
             let mut packed = vec![f32::NAN; panels.len() * NR * kc];
-            pack_b(&b, n, (pc, kc), (jc, nc), panels.start, &mut packed);
+            let operand = Operand {
+                data: &data,
+                rs,
+                cs,
+            };
+            pack_b(operand, (pc, kc), (jc, nc), panels.start, &mut packed);
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, j) = (idx / (kc * NR), idx % (kc * NR) / NR, idx % NR);
                 let col = (panels.start + panel) * NR + j;
@@ -789,7 +1280,84 @@ mod tests {
                 } else {
                     0.0
                 };
-                assert_eq!(got, want, "B nc {nc}: panel {panel}, depth {p}, column {j}");
+                assert_eq!(
+                    got, want,
+                    "B nc {nc}, strides {rs}, {cs}: panel {panel}, depth {p}, column {j}"
+                );
+            }
+        }
+    }
+
+    /// The blocked product of strided operands (row-major, transposed, neither stride 1) into
+    /// a C whose rows are longer than n, overwritten or added to, on the calling thread alone
+    /// and on three of the pool's: the columns past n stay as they were.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    #[test]
+    fn strided_operands_into_a_wider_c_overwrite_or_accumulate() {
+        if !native_kernel() {
+            return;
+        }
+        let shapes = [
+            (MR + 1, NR - 1, 5),
+            (37, 41, KC + 3),
+            (MC + 5, 2 * NR + 3, 2 * KC + 1),
+        ];
+        for (s, &(m, n, k)) in shapes.iter().enumerate() {
+            let (a, b) = (fill(m * k, 31 + s as u64), fill(k * n, 37 + s as u64));
+            let product = reference(&a, &b, (m, n, k));
+            let ldc = n + 3;
+            let c_before = fill(m * ldc, 41 + s as u64);
+            for ((a_strides, b_strides), (accumulate, threads)) in layouts((m, k))
+                .into_iter()
+                .flat_map(|sa| layouts((k, n)).map(move |sb| (sa, sb)))
+                .flat_map(|l| [(false, 1), (true, 1), (false, 3), (true, 3)].map(move |r| (l, r)))
+            {
+                let a_data = strided(&a, (m, k), a_strides);
+                let b_data = strided(&b, (k, n), b_strides);
+                let (lhs, rhs) = (
+                    Operand {
+                        data: &a_data,
+                        rs: a_strides.0,
+                        cs: a_strides.1,
+                    },
+                    Operand {
+                        data: &b_data,
+                        rs: b_strides.0,
+                        cs: b_strides.1,
+                    },
+                );
+                let mut c = c_before.clone();
+                // SAFETY: native_kernel() is true; c holds m rows of ldc >= n floats, its own
+                // allocation, initialised.
+                unsafe {
+                    blocked(
+                        lhs,
+                        rhs,
+                        (c.as_mut_ptr(), ldc),
+                        (m, n, k),
+                        accumulate,
+                        threads,
+                    )
+                };
+                let context = format!(
+                    "{m}x{n}x{k}, strides {a_strides:?} {b_strides:?}, accumulate {accumulate}, \
+                     {threads} threads"
+                );
+                for i in 0..m {
+                    for j in 0..ldc {
+                        let (got, before) = (c[i * ldc + j], c_before[i * ldc + j]);
+                        if j >= n {
+                            assert_eq!(got, before, "{context}: c[{i}, {j}] past n");
+                            continue;
+                        }
+                        let want =
+                            product[i * n + j] + if accumulate { before as f64 } else { 0.0 };
+                        assert!(
+                            (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                            "{context}: c[{i}, {j}] = {got}, want {want}"
+                        );
+                    }
+                }
             }
         }
     }
@@ -832,6 +1400,14 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(60))
             .expect("the product waited for threads that were busy elsewhere");
         assert_close(&c, &want, (n, k), "one of four threads");
+    }
+
+    /// Every aarch64 CPU has NEON: the tests above run the 8 x 12 microkernel there, not the
+    /// `gemm` crate.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn aarch64_takes_the_neon_kernel() {
+        assert!(native_kernel());
     }
 
     #[test]

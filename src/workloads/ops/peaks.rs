@@ -2,8 +2,8 @@
 //! (the board profile's figures; for a host without a profile the CPU's computed from
 //! /proc/cpuinfo and cpufreq) and the peaks measured on the host itself: a large SGEMM (and,
 //! for f64 ops, a DGEMM) through the GEMM the ops workload's `dot` runs (`kernels::matmul`:
-//! edgebench's own AVX2/FMA kernel on x86-64 CPUs that have them, else the `gemm` crate, what
-//! candle's CPU matmul runs), so `dot`'s share of it is honest, and STREAM's copy and triad on
+//! edgebench's own AVX2/FMA kernel on x86-64 CPUs that have them and NEON kernel on aarch64,
+//! else the `gemm` crate, what candle's CPU matmul runs), so `dot`'s share of it is honest, and STREAM's copy and triad on
 //! all threads.
 
 use super::{self as ops, Dtype, Roofs};
