@@ -5,8 +5,9 @@
 //! tensors: fresh pages, a page fault per 4 KiB), so they time the allocator, not the op.
 //!
 //! sigmoid and tanh in f32 use [`exp_f32`], a branch-free exponential the compiler vectorises
-//! (libm's `expf` is a call per element), on x86-64 with AVX2 and FMA through an explicitly
-//! vectorised copy (see `avx2_fma`); f64 keeps the standard library's `exp`. f32 dot is
+//! (libm's `expf` is a call per element), on x86-64 with AVX2 and FMA and on aarch64 through
+//! an explicitly vectorised copy (see `avx2_fma` and `neon`); f64 keeps the standard library's
+//! `exp`. f32 dot is
 //! [`crate::sgemm`].
 
 use crate::matmul::gemm_crate;
@@ -76,6 +77,11 @@ impl Elem for f32 {
             // SAFETY: the CPU has AVX2 and FMA.
             return unary_chunks(a, c, |a, c| unsafe { avx2_fma::sigmoid(a, c) });
         }
+        #[cfg(target_arch = "aarch64")]
+        if neon::available() {
+            // SAFETY: the CPU has NEON.
+            return unary_chunks(a, c, |a, c| unsafe { neon::sigmoid(a, c) });
+        }
         match fused_multiply_add() {
             true => unary(a, c, <Self as Elem>::sigmoid::<true>),
             false => unary(a, c, <Self as Elem>::sigmoid::<false>),
@@ -86,6 +92,11 @@ impl Elem for f32 {
         if avx2_fma::available() {
             // SAFETY: the CPU has AVX2 and FMA.
             return unary_chunks(a, c, |a, c| unsafe { avx2_fma::tanh(a, c) });
+        }
+        #[cfg(target_arch = "aarch64")]
+        if neon::available() {
+            // SAFETY: the CPU has NEON.
+            return unary_chunks(a, c, |a, c| unsafe { neon::tanh(a, c) });
         }
         match fused_multiply_add() {
             true => unary(a, c, <Self as Elem>::tanh::<true>),
@@ -223,15 +234,15 @@ pub fn binary<T: Elem>(a: &[T], b: &[T], c: &mut [T], f: impl Fn(T, T) -> T + Sy
         });
 }
 
-/// `c[i] = sigmoid(a[i])` on all threads; in f32 with AVX2 and FMA an explicitly vectorised
-/// loop with the same results as [`Elem::sigmoid`]`::<true>`, bit for bit.
+/// `c[i] = sigmoid(a[i])` on all threads; in f32 with AVX2 and FMA or NEON an explicitly
+/// vectorised loop with the same results as [`Elem::sigmoid`]`::<true>`, bit for bit.
 pub fn sigmoid<T: Elem>(a: &[T], c: &mut [T]) {
     assert!(a.len() == c.len(), "operand lengths differ");
     T::sigmoid_slice(a, c)
 }
 
-/// `c[i] = tanh(a[i])` on all threads; in f32 with AVX2 and FMA an explicitly vectorised
-/// loop with the same results as [`Elem::tanh`]`::<true>`, bit for bit.
+/// `c[i] = tanh(a[i])` on all threads; in f32 with AVX2 and FMA or NEON an explicitly
+/// vectorised loop with the same results as [`Elem::tanh`]`::<true>`, bit for bit.
 pub fn tanh<T: Elem>(a: &[T], c: &mut [T]) {
     assert!(a.len() == c.len(), "operand lengths differ");
     T::tanh_slice(a, c)
@@ -405,6 +416,180 @@ mod avx2_fma {
     }
 }
 
+/// f32 sigmoid and tanh in NEON (ASIMD) intrinsics, the aarch64 counterpart of `avx2_fma`:
+/// base ASIMD only (no fp16, no dotprod), so a Cortex-A57 runs it. LLVM's vectorisation of
+/// [`Elem::sigmoid`] runs one 4-lane vector per iteration with exp's chain exposed; here every
+/// step is applied to [`UNROLL`] independent vectors before the next. Same operations, same
+/// order, each multiply-add fused as `f32::mul_add` is on aarch64: the results equal
+/// `Elem::sigmoid::<true>` / `Elem::tanh::<true>` bit for bit. The clamp is `fmax`/`fmin`
+/// (a NaN stays NaN, as in `f32::clamp`; `fmaxnm`/`fminnm` would turn it into a bound), and
+/// the division stays `fdiv` (a reciprocal estimate refined by Newton steps rounds
+/// differently).
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    /// Vectors in flight per iteration: the most that fit the 32 vector registers. The loops
+    /// keep 13 (sigmoid) or 14 (tanh) of them for constants (clamp bounds, exp's coefficients,
+    /// 1, -2, the exponent bias, the sign mask); each vector in flight holds about 4 more
+    /// (t, r, r^2, the polynomial's partial sums). With 4, tanh uses all 32 and neither loop
+    /// spills; with 6, tanh spills (6 stack accesses per iteration). llvm-mca's Cortex-A57
+    /// model puts 3, 4 and 6 at the same cycles per element (bound by the two FP pipes, one
+    /// of them held by the division), 2 at 5 % more for sigmoid (bench/arm/mca-elementwise.sh).
+    const UNROLL: usize = 4;
+    const BLOCK: usize = 4 * UNROLL;
+
+    pub(super) fn available() -> bool {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+
+    type V = [float32x4_t; UNROLL];
+
+    /// [`super::exp_f32`]`::<true>` on every lane, past its clamp: each lane is in
+    /// [-87, 88] or NaN.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn exp_of_clamped(x: V) -> V {
+        let splat = vdupq_n_f32;
+        let rounder = splat(12_582_912.0);
+        let mut t = x;
+        let mut n = x;
+        let mut r = x;
+        for i in 0..UNROLL {
+            // vfmaq_f32(a, b, c) = a + b c, vfmsq_f32(a, b, c) = a - b c, each rounded once.
+            t[i] = vfmaq_f32(rounder, x[i], splat(std::f32::consts::LOG2_E));
+            n[i] = vsubq_f32(t[i], rounder);
+            r[i] = vfmsq_f32(x[i], n[i], splat(0.693_359_4));
+        }
+        for i in 0..UNROLL {
+            r[i] = vfmsq_f32(r[i], n[i], splat(-2.121_944_4e-4));
+        }
+        let c = |i: usize| vdupq_n_f32(super::EXP_P[i]);
+        let mut r2 = r;
+        let mut p = r;
+        for i in 0..UNROLL {
+            r2[i] = vmulq_f32(r[i], r[i]);
+            let high = vfmaq_f32(c(1), c(0), r[i]);
+            let mid = vfmaq_f32(c(3), c(2), r[i]);
+            let low = vfmaq_f32(c(5), c(4), r[i]);
+            let r4 = vmulq_f32(r2[i], r2[i]);
+            p[i] = vfmaq_f32(vfmaq_f32(low, r2[i], mid), r4, high);
+        }
+        // 2^n from t's bits: (t - rounder + 127) << 23 in wrapping i32 arithmetic, with the
+        // two constants folded into one.
+        let bias = vdupq_n_s32(127_i32.wrapping_sub(12_582_912f32.to_bits() as i32));
+        let mut out = x;
+        for i in 0..UNROLL {
+            let er = vaddq_f32(vfmaq_f32(r[i], r2[i], p[i]), splat(1.0));
+            let n_bits = vaddq_s32(vreinterpretq_s32_f32(t[i]), bias);
+            let two_n = vreinterpretq_f32_s32(vshlq_n_s32::<23>(n_bits));
+            out[i] = vmulq_f32(er, two_n);
+        }
+        out
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn sigmoid_v(x: V) -> V {
+        let one = vdupq_n_f32(1.0);
+        let mut clamped = x;
+        for v in &mut clamped {
+            // f32::clamp(-x, -87, 88)
+            *v = vminq_f32(
+                vmaxq_f32(vnegq_f32(*v), vdupq_n_f32(-87.0)),
+                vdupq_n_f32(88.0),
+            );
+        }
+        let mut e = exp_of_clamped(clamped);
+        for e in &mut e {
+            *e = vdivq_f32(one, vaddq_f32(one, *e));
+        }
+        e
+    }
+
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn tanh_v(x: V) -> V {
+        let one = vdupq_n_f32(1.0);
+        let mut clamped = x;
+        for v in &mut clamped {
+            // f32::clamp(-2|x|, -87, 88): -2|x| <= 0 (or NaN), the upper bound never applies.
+            let m = vmulq_f32(vdupq_n_f32(-2.0), vabsq_f32(*v));
+            *v = vmaxq_f32(m, vdupq_n_f32(-87.0));
+        }
+        let e = exp_of_clamped(clamped);
+        let sign = vdupq_n_u32(0x8000_0000);
+        let mut out = x;
+        for i in 0..UNROLL {
+            let q = vdivq_f32(vsubq_f32(one, e[i]), vaddq_f32(one, e[i]));
+            // copysign(q, x): q >= +0 (e <= 1, and 1 - 1 = +0), so its sign bit is clear and
+            // OR-ing in x's is enough (one instruction fewer than a bit select as LLVM
+            // lowers it).
+            let x_sign = vandq_u32(vreinterpretq_u32_f32(x[i]), sign);
+            out[i] = vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(q), x_sign));
+        }
+        out
+    }
+
+    /// `c = f(a)` in blocks of [`BLOCK`]; the tail goes through one zero-padded block. No
+    /// software prefetch: on a Cortex-A57 the division alone takes 34 cycles per vector
+    /// (llvm-mca), a pace at which the hardware prefetchers keep up.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn map(a: &[f32], c: &mut [f32], f: impl Fn(V) -> V) {
+        assert_eq!(a.len(), c.len());
+        let mut a_blocks = a.chunks_exact(BLOCK);
+        let mut c_blocks = c.chunks_exact_mut(BLOCK);
+        for (a, c) in (&mut a_blocks).zip(&mut c_blocks) {
+            let mut x = [vdupq_n_f32(0.0); UNROLL];
+            for (i, x) in x.iter_mut().enumerate() {
+                // SAFETY: a holds BLOCK floats, lanes 4i..4i + 4 among them.
+                *x = unsafe { vld1q_f32(a.as_ptr().add(4 * i)) };
+            }
+            for (i, y) in f(x).iter().enumerate() {
+                // SAFETY: c holds BLOCK floats.
+                unsafe { vst1q_f32(c.as_mut_ptr().add(4 * i), *y) };
+            }
+        }
+        let (a, c) = (a_blocks.remainder(), c_blocks.into_remainder());
+        if !a.is_empty() {
+            let mut block = [0f32; BLOCK];
+            block[..a.len()].copy_from_slice(a);
+            let mut x = [vdupq_n_f32(0.0); UNROLL];
+            for (i, x) in x.iter_mut().enumerate() {
+                // SAFETY: block holds BLOCK floats.
+                *x = unsafe { vld1q_f32(block.as_ptr().add(4 * i)) };
+            }
+            for (i, y) in f(x).iter().enumerate() {
+                // SAFETY: block holds BLOCK floats.
+                unsafe { vst1q_f32(block.as_mut_ptr().add(4 * i), *y) };
+            }
+            c.copy_from_slice(&block[..a.len()]);
+        }
+    }
+
+    /// Not inlined: one call per chunk of at least 4096 elements costs nothing, and the loop
+    /// keeps a symbol of its own for bench/arm/mca-elementwise.sh.
+    ///
+    /// # Safety
+    /// The CPU has NEON.
+    #[inline(never)]
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn sigmoid(a: &[f32], c: &mut [f32]) {
+        map(a, c, |x| sigmoid_v(x))
+    }
+
+    /// Not inlined, as [`sigmoid`].
+    ///
+    /// # Safety
+    /// The CPU has NEON.
+    #[inline(never)]
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn tanh(a: &[f32], c: &mut [f32]) {
+        map(a, c, |x| tanh_v(x))
+    }
+}
+
 /// `c[i] = f(a[i])` on all threads.
 pub fn unary<T: Elem>(a: &[T], c: &mut [T], f: impl Fn(T) -> T + Sync) {
     unary_chunks(a, c, |a, c| {
@@ -494,7 +679,7 @@ mod tests {
 
     /// Every loop against its f64 reference in pools of 1 to 16 threads, each with the
     /// multiply-adds the dispatch picks on this CPU (fused on aarch64 and AVX2+FMA x86-64;
-    /// sigmoid and tanh through their explicitly vectorised loop on the latter).
+    /// sigmoid and tanh through their explicitly vectorised loops on both).
     #[test]
     fn loops_match_their_references_at_every_thread_count() {
         let n = 100_003; // not a multiple of any chunk or vector width
@@ -513,7 +698,7 @@ mod tests {
                 .iter()
                 .zip(a.iter().zip(&b))
                 .all(|(c, (a, b))| *c == a * b));
-            // The workload's entry points (the AVX2/FMA loop where the CPU has them).
+            // The workload's entry points (the AVX2/FMA or NEON loop where the CPU has them).
             sigmoid(&a, &mut c);
             for (c, a) in c.iter().zip(&a) {
                 let want = 1.0 / (1.0 + (-(*a as f64)).exp());
@@ -549,13 +734,20 @@ mod tests {
         });
     }
 
-    /// The explicitly vectorised f32 sigmoid and tanh against the scalar functions they
-    /// vectorise, bit for bit: every length up to three blocks (the zero-padded tail), values
-    /// across and beyond exp's clamp, infinities, signed zeros and NaN; 1 to 16 threads.
+    /// The explicitly vectorised f32 sigmoid and tanh (AVX2/FMA on x86-64, NEON on aarch64)
+    /// against the scalar functions they vectorise, bit for bit: every length up to three
+    /// blocks of either (the zero-padded tail), values across and beyond exp's clamp,
+    /// infinities, signed zeros and NaN; 1 to 16 threads.
     #[test]
     fn vectorised_sigmoid_and_tanh_equal_the_scalar_functions() {
+        // Every aarch64 Linux CPU has NEON: the NEON loops are what this test checks there.
+        #[cfg(target_arch = "aarch64")]
+        assert!(neon::available(), "NEON not detected");
+        // Elsewhere without fused multiply-adds the loops are `unary` over the scalar functions
+        // themselves (with FMA = false).
+        #[cfg(not(target_arch = "aarch64"))]
         if !fused_multiply_add() {
-            return; // the loops are `unary` over the scalar functions themselves
+            return;
         }
         let mut x: Vec<f32> = fill(10_007, 3, -100.0, 100.0);
         x.extend(fill::<f32>(10_007, 4, -3.0, 3.0));
