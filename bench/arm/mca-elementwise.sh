@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Static cycle estimates (llvm-mca, Cortex-A57 model) for the f32 sigmoid and tanh loops of an
-# aarch64 build of edgebench-kernels; prints a Markdown table.
+# Static cycle estimates (llvm-mca, Cortex-A57 model) for the f32 sigmoid and tanh loops and
+# LRN's forward loop (beta = 3/4) of an aarch64 build of edgebench-kernels; prints a Markdown
+# table.
 #
 #   bench/arm/mca-elementwise.sh BIN
 #
@@ -15,8 +16,12 @@
 # - unary: `unary` over Elem::{sigmoid,tanh}::<true> as LLVM vectorises it (what runs without
 #   the NEON loops): the innermost loop with the most floating-point work that divides, among
 #   the functions edgebench_kernels::elementwise::{sigmoid,tanh} reach through direct calls
-#   (rayon's generic helpers carry no name of the op), the neon ones excepted.
-# Elements per iteration: one division per element (4 per `fdiv v.4s`). Stack accesses: loads
+#   (rayon's generic helpers carry no name of the op), the neon ones excepted;
+# - LRN: edgebench_kernels::lrn::neon::normalize_three_quarters, and the compiler's
+#   vectorisation of Lrn::normalize for f32 (the loop with f32 square roots and a division
+#   that Lrn::fwd_into reaches) where BIN holds it (the NEON loop replaces it).
+# Elements per iteration: one division per element (4 per `fdiv v.4s`), in the NEON LRN loop
+# two reciprocal square-root estimates per element. Stack accesses: loads
 # and stores addressed from sp, registers spilled for want of the 32 vector ones. Each loop is
 # disassembled (aarch64-linux-gnu-objdump -d --no-show-raw-insn) without its branches and fed
 # to llvm-mca -mtriple=aarch64 -mcpu=cortex-a57 -iterations=200: a static model of one core's
@@ -72,18 +77,24 @@ def innermost_loops(sym):
     return loops
 
 
-def best_loop(funcs, divides):
+def f32_square_roots(body):
+    return sum(1 for x in body if x[1] in ("fsqrt", "frsqrte") and operands(x)[0].endswith(".4s"))
+
+
+def best_loop(funcs, divides, roots=False):
     best = None
     for sym in funcs:
         for body in innermost_loops(sym):
             if divides and not divided_elements(body):
+                continue
+            if roots and not f32_square_roots(body):
                 continue
             if best is None or work(body) > work(best):
                 best = body
     return best
 
 
-def reached(root, depth=4):
+def reached(root, depth=7):
     """Functions `root` reaches through direct calls and tail calls, `depth` levels deep."""
     seen, frontier = {root[0]: root}, [root]
     for _ in range(depth):
@@ -108,23 +119,40 @@ print("| loop | instructions per iteration | elements per iteration | cycles per
       "| instructions per 4 elements | cycles per 4 elements | stack accesses per iteration "
       "| address |")
 print("|---|---|---|---|---|---|---|---|")
+def lrn_elements(body):
+    """LRN: two reciprocal square roots per element in the NEON loop, else one division."""
+    rsqrt = sum(mr.lanes(operands(x)[0]) for x in body if x[1] == "frsqrte")
+    return rsqrt // 2 if rsqrt else divided_elements(body)
+
+
+rows = []
 for op in ("sigmoid", "tanh"):
     neon = [s for s in syms if s[2] == f"edgebench_kernels::elementwise::neon::{op}"]
     entry = [s for s in syms if s[2] == f"edgebench_kernels::elementwise::{op}"]
-    rows = [(f"neon::{op}", best_loop(neon, divides=True))]
+    rows.append((f"neon::{op}", best_loop(neon, divides=True), divided_elements))
     if entry:
         funcs = [s for s in reached(entry[0]) if "::neon::" not in s[2]]
-        rows.append((f"unary over Elem::{op}::<true>", best_loop(funcs, divides=True)))
-    for name, body in rows:
-        if not body:
-            print(f"| {name} | not in this binary | | | | | | |")
-            continue
-        # Branches are dropped (llvm-mca runs the body back to back).
-        insns = [x for x in body if x[3] is None and not mr.BRANCH.match(x[1])]
-        elems = divided_elements(body)
-        cycles = mca_cycles(body)
-        # Loads and stores addressed from sp: spilled registers.
-        spills = sum(1 for x in insns if re.search(r"\[sp\b", x[2]))
-        print(f"| {name} | {len(insns)} | {elems} | {cycles:.1f} | {len(insns) * 4 / elems:.1f} "
-              f"| {cycles * 4 / elems:.1f} | {spills} | {body[0][0]:#x} |")
+        rows.append((f"unary over Elem::{op}::<true>", best_loop(funcs, divides=True),
+                     divided_elements))
+# LRN's forward for beta = 3/4 in f32: the NEON loop, and the compiler's vectorisation of
+# Lrn::normalize (two fsqrt and one fdiv per vector) where BIN holds it.
+neon = [s for s in syms if s[2] == "edgebench_kernels::lrn::neon::normalize_three_quarters"]
+rows.append(("lrn::neon::normalize_three_quarters", best_loop(neon, False, roots=True),
+             lrn_elements))
+funcs = {f[0]: f for s in syms if s[2] == "edgebench_kernels::lrn::Lrn::fwd_into"
+         for f in reached(s) if "::neon::" not in f[2]}
+rows.append(("Lrn::normalize (beta = 3/4, f32)",
+             best_loop(funcs.values(), divides=True, roots=True), lrn_elements))
+for name, body, elements in rows:
+    if not body:
+        print(f"| {name} | not in this binary | | | | | | |")
+        continue
+    # Branches are dropped (llvm-mca runs the body back to back).
+    insns = [x for x in body if x[3] is None and not mr.BRANCH.match(x[1])]
+    elems = elements(body)
+    cycles = mca_cycles(body)
+    # Loads and stores addressed from sp: spilled registers.
+    spills = sum(1 for x in insns if re.search(r"\[sp\b", x[2]))
+    print(f"| {name} | {len(insns)} | {elems} | {cycles:.1f} | {len(insns) * 4 / elems:.1f} "
+          f"| {cycles * 4 / elems:.1f} | {spills} | {body[0][0]:#x} |")
 EOF
