@@ -152,18 +152,6 @@ fn f32_slice_mut<'a>(s: &'a mut CpuStorage, l: &Layout, op: &str) -> Result<&'a 
     }
 }
 
-/// The new momentum `m·v + r·(g + d·w)`. On aarch64 as two fused multiply-adds and a multiply
-/// (FMLA is baseline there): the update is memory-bound on the boards as well, but at batch 1
-/// it is a sixth of a step's instructions, and fusing takes a third of them away. Elsewhere
-/// unfused, as Caffe's CPU solver computes it (baseline x86-64 has no FMA).
-#[inline(always)]
-fn momentum_step(w: f32, v: f32, g: f32, (m, r, d): (f32, f32, f32)) -> f32 {
-    #[cfg(target_arch = "aarch64")]
-    return w.mul_add(d, g).mul_add(r, m * v);
-    #[cfg(not(target_arch = "aarch64"))]
-    return m * v + r * (g + d * w);
-}
-
 impl InplaceOp2 for Momentum<'_> {
     fn name(&self) -> &'static str {
         "sgd-momentum"
@@ -189,10 +177,7 @@ impl InplaceOp2 for Momentum<'_> {
         w.par_chunks_mut(CHUNK)
             .zip(v.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)))
             .for_each(|(w, (v, g))| {
-                for ((w, v), &g) in w.iter_mut().zip(v).zip(g) {
-                    *v = momentum_step(*w, *v, g, (m, r, d));
-                    *w -= *v;
-                }
+                edgebench_kernels::sgd_momentum_host(w, v, g, m, r, d);
             });
         Ok(())
     }

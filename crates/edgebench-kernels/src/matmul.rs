@@ -150,11 +150,13 @@ unsafe fn gemm_raw<T: Float>(
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
-    // f32 on aarch64: edgebench's own NEON kernel (crate::sgemm), when dst has a unit stride.
+    // f32 on aarch64: edgebench's own NEON kernel (crate::sgemm), when dst has a unit stride
+    // and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
     #[cfg(target_arch = "aarch64")]
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
         && crate::sgemm::native_kernel()
-        && (dst_cs == 1 || dst_rs == 1)
+        && ((dst_cs == 1 && crate::sgemm::tiles_fit(m, n))
+            || (dst_cs != 1 && dst_rs == 1 && crate::sgemm::tiles_fit(n, m)))
     {
         let threads = match par {
             Parallelism::None => 1,

@@ -1,5 +1,5 @@
-//! SGD with momentum (Caffe's update) on CUDA tensors, in place, many parameters per kernel
-//! launch.
+//! SGD with momentum (Caffe's update): on host slices, and on CUDA tensors in place, many
+//! parameters per kernel launch.
 
 use candle_core::{bail, Result, Tensor};
 
@@ -25,6 +25,82 @@ pub fn sgd_momentum(
         }],
         momentum,
     )
+}
+
+/// Caffe's update on host memory, in place: `v = momentum·v + rate·(g + decay·w); w -= v` for
+/// every element (one thread: the caller splits a large parameter over its threads). On
+/// aarch64 with fused multiply-adds (FMLA is baseline there) and 16 elements per iteration in
+/// NEON registers: at batch 1 the update is a sixth of a training step's instructions, and
+/// the compiler's loop ran 11 instructions per 4 elements. Elsewhere unfused, as Caffe's CPU
+/// solver computes it (baseline x86-64 has no FMA).
+pub fn sgd_momentum_host(
+    w: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    momentum: f32,
+    rate: f32,
+    decay: f32,
+) {
+    assert!(
+        w.len() == v.len() && w.len() == g.len(),
+        "sgd_momentum_host: w, v and g differ in length"
+    );
+    let coefficients = (momentum, rate, decay);
+    #[cfg(target_arch = "aarch64")]
+    let done = neon::momentum(w, v, g, coefficients);
+    #[cfg(not(target_arch = "aarch64"))]
+    let done = 0;
+    for ((w, v), &g) in w[done..].iter_mut().zip(&mut v[done..]).zip(&g[done..]) {
+        *v = momentum_step(*w, *v, g, coefficients);
+        *w -= *v;
+    }
+}
+
+/// The new momentum of one element; the NEON loop computes the same, bit for bit.
+#[inline(always)]
+fn momentum_step(w: f32, v: f32, g: f32, (m, r, d): (f32, f32, f32)) -> f32 {
+    #[cfg(target_arch = "aarch64")]
+    return w.mul_add(d, g).mul_add(r, m * v);
+    #[cfg(not(target_arch = "aarch64"))]
+    return m * v + r * (g + d * w);
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    /// Elements per iteration: four vectors of each operand, loaded and stored in pairs.
+    const BLOCK: usize = 16;
+
+    /// [`super::momentum_step`] on the leading whole blocks; returns how many elements it did.
+    pub(super) fn momentum(
+        w: &mut [f32],
+        v: &mut [f32],
+        g: &[f32],
+        (m, r, d): (f32, f32, f32),
+    ) -> usize {
+        let blocks = w.len() / BLOCK;
+        let (wp, vp, gp) = (w.as_mut_ptr(), v.as_mut_ptr(), g.as_ptr());
+        for b in 0..blocks {
+            for lane in (0..BLOCK).step_by(4) {
+                let i = b * BLOCK + lane;
+                // SAFETY: i + 4 <= blocks * BLOCK <= the length of all three slices (the
+                // caller asserts equal lengths); NEON is baseline on aarch64.
+                unsafe {
+                    let (wv, vv, gv) = (
+                        vld1q_f32(wp.add(i)),
+                        vld1q_f32(vp.add(i)),
+                        vld1q_f32(gp.add(i)),
+                    );
+                    // fma(w, d, g), then fma(that, r, m * v): the scalar step's order.
+                    let step = vfmaq_n_f32(vmulq_n_f32(vv, m), vfmaq_n_f32(gv, wv, d), r);
+                    vst1q_f32(vp.add(i), step);
+                    vst1q_f32(wp.add(i), vsubq_f32(wv, step));
+                }
+            }
+        }
+        blocks * BLOCK
+    }
 }
 
 /// One parameter's part of [`sgd_momentum_all`]: `v = momentum·v + rate·(g + decay·w); w -= v`.
@@ -169,5 +245,47 @@ mod gpu {
             unsafe { l.launch(cfg) }.w()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::Rng;
+
+    /// The host update against the scalar step bit for bit (the NEON blocks on aarch64 and
+    /// the tail), at every length up to three blocks and past, and against the update in f64.
+    #[test]
+    fn host_update_equals_the_scalar_step_and_the_f64_update() {
+        let (m, r, d) = (0.9f32, 0.01f32, 0.0005f32);
+        for len in (0..70).chain([1000, 4099]) {
+            let mut rng = Rng::new(len as u64 + 1);
+            let mut vec = |scale: f64| -> Vec<f32> {
+                rng.vec(len)
+                    .into_iter()
+                    .map(|x| (x * scale) as f32)
+                    .collect()
+            };
+            let (w0, v0, g) = (vec(1.0), vec(0.1), vec(10.0));
+            let (mut w, mut v) = (w0.clone(), v0.clone());
+            sgd_momentum_host(&mut w, &mut v, &g, m, r, d);
+            for i in 0..len {
+                let step = momentum_step(w0[i], v0[i], g[i], (m, r, d));
+                assert_eq!(v[i].to_bits(), step.to_bits(), "v[{i}] of {len}");
+                assert_eq!(w[i].to_bits(), (w0[i] - step).to_bits(), "w[{i}] of {len}");
+                let terms = [
+                    m as f64 * v0[i] as f64,
+                    r as f64 * g[i] as f64,
+                    r as f64 * d as f64 * w0[i] as f64,
+                ];
+                let exact: f64 = terms.iter().sum();
+                // A few roundings of the largest term (the terms may cancel).
+                let scale = terms.iter().map(|t| t.abs()).fold(0.0, f64::max);
+                assert!(
+                    (v[i] as f64 - exact).abs() <= 4e-7 * scale,
+                    "v[{i}] of {len}"
+                );
+            }
+        }
     }
 }

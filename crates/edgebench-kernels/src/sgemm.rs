@@ -120,6 +120,15 @@ pub fn native_kernel() -> bool {
     false
 }
 
+/// Whether an m x n product keeps at least 80 % of the microkernel's work useful: edge tiles
+/// are computed whole (a matrix-vector product, m = 1, would run 8 rows on aarch64 for the one
+/// it needs). Skinnier products are left to the `gemm` crate, which has kernels for them.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn tiles_fit(m: usize, n: usize) -> bool {
+    let padded = m.div_ceil(MR) * MR * n.div_ceil(NR) * NR;
+    padded * 4 <= m * n * 5
+}
+
 /// A buffer of at least `len` floats starting on a 64-byte boundary (whole cache lines for
 /// the microkernel's vector loads), reused between calls on the same thread.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -1408,6 +1417,10 @@ mod tests {
     #[test]
     fn aarch64_takes_the_neon_kernel() {
         assert!(native_kernel());
+        // Whole tiles, and AlexNet's batch-1 convolutions (169 columns: 6.5 % padding), take
+        // it; a matrix-vector product or 9 rows (16 computed) are left to the gemm crate.
+        assert!(tiles_fit(MR, NR) && tiles_fit(96, 169) && tiles_fit(384, 3025));
+        assert!(!tiles_fit(1, 4096) && !tiles_fit(4096, 1) && !tiles_fit(MR + 1, 4 * NR));
     }
 
     #[test]
