@@ -10,8 +10,7 @@
 //! `exp`. f32 dot is
 //! [`crate::sgemm`].
 
-use crate::matmul::gemm_crate;
-use crate::sgemm::sgemm;
+use crate::sgemm::{gemm_crate, sgemm};
 use rayon::prelude::*;
 
 /// The element types the benchmark runs in.

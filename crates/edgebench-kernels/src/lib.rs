@@ -9,9 +9,11 @@
 //! The modules in layers, lowest first; a module imports only from lower layers:
 //! 1. leaves: `tuning` (knobs, block sizes, thresholds, the TF32 switch), `util` (the float
 //!    types, output buffers, NCHW layouts), `cuda` (compiles CUDA C, launches; knows no op);
-//! 2. shared pieces: `matmul` (the calls into the gemm crate), `geom` (convolution geometry,
-//!    im2col/col2im of one image);
-//! 3. kernels and single ops: `sgemm`, `winograd`, `cudnn`, `relu`, `pool`, `lrn`, `dropout`,
+//! 2. shared pieces: `sgemm` (edgebench's blocked f32 product and its microkernels, with the
+//!    gemm crate as the portable path), then `matmul` (the strided products of the ops: the
+//!    gemm crate, on aarch64 `sgemm` for f32), `geom` (convolution geometry, im2col/col2im of
+//!    one image);
+//! 3. kernels and single ops: `winograd`, `cudnn`, `relu`, `pool`, `lrn`, `dropout`,
 //!    `descend`, `sgd`, `im2col`;
 //! 4. ops that combine them: `conv` (im2col + GEMM, Winograd or cuDNN), `linear`, `elementwise`;
 //! 5. `bench_api`. This file only declares the modules and re-exports their API.

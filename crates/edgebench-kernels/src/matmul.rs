@@ -1,55 +1,9 @@
 //! The calls into the `gemm` crate, with their operands' bounds checked: strided products for
-//! the convolution and fully connected kernels, and the row-major product on all threads that
-//! the operator benchmark's f64 `dot` runs (and SGEMM falls back to). On aarch64 the strided
-//! f32 products run edgebench's own NEON kernel instead ([`crate::sgemm`]).
+//! the convolution and fully connected kernels. On aarch64 the strided f32 products run
+//! edgebench's own NEON kernel instead ([`crate::sgemm`]).
 
 use crate::util::Float;
 use ::gemm::Parallelism;
-
-/// The `gemm` crate on all rayon threads (the portable path, and the reference in tests).
-pub(crate) fn gemm_crate<T: Float>(
-    a: &[T],
-    b: &[T],
-    c: &mut [T],
-    (m, n, k): (usize, usize, usize),
-) {
-    assert!(
-        a.len() == m * k && b.len() == k * n && c.len() == m * n,
-        "matmul shapes"
-    );
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 {
-        Parallelism::Rayon(threads)
-    } else {
-        Parallelism::None
-    };
-    // SAFETY: the asserts above make every index gemm reads or writes fall inside a, b, c
-    // (row-major, row strides k, n, n; column stride 1); c is borrowed mutably, so it overlaps
-    // neither a nor b. alpha is unused (read_dst false), beta = 1 scales the product.
-    unsafe {
-        ::gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            T::ZERO,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
-        );
-    }
-}
 
 /// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
 #[allow(clippy::too_many_arguments)]
