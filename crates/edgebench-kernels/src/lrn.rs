@@ -43,11 +43,16 @@ impl Lrn {
     /// error below zero.
     #[inline(always)]
     fn scale<T: Float>(&self, sum: T) -> T {
-        let (k, ratio) = (
+        let (k, ratio) = self.scale_terms::<T>();
+        k + ratio * if sum > T::ZERO { sum } else { T::ZERO }
+    }
+
+    /// k and alpha / size: [`Lrn::scale`] is `k + ratio · max(sum, 0)`.
+    fn scale_terms<T: Float>(&self) -> (T, T) {
+        (
             T::from_f64(self.k),
             T::from_f64(self.alpha / self.size as f64),
-        );
-        k + ratio * if sum > T::ZERO { sum } else { T::ZERO }
+        )
     }
 
     /// y = x · scale^(-beta) for a plane, from its window sums of squares, written straight into
@@ -72,7 +77,7 @@ impl Lrn {
                     ),
                 )
             };
-            let (k, ratio) = (self.k as f32, (self.alpha / self.size as f64) as f32);
+            let (k, ratio) = self.scale_terms::<f32>();
             // SAFETY: the CPU has NEON.
             return unsafe { neon::normalize_three_quarters(k, ratio, sum, x, y) };
         }
@@ -678,24 +683,26 @@ mod tests {
 
     #[test]
     fn f32_forward_and_backward_match_f64() {
-        let mut rng = Rng::new(13);
-        for p in [NET, STRONG, EVEN] {
-            let x64 = tensor(&rng.vec(2 * 37 * 5 * 6), (2, 37, 5, 6));
-            let (v64, v32) = (
-                Var::from_tensor(&x64).unwrap(),
-                Var::from_tensor(&x64.to_dtype(DType::F32).unwrap()).unwrap(),
-            );
-            let (y64, y32) = (lrn(&v64, p).unwrap(), lrn(&v32, p).unwrap());
-            assert_eq!(y32.dtype(), DType::F32);
-            assert_close(&to_vec(&y32), &to_vec(&y64), 1e-6);
-            let g64 = y64.sqr().unwrap().sum_all().unwrap().backward().unwrap();
-            let g32 = y32.sqr().unwrap().sum_all().unwrap().backward().unwrap();
-            assert_close(
-                &to_vec(g32.get(&v32).unwrap()),
-                &to_vec(g64.get(&v64).unwrap()),
-                1e-5,
-            );
-        }
+        crate::test_util::on_thread_counts(|| {
+            let mut rng = Rng::new(13);
+            for p in [NET, STRONG, EVEN] {
+                let x64 = tensor(&rng.vec(2 * 37 * 5 * 6), (2, 37, 5, 6));
+                let (v64, v32) = (
+                    Var::from_tensor(&x64).unwrap(),
+                    Var::from_tensor(&x64.to_dtype(DType::F32).unwrap()).unwrap(),
+                );
+                let (y64, y32) = (lrn(&v64, p).unwrap(), lrn(&v32, p).unwrap());
+                assert_eq!(y32.dtype(), DType::F32);
+                assert_close(&to_vec(&y32), &to_vec(&y64), 1e-6);
+                let g64 = y64.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+                let g32 = y32.sqr().unwrap().sum_all().unwrap().backward().unwrap();
+                assert_close(
+                    &to_vec(g32.get(&v32).unwrap()),
+                    &to_vec(g64.get(&v64).unwrap()),
+                    1e-5,
+                );
+            }
+        });
     }
 
     #[test]

@@ -125,32 +125,27 @@ unsafe fn gemm_raw<T: Float>(
                 dst.cast::<f32>(),
             )
         };
-        if dst_cs == 1 {
-            // SAFETY: as the caller promises for dst; the operands are bounds-checked there.
-            unsafe {
-                crate::sgemm::sgemm_strided(
-                    (m, n, k),
-                    (dst, dst_rs),
-                    accumulate,
-                    (lhs, (lhs_rs, lhs_cs)),
-                    (rhs, (rhs_rs, rhs_cs)),
-                    threads,
-                )
-            }
+        // A column-major dst is the row-major C^T = B^T A^T: the operands swap places and
+        // their strides swap.
+        let (dims, dst_stride, lhs, rhs) = if dst_cs == 1 {
+            (
+                (m, n, k),
+                dst_rs,
+                (lhs, (lhs_rs, lhs_cs)),
+                (rhs, (rhs_rs, rhs_cs)),
+            )
         } else {
-            // A column-major dst is the row-major C^T = B^T A^T: the operands swap places and
-            // their strides swap.
-            // SAFETY: as above, with dst's rows and columns exchanged.
-            unsafe {
-                crate::sgemm::sgemm_strided(
-                    (n, m, k),
-                    (dst, dst_cs),
-                    accumulate,
-                    (rhs, (rhs_cs, rhs_rs)),
-                    (lhs, (lhs_cs, lhs_rs)),
-                    threads,
-                )
-            }
+            (
+                (n, m, k),
+                dst_cs,
+                (rhs, (rhs_cs, rhs_rs)),
+                (lhs, (lhs_cs, lhs_rs)),
+            )
+        };
+        // SAFETY: as the caller promises for dst (its rows and columns exchanged for C^T); the
+        // operands are bounds-checked above.
+        unsafe {
+            crate::sgemm::sgemm_strided(dims, (dst, dst_stride), accumulate, lhs, rhs, threads)
         }
         return;
     }

@@ -1,6 +1,7 @@
 //! SGD with momentum (Caffe's update): on host slices, and on CUDA tensors in place, many
 //! parameters per kernel launch.
 
+use crate::util::Float;
 use candle_core::{bail, Result, Tensor};
 
 /// SGD with momentum on CUDA tensors in one fused pass, in place on `w` and `v` (Caffe's
@@ -56,13 +57,11 @@ pub fn sgd_momentum_host(
     }
 }
 
-/// The new momentum of one element; the NEON loop computes the same, bit for bit.
+/// The new momentum of one element, `(w·d + g)·r + m·v`, fused where that is one instruction;
+/// the NEON loop computes the same, bit for bit.
 #[inline(always)]
 fn momentum_step(w: f32, v: f32, g: f32, (m, r, d): (f32, f32, f32)) -> f32 {
-    #[cfg(target_arch = "aarch64")]
-    return w.mul_add(d, g).mul_add(r, m * v);
-    #[cfg(not(target_arch = "aarch64"))]
-    return m * v + r * (g + d * w);
+    w.mul_add_fast(d, g).mul_add_fast(r, m * v)
 }
 
 #[cfg(target_arch = "aarch64")]

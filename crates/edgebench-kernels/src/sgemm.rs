@@ -210,7 +210,9 @@ struct Operand<'a> {
 /// dst (m x n, row stride `dst_rs`, column stride 1) = [dst +] lhs (m x k) · rhs (k x n),
 /// with (row, column) strides for both operands, on `threads` threads of the current rayon
 /// pool; with one thread the product runs on the calling thread only, without entering the
-/// pool (the convolution and linear kernels call it from inside their own rayon tasks).
+/// pool (the convolution and linear kernels call it from inside their own rayon tasks). The
+/// operands are read through checked slice indexing: strides past their ends panic
+/// (`matmul::gemm_raw` asserts them first).
 ///
 /// # Safety
 /// [`native_kernel`] is true; every element (r, c) < (m, n) of dst at r * dst_rs + c is in one
@@ -225,8 +227,6 @@ pub(crate) unsafe fn sgemm_strided(
     (rhs, (rhs_rs, rhs_cs)): (&[f32], (usize, usize)),
     threads: usize,
 ) {
-    assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
-    assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
     let a = Operand {
         data: lhs,
         rs: lhs_rs,
@@ -1346,7 +1346,7 @@ mod tests {
 
     /// The blocked product of strided operands (row-major, transposed, neither stride 1) into
     /// a C whose rows are longer than n, overwritten or added to, on the calling thread alone
-    /// and on three of the pool's: the columns past n stay as they were.
+    /// and on every thread of pools of 1 to 16: the columns past n stay as they were.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
     fn strided_operands_into_a_wider_c_overwrite_or_accumulate() {
@@ -1358,64 +1358,68 @@ mod tests {
             (37, 41, KC + 3),
             (MC + 5, 2 * NR + 3, 2 * KC + 1),
         ];
-        for (s, &(m, n, k)) in shapes.iter().enumerate() {
-            let (a, b) = (fill(m * k, 31 + s as u64), fill(k * n, 37 + s as u64));
-            let product = reference(&a, &b, (m, n, k));
-            let ldc = n + 3;
-            let c_before = fill(m * ldc, 41 + s as u64);
-            for ((a_strides, b_strides), (accumulate, threads)) in layouts((m, k))
-                .into_iter()
-                .flat_map(|sa| layouts((k, n)).map(move |sb| (sa, sb)))
-                .flat_map(|l| [(false, 1), (true, 1), (false, 3), (true, 3)].map(move |r| (l, r)))
-            {
-                let a_data = strided(&a, (m, k), a_strides);
-                let b_data = strided(&b, (k, n), b_strides);
-                let (lhs, rhs) = (
-                    Operand {
-                        data: &a_data,
-                        rs: a_strides.0,
-                        cs: a_strides.1,
-                    },
-                    Operand {
-                        data: &b_data,
-                        rs: b_strides.0,
-                        cs: b_strides.1,
-                    },
-                );
-                let mut c = c_before.clone();
-                // SAFETY: native_kernel() is true; c holds m rows of ldc >= n floats, its own
-                // allocation, initialised.
-                unsafe {
-                    blocked(
-                        lhs,
-                        rhs,
-                        (c.as_mut_ptr(), ldc),
-                        (m, n, k),
-                        accumulate,
-                        threads,
-                    )
-                };
-                let context = format!(
-                    "{m}x{n}x{k}, strides {a_strides:?} {b_strides:?}, accumulate {accumulate}, \
-                     {threads} threads"
-                );
-                for i in 0..m {
-                    for j in 0..ldc {
-                        let (got, before) = (c[i * ldc + j], c_before[i * ldc + j]);
-                        if j >= n {
-                            assert_eq!(got, before, "{context}: c[{i}, {j}] past n");
-                            continue;
+        crate::test_util::on_thread_counts(|| {
+            let pool = rayon::current_num_threads();
+            let runs = [(false, 1), (true, 1), (false, pool), (true, pool)];
+            for (s, &(m, n, k)) in shapes.iter().enumerate() {
+                let (a, b) = (fill(m * k, 31 + s as u64), fill(k * n, 37 + s as u64));
+                let product = reference(&a, &b, (m, n, k));
+                let ldc = n + 3;
+                let c_before = fill(m * ldc, 41 + s as u64);
+                for ((a_strides, b_strides), (accumulate, threads)) in layouts((m, k))
+                    .into_iter()
+                    .flat_map(|sa| layouts((k, n)).map(move |sb| (sa, sb)))
+                    .flat_map(|l| runs.map(move |r| (l, r)))
+                {
+                    let a_data = strided(&a, (m, k), a_strides);
+                    let b_data = strided(&b, (k, n), b_strides);
+                    let (lhs, rhs) = (
+                        Operand {
+                            data: &a_data,
+                            rs: a_strides.0,
+                            cs: a_strides.1,
+                        },
+                        Operand {
+                            data: &b_data,
+                            rs: b_strides.0,
+                            cs: b_strides.1,
+                        },
+                    );
+                    let mut c = c_before.clone();
+                    // SAFETY: native_kernel() is true; c holds m rows of ldc >= n floats, its own
+                    // allocation, initialised.
+                    unsafe {
+                        blocked(
+                            lhs,
+                            rhs,
+                            (c.as_mut_ptr(), ldc),
+                            (m, n, k),
+                            accumulate,
+                            threads,
+                        )
+                    };
+                    let context = format!(
+                        "{m}x{n}x{k}, strides {a_strides:?} {b_strides:?}, accumulate {accumulate}, \
+                         {threads} threads"
+                    );
+                    for i in 0..m {
+                        for j in 0..ldc {
+                            let (got, before) = (c[i * ldc + j], c_before[i * ldc + j]);
+                            if j >= n {
+                                assert_eq!(got, before, "{context}: c[{i}, {j}] past n");
+                                continue;
+                            }
+                            let want =
+                                product[i * n + j] + if accumulate { before as f64 } else { 0.0 };
+                            assert!(
+                                (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
+                                "{context}: c[{i}, {j}] = {got}, want {want}"
+                            );
                         }
-                        let want =
-                            product[i * n + j] + if accumulate { before as f64 } else { 0.0 };
-                        assert!(
-                            (got as f64 - want).abs() <= 1e-5 * k as f64 + 1e-6,
-                            "{context}: c[{i}, {j}] = {got}, want {want}"
-                        );
                     }
                 }
             }
-        }
+        });
     }
 
     /// The threads of a product wait for each other only on work already claimed: a product
