@@ -334,8 +334,9 @@ fn dispatch(
         Command::BenchSgemm { size } => {
             let g = edgebench::train::profile::sgemm_gflops(size);
             println!(
-                "RESULT sgemm_gflops={g:.1} size={size} threads={}",
-                rayon::current_num_threads()
+                "RESULT sgemm_gflops={g:.1} size={size} threads={} kernel={}",
+                rayon::current_num_threads(),
+                edgebench_kernels::sgemm::Kernel::detect().name()
             );
             Ok(0)
         }

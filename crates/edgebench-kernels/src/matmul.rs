@@ -1,9 +1,11 @@
 //! The calls into the `gemm` crate, with their operands' bounds checked: strided products for
-//! the convolution and fully connected kernels. On aarch64 the strided f32 products run
-//! edgebench's own NEON kernel instead ([`crate::sgemm`]).
+//! the convolution and fully connected kernels, and [`mm`], a differentiable matrix product. On
+//! aarch64 with NEON and x86_64 with AVX-512 the strided f32 products run edgebench's own kernel
+//! instead ([`crate::sgemm`]).
 
 use crate::util::Float;
 use ::gemm::Parallelism;
+use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
 /// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
 #[allow(clippy::too_many_arguments)]
@@ -60,13 +62,37 @@ pub(crate) fn gemm_strided<T: Float>(
     }
     let dst = (dst.as_mut_ptr(), (dst_rs, dst_cs));
     // SAFETY: dst is initialised memory, in bounds (asserted above).
-    unsafe { gemm_raw((m, n, k), dst, accumulate, (lhs, lhs_s), (rhs, rhs_s), par) }
+    unsafe {
+        gemm_raw(
+            (m, n, k),
+            dst,
+            accumulate,
+            (lhs, lhs_s),
+            (rhs, rhs_s),
+            par,
+            false,
+        )
+    }
 }
 
 /// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
 /// written (no zero-fill first: fc6's 151 MB weight gradient took 5 ms to zero per step).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_uninit<T: Float>(
+    dims: (usize, usize, usize),
+    dst: &mut [std::mem::MaybeUninit<T>],
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+    par: Parallelism,
+) {
+    product_uninit(dims, dst, lhs, lhs_s, rhs, rhs_s, par, false)
+}
+
+/// [`gemm_uninit`], with edgebench's own kernel when `own` (see [`gemm_raw`]).
+#[allow(clippy::too_many_arguments)]
+fn product_uninit<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [std::mem::MaybeUninit<T>],
     lhs: &[T],
@@ -74,6 +100,7 @@ pub(crate) fn gemm_uninit<T: Float>(
     rhs: &[T],
     rhs_s: (usize, usize),
     par: Parallelism,
+    own: bool,
 ) {
     if k == 0 {
         crate::util::init_slice(&mut dst[..m * n], T::ZERO);
@@ -85,11 +112,13 @@ pub(crate) fn gemm_uninit<T: Float>(
     assert!(dst.len() >= m * n);
     let dst = (dst.as_mut_ptr().cast::<T>(), (n, 1));
     // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
-    unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par) }
+    unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par, own) }
 }
 
-/// The call into gemm (for f32 on aarch64, into [`crate::sgemm`]'s blocked product), with its
-/// operands' bounds checked here and dst's by the caller.
+/// The call into gemm (f32 into [`crate::sgemm`]'s blocked product where
+/// [`crate::sgemm::trains_with`] this CPU's kernel), with its operands' bounds checked here and
+/// dst's by the caller; `own` takes edgebench's kernel whatever `trains_with` says ([`mm`]'s products
+/// where [`crate::sgemm::multiplies_with`] it).
 ///
 /// # Safety
 /// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
@@ -101,14 +130,15 @@ unsafe fn gemm_raw<T: Float>(
     (lhs, (lhs_rs, lhs_cs)): (&[T], (usize, usize)),
     (rhs, (rhs_rs, rhs_cs)): (&[T], (usize, usize)),
     par: Parallelism,
+    own: bool,
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
-    // f32 on aarch64: edgebench's own NEON kernel (crate::sgemm), when dst has a unit stride
-    // and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
-    #[cfg(target_arch = "aarch64")]
+    // f32 on aarch64 (and for `own`): edgebench's own kernel (crate::sgemm), when dst has a unit
+    // stride and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && crate::sgemm::native_kernel()
+        && (own || crate::sgemm::trains_with(crate::sgemm::Kernel::detect()))
         && ((dst_cs == 1 && crate::sgemm::tiles_fit(m, n))
             || (dst_cs != 1 && dst_rs == 1 && crate::sgemm::tiles_fit(n, m)))
     {
@@ -179,3 +209,183 @@ unsafe fn gemm_raw<T: Float>(
 
 /// gemm on the calling thread only: the ops' tasks already use every thread.
 pub(crate) const SERIAL: Parallelism = Parallelism::None;
+
+/// a (m, k) · b (k, n) -> (m, n), differentiable: f32 on the CPU through edgebench's own GEMM
+/// where [`crate::sgemm::multiplies_with`] this CPU's kernel (transposed views read in place,
+/// as candle's matmul reads them; products too skinny for its tiles on the gemm crate),
+/// everything else (other devices, dtypes, batched shapes, CPUs with AVX2 only) through
+/// candle's matmul.
+pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let own = a.device().is_cpu()
+        && a.dtype() == DType::F32
+        && b.dtype() == DType::F32
+        && a.rank() == 2
+        && b.rank() == 2
+        && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
+        && own_kernel();
+    if own {
+        a.apply_op2(b, MatMul)
+    } else {
+        a.matmul(b)
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn own_kernel() -> bool {
+    crate::sgemm::multiplies_with(crate::sgemm::Kernel::detect())
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn own_kernel() -> bool {
+    false
+}
+
+/// The product of [`mm`] on the CPU.
+struct MatMul;
+
+impl CustomOp2 for MatMul {
+    fn name(&self) -> &'static str {
+        "mm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let ((m, k), (k2, n)) = (l1.shape().dims2()?, l2.shape().dims2()?);
+        if k != k2 {
+            bail!("mm: {:?} · {:?} do not fit", l1.dims(), l2.dims());
+        }
+        let strides = |l: &Layout| (l.stride()[0], l.stride()[1]);
+        let out = float_kernel!("mm", |a in s1, b in s2| {
+            let (a, b) = (&a[l1.start_offset()..], &b[l2.start_offset()..]);
+            // SAFETY: gemm_uninit writes all of the (m, n) product, as vec_written_by needs.
+            unsafe {
+                crate::util::vec_written_by(m * n, |c| {
+                    product_uninit(
+                        (m, n, k),
+                        c,
+                        a,
+                        strides(l1),
+                        b,
+                        strides(l2),
+                        Parallelism::Rayon(0),
+                        true,
+                    )
+                })
+            }
+        });
+        Ok((out, Shape::from((m, n))))
+    }
+
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        _c: &Tensor,
+        dc: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let da = if a.track_op() {
+            Some(mm(dc, &b.t()?)?)
+        } else {
+            None
+        };
+        let db = if b.track_op() {
+            Some(mm(&a.t()?, dc)?)
+        } else {
+            None
+        };
+        Ok((da, db))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{on_thread_counts, to_vec, Rng};
+    use candle_core::{Device, Var};
+
+    fn var(rows: usize, cols: usize, seed: u64) -> Var {
+        let v: Vec<f32> = Rng::new(seed)
+            .vec(rows * cols)
+            .into_iter()
+            .map(|x| x as f32)
+            .collect();
+        Var::from_vec(v, (rows, cols), &Device::Cpu).unwrap()
+    }
+
+    fn assert_close(got: &Tensor, want: &Tensor, depth: usize, what: &str) {
+        assert_eq!(got.dims(), want.dims(), "{what}");
+        for (i, (g, w)) in to_vec(got).iter().zip(to_vec(want)).enumerate() {
+            assert!(
+                (g - w).abs() <= 2e-6 * depth as f64 + 1e-6,
+                "{what}: element {i} = {g}, want {w}"
+            );
+        }
+    }
+
+    /// mm against candle's matmul, forward and both gradients, with operands contiguous and
+    /// transposed (strided views), at shapes around the tiles' edges and at every thread count.
+    #[test]
+    fn mm_matches_candles_matmul_and_its_gradients() {
+        on_thread_counts(|| {
+            for (m, k, n) in [(1, 1, 1), (7, 13, 5), (64, 150, 100), (33, 301, 97)] {
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let what = format!("{m}x{k}x{n}, transposed {ta} {tb}");
+                    let a = if ta { var(k, m, 1) } else { var(m, k, 1) };
+                    let b = if tb { var(n, k, 2) } else { var(k, n, 2) };
+                    let view = |v: &Var, t: bool| {
+                        if t {
+                            v.as_tensor().t().unwrap()
+                        } else {
+                            v.as_tensor().clone()
+                        }
+                    };
+                    let (av, bv) = (view(&a, ta), view(&b, tb));
+                    let ours = mm(&av, &bv).unwrap();
+                    let theirs = av.matmul(&bv).unwrap();
+                    assert_close(&ours, &theirs, k, &format!("{what}: product"));
+                    let r = Tensor::from_vec(
+                        Rng::new(3)
+                            .vec(m * n)
+                            .into_iter()
+                            .map(|x| x as f32)
+                            .collect::<Vec<_>>(),
+                        (m, n),
+                        &Device::Cpu,
+                    )
+                    .unwrap();
+                    let g_ours = (ours * &r).unwrap().sum_all().unwrap().backward().unwrap();
+                    let g_theirs = (theirs * &r)
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    for (v, name, depth) in [(&a, "da", n), (&b, "db", m)] {
+                        assert_close(
+                            g_ours.get(v.as_tensor()).expect("a gradient"),
+                            g_theirs.get(v.as_tensor()).expect("a gradient"),
+                            depth,
+                            &format!("{what}: {name}"),
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// What mm does not take on goes to candle's matmul: batched shapes and f64.
+    #[test]
+    fn mm_hands_batched_and_f64_products_to_candle() {
+        let a = Tensor::ones((2, 3, 4), DType::F32, &Device::Cpu).unwrap();
+        let b = Tensor::ones((2, 4, 5), DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(mm(&a, &b).unwrap().dims(), [2, 3, 5]);
+        let a = Tensor::ones((3, 4), DType::F64, &Device::Cpu).unwrap();
+        let b = Tensor::ones((4, 5), DType::F64, &Device::Cpu).unwrap();
+        assert_eq!(to_vec(&mm(&a, &b).unwrap()), vec![4.0; 15]);
+    }
+}

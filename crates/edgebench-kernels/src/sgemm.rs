@@ -1,10 +1,11 @@
 //! A row-major f32 GEMM for the operator benchmark's `dot` and its measured SGEMM roof:
 //! BLIS-style blocking (B packed in KC x NC blocks shared by all threads, A packed per thread
 //! in MC x KC blocks that stay in its core's L2) around a microkernel in inline assembly,
-//! chosen at run time: 4 x 24 AVX2/FMA on x86_64, 8 x 12 NEON (base ASIMD, which every
-//! ARMv8-A core has, Cortex-A57 included) on aarch64. x86_64 CPUs without AVX2 and FMA, and
-//! other architectures, run the `gemm` crate. On aarch64 the convolution and fully connected
-//! kernels' strided f32 products (`matmul`) run the same blocked product (`sgemm_strided`).
+//! chosen at run time ([`Kernel::detect`]): 8 x 48 AVX-512F or 4 x 24 AVX2/FMA on x86_64,
+//! 8 x 12 NEON (base ASIMD, which every ARMv8-A core has, Cortex-A57 included) on aarch64.
+//! x86_64 CPUs without AVX2 and FMA, and other architectures, run the `gemm` crate. With
+//! AVX-512 or NEON the convolution, fully connected and [`crate::mm`] products (`matmul`) run
+//! the same blocked product from strided operands (`sgemm_strided`).
 //!
 //! Why not the `gemm` crate everywhere: on an AMD Zen 3 (AVX2/FMA) its kernel left a fifth of
 //! OpenBLAS's rate on the table; the figures are in docs/performance.md.
@@ -15,66 +16,274 @@
     allow(dead_code, unused_imports)
 )]
 
+use crate::tuning::SgemmChoice;
 use crate::util::Float;
 use ::gemm::Parallelism;
 use rayon::prelude::*;
 
-/// Rows of A (and C) per microkernel call.
-#[cfg(not(target_arch = "aarch64"))]
-const MR: usize = 4;
-/// Columns of B (and C) per microkernel call: three 8-lane vectors. 4 x 24 needs 4 broadcasts
-/// of A per 12 FMAs where 6 x 16 needs 6; on Zen 3 the microkernel alone ran at ~89 GFLOP/s
-/// per core in L1 against ~70 for 6 x 16.
-#[cfg(not(target_arch = "aarch64"))]
-const NR: usize = 24;
-/// Depth of a packed block: a KC x NR panel of B (18 KiB) stays in a 32 KiB L1d while the
-/// microkernel walks down the A block (at KC = 256, 24 KiB, the kernel lost a quarter).
-#[cfg(not(target_arch = "aarch64"))]
-const KC: usize = 192;
-/// Rows of a packed A block: MC x KC floats (108 KiB) stay in a 512 KiB L2 with room for
-/// the B panels streaming through.
-#[cfg(not(target_arch = "aarch64"))]
-const MC: usize = 144;
-/// Columns of a packed B block: KC x NC floats (3 MiB) are shared by all threads from L3.
-#[cfg(not(target_arch = "aarch64"))]
-const NC: usize = 4096;
-/// Most floats of B packed at once (2 MiB): when B is narrow, several depth blocks are packed
-/// as one group, and a thread's rows of C stay in its cache from one block to the next (two
-/// threads at n = 661: 117 -> 128 GFLOP/s). An 8 MiB limit is 4-6 % slower at n = 2048, where
-/// the blocks packed first are likelier to have left the cache before they are used.
-#[cfg(not(target_arch = "aarch64"))]
-const PACKED_B_FLOATS: usize = 1 << 19;
+/// A microkernel, MR x NR tiles of C, with the blocking chosen around it.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+trait Microkernel<const MR: usize, const NR: usize> {
+    /// Depth of a packed block: a KC x NR panel of B stays in L1d while the microkernel walks
+    /// down the A block.
+    const KC: usize;
+    /// Rows of a packed A block: MC x KC floats stay in a core's L2 with room for the B panels
+    /// streaming through.
+    const MC: usize;
+    /// Columns of a packed B block: KC x NC floats are shared by all threads from the last
+    /// level.
+    const NC: usize;
+    /// Most floats of B packed at once: when B is narrow, several depth blocks are packed as one
+    /// group, and a thread's rows of C stay in its cache from one block to the next.
+    const PACKED_B_FLOATS: usize;
+
+    /// Whether this CPU has the kernel's instructions.
+    fn available() -> bool;
+
+    /// `dst[p * MR + i] = rows[i][p]`: MR whole rows of A (each kc contiguous floats) packed
+    /// column by column.
+    ///
+    /// # Safety
+    /// [`Self::available`].
+    unsafe fn transpose_rows(rows: [&[f32]; MR], dst: &mut [f32]);
+
+    /// C[0..MR][0..NR] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
+    /// A panel (kc x MR, column by column) and a packed B panel (kc x NR, row by row).
+    ///
+    /// # Safety
+    /// [`Self::available`]; `a` holds MR kc floats, `b` NR kc floats; the MR x NR tile of `c` is
+    /// valid for reads and writes.
+    unsafe fn kernel(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    );
+
+    /// The tile of an edge panel whose first `cols` (< NR) columns are wanted, overwritten into
+    /// an MR x NR scratch tile (row stride NR): by default the whole tile, its other columns
+    /// computed from the zero padding.
+    ///
+    /// # Safety
+    /// As for [`Self::kernel`], with `tile` valid for MR x NR floats.
+    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+        let _ = cols;
+        // SAFETY: as the caller promises.
+        unsafe { Self::kernel(kc, a, b, tile, NR, true) }
+    }
+}
+
+/// 4 x 24 AVX2/FMA: three 8-lane vectors of B. 4 x 24 needs 4 broadcasts of A per 12 FMAs where
+/// 6 x 16 needs 6; on Zen 3 the microkernel alone ran at ~89 GFLOP/s per core in L1 against ~70
+/// for 6 x 16.
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl Microkernel<4, 24> for Avx2 {
+    /// A KC x NR panel of B (18 KiB) stays in a 32 KiB L1d (at KC = 256, 24 KiB, the kernel
+    /// lost a quarter).
+    const KC: usize = 192;
+    /// MC x KC floats (108 KiB) stay in a 512 KiB L2.
+    const MC: usize = 144;
+    /// KC x NC floats (3 MiB) are shared by all threads from L3.
+    const NC: usize = 4096;
+    /// 2 MiB: two threads at n = 661, 117 -> 128 GFLOP/s with grouping. An 8 MiB limit is 4-6 %
+    /// slower at n = 2048, where the blocks packed first are likelier to have left the cache
+    /// before they are used.
+    const PACKED_B_FLOATS: usize = 1 << 19;
+
+    fn available() -> bool {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+
+    unsafe fn transpose_rows(rows: [&[f32]; 4], dst: &mut [f32]) {
+        // SAFETY: the caller's promise: AVX2 is present.
+        unsafe { transpose_4_rows(rows, dst) }
+    }
+
+    unsafe fn kernel(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { avx2_kernel(kc, a, b, c, ldc, overwrite) }
+    }
+}
+
+/// 8 x 48 AVX-512F: three 16-lane vectors of B and 24 of the 32 vector registers as
+/// accumulators; 24 FMAs per 3 loads of B and 8 broadcasts of A (4 x 96 would need a B panel
+/// twice as wide, which no L1d holds at a useful depth).
+#[cfg(target_arch = "x86_64")]
+struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Microkernel<8, 48> for Avx512 {
+    /// A KC x NR panel of B (36 KiB) and a KC x MR panel of A (6 KiB) fit in the 48 KiB L1d of
+    /// Ice Lake and Sapphire Rapids (Skylake-SP and Zen 4 have 32 KiB, and the panel streams
+    /// from L2). On a 2-core Emerald Rapids VM, KC 128, 192 and 256 were within its noise.
+    const KC: usize = 192;
+    /// MC x KC floats (180 KiB) take a sixth of a 1 MiB L2 (Skylake-SP and Zen 4; 2 MiB on
+    /// Sapphire Rapids).
+    const MC: usize = 240;
+    /// KC x NC floats (3 MiB, 85 whole panels) are shared by all threads from L3.
+    const NC: usize = 4080;
+    /// 2 MiB, as for AVX2.
+    const PACKED_B_FLOATS: usize = 1 << 19;
+
+    fn available() -> bool {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+    }
+
+    unsafe fn transpose_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
+        // SAFETY: the caller's promise: AVX-512F is present, and with it AVX2.
+        unsafe { transpose_8x8_rows(rows, dst) }
+    }
+
+    unsafe fn kernel(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { avx512_kernel(kc, a, b, c, ldc, overwrite) }
+    }
+
+    /// A last panel of up to 16 or 32 wanted columns computes one or two vectors per row, not
+    /// three: a skinny product (the MLP's hidden layer of 100) wastes at most 15 columns.
+    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match cols.div_ceil(16) {
+                1 => avx512_edge_kernel::<1>(kc, a, b, tile),
+                2 => avx512_edge_kernel::<2>(kc, a, b, tile),
+                _ => avx512_kernel(kc, a, b, tile, 48, true),
+            }
+        }
+    }
+}
 
 // aarch64, for the Jetson boards' cores: Cortex-A57 (32 KiB L1d, 2 MiB L2 shared by four
 // cores), Carmel (64 KiB L1d, 2 MiB L2 per pair of cores, 4 MiB L3) and Cortex-A78AE (64 KiB
 // L1d, 256 KiB L2 per core, 2 MiB L3 per cluster of four). Chosen from those sizes; no ARM
 // machine has timed them.
 
-/// Rows of A (and C) per microkernel call: BLIS's Cortex-A57 shape, 8 x 12. Its 24
-/// accumulators take v8..v31, and one step's 8 values of A and 12 of B take five of the
-/// remaining eight registers: 24 FMAs per 5 vector loads.
+/// BLIS's Cortex-A57 shape, 8 x 12: three 4-lane vectors of B. Its 24 accumulators take
+/// v8..v31, and one step's 8 values of A and 12 of B take five of the remaining eight
+/// registers: 24 FMAs per 5 vector loads.
 #[cfg(target_arch = "aarch64")]
-const MR: usize = 8;
-/// Columns of B (and C) per microkernel call: three 4-lane vectors.
+struct Neon;
+
 #[cfg(target_arch = "aarch64")]
-const NR: usize = 12;
-/// Depth of a packed block: a KC x NR panel of B (12 KiB) and a KC x MR panel of A (8 KiB)
-/// together take under two thirds of the A57's 32 KiB L1d (under a third of 64 KiB).
-#[cfg(target_arch = "aarch64")]
-const KC: usize = 256;
-/// Rows of a packed A block: MC x KC floats (128 KiB) take half of an A78AE core's 256 KiB
-/// L2 and a quarter of an A57 core's share of its 2 MiB, with room for the B panels
-/// streaming through.
-#[cfg(target_arch = "aarch64")]
-const MC: usize = 128;
-/// Columns of a packed B block: KC x NC floats (1020 KiB, 85 whole panels), shared by all
-/// threads from the A57's L2 or the A78AE's L3, next to four cores' A blocks (512 KiB).
-#[cfg(target_arch = "aarch64")]
-const NC: usize = 1020;
-/// Most floats of B packed at once (1 MiB): one full block, or several depth blocks of a
-/// narrow B as one group (see the x86_64 constant), within the same share of L2 or L3.
-#[cfg(target_arch = "aarch64")]
-const PACKED_B_FLOATS: usize = 1 << 18;
+impl Microkernel<8, 12> for Neon {
+    /// A KC x NR panel of B (12 KiB) and a KC x MR panel of A (8 KiB) together take under two
+    /// thirds of the A57's 32 KiB L1d (under a third of 64 KiB).
+    const KC: usize = 256;
+    /// MC x KC floats (128 KiB) take half of an A78AE core's 256 KiB L2 and a quarter of an A57
+    /// core's share of its 2 MiB, with room for the B panels streaming through.
+    const MC: usize = 128;
+    /// KC x NC floats (1020 KiB, 85 whole panels), shared by all threads from the A57's L2 or
+    /// the A78AE's L3, next to four cores' A blocks (512 KiB).
+    const NC: usize = 1020;
+    /// 1 MiB: one full block, or several depth blocks of a narrow B as one group, within the
+    /// same share of L2 or L3.
+    const PACKED_B_FLOATS: usize = 1 << 18;
+
+    fn available() -> bool {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+
+    unsafe fn transpose_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
+        transpose_8_rows(rows, dst)
+    }
+
+    unsafe fn kernel(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { neon_kernel(kc, a, b, c, ldc, overwrite) }
+    }
+}
+
+/// The microkernel [`sgemm`] runs on this CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    /// 8 x 48, AVX-512F (x86_64).
+    Avx512,
+    /// 4 x 24, AVX2 and FMA (x86_64).
+    Avx2,
+    /// 8 x 12, NEON (aarch64).
+    Neon,
+    /// The `gemm` crate's own (other CPUs).
+    GemmCrate,
+}
+
+impl Kernel {
+    /// The widest of edgebench's microkernels that this CPU runs.
+    pub fn widest() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if Avx512::available() {
+                return Kernel::Avx512;
+            }
+            if Avx2::available() {
+                return Kernel::Avx2;
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if Neon::available() {
+            return Kernel::Neon;
+        }
+        Kernel::GemmCrate
+    }
+
+    /// The kernel the products run: [`Kernel::widest`], unless `EDGEBENCH_SGEMM` asks for a
+    /// narrower one ([`crate::Tuning::sgemm`]).
+    pub fn detect() -> Kernel {
+        match (crate::tuning().sgemm, Kernel::widest()) {
+            (SgemmChoice::GemmCrate, _) => Kernel::GemmCrate,
+            (SgemmChoice::Avx2, Kernel::Avx512) => Kernel::Avx2,
+            (_, widest) => widest,
+        }
+    }
+
+    /// Its name in results: `avx512`, `avx2`, `neon` or `gemm-crate`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Avx512 => "avx512",
+            Kernel::Avx2 => "avx2",
+            Kernel::Neon => "neon",
+            Kernel::GemmCrate => "gemm-crate",
+        }
+    }
+
+    /// Rows and columns of its tile of C, and the columns an edge tile computes in steps of.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn tile(self) -> (usize, usize, usize) {
+        match self {
+            Kernel::Avx512 => (8, 48, 16),
+            Kernel::Avx2 => (4, 24, 24),
+            Kernel::Neon => (8, 12, 12),
+            Kernel::GemmCrate => (1, 1, 1),
+        }
+    }
+}
 
 /// C (m x n) = A (m x k) · B (k x n), all row-major and contiguous, on the current rayon
 /// pool's threads.
@@ -103,8 +312,19 @@ pub fn sgemm(a: &[f32], b: &[f32], c: &mut [f32], (m, n, k): (usize, usize, usiz
             cs: 1,
         };
         let threads = rayon::current_num_threads().max(1);
-        // SAFETY: c holds m x n floats, row stride n (asserted above), borrowed mutably.
-        unsafe { blocked(a, b, (c.as_mut_ptr(), n), (m, n, k), false, threads) };
+        // SAFETY: the kernel is this CPU's; c holds m x n floats, row stride n (asserted
+        // above), borrowed mutably.
+        unsafe {
+            blocked_with(
+                Kernel::detect(),
+                a,
+                b,
+                (c.as_mut_ptr(), n),
+                (m, n, k),
+                false,
+                threads,
+            )
+        };
         return;
     }
     gemm_crate(a, b, c, (m, n, k));
@@ -156,24 +376,65 @@ pub(crate) fn gemm_crate<T: Float>(
     }
 }
 
-/// Whether [`sgemm`] runs its own microkernel on this CPU (x86_64 with AVX2 and FMA, or
-/// aarch64 with NEON), else the `gemm` crate.
+/// Whether [`sgemm`] runs one of edgebench's own microkernels on this CPU (x86_64 with AVX2
+/// and FMA, or aarch64 with NEON), else the `gemm` crate.
 pub fn native_kernel() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
-    #[cfg(target_arch = "aarch64")]
-    return std::arch::is_aarch64_feature_detected!("neon");
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    false
+    Kernel::detect() != Kernel::GemmCrate
+}
+
+/// Whether the convolution and linear kernels' f32 products (`matmul::gemm_raw`) run `kernel`
+/// rather than the `gemm` crate: NEON (the gemm crate's aarch64 kernel took more instructions
+/// per training step). On x86_64 the gemm crate's AVX2 and AVX-512 kernels keep them: the
+/// convolutions' products are many, small and single-threaded, and AlexNet and GoogLeNet trained
+/// no faster on AVX-512 with edgebench's kernel (2-core Emerald Rapids VM).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn trains_with(kernel: Kernel) -> bool {
+    matches!(kernel, Kernel::Neon)
+}
+
+/// Whether [`crate::mm`]'s products (large, on all threads: the MLP study's) run `kernel`
+/// rather than the `gemm` crate: NEON and AVX-512, where it was faster per MLP iteration.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn multiplies_with(kernel: Kernel) -> bool {
+    matches!(kernel, Kernel::Neon | Kernel::Avx512)
 }
 
 /// Whether an m x n product keeps at least 80 % of the microkernel's work useful: edge tiles
-/// are computed whole (a matrix-vector product, m = 1, would run 8 rows on aarch64 for the one
-/// it needs). Skinnier products are left to the `gemm` crate, which has kernels for them.
-#[cfg(target_arch = "aarch64")]
+/// are computed whole (a matrix-vector product, m = 1, would run 8 rows for the one it needs).
+/// Skinnier products are left to the `gemm` crate, which has kernels for them.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) fn tiles_fit(m: usize, n: usize) -> bool {
-    let padded = m.div_ceil(MR) * MR * n.div_ceil(NR) * NR;
+    let (mr, nr, edge) = Kernel::detect().tile();
+    let padded = m.div_ceil(mr) * mr * (n / nr * nr + (n % nr).div_ceil(edge) * edge);
     padded * 4 <= m * n * 5
+}
+
+/// [`blocked`] with `kernel`'s microkernel and blocking.
+///
+/// # Safety
+/// As for [`blocked`]; `kernel` is one of edgebench's own, and this CPU has its instructions.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+unsafe fn blocked_with(
+    kernel: Kernel,
+    a: Operand,
+    b: Operand,
+    c: (*mut f32, usize),
+    dims: (usize, usize, usize),
+    accumulate: bool,
+    threads: usize,
+) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        match kernel {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => blocked::<Avx512, 8, 48>(a, b, c, dims, accumulate, threads),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => blocked::<Avx2, 4, 24>(a, b, c, dims, accumulate, threads),
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon => blocked::<Neon, 8, 12>(a, b, c, dims, accumulate, threads),
+            _ => unreachable!("no microkernel of edgebench's own: {kernel:?}"),
+        }
+    }
 }
 
 /// A buffer of at least `len` floats starting on a 64-byte boundary (whole cache lines for
@@ -218,7 +479,7 @@ struct Operand<'a> {
 /// [`native_kernel`] is true; every element (r, c) < (m, n) of dst at r * dst_rs + c is in one
 /// allocation, writable and aliased by neither operand, and initialised when `accumulate`;
 /// m, n and k are not zero.
-#[cfg(target_arch = "aarch64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub(crate) unsafe fn sgemm_strided(
     (m, n, k): (usize, usize, usize),
     (dst, dst_rs): (*mut f32, usize),
@@ -238,7 +499,17 @@ pub(crate) unsafe fn sgemm_strided(
         cs: rhs_cs,
     };
     // SAFETY: as the caller promises.
-    unsafe { blocked(a, b, (dst, dst_rs), (m, n, k), accumulate, threads.max(1)) }
+    unsafe {
+        blocked_with(
+            Kernel::detect(),
+            a,
+            b,
+            (dst, dst_rs),
+            (m, n, k),
+            accumulate,
+            threads.max(1),
+        )
+    }
 }
 
 /// Packs rows `pc..pc + kc` of B (row stride `n`), from column `jc` on, into the panels of NR
@@ -251,7 +522,7 @@ pub(crate) unsafe fn sgemm_strided(
 /// contiguous is read column by column, each column's floats in order of depth (B stored
 /// transposed: contiguous columns).
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn pack_b(
+fn pack_b<const NR: usize>(
     b: Operand,
     (pc, kc): (usize, usize),
     (jc, nc): (usize, usize),
@@ -299,21 +570,23 @@ fn pack_b(
 
 /// Packs the `rows` x kc block of A starting at row 0 of `a` (from column `pc`) into panels of
 /// MR rows, each kc x MR column by column, the last one padded with zeros.
+///
+/// # Safety
+/// `K::available()`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn pack_a(a: Operand, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
+unsafe fn pack_a<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
+    a: Operand,
+    rows: usize,
+    (pc, kc): (usize, usize),
+    dst: &mut [f32],
+) {
     for (panel, dst) in dst.chunks_exact_mut(kc * MR).enumerate() {
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
         if valid == MR && a.cs == 1 {
             let src: [&[f32]; MR] = std::array::from_fn(|i| &a.data[(i0 + i) * a.rs + pc..][..kc]);
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: pack_a runs only in the blocked product, whose callers have checked
-            // native_kernel() (AVX2 and FMA).
-            unsafe {
-                transpose_4_rows(src, dst)
-            };
-            #[cfg(target_arch = "aarch64")]
-            transpose_8_rows(src, dst);
+            // SAFETY: the caller's promise.
+            unsafe { K::transpose_rows(src, dst) };
             continue;
         }
         if valid == MR && a.rs == 1 {
@@ -344,10 +617,10 @@ fn pack_a(a: Operand, rows: usize, (pc, kc): (usize, usize), dst: &mut [f32]) {
 /// AVX2 present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
+unsafe fn transpose_4_rows(rows: [&[f32]; 4], dst: &mut [f32]) {
     use std::arch::x86_64::*;
     let kc = rows[0].len();
-    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * MR);
+    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * 4);
     let body = kc - kc % 8;
     for p in (0..body).step_by(8) {
         // SAFETY: p + 8 <= kc floats in every row, and dst holds kc x 4 floats.
@@ -365,7 +638,7 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
             let c15 = _mm256_shuffle_ps::<0xEE>(t0, t2);
             let c26 = _mm256_shuffle_ps::<0x44>(t1, t3);
             let c37 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let out = dst.as_mut_ptr().add(p * MR);
+            let out = dst.as_mut_ptr().add(p * 4);
             _mm256_storeu_ps(out, _mm256_permute2f128_ps::<0x20>(c04, c15));
             _mm256_storeu_ps(out.add(8), _mm256_permute2f128_ps::<0x20>(c26, c37));
             _mm256_storeu_ps(out.add(16), _mm256_permute2f128_ps::<0x31>(c04, c15));
@@ -374,7 +647,58 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
     }
     for p in body..kc {
         for (i, row) in rows.iter().enumerate() {
-            dst[p * MR + i] = row[p];
+            dst[p * 4 + i] = row[p];
+        }
+    }
+}
+
+/// `dst[p * 8 + i] = rows[i][p]`, eight columns at a time by an 8 x 8 register transpose and
+/// eight full-vector stores.
+///
+/// # Safety
+/// AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_8x8_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let kc = rows[0].len();
+    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * 8);
+    let body = kc - kc % 8;
+    for p in (0..body).step_by(8) {
+        // SAFETY: p + 8 <= kc floats in every row, and dst holds kc x 8 floats.
+        unsafe {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(rows[i].as_ptr().add(p)));
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            // Columns j | j + 4 of rows 0-3 (s0..s3) and of rows 4-7 (s4..s7).
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let out = dst.as_mut_ptr().add(p * 8);
+            _mm256_storeu_ps(out, _mm256_permute2f128_ps::<0x20>(s0, s4));
+            _mm256_storeu_ps(out.add(8), _mm256_permute2f128_ps::<0x20>(s1, s5));
+            _mm256_storeu_ps(out.add(16), _mm256_permute2f128_ps::<0x20>(s2, s6));
+            _mm256_storeu_ps(out.add(24), _mm256_permute2f128_ps::<0x20>(s3, s7));
+            _mm256_storeu_ps(out.add(32), _mm256_permute2f128_ps::<0x31>(s0, s4));
+            _mm256_storeu_ps(out.add(40), _mm256_permute2f128_ps::<0x31>(s1, s5));
+            _mm256_storeu_ps(out.add(48), _mm256_permute2f128_ps::<0x31>(s2, s6));
+            _mm256_storeu_ps(out.add(56), _mm256_permute2f128_ps::<0x31>(s3, s7));
+        }
+    }
+    for p in body..kc {
+        for (i, row) in rows.iter().enumerate() {
+            dst[p * 8 + i] = row[p];
         }
     }
 }
@@ -382,10 +706,10 @@ unsafe fn transpose_4_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
 /// `dst[p * 8 + i] = rows[i][p]`, four columns at a time: two 4 x 4 register transposes (rows
 /// 0-3 and 4-7) and eight full-vector stores rather than eight strided scalar stores per column.
 #[cfg(target_arch = "aarch64")]
-fn transpose_8_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
+fn transpose_8_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
     use std::arch::aarch64::*;
     let kc = rows[0].len();
-    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * MR);
+    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * 8);
     let body = kc - kc % 4;
     for p in (0..body).step_by(4) {
         for half in [0, 4] {
@@ -402,17 +726,17 @@ fn transpose_8_rows(rows: [&[f32]; MR], dst: &mut [f32]) {
                 let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
                 let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
                 let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-                let out = dst.as_mut_ptr().add(p * MR + half);
+                let out = dst.as_mut_ptr().add(p * 8 + half);
                 vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
-                vst1q_f32(out.add(MR), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
-                vst1q_f32(out.add(2 * MR), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
-                vst1q_f32(out.add(3 * MR), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+                vst1q_f32(out.add(8), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out.add(2 * 8), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+                vst1q_f32(out.add(3 * 8), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
             }
         }
     }
     for p in body..kc {
         for (i, row) in rows.iter().enumerate() {
-            dst[p * MR + i] = row[p];
+            dst[p * 8 + i] = row[p];
         }
     }
 }
@@ -427,8 +751,8 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
 
 /// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn depth_block_len(nc: usize) -> usize {
-    nc.div_ceil(NR) * NR * KC
+fn depth_block_len(nc: usize, (nr, kc): (usize, usize)) -> usize {
+    nc.div_ceil(nr) * nr * kc
 }
 
 /// One group of depth blocks of B packed together: columns `jc..jc + nc`, depths `pg..pg + kg`.
@@ -438,21 +762,24 @@ struct Group {
     nc: usize,
     pg: usize,
     kg: usize,
+    /// The microkernel's NR and the blocking's KC.
+    nr: usize,
+    kc: usize,
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 impl Group {
     fn panels(&self) -> usize {
-        self.nc.div_ceil(NR)
+        self.nc.div_ceil(self.nr)
     }
 
     fn blocks(&self) -> usize {
-        self.kg.div_ceil(KC)
+        self.kg.div_ceil(self.kc)
     }
 
     /// Floats of one full depth block (KC rows) of the packed group.
     fn block_len(&self) -> usize {
-        depth_block_len(self.nc)
+        depth_block_len(self.nc, (self.nr, self.kc))
     }
 
     /// Runs of up to eight panels per depth block: the packing's work items.
@@ -462,7 +789,7 @@ impl Group {
 
     /// Floats of the packed group: its full depth blocks of KC rows and the last, shorter one.
     fn packed_len(&self) -> usize {
-        self.panels() * NR * self.kg
+        self.panels() * self.nr * self.kg
     }
 }
 
@@ -545,7 +872,7 @@ struct Progress {
 /// [`native_kernel`] is true; the m x n floats of C at r * ldc + c are in one allocation,
 /// writable and aliased by neither operand, and initialised when `accumulate`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-unsafe fn blocked(
+unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     a: Operand,
     b: Operand,
     (c, ldc): (*mut f32, usize),
@@ -553,20 +880,27 @@ unsafe fn blocked(
     accumulate: bool,
     threads: usize,
 ) {
-    // An equal number of row runs per thread, each at most about MC rows, in whole
+    // An equal number of row runs per thread, each at most about K::MC rows, in whole
     // microkernel rows.
     let row_panels = m.div_ceil(MR);
-    let tasks = (threads * m.div_ceil(threads * MC)).min(row_panels);
+    let tasks = (threads * m.div_ceil(threads * K::MC)).min(row_panels);
     let mut groups = Vec::new();
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        let block_len = depth_block_len(nc);
-        // Depth blocks packed together, up to PACKED_B_FLOATS: each thread's rows of C stay in
+    for jc in (0..n).step_by(K::NC) {
+        let nc = K::NC.min(n - jc);
+        let block_len = depth_block_len(nc, (NR, K::KC));
+        // Depth blocks packed together, up to K::PACKED_B_FLOATS: each thread's rows of C stay in
         // its cache from one depth block to the next.
-        let depth = (PACKED_B_FLOATS / block_len).max(1) * KC;
+        let depth = (K::PACKED_B_FLOATS / block_len).max(1) * K::KC;
         for pg in (0..k).step_by(depth) {
             let kg = depth.min(k - pg);
-            groups.push(Group { jc, nc, pg, kg });
+            groups.push(Group {
+                jc,
+                nc,
+                pg,
+                kg,
+                nr: NR,
+                kc: K::KC,
+            });
         }
     }
     let progress_by_group: Vec<Progress> = groups.iter().map(|_| Progress::default()).collect();
@@ -587,8 +921,8 @@ unsafe fn blocked(
             let items = group.blocks() * runs;
             while let Some(item) = claim(&progress.next_run, items) {
                 let (blk, run) = (item / runs, item % runs);
-                let pc = group.pg + blk * KC;
-                let kc = KC.min(group.pg + group.kg - pc);
+                let pc = group.pg + blk * K::KC;
+                let kc = K::KC.min(group.pg + group.kg - pc);
                 let run_panels = even_run(panels, runs, run);
                 // SAFETY: this run's panels of this block, inside this group's buffer
                 // (packed_len floats from `buffer`) and written by this thread only.
@@ -598,7 +932,7 @@ unsafe fn blocked(
                         run_panels.len() * kc * NR,
                     )
                 };
-                pack_b(b, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
+                pack_b::<NR>(b, (pc, kc), (group.jc, group.nc), run_panels.start, dst);
                 progress
                     .packed
                     .fetch_add(1, std::sync::atomic::Ordering::Release);
@@ -627,16 +961,17 @@ unsafe fn blocked(
                 };
                 PACK_A.with_borrow_mut(|pack_a_buf| {
                     for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
-                        let pc = group.pg + blk * KC;
-                        let kc = KC.min(k - pc);
+                        let pc = group.pg + blk * K::KC;
+                        let kc = K::KC.min(k - pc);
                         let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
-                        pack_a(a, rows, (pc, kc), packed_a);
+                        // SAFETY: K::available(), the caller's promise.
+                        unsafe { pack_a::<K, MR, NR>(a, rows, (pc, kc), packed_a) };
                         let overwrite = pc == 0 && !accumulate;
                         // SAFETY: native_kernel() holds (the caller's promise); the panels
                         // hold kc x MR and kc x NR floats, and the tile writes stay inside
                         // this task's rows 0..rows and columns jc..jc + nc of C.
                         unsafe {
-                            macro_kernel(
+                            macro_kernel::<K, MR, NR>(
                                 kc,
                                 (packed_a, packed_b),
                                 (c, rows, ldc),
@@ -670,8 +1005,7 @@ unsafe fn blocked(
 /// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
 /// rows (row stride `ldc`) of columns `jc..jc + nc`.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx2,fma"))]
-unsafe fn macro_kernel(
+unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     kc: usize,
     (packed_a, packed_b): (&[f32], &[f32]),
     (c, rows, ldc): (*mut f32, usize, usize),
@@ -699,7 +1033,7 @@ unsafe fn macro_kernel(
             if valid_rows == MR && cols == NR {
                 // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c.
                 unsafe {
-                    kernel(
+                    K::kernel(
                         kc,
                         a_panel.as_ptr(),
                         b_panel.as_ptr(),
@@ -710,20 +1044,19 @@ unsafe fn macro_kernel(
                 }
             } else {
                 // An edge tile: the full tile into a scratch tile, then its valid part.
-                let mut tile = [0f32; MR * NR];
+                let mut tile = [[0f32; NR]; MR];
                 // SAFETY: the scratch tile is MR x NR with row stride NR.
                 unsafe {
-                    kernel(
+                    K::edge_kernel(
                         kc,
                         a_panel.as_ptr(),
                         b_panel.as_ptr(),
-                        tile.as_mut_ptr(),
-                        NR,
-                        true,
+                        tile.as_mut_ptr().cast::<f32>(),
+                        cols,
                     )
                 };
-                for i in 0..valid_rows {
-                    let src = &tile[i * NR..][..cols];
+                for (i, row) in tile.iter().enumerate().take(valid_rows) {
+                    let src = &row[..cols];
                     // SAFETY: row i0 + i, columns j0..j0 + cols, lie inside c; a destination
                     // that is overwritten may be uninitialised, so it is written through the
                     // pointer, and one that is added to is initialised (the caller's promise).
@@ -763,6 +1096,23 @@ fn prefetch_l2(line: *const f32) {
             options(nostack, preserves_flags, readonly)
         )
     };
+}
+
+/// Fetches a `rows` x `cols` tile of C (row stride `ldc`) into L1: the microkernel reads (or
+/// writes) it after kc steps, and fetching it first hides a miss to memory behind the loop
+/// instead of stalling at its end. Every cache line a row spans, aligned or not.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_tile(c: *const f32, ldc: usize, (rows, cols): (usize, usize)) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    for i in 0..rows {
+        let row = c.wrapping_add(i * ldc);
+        for offset in (0..cols).step_by(16).chain([cols - 1]) {
+            // SAFETY: a prefetch reads nothing architecturally and does not fault; SSE is part
+            // of the x86_64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(offset).cast()) };
+        }
+    }
 }
 
 /// One step of the microkernel's loop, as assembly text: row `$p` of the packed B panel (three
@@ -818,7 +1168,7 @@ macro_rules! step {
 /// is valid for reads and writes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn kernel(
+unsafe fn avx2_kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -826,19 +1176,7 @@ unsafe fn kernel(
     ldc: usize,
     overwrite: bool,
 ) {
-    use std::arch::x86_64::*;
-    // The tile of C is read (or written) after kc steps: fetching it now hides a miss to
-    // memory behind the loop instead of stalling at its end.
-    for i in 0..MR {
-        // SAFETY: prefetches do not fault; the addresses are the tile's rows.
-        unsafe {
-            let row = c.add(i * ldc);
-            // A row of 24 floats spans two or three cache lines.
-            _mm_prefetch::<_MM_HINT_T0>(row.cast());
-            _mm_prefetch::<_MM_HINT_T0>(row.add(16).cast());
-            _mm_prefetch::<_MM_HINT_T0>(row.add(NR - 1).cast());
-        }
-    }
+    prefetch_tile(c, ldc, (4, 24));
     // The loop in assembly: from intrinsics LLVM spills an accumulator of this tile to the
     // stack (all sixteen vector registers are in use) and the kernel runs at half speed. The
     // accumulators go straight into C from their registers, not through a stack array (1-3 % of
@@ -927,6 +1265,284 @@ unsafe fn kernel(
             out("ymm12") _, out("ymm13") _, out("ymm14") _, out("ymm15") _,
             options(nostack),
         );
+    }
+}
+
+/// Element `$i` of step `$p`'s column of A broadcast into `$v` times the step's three vectors of
+/// B (zmm0..zmm2), added into row `$i`'s accumulators, as assembly text.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_row {
+    ($p:literal, $i:literal, $v:literal, $x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "vbroadcastss zmm",
+            $v,
+            ", dword ptr [{a} + ",
+            $p,
+            "*32 + ",
+            $i,
+            "*4]\n",
+            "vfmadd231ps zmm",
+            $x,
+            ", zmm",
+            $v,
+            ", zmm0\n",
+            "vfmadd231ps zmm",
+            $y,
+            ", zmm",
+            $v,
+            ", zmm1\n",
+            "vfmadd231ps zmm",
+            $z,
+            ", zmm",
+            $v,
+            ", zmm2\n",
+        )
+    };
+}
+
+/// One step of the AVX-512 microkernel, as assembly text: row `$p` of the packed B panel
+/// (three 16-lane vectors) times each of the eight A values of that step (broadcast in turn
+/// into zmm3..zmm7), added into the 24 accumulators zmm8..zmm31, row i in zmm(8 + 3i)..
+/// zmm(10 + 3i).
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_step {
+    ($p:literal) => {
+        concat!(
+            "vmovups zmm0, [{b} + ",
+            $p,
+            "*192]\n",
+            "vmovups zmm1, [{b} + ",
+            $p,
+            "*192 + 64]\n",
+            "vmovups zmm2, [{b} + ",
+            $p,
+            "*192 + 128]\n",
+            avx512_row!($p, "0", "3", "8", "9", "10"),
+            avx512_row!($p, "1", "4", "11", "12", "13"),
+            avx512_row!($p, "2", "5", "14", "15", "16"),
+            avx512_row!($p, "3", "6", "17", "18", "19"),
+            avx512_row!($p, "4", "7", "20", "21", "22"),
+            avx512_row!($p, "5", "3", "23", "24", "25"),
+            avx512_row!($p, "6", "4", "26", "27", "28"),
+            avx512_row!($p, "7", "5", "29", "30", "31"),
+        )
+    };
+}
+
+/// The eight rows of the tile, as assembly text: `$row` expanded with each row's address (row
+/// i at {c} + i * ldc, reached from {c}, {c2} = {c} + 2 ldc and {c3} = {c} + 3 ldc) and its
+/// three accumulators.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_rows {
+    ($row:ident) => {
+        concat!(
+            $row!("{c}", "8", "9", "10"),
+            $row!("{c} + {ldc}", "11", "12", "13"),
+            $row!("{c2}", "14", "15", "16"),
+            $row!("{c3}", "17", "18", "19"),
+            $row!("{c} + 4*{ldc}", "20", "21", "22"),
+            $row!("{c3} + 2*{ldc}", "23", "24", "25"),
+            $row!("{c2} + 4*{ldc}", "26", "27", "28"),
+            $row!("{c3} + 4*{ldc}", "29", "30", "31"),
+        )
+    };
+}
+
+/// Adds a row of C into its accumulators, as assembly text.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_add_row {
+    ($at:literal, $x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "vaddps zmm",
+            $x,
+            ", zmm",
+            $x,
+            ", [",
+            $at,
+            "]\n",
+            "vaddps zmm",
+            $y,
+            ", zmm",
+            $y,
+            ", [",
+            $at,
+            " + 64]\n",
+            "vaddps zmm",
+            $z,
+            ", zmm",
+            $z,
+            ", [",
+            $at,
+            " + 128]\n",
+        )
+    };
+}
+
+/// Stores a row's accumulators to C, as assembly text.
+#[cfg(target_arch = "x86_64")]
+macro_rules! avx512_store_row {
+    ($at:literal, $x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "vmovups [",
+            $at,
+            "], zmm",
+            $x,
+            "\n",
+            "vmovups [",
+            $at,
+            " + 64], zmm",
+            $y,
+            "\n",
+            "vmovups [",
+            $at,
+            " + 128], zmm",
+            $z,
+            "\n",
+        )
+    };
+}
+
+/// The AVX-512 microkernel: C[0..8][0..48] (row stride `ldc`) = (or +=, unless `overwrite`) the
+/// product of a packed A panel (kc x 8, column by column) and a packed B panel (kc x 48, row by
+/// row): 24 16-lane accumulators, three FMAs per broadcast element of A.
+///
+/// # Safety
+/// AVX-512F present; `a` holds 8 kc floats, `b` 48 kc floats; the 8 x 48 tile of `c` is valid
+/// for reads and writes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn avx512_kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    prefetch_tile(c, ldc, (8, 48));
+    // In assembly, as the AVX2 kernel: the 24 accumulators, three vectors of B and the
+    // broadcasts take 32 registers, which leaves the register allocator no room.
+    // SAFETY: the loop reads kc x 8 floats from a and kc x 48 from b (the panels' sizes),
+    // writes only registers, then reads (unless overwrite) and writes the 8 x 48 tile of c.
+    unsafe {
+        std::arch::asm!(
+            "vpxord zmm8, zmm8, zmm8",
+            "vpxord zmm9, zmm9, zmm9",
+            "vpxord zmm10, zmm10, zmm10",
+            "vpxord zmm11, zmm11, zmm11",
+            "vpxord zmm12, zmm12, zmm12",
+            "vpxord zmm13, zmm13, zmm13",
+            "vpxord zmm14, zmm14, zmm14",
+            "vpxord zmm15, zmm15, zmm15",
+            "vpxord zmm16, zmm16, zmm16",
+            "vpxord zmm17, zmm17, zmm17",
+            "vpxord zmm18, zmm18, zmm18",
+            "vpxord zmm19, zmm19, zmm19",
+            "vpxord zmm20, zmm20, zmm20",
+            "vpxord zmm21, zmm21, zmm21",
+            "vpxord zmm22, zmm22, zmm22",
+            "vpxord zmm23, zmm23, zmm23",
+            "vpxord zmm24, zmm24, zmm24",
+            "vpxord zmm25, zmm25, zmm25",
+            "vpxord zmm26, zmm26, zmm26",
+            "vpxord zmm27, zmm27, zmm27",
+            "vpxord zmm28, zmm28, zmm28",
+            "vpxord zmm29, zmm29, zmm29",
+            "vpxord zmm30, zmm30, zmm30",
+            "vpxord zmm31, zmm31, zmm31",
+            // Four steps per iteration, then the remaining kc % 4 one at a time.
+            "mov {r}, {k}",
+            "and {r}, 3",
+            "shr {k}, 2",
+            "jz 4f",
+            "2:",
+            // A streams from L2 (a new panel every tile), two lines per iteration, four
+            // iterations ahead; the B panel stays in L1.
+            "prefetcht0 [{a} + 512]",
+            "prefetcht0 [{a} + 576]",
+            avx512_step!("0"),
+            avx512_step!("1"),
+            avx512_step!("2"),
+            avx512_step!("3"),
+            "add {a}, 128",
+            "add {b}, 768",
+            "dec {k}",
+            "jnz 2b",
+            "4:",
+            "test {r}, {r}",
+            "jz 3f",
+            "5:",
+            avx512_step!("0"),
+            "add {a}, 32",
+            "add {b}, 192",
+            "dec {r}",
+            "jnz 5b",
+            "3:",
+            "lea {c2}, [{c} + 2*{ldc}]",
+            "lea {c3}, [{c2} + {ldc}]",
+            "test {overwrite}, {overwrite}",
+            "jnz 6f",
+            avx512_rows!(avx512_add_row),
+            "6:",
+            avx512_rows!(avx512_store_row),
+            // The callers' code may use SSE: leave no upper halves dirty.
+            "vzeroupper",
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            k = inout(reg) kc => _,
+            r = out(reg) _,
+            c = in(reg) c,
+            ldc = in(reg) ldc * 4,
+            c2 = out(reg) _,
+            c3 = out(reg) _,
+            overwrite = in(reg) overwrite as usize,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+            out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+            out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+            out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
+            out("zmm28") _, out("zmm29") _, out("zmm30") _, out("zmm31") _,
+            options(nostack),
+        );
+    }
+}
+
+/// The AVX-512 tile's first `V` vectors of columns (16 V of its 48), overwritten into `tile`
+/// (row stride 48): 8 V accumulators, so intrinsics suffice.
+///
+/// # Safety
+/// AVX-512F present; `a` holds 8 kc floats, `b` 48 kc floats, `tile` 8 x 48.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512_edge_kernel<const V: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    tile: *mut f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); V]; 8];
+    for p in 0..kc {
+        let mut bv = [_mm512_setzero_ps(); V];
+        for (v, lane) in bv.iter_mut().enumerate() {
+            // SAFETY: row p of the B panel holds 48 floats from b + 48 p.
+            *lane = unsafe { _mm512_loadu_ps(b.add(p * 48 + 16 * v)) };
+        }
+        for (i, row) in acc.iter_mut().enumerate() {
+            // SAFETY: step p of the A panel holds 8 floats from a + 8 p.
+            let av = _mm512_set1_ps(unsafe { *a.add(p * 8 + i) });
+            for (sum, &bl) in row.iter_mut().zip(&bv) {
+                *sum = _mm512_fmadd_ps(av, bl, *sum);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        for (v, &sum) in row.iter().enumerate() {
+            // SAFETY: row i of the tile holds 48 floats from tile + 48 i.
+            unsafe { _mm512_storeu_ps(tile.add(i * 48 + 16 * v), sum) };
+        }
     }
 }
 
@@ -1065,7 +1681,7 @@ macro_rules! neon_prefetch_row {
 /// `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for reads and
 /// writes.
 #[cfg(target_arch = "aarch64")]
-unsafe fn kernel(
+unsafe fn neon_kernel(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -1197,16 +1813,51 @@ mod tests {
         }
     }
 
+    /// `product` with kernel K on the current pool's threads, as [`sgemm`] runs its kernel.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn sgemm_with<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
+        a: &[f32],
+        b: &[f32],
+        c: &mut [f32],
+        (m, n, k): (usize, usize, usize),
+    ) {
+        assert!(
+            K::available(),
+            "the CPU lacks the instructions of this kernel"
+        );
+        assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
+        let (a, b) = (
+            Operand {
+                data: a,
+                rs: k,
+                cs: 1,
+            },
+            Operand {
+                data: b,
+                rs: n,
+                cs: 1,
+            },
+        );
+        let threads = rayon::current_num_threads();
+        // SAFETY: K is available (asserted); c holds m x n floats, row stride n.
+        unsafe { blocked::<K, MR, NR>(a, b, (c.as_mut_ptr(), n), (m, n, k), false, threads) };
+    }
+
     /// Shapes around every block edge (MR, NR, KC, MC, a group of packed depth blocks and a
     /// row split across threads), each against the f64 triple loop in pools of 1 to 16 threads.
-    #[test]
-    fn sgemm_matches_the_f64_reference_at_every_thread_count() {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn matches_the_f64_reference_at_every_thread_count<
+        K: Microkernel<MR, NR>,
+        const MR: usize,
+        const NR: usize,
+    >() {
+        let (kc, mc) = (K::KC, K::MC);
         // B packed in three groups of two depth blocks each, the last group partial, its last
         // panel too.
-        let groups_n = PACKED_B_FLOATS / (2 * KC * NR) * NR - 5;
-        let group_depth = PACKED_B_FLOATS / (groups_n.div_ceil(NR) * NR * KC) * KC;
-        let groups_k = 2 * group_depth + KC / 2 + 3;
-        assert!(group_depth == 2 * KC && groups_k.div_ceil(group_depth) == 3);
+        let groups_n = K::PACKED_B_FLOATS / (2 * kc * NR) * NR - 5;
+        let group_depth = K::PACKED_B_FLOATS / (groups_n.div_ceil(NR) * NR * kc) * kc;
+        let groups_k = 2 * group_depth + kc / 2 + 3;
+        assert!(group_depth == 2 * kc && groups_k.div_ceil(group_depth) == 3);
         let shapes = [
             (1, 1, 1),
             (5, 17, 3),
@@ -1217,12 +1868,12 @@ mod tests {
             (MR + 1, NR + 1, 5),
             (3 * MR, 2 * NR, 8),
             (37, 41, 29),
-            (13, 33, KC + 1),
-            (MR, 3 * NR, KC - 1),
-            (MC + 7, 2 * NR + 5, KC * 2 + 3),
-            (2 * MC + 1, 50, 70),
+            (13, 33, kc + 1),
+            (MR, 3 * NR, kc - 1),
+            (mc + 7, 2 * NR + 5, kc * 2 + 3),
+            (2 * mc + 1, 50, 70),
             (300, 9, 11),
-            (4, NC + 21, 5),
+            (4, K::NC + 21, 5),
             (9, groups_n, groups_k),
             // Several groups and several row runs: one group's products may not overlap the
             // previous group's on the same rows.
@@ -1236,7 +1887,7 @@ mod tests {
                 let want = reference(&a, &b, (m, n, k));
                 // Stale values in C must be overwritten, not added to.
                 let mut c = vec![f32::NAN; m * n];
-                sgemm(&a, &b, &mut c, (m, n, k));
+                sgemm_with::<K, MR, NR>(&a, &b, &mut c, (m, n, k));
                 assert_close(
                     &c,
                     &want,
@@ -1272,11 +1923,15 @@ mod tests {
     /// that fill a panel or do not, and B's runs of panels with a partial last panel), from
     /// operands row-major, transposed and with both strides above 1.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    #[test]
-    fn packed_panels_hold_their_elements_and_zero_padding() {
-        if !native_kernel() {
-            return;
-        }
+    fn packed_panels_hold_their_elements_and_zero_padding<
+        K: Microkernel<MR, NR>,
+        const MR: usize,
+        const NR: usize,
+    >() {
+        assert!(
+            K::available(),
+            "the CPU lacks the instructions of this kernel"
+        );
         let (m, k) = (11, 45);
         let a = fill(m * k, 3);
         for ((pc, kc), (rs, cs)) in [(0, 1), (2, 7), (5, 8), (3, 19), (0, 45)]
@@ -1285,16 +1940,19 @@ mod tests {
         {
             let data = strided(&a, (m, k), (rs, cs));
             let mut packed = vec![f32::NAN; m.div_ceil(MR) * MR * kc];
-            pack_a(
-                Operand {
-                    data: &data,
-                    rs,
-                    cs,
-                },
-                m,
-                (pc, kc),
-                &mut packed,
-            );
+            // SAFETY: K is available (asserted above).
+            unsafe {
+                pack_a::<K, MR, NR>(
+                    Operand {
+                        data: &data,
+                        rs,
+                        cs,
+                    },
+                    m,
+                    (pc, kc),
+                    &mut packed,
+                )
+            };
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, i) = (idx / (kc * MR), idx % (kc * MR) / MR, idx % MR);
                 let row = panel * MR + i;
@@ -1327,7 +1985,7 @@ mod tests {
                 rs,
                 cs,
             };
-            pack_b(operand, (pc, kc), (jc, nc), panels.start, &mut packed);
+            pack_b::<NR>(operand, (pc, kc), (jc, nc), panels.start, &mut packed);
             for (idx, &got) in packed.iter().enumerate() {
                 let (panel, p, j) = (idx / (kc * NR), idx % (kc * NR) / NR, idx % NR);
                 let col = (panels.start + panel) * NR + j;
@@ -1348,15 +2006,19 @@ mod tests {
     /// a C whose rows are longer than n, overwritten or added to, on the calling thread alone
     /// and on every thread of pools of 1 to 16: the columns past n stay as they were.
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    #[test]
-    fn strided_operands_into_a_wider_c_overwrite_or_accumulate() {
-        if !native_kernel() {
-            return;
-        }
+    fn strided_operands_into_a_wider_c_overwrite_or_accumulate<
+        K: Microkernel<MR, NR>,
+        const MR: usize,
+        const NR: usize,
+    >() {
+        assert!(
+            K::available(),
+            "the CPU lacks the instructions of this kernel"
+        );
         let shapes = [
             (MR + 1, NR - 1, 5),
-            (37, 41, KC + 3),
-            (MC + 5, 2 * NR + 3, 2 * KC + 1),
+            (37, 41, K::KC + 3),
+            (K::MC + 5, 2 * NR + 3, 2 * K::KC + 1),
         ];
         crate::test_util::on_thread_counts(|| {
             let pool = rayon::current_num_threads();
@@ -1386,10 +2048,10 @@ mod tests {
                         },
                     );
                     let mut c = c_before.clone();
-                    // SAFETY: native_kernel() is true; c holds m rows of ldc >= n floats, its own
-                    // allocation, initialised.
+                    // SAFETY: K is available (asserted above); c holds m rows of ldc >= n floats,
+                    // its own allocation, initialised.
                     unsafe {
-                        blocked(
+                        blocked::<K, MR, NR>(
                             lhs,
                             rhs,
                             (c.as_mut_ptr(), ldc),
@@ -1427,7 +2089,8 @@ mod tests {
     #[test]
     fn a_product_finishes_when_the_other_threads_of_its_pool_are_busy() {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let (m, n, k) = (2 * MC + 3, 3 * NR + 1, 2 * KC + 5);
+        // Several row runs, B panels and depth blocks for every kernel.
+        let (m, n, k) = (2 * 256 + 3, 3 * 48 + 1, 2 * 256 + 5);
         let a = fill(m * k, 7);
         let b = fill(k * n, 8);
         let want = reference(&a, &b, (m, n, k));
@@ -1467,11 +2130,11 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     #[test]
     fn aarch64_takes_the_neon_kernel() {
-        assert!(native_kernel());
+        assert_eq!(Kernel::widest(), Kernel::Neon);
         // Whole tiles, and AlexNet's batch-1 convolutions (169 columns: 6.5 % padding), take
         // it; a matrix-vector product or 9 rows (16 computed) are left to the gemm crate.
-        assert!(tiles_fit(MR, NR) && tiles_fit(96, 169) && tiles_fit(384, 3025));
-        assert!(!tiles_fit(1, 4096) && !tiles_fit(4096, 1) && !tiles_fit(MR + 1, 4 * NR));
+        assert!(tiles_fit(8, 12) && tiles_fit(96, 169) && tiles_fit(384, 3025));
+        assert!(!tiles_fit(1, 4096) && !tiles_fit(4096, 1) && !tiles_fit(9, 48));
     }
 
     #[test]
@@ -1511,5 +2174,74 @@ mod tests {
             .map(|(x, y)| (x - y).abs())
             .fold(0f32, f32::max);
         assert!(worst < 1e-4, "worst difference {worst}");
+    }
+
+    /// Each microkernel's tests, in a module of its own: `$ignore` names what the CPU that built
+    /// the tests lacks, so that they show as ignored, not passed, where they cannot run (and
+    /// fail, by the kernels' availability assert, on a test machine that lacks what the
+    /// building one had).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    macro_rules! kernel_tests {
+        ($module:ident, $kernel:ty, $mr:literal, $nr:literal, $(#[$ignore:meta])?) => {
+            mod $module {
+                use super::*;
+
+                #[test]
+                $(#[$ignore])?
+                fn matches_the_f64_reference_at_every_thread_count() {
+                    super::matches_the_f64_reference_at_every_thread_count::<$kernel, $mr, $nr>();
+                }
+
+                #[test]
+                $(#[$ignore])?
+                fn packed_panels_hold_their_elements_and_zero_padding() {
+                    super::packed_panels_hold_their_elements_and_zero_padding::<$kernel, $mr, $nr>(
+                    );
+                }
+
+                #[test]
+                $(#[$ignore])?
+                fn strided_operands_into_a_wider_c_overwrite_or_accumulate() {
+                    super::strided_operands_into_a_wider_c_overwrite_or_accumulate::<
+                        $kernel,
+                        $mr,
+                        $nr,
+                    >();
+                }
+            }
+        };
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    kernel_tests!(
+        avx512,
+        Avx512,
+        8,
+        48,
+        #[cfg_attr(not(host_avx512f), ignore = "the CPU that built the tests has no AVX-512F")]
+    );
+    #[cfg(target_arch = "x86_64")]
+    kernel_tests!(
+        avx2,
+        Avx2,
+        4,
+        24,
+        #[cfg_attr(not(host_avx2_fma), ignore = "the CPU that built the tests has no AVX2 and FMA")]
+    );
+    #[cfg(target_arch = "aarch64")]
+    kernel_tests!(neon, Neon, 8, 12,);
+
+    /// sgemm runs the widest kernel the CPU has.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x86_64_takes_the_widest_kernel_it_has() {
+        let want = if std::is_x86_feature_detected!("avx512f") {
+            Kernel::Avx512
+        } else if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            Kernel::Avx2
+        } else {
+            Kernel::GemmCrate
+        };
+        assert_eq!(Kernel::widest(), want);
     }
 }

@@ -74,6 +74,20 @@ pub struct Tuning {
     /// `EDGEBENCH_WINOGRAD_CHUNK_KB` (default 1024, half of a 2 MB L2): size in KiB of the
     /// Winograd forward's output-channel chunks.
     pub winograd_chunk_kb: usize,
+    /// `EDGEBENCH_SGEMM` (default: the widest microkernel the CPU has): `gemm-crate` runs every
+    /// f32 product on the `gemm` crate, `avx2` keeps an AVX-512 x86 CPU on the AVX2 kernel.
+    pub sgemm: SgemmChoice,
+}
+
+/// Which f32 GEMM kernel `EDGEBENCH_SGEMM` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SgemmChoice {
+    /// The widest of edgebench's own microkernels that the CPU runs.
+    Widest,
+    /// No wider than AVX2 (x86_64; no effect elsewhere).
+    Avx2,
+    /// The `gemm` crate for every product.
+    GemmCrate,
 }
 
 impl Default for Tuning {
@@ -84,6 +98,7 @@ impl Default for Tuning {
             winograd_tile: None,
             winograd_tiles: WINOGRAD_TILES,
             winograd_chunk_kb: WINOGRAD_CHUNK_KB,
+            sgemm: SgemmChoice::Widest,
         }
     }
 }
@@ -111,6 +126,11 @@ impl Tuning {
                 .unwrap_or(default.winograd_tiles),
             winograd_chunk_kb: number("EDGEBENCH_WINOGRAD_CHUNK_KB")
                 .unwrap_or(default.winograd_chunk_kb),
+            sgemm: match var("EDGEBENCH_SGEMM").as_deref() {
+                Some("avx2") => SgemmChoice::Avx2,
+                Some("gemm-crate") => SgemmChoice::GemmCrate,
+                _ => default.sgemm,
+            },
         }
     }
 }
@@ -166,6 +186,7 @@ mod tests {
             ("EDGEBENCH_WINOGRAD_TILE", "2"),
             ("EDGEBENCH_WINOGRAD_TILES", "128"),
             ("EDGEBENCH_WINOGRAD_CHUNK_KB", "512"),
+            ("EDGEBENCH_SGEMM", "gemm-crate"),
         ]);
         let want = Tuning {
             conv_cols: 1,
@@ -173,11 +194,16 @@ mod tests {
             winograd_tile: Some(2),
             winograd_tiles: 128,
             winograd_chunk_kb: 512,
+            sgemm: SgemmChoice::GemmCrate,
         };
         assert_eq!(t, want);
         assert_eq!(
             with(&[("EDGEBENCH_WINOGRAD_TILE", "4")]).winograd_tile,
             Some(4)
+        );
+        assert_eq!(
+            with(&[("EDGEBENCH_SGEMM", "avx2")]).sgemm,
+            SgemmChoice::Avx2
         );
         assert!(with(&[("EDGEBENCH_WINOGRAD", "1")]).winograd);
         assert!(with(&[("EDGEBENCH_WINOGRAD", "")]).winograd);
@@ -190,6 +216,7 @@ mod tests {
             ("EDGEBENCH_WINOGRAD_TILE", "3"),
             ("EDGEBENCH_WINOGRAD_TILES", "0"),
             ("EDGEBENCH_WINOGRAD_CHUNK_KB", "-1"),
+            ("EDGEBENCH_SGEMM", "avx512"),
         ]);
         assert_eq!(t, Tuning::default());
     }

@@ -6,6 +6,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{
     bail, CpuStorage, CudaStorage, CustomOp1, DType, Device, Layout, Result, Shape, Tensor, Var,
 };
+use edgebench_kernels::mm;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
@@ -95,21 +96,21 @@ impl Mlp {
         // Detached views of the weights' storage: no graph is recorded.
         let w1 = self.w1.as_detached_tensor();
         let w2 = self.w2.as_detached_tensor();
-        let h = self.x.matmul(&w1)?;
+        let h = mm(&self.x, &w1)?;
         let h_relu = h.relu()?;
-        let y_pred = h_relu.matmul(&w2)?;
+        let y_pred = mm(&h_relu, &w2)?;
         let diff = (y_pred - &self.y)?;
         let loss = diff.sqr()?.sum_all()?;
 
         let grad_y_pred = diff.affine(2.0, 0.0)?;
-        // Transposes are strided views; the CPU matmul reads them without a copy.
-        let grad_w2 = h_relu.t()?.matmul(&grad_y_pred)?;
-        let grad_h_relu = grad_y_pred.matmul(&w2.t()?)?;
+        // Transposes are strided views; the CPU products read them without a copy.
+        let grad_w2 = mm(&h_relu.t()?, &grad_y_pred)?;
+        let grad_h_relu = mm(&grad_y_pred, &w2.t()?)?;
         // grad_h = grad_h_relu with the entries where h < 0 set to 0.
         let grad_h = h
             .ge(&self.zeros_h)?
             .where_cond(&grad_h_relu, &self.zeros_h)?;
-        let grad_w1 = self.x.t()?.matmul(&grad_h)?;
+        let grad_w1 = mm(&self.x.t()?, &grad_h)?;
         Ok(Gradients {
             loss,
             w1: grad_w1,
@@ -119,8 +120,8 @@ impl Mlp {
 
     /// Alg2 and Alg3: the forward on the weights' `Var`s, the gradients from `backward`.
     fn gradients_by_autograd(&self, relu: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Gradients> {
-        let h = self.x.matmul(self.w1.as_tensor())?;
-        let y_pred = relu(&h)?.matmul(self.w2.as_tensor())?;
+        let h = mm(&self.x, self.w1.as_tensor())?;
+        let y_pred = mm(&relu(&h)?, self.w2.as_tensor())?;
         let loss = (y_pred - &self.y)?.sqr()?.sum_all()?;
         let mut grads = loss.backward()?;
         let mut take = |w: &Var, name: &str| {
