@@ -3,9 +3,9 @@
 //! in MC x KC blocks that stay in its core's L2) around a microkernel in inline assembly,
 //! chosen at run time ([`Kernel::detect`]): 8 x 48 AVX-512F or 4 x 24 AVX2/FMA on x86_64,
 //! 8 x 12 NEON (base ASIMD, which every ARMv8-A core has, Cortex-A57 included) on aarch64.
-//! x86_64 CPUs without AVX2 and FMA, and other architectures, run the `gemm` crate. With
-//! AVX-512 or NEON the convolution, fully connected and [`crate::mm`] products (`matmul`) run
-//! the same blocked product from strided operands (`sgemm_strided`).
+//! x86_64 CPUs without AVX2 and FMA, and other architectures, run the `gemm` crate. The same
+//! blocked product from strided operands (`sgemm_strided`) runs the convolution and fully
+//! connected kernels' products on aarch64, and [`crate::mm`]'s with NEON or AVX-512 (`matmul`).
 //!
 //! Why not the `gemm` crate everywhere: on an AMD Zen 3 (AVX2/FMA) its kernel left a fifth of
 //! OpenBLAS's rate on the table; the figures are in docs/performance.md.
