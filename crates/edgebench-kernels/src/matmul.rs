@@ -221,7 +221,6 @@ pub fn mm(a: &Tensor, b: &Tensor) -> Result<Tensor> {
         && b.dtype() == DType::F32
         && a.rank() == 2
         && b.rank() == 2
-        && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
         && own_kernel();
     if own {
         a.apply_op2(b, MatMul)

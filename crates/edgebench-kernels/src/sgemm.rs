@@ -127,7 +127,7 @@ struct Avx512;
 impl Microkernel<8, 48> for Avx512 {
     /// A KC x NR panel of B (36 KiB) and a KC x MR panel of A (6 KiB) fit in the 48 KiB L1d of
     /// Ice Lake and Sapphire Rapids (Skylake-SP and Zen 4 have 32 KiB, and the panel streams
-    /// from L2). On a 2-core Emerald Rapids VM, KC 128, 192 and 256 were within its noise.
+    /// from L2).
     const KC: usize = 192;
     /// MC x KC floats (180 KiB) take a sixth of a 1 MiB L2 (Skylake-SP and Zen 4; 2 MiB on
     /// Sapphire Rapids).
