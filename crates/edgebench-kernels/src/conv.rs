@@ -15,7 +15,7 @@
 pub use crate::geom::Conv2d;
 
 use crate::geom::Geom;
-use crate::matmul::{gemm, gemm_strided, gemm_uninit, SERIAL};
+use crate::matmul::{gemm, gemm_strided, gemm_uninit, own_kernel_takes, SERIAL};
 use crate::relu::ReluMask;
 use crate::util::{
     images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
@@ -507,8 +507,9 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
     dw_row_major(sum_partials(partials), g)
 }
 
-/// One group's dWᵀ (column-major (og, kk), see `dw_row_major`) and db += the gradients of the
-/// output columns `cols`: dy's rows `dy_ld` apart, the input columns' rows `col_ld` apart.
+/// One group's dW (row-major where `dw_in_place`, else column-major (og, kk), see
+/// `dw_row_major`) and db += the gradients of the output columns `cols`: dy's rows `dy_ld`
+/// apart, the input columns' rows `col_ld` apart.
 fn add_weight_grad<T: Float>(
     g: &Geom,
     (dw, db): (&mut [T], &mut [T]),
@@ -516,14 +517,18 @@ fn add_weight_grad<T: Float>(
     cols: Range<usize>,
     (col, col_ld): (&[T], usize),
 ) {
-    // Column-major: gemm then reads the columns in place, along k, as the forward does (asked for
-    // a row-major dW it transposes the problem and packs them).
+    // Column-major for the gemm crate: it then reads the columns in place, along k, as the
+    // forward does (asked for a row-major dW it transposes the problem and packs them).
     let (og, kk) = (g.og(), g.kk());
     let (dyc, n) = (&dy[cols.start..], cols.len());
     gemm_strided(
         (og, kk, n),
         dw,
-        (1, og),
+        if dw_in_place::<T>(g) {
+            (kk, 1)
+        } else {
+            (1, og)
+        },
         true,
         dyc,
         (dy_ld, 1),
@@ -536,9 +541,19 @@ fn add_weight_grad<T: Float>(
     }
 }
 
-/// [dWᵀ | db] -> [dW | db]: the weight gradients' GEMMs write each group's block of dW
+/// Whether the weight gradient's GEMMs write dW row-major, as it is returned: where
+/// edgebench's own kernel takes them (it packs the transposed columns as fast), so that no
+/// transposing pass follows.
+fn dw_in_place<T: Float>(g: &Geom) -> bool {
+    own_kernel_takes::<T>(g.og(), g.kk())
+}
+
+/// [dWᵀ | db] -> [dW | db]: the gemm crate's weight gradients write each group's block of dW
 /// column-major (og, kk), so that gemm reads the columns along k in place.
 fn dw_row_major<T: Float>(mut total: Vec<T>, g: &Geom) -> Vec<T> {
+    if dw_in_place::<T>(g) {
+        return total;
+    }
     let (kk, og) = (g.kk(), g.og());
     for block in total[..g.o * kk].chunks_exact_mut(og * kk) {
         let t = block.to_vec();
@@ -841,6 +856,10 @@ mod tests {
             // AlexNet conv4-like grouped 3x3 pad 1 on 13x13, batch 1 and 3.
             ([1, 4, 13, 13], [4, 2, 3, 3], p(1, 1, 2, true)),
             ([3, 2, 13, 13], [3, 2, 3, 3], p(1, 1, 1, false)),
+            // Products that fill edgebench's own SGEMM tiles (16 filters of 36 and of 24 taps):
+            // where it trains (aarch64), the weight gradient is written row-major in place.
+            ([2, 4, 6, 6], [16, 4, 3, 3], p(1, 1, 1, false)),
+            ([1, 24, 5, 5], [16, 24, 1, 1], p(1, 0, 1, true)),
         ]
     }
 
@@ -1168,6 +1187,8 @@ mod tests {
             (2, 3, 41, 23, 4),
             (4, 2, 1, 1, 3),
             (5, 6, 14, 14, 7),
+            // 340 filters: the filter transform's blocks of 256, the last one partial.
+            (2, 20, 9, 9, 17),
         ];
         let run = || {
             for (i, &(n, c, h, w, o)) in shapes.iter().enumerate() {

@@ -4,6 +4,8 @@
 
 use crate::matmul::{gemm_strided, gemm_uninit};
 use crate::relu::ReluMask;
+#[cfg(target_arch = "aarch64")]
+use crate::tuning::{LINEAR_STREAM_COLS_PER_TASK, LINEAR_STREAM_MAX_ROWS_NEON};
 use crate::tuning::{LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK};
 use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
@@ -79,6 +81,13 @@ fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> V
             yt.par_chunks_mut(rows * n)
                 .zip(w.par_chunks(rows * i))
                 .for_each(|(yt, w)| {
+                    #[cfg(target_arch = "aarch64")]
+                    if let (Some(x), Some(w)) = (as_f32(x), as_f32(w)) {
+                        // SAFETY: T is f32: the same slice of W's rows' outputs.
+                        let yt = &mut *(yt as *mut [std::mem::MaybeUninit<T>]
+                            as *mut [std::mem::MaybeUninit<f32>]);
+                        return neon::dots(x, w, yt, (n, i));
+                    }
                     for (yc, wc) in yt.chunks_exact_mut(n).zip(w.chunks_exact(i)) {
                         for (y, xr) in yc.iter_mut().zip(x.chunks_exact(i)) {
                             y.write(dot(xr, wc));
@@ -99,13 +108,35 @@ fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) 
     unsafe {
         vec_written_by(o * i, |dw| {
             dw.par_chunks_mut(rows * i).enumerate().for_each(|(t, dw)| {
+                #[cfg(target_arch = "aarch64")]
+                if let (true, Some(dy), Some(x)) = (n > 1, as_f32(dy), as_f32(x)) {
+                    // SAFETY: T is f32: the same rows of dW.
+                    let dw = &mut *(dw as *mut [std::mem::MaybeUninit<T>]
+                        as *mut [std::mem::MaybeUninit<f32>]);
+                    return neon::outer(dw, dy, x, (t * rows, n, i, o));
+                }
                 for (k, dwc) in dw.chunks_exact_mut(i).enumerate() {
                     let c = t * rows + k;
                     let mut x_rows = x.chunks_exact(i).take(n);
                     let first = x_rows.next().expect("stream_weight needs n >= 1");
                     let d = dy[c];
-                    for (s, &v) in dwc.iter_mut().zip(first) {
-                        s.write(d * v);
+                    #[cfg(target_arch = "aarch64")]
+                    let done = match (as_f32(first), as_f32(&[d])) {
+                        (Some(first), Some(d)) => {
+                            // SAFETY: T is f32: the same row of dW.
+                            let dwc = &mut *(dwc as *mut [std::mem::MaybeUninit<T>]
+                                as *mut [std::mem::MaybeUninit<f32>]);
+                            neon::scaled(dwc, d[0], first);
+                            true
+                        }
+                        _ => false,
+                    };
+                    #[cfg(not(target_arch = "aarch64"))]
+                    let done = false;
+                    if !done {
+                        for (s, &v) in dwc.iter_mut().zip(first) {
+                            s.write(d * v);
+                        }
                     }
                     // SAFETY: every element was written just above.
                     let dwc = &mut *(dwc as *mut [std::mem::MaybeUninit<T>] as *mut [T]);
@@ -121,6 +152,333 @@ fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) 
     }
 }
 
+/// Rows (batch) up to which the forward and the weight gradient stream W instead of calling
+/// gemm: `LINEAR_STREAM_MAX_ROWS`, or `LINEAR_STREAM_MAX_ROWS_NEON` for f32 on aarch64, whose
+/// NEON loops share each load of W among four rows of the product (a GEMM of depth 8 runs its
+/// microkernel for two iterations per tile, the gemm crate's forward at 4.3 FLOP per
+/// instruction).
+fn stream_rows<T: Float>() -> usize {
+    #[cfg(target_arch = "aarch64")]
+    if as_f32::<T>(&[]).is_some() {
+        return LINEAR_STREAM_MAX_ROWS_NEON;
+    }
+    LINEAR_STREAM_MAX_ROWS
+}
+
+/// dx (n, i) = dy (n, o) · W (o, i) for a few rows of dy, f32 only: each task a stretch of
+/// dx's columns, built in the cache from W's rows four at a time.
+#[cfg(target_arch = "aarch64")]
+fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
+    let (dy, w) = (as_f32(dy).expect("f32"), as_f32(w).expect("f32"));
+    let mut dx = vec![0f32; n * i];
+    let cols = LINEAR_STREAM_COLS_PER_TASK;
+    for (dx, dy) in dx.chunks_exact_mut(i).zip(dy.chunks_exact(o)) {
+        dx.par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(t, dx)| neon::axpys(dx, dy, w, (t * cols, i)));
+    }
+    let dx = std::mem::ManuallyDrop::new(dx);
+    // SAFETY: T is f32 (`as_f32` succeeded): the same allocation, length and capacity.
+    unsafe { Vec::from_raw_parts(dx.as_ptr() as *mut T, dx.len(), dx.capacity()) }
+}
+
+/// `v` as an f32 slice when T is f32.
+#[cfg(target_arch = "aarch64")]
+fn as_f32<T: Float>(v: &[T]) -> Option<&[f32]> {
+    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
+        // SAFETY: T is f32 (same TypeId).
+        .then(|| unsafe { &*(v as *const [T] as *const [f32]) })
+}
+
+/// The batch-1 fully connected loops in NEON: W's rows four at a time, sixteen floats of each
+/// per iteration in one four-register load, so a multiply-add of 4 lanes costs little more
+/// than its one instruction (the compiler's loops load each vector alone and reload x per row).
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::mem::MaybeUninit;
+
+    /// `yt[c * n + r] = x[r] · w[c]` for the rows c of `w` (each `i` long) and the `n` rows of x.
+    pub(super) fn dots(x: &[f32], w: &[f32], yt: &mut [MaybeUninit<f32>], (n, i): (usize, usize)) {
+        let rows = w.len() / i;
+        let quads = rows / 4;
+        for q in 0..quads {
+            let wr: [&[f32]; 4] = std::array::from_fn(|k| &w[(4 * q + k) * i..][..i]);
+            for (r, xr) in x.chunks_exact(i).take(n).enumerate() {
+                let d = dot4(xr, wr);
+                for (k, &d) in d.iter().enumerate() {
+                    yt[(4 * q + k) * n + r].write(d);
+                }
+            }
+        }
+        for c in 4 * quads..rows {
+            let wc = &w[c * i..][..i];
+            for (r, xr) in x.chunks_exact(i).take(n).enumerate() {
+                let d = dot4(xr, [wc; 4])[0];
+                yt[c * n + r].write(d);
+            }
+        }
+    }
+
+    /// `x · w[k]` for four rows k.
+    fn dot4(x: &[f32], w: [&[f32]; 4]) -> [f32; 4] {
+        let len = x.len();
+        assert!(w.iter().all(|w| w.len() == len));
+        let body = len - len % 16;
+        let mut acc = [[0f32; 4]; 16];
+        if body > 0 {
+            // In assembly: the compiler splits a four-register load into four. Per 16
+            // columns one load of x and one of each row, 16 FMAs.
+            // SAFETY: the loop reads `body` floats of x and of each row (all `len` long) and
+            // writes the 16 accumulators to `acc` (16 x 4 floats).
+            unsafe {
+                std::arch::asm!(
+                    "movi v16.16b, #0", "movi v17.16b, #0", "movi v18.16b, #0", "movi v19.16b, #0",
+                    "movi v20.16b, #0", "movi v21.16b, #0", "movi v22.16b, #0", "movi v23.16b, #0",
+                    "movi v24.16b, #0", "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
+                    "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0", "movi v31.16b, #0",
+                    "2:",
+                    "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{x}], #64",
+                    "ld1 {{v4.4s, v5.4s, v6.4s, v7.4s}}, [{w0}], #64",
+                    "ld1 {{v8.4s, v9.4s, v10.4s, v11.4s}}, [{w1}], #64",
+                    "fmla v16.4s, v0.4s, v4.4s", "fmla v17.4s, v1.4s, v5.4s",
+                    "fmla v18.4s, v2.4s, v6.4s", "fmla v19.4s, v3.4s, v7.4s",
+                    "ld1 {{v4.4s, v5.4s, v6.4s, v7.4s}}, [{w2}], #64",
+                    "fmla v20.4s, v0.4s, v8.4s", "fmla v21.4s, v1.4s, v9.4s",
+                    "fmla v22.4s, v2.4s, v10.4s", "fmla v23.4s, v3.4s, v11.4s",
+                    "ld1 {{v8.4s, v9.4s, v10.4s, v11.4s}}, [{w3}], #64",
+                    "fmla v24.4s, v0.4s, v4.4s", "fmla v25.4s, v1.4s, v5.4s",
+                    "fmla v26.4s, v2.4s, v6.4s", "fmla v27.4s, v3.4s, v7.4s",
+                    "fmla v28.4s, v0.4s, v8.4s", "fmla v29.4s, v1.4s, v9.4s",
+                    "fmla v30.4s, v2.4s, v10.4s", "fmla v31.4s, v3.4s, v11.4s",
+                    "subs {n}, {n}, #1",
+                    "b.ne 2b",
+                    "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{acc}], #64",
+                    "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{acc}], #64",
+                    "st1 {{v24.4s, v25.4s, v26.4s, v27.4s}}, [{acc}], #64",
+                    "st1 {{v28.4s, v29.4s, v30.4s, v31.4s}}, [{acc}], #64",
+                    x = inout(reg) x.as_ptr() => _,
+                    w0 = inout(reg) w[0].as_ptr() => _,
+                    w1 = inout(reg) w[1].as_ptr() => _,
+                    w2 = inout(reg) w[2].as_ptr() => _,
+                    w3 = inout(reg) w[3].as_ptr() => _,
+                    n = inout(reg) body / 16 => _,
+                    acc = inout(reg) acc.as_mut_ptr() => _,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _,
+                    out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+                    out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+                    out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                    out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                    out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                    out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                    options(nostack),
+                );
+            }
+        }
+        std::array::from_fn(|k| {
+            let mut total = acc[4 * k..4 * k + 4].iter().flatten().sum::<f32>();
+            for p in body..len {
+                total = x[p].mul_add(w[k][p], total);
+            }
+            total
+        })
+    }
+
+    /// `dx[j] += Σ_c dy[c] · w[c][col0 + j]` over the rows c of `w` (each `i` long), for the
+    /// stretch `dx` of columns from `col0`.
+    pub(super) fn axpys(dx: &mut [f32], dy: &[f32], w: &[f32], (col0, i): (usize, usize)) {
+        let len = dx.len();
+        let body = len - len % 16;
+        let quads = dy.len() / 4;
+        let row = |c: usize| &w[c * i + col0..][..len];
+        for q in 0..quads {
+            let wr: [&[f32]; 4] = std::array::from_fn(|k| row(4 * q + k));
+            let d: [f32; 4] = std::array::from_fn(|k| dy[4 * q + k]);
+            if body > 0 {
+                // In assembly, as `dot4`: per 16 columns one load and one store of dx, one
+                // load of each row, 16 FMAs.
+                // SAFETY: the loop reads `body` floats of each row and reads and writes
+                // `body` floats of dx (all `len` long).
+                unsafe {
+                    std::arch::asm!(
+                        "ld1 {{v0.4s}}, [{d}]",
+                        "2:",
+                        "ld1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{dx}]",
+                        "ld1 {{v4.4s, v5.4s, v6.4s, v7.4s}}, [{w0}], #64",
+                        "ld1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{w1}], #64",
+                        "fmla v16.4s, v4.4s, v0.s[0]", "fmla v17.4s, v5.4s, v0.s[0]",
+                        "fmla v18.4s, v6.4s, v0.s[0]", "fmla v19.4s, v7.4s, v0.s[0]",
+                        "ld1 {{v4.4s, v5.4s, v6.4s, v7.4s}}, [{w2}], #64",
+                        "fmla v16.4s, v20.4s, v0.s[1]", "fmla v17.4s, v21.4s, v0.s[1]",
+                        "fmla v18.4s, v22.4s, v0.s[1]", "fmla v19.4s, v23.4s, v0.s[1]",
+                        "ld1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{w3}], #64",
+                        "fmla v16.4s, v4.4s, v0.s[2]", "fmla v17.4s, v5.4s, v0.s[2]",
+                        "fmla v18.4s, v6.4s, v0.s[2]", "fmla v19.4s, v7.4s, v0.s[2]",
+                        "fmla v16.4s, v20.4s, v0.s[3]", "fmla v17.4s, v21.4s, v0.s[3]",
+                        "fmla v18.4s, v22.4s, v0.s[3]", "fmla v19.4s, v23.4s, v0.s[3]",
+                        "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{dx}], #64",
+                        "subs {n}, {n}, #1",
+                        "b.ne 2b",
+                        d = in(reg) d.as_ptr(),
+                        dx = inout(reg) dx.as_mut_ptr() => _,
+                        w0 = inout(reg) wr[0].as_ptr() => _,
+                        w1 = inout(reg) wr[1].as_ptr() => _,
+                        w2 = inout(reg) wr[2].as_ptr() => _,
+                        w3 = inout(reg) wr[3].as_ptr() => _,
+                        n = inout(reg) body / 16 => _,
+                        out("v0") _, out("v4") _, out("v5") _, out("v6") _, out("v7") _,
+                        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                        out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                        options(nostack),
+                    );
+                }
+            }
+            for p in body..len {
+                for k in 0..4 {
+                    dx[p] = d[k].mul_add(wr[k][p], dx[p]);
+                }
+            }
+        }
+        for (c, &d) in dy.iter().enumerate().skip(4 * quads) {
+            for (s, &v) in dx.iter_mut().zip(row(c)) {
+                *s = d.mul_add(v, *s);
+            }
+        }
+    }
+
+    /// dW's rows `c0..` (a task's, each `i` long) = Σ_r dy[r][c] · x[r] over the `n` rows of
+    /// dy (n, o) and x (n, i): four rows of dW and sixteen columns at a time in assembly, each
+    /// load of x serving 16 FMAs, each row written once.
+    pub(super) fn outer(
+        dw: &mut [MaybeUninit<f32>],
+        dy: &[f32],
+        x: &[f32],
+        (c0, n, i, o): (usize, usize, usize, usize),
+    ) {
+        let rows = dw.len() / i;
+        let body = i - i % 16;
+        let coefficient = |r: usize, c: usize| dy[r * o + c];
+        for (q, quad) in dw.chunks_mut(4 * i).enumerate() {
+            let c = c0 + 4 * q;
+            if quad.len() < 4 * i || rows == 0 {
+                // The task's last rows, fewer than four: one at a time.
+                for (k, row) in quad.chunks_exact_mut(i).enumerate() {
+                    for (j, e) in row.iter_mut().enumerate() {
+                        let sum = (0..n)
+                            .fold(0f32, |s, r| coefficient(r, c + k).mul_add(x[r * i + j], s));
+                        e.write(sum);
+                    }
+                }
+                continue;
+            }
+            // The four rows' coefficients of each row of x, side by side.
+            let coefficients: Vec<[f32; 4]> = (0..n)
+                .map(|r| std::array::from_fn(|k| coefficient(r, c + k)))
+                .collect();
+            let (d0, rest) = quad.split_at_mut(i);
+            let (d1, rest) = rest.split_at_mut(i);
+            let (d2, d3) = rest.split_at_mut(i);
+            if body > 0 {
+                // SAFETY: per chunk of 16 columns the loop reads 16 floats of each of the n
+                // rows of x (i apart, n * i floats) and the n coefficient vectors, and writes
+                // 16 floats of each of the four rows of dW (i long): body <= i.
+                unsafe {
+                    std::arch::asm!(
+                        "2:",
+                        "movi v16.16b, #0", "movi v17.16b, #0", "movi v18.16b, #0",
+                        "movi v19.16b, #0", "movi v20.16b, #0", "movi v21.16b, #0",
+                        "movi v22.16b, #0", "movi v23.16b, #0", "movi v24.16b, #0",
+                        "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
+                        "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0",
+                        "movi v31.16b, #0",
+                        "mov {xr}, {x}",
+                        "mov {cp}, {coef}",
+                        "mov {r}, {n}",
+                        "3:",
+                        "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{xr}], {stride}",
+                        "ld1 {{v4.4s}}, [{cp}], #16",
+                        "fmla v16.4s, v0.4s, v4.s[0]", "fmla v17.4s, v1.4s, v4.s[0]",
+                        "fmla v18.4s, v2.4s, v4.s[0]", "fmla v19.4s, v3.4s, v4.s[0]",
+                        "fmla v20.4s, v0.4s, v4.s[1]", "fmla v21.4s, v1.4s, v4.s[1]",
+                        "fmla v22.4s, v2.4s, v4.s[1]", "fmla v23.4s, v3.4s, v4.s[1]",
+                        "fmla v24.4s, v0.4s, v4.s[2]", "fmla v25.4s, v1.4s, v4.s[2]",
+                        "fmla v26.4s, v2.4s, v4.s[2]", "fmla v27.4s, v3.4s, v4.s[2]",
+                        "fmla v28.4s, v0.4s, v4.s[3]", "fmla v29.4s, v1.4s, v4.s[3]",
+                        "fmla v30.4s, v2.4s, v4.s[3]", "fmla v31.4s, v3.4s, v4.s[3]",
+                        "subs {r}, {r}, #1",
+                        "b.ne 3b",
+                        "st1 {{v16.4s, v17.4s, v18.4s, v19.4s}}, [{d0}], #64",
+                        "st1 {{v20.4s, v21.4s, v22.4s, v23.4s}}, [{d1}], #64",
+                        "st1 {{v24.4s, v25.4s, v26.4s, v27.4s}}, [{d2}], #64",
+                        "st1 {{v28.4s, v29.4s, v30.4s, v31.4s}}, [{d3}], #64",
+                        "add {x}, {x}, #64",
+                        "subs {chunks}, {chunks}, #1",
+                        "b.ne 2b",
+                        x = inout(reg) x.as_ptr() => _,
+                        coef = in(reg) coefficients.as_ptr(),
+                        n = in(reg) n,
+                        stride = in(reg) i * 4,
+                        chunks = inout(reg) body / 16 => _,
+                        d0 = inout(reg) d0.as_mut_ptr() => _,
+                        d1 = inout(reg) d1.as_mut_ptr() => _,
+                        d2 = inout(reg) d2.as_mut_ptr() => _,
+                        d3 = inout(reg) d3.as_mut_ptr() => _,
+                        xr = out(reg) _,
+                        cp = out(reg) _,
+                        r = out(reg) _,
+                        out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+                        out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                        out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                        out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                        out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                        options(nostack),
+                    );
+                }
+            }
+            for (k, row) in [d0, d1, d2, d3].into_iter().enumerate() {
+                for (j, e) in row.iter_mut().enumerate().skip(body) {
+                    let sum = coefficients
+                        .iter()
+                        .enumerate()
+                        .fold(0f32, |s, (r, cf)| cf[k].mul_add(x[r * i + j], s));
+                    e.write(sum);
+                }
+            }
+        }
+    }
+
+    /// `dst = d · x` (the weight gradient's row at batch 1): in assembly, per 16 floats one
+    /// load, four multiplies and one store.
+    pub(super) fn scaled(dst: &mut [MaybeUninit<f32>], d: f32, x: &[f32]) {
+        let len = dst.len();
+        assert_eq!(x.len(), len);
+        let body = len - len % 16;
+        if body > 0 {
+            // SAFETY: the loop reads `body` floats of x and writes `body` of dst (both `len`).
+            unsafe {
+                std::arch::asm!(
+                    "dup v7.4s, {d:w}",
+                    "2:",
+                    "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{x}], #64",
+                    "fmul v0.4s, v0.4s, v7.4s", "fmul v1.4s, v1.4s, v7.4s",
+                    "fmul v2.4s, v2.4s, v7.4s", "fmul v3.4s, v3.4s, v7.4s",
+                    "st1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{dst}], #64",
+                    "subs {n}, {n}, #1",
+                    "b.ne 2b",
+                    d = in(reg) d.to_bits(),
+                    x = inout(reg) x.as_ptr() => _,
+                    dst = inout(reg) dst.as_mut_ptr() => _,
+                    n = inout(reg) body / 16 => _,
+                    out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v7") _,
+                    options(nostack),
+                );
+            }
+        }
+        for (s, &v) in dst[body..].iter_mut().zip(&x[body..]) {
+            s.write(d * v);
+        }
+    }
+}
+
 fn fwd<T: Float>(
     x: &[T],
     w: &[T],
@@ -128,7 +486,7 @@ fn fwd<T: Float>(
     (n, i, o): (usize, usize, usize),
     relu: bool,
 ) -> Vec<T> {
-    let yt = if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && i > 0 {
+    let yt = if (1..=stream_rows::<T>()).contains(&n) && i > 0 {
         stream_fwd(x, w, (n, i, o))
     } else {
         gemm_fwd(x, w, (n, i, o))
@@ -231,8 +589,16 @@ pub(crate) enum LinearBwd {
 impl LinearBwd {
     fn run<T: Float>(&self, dy: &[T], other: &[T], (n, o): (usize, usize), i: usize) -> Vec<T> {
         match self {
-            // (dx stays on gemm: as fast as a streaming pass over W at 1-4 rows, measured.)
-            LinearBwd::Weight if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && i > 0 => {
+            // On x86 dx stays on gemm: as fast as a streaming pass over W at 1-4 rows,
+            // measured. On aarch64 the gemm crate's matrix-vector loop runs 2.3 FLOP per
+            // instruction, the NEON pass over W's rows 4 at a time over 5.
+            #[cfg(target_arch = "aarch64")]
+            LinearBwd::Data
+                if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && as_f32(dy).is_some() && i > 0 =>
+            {
+                stream_data(dy, other, (n, i, o))
+            }
+            LinearBwd::Weight if (1..=stream_rows::<T>()).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
             }
             // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
@@ -363,6 +729,68 @@ mod tests {
                 }
             }
             let _ = DType::F32;
+        });
+    }
+
+    /// f32 (the aarch64 NEON loops at 1-8 rows, gemm above) against the f64 op: outputs and all
+    /// three gradients, with W's rows not a multiple of four and dx's columns more than one
+    /// task's stretch and not a multiple of sixteen.
+    #[test]
+    fn f32_matches_f64() {
+        crate::test_util::on_thread_counts(|| {
+            for (n, i, o) in [
+                (1, 1100, 70),
+                (2, 37, 9),
+                (4, 530, 13),
+                (5, 40, 6),
+                (8, 37, 70),
+                (7, 530, 9),
+                (9, 40, 6),
+            ] {
+                let mut r = Rng::new((n + i + o) as u64);
+                let data = [r.vec(n * i), r.vec(o * i), r.vec(o), r.vec(n * o)];
+                let run = |dtype: DType| -> Vec<Vec<f64>> {
+                    let t = |v: &[f64], d: &[usize]| {
+                        Var::from_tensor(
+                            &Tensor::from_vec(v.to_vec(), d, &Device::Cpu)
+                                .unwrap()
+                                .to_dtype(dtype)
+                                .unwrap(),
+                        )
+                        .unwrap()
+                    };
+                    let (x, w, b) = (
+                        t(&data[0], &[n, i]),
+                        t(&data[1], &[o, i]),
+                        t(&data[2], &[o]),
+                    );
+                    let y = linear(x.as_tensor(), w.as_tensor(), b.as_tensor(), false).unwrap();
+                    let rr = t(&data[3], &[n, o]);
+                    let g = (&y * rr.as_tensor())
+                        .unwrap()
+                        .sum_all()
+                        .unwrap()
+                        .backward()
+                        .unwrap();
+                    let f64s = |t: &Tensor| to_vec(&t.to_dtype(DType::F64).unwrap());
+                    let mut out = vec![f64s(&y)];
+                    out.extend([&x, &w, &b].map(|v| f64s(g.get(v.as_tensor()).unwrap())));
+                    out
+                };
+                let (single, double) = (run(DType::F32), run(DType::F64));
+                for (what, (a, b)) in ["y", "dx", "dW", "db"]
+                    .iter()
+                    .zip(single.iter().zip(&double))
+                {
+                    assert_eq!(a.len(), b.len());
+                    for (p, q) in a.iter().zip(b) {
+                        assert!(
+                            (p - q).abs() < 1e-4 * (i as f64).sqrt() * q.abs().max(1.0),
+                            "n {n}, i {i}, o {o}: {what} {p} vs {q}"
+                        );
+                    }
+                }
+            }
         });
     }
 }

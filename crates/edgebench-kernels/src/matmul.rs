@@ -115,6 +115,31 @@ fn product_uninit<T: Float>(
     unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par, own) }
 }
 
+fn is_f32<T: Float>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
+/// Whether the training kernels' T products run edgebench's own kernel on this CPU (f32, where
+/// [`crate::sgemm::trains_with`] it), given a product that fills its tiles.
+fn trains_on_own_kernel<T: Float>() -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    return is_f32::<T>() && crate::sgemm::trains_with(crate::sgemm::Kernel::detect());
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return false;
+}
+
+/// Whether an m x n row-major T product of the training kernels runs edgebench's own kernel
+/// (which reads either operand in any layout, so the caller may pick the layout it wants).
+pub(crate) fn own_kernel_takes<T: Float>(m: usize, n: usize) -> bool {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    return trains_on_own_kernel::<T>() && crate::sgemm::tiles_fit(m, n);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    return {
+        let _ = (m, n);
+        false
+    };
+}
+
 /// The call into gemm (f32 into [`crate::sgemm`]'s blocked product where
 /// [`crate::sgemm::trains_with`] this CPU's kernel), with its operands' bounds checked here and
 /// dst's by the caller; `own` takes edgebench's kernel whatever `trains_with` says ([`mm`]'s products
@@ -137,10 +162,12 @@ unsafe fn gemm_raw<T: Float>(
     // f32 on aarch64 (and for `own`): edgebench's own kernel (crate::sgemm), when dst has a unit
     // stride and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-        && (own || crate::sgemm::trains_with(crate::sgemm::Kernel::detect()))
-        && ((dst_cs == 1 && crate::sgemm::tiles_fit(m, n))
-            || (dst_cs != 1 && dst_rs == 1 && crate::sgemm::tiles_fit(n, m)))
+    if (if own {
+        is_f32::<T>()
+    } else {
+        trains_on_own_kernel::<T>()
+    }) && ((dst_cs == 1 && crate::sgemm::tiles_fit(m, n))
+        || (dst_cs != 1 && dst_rs == 1 && crate::sgemm::tiles_fit(n, m)))
     {
         let threads = match par {
             Parallelism::None => 1,

@@ -330,9 +330,54 @@ impl Pool2d {
 }
 
 /// The column pass for `MaxGeom::same_width`: tap `kj` is the whole plane shifted by
-/// `kj - pad`, one long loop; columns whose window reaches past a row's start or end took taps
-/// from the neighbouring row there, and are computed again with clipping.
+/// `kj - pad`, so the pass is one long loop over the plane (all three taps of a 3-wide window
+/// in one); columns whose window reaches past a row's start or end took taps from the
+/// neighbouring row there, and are computed again with clipping.
 fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
+    let n = x.len();
+    if g.k == 3 {
+        // Output o takes x[o - pad ..= o - pad + 2]: the n - 2 outputs whose taps all lie in
+        // the plane in one loop of all three taps; the rest are edge columns, recomputed below.
+        let inner = (n + 1).saturating_sub(3).min(n - g.pad.min(n));
+        let (head, rest) = m.split_at_mut(g.pad.min(n));
+        let (head_a, rest_a) = a.split_at_mut(head.len());
+        head.fill(T::LOWEST);
+        head_a.fill(NO_ARG);
+        rest[inner..].fill(T::LOWEST);
+        rest_a[inner..].fill(NO_ARG);
+        max_of_taps::<T, 3>(
+            std::array::from_fn(|kj| &x[kj..]),
+            [0, 1, 2],
+            1,
+            &mut rest[..inner],
+            &mut rest_a[..inner],
+        );
+    } else {
+        max_cols_tap_by_tap(g, x, m, a);
+    }
+    // The edge columns: c < pad, or c + k > w + pad.
+    let right = (g.w + g.pad + 1).saturating_sub(g.k).max(g.pad.min(g.w));
+    let edges = (0..g.pad.min(g.w)).chain(right..g.w);
+    for (r, (mr, ar)) in m
+        .chunks_exact_mut(g.w)
+        .zip(a.chunks_exact_mut(g.w))
+        .enumerate()
+    {
+        for c in edges.clone() {
+            let (mut best, mut at) = (T::LOWEST, NO_ARG);
+            let cols = c.saturating_sub(g.pad)..(c + g.k - g.pad).min(g.w);
+            for cc in cols {
+                let at_cc = (r * g.w + cc) as u32;
+                max_step::<T, false>(x[r * g.w + cc], &mut best, &mut at, at_cc);
+            }
+            (mr[c], ar[c]) = (best, at);
+        }
+    }
+}
+
+/// The same-width column pass one tap at a time (windows other than 3 wide): tap `kj` is the
+/// whole plane shifted by `kj - pad`, each a pass over the plane.
+fn max_cols_tap_by_tap<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
     let n = x.len();
     // Tap 0 initialises every output it reaches (all but the first `pad`, which are edge
     // columns, recomputed below), so nothing is filled with -FLT_MAX first.
@@ -353,22 +398,6 @@ fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
             max_into::<T, false>(e, at0, m, a);
         }
     }
-    let edge = |c: usize| c < g.pad || c + g.k > g.w + g.pad;
-    for (r, (mr, ar)) in m
-        .chunks_exact_mut(g.w)
-        .zip(a.chunks_exact_mut(g.w))
-        .enumerate()
-    {
-        for c in (0..g.w).filter(|&c| edge(c)) {
-            let (mut best, mut at) = (T::LOWEST, NO_ARG);
-            let cols = c.saturating_sub(g.pad)..(c + g.k - g.pad).min(g.w);
-            for cc in cols {
-                let at_cc = (r * g.w + cc) as u32;
-                max_step::<T, false>(x[r * g.w + cc], &mut best, &mut at, at_cc);
-            }
-            (mr[c], ar[c]) = (best, at);
-        }
-    }
 }
 
 /// The column pass for any geometry, row by row through a padded copy of the row.
@@ -387,7 +416,18 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
         // (wrapping for padding, which never wins).
         let at0 = (r * g.w) as u32;
         let at = |kj: usize| at0.wrapping_add(kj as u32).wrapping_sub(g.pad as u32);
-        if g.s == 2 {
+        if g.k == 3 && g.s <= 2 {
+            // All three taps in one loop: from the row itself, or (stride 2) from its even
+            // and odd columns, where tap kj of window o is `halves[kj % 2][o + kj / 2]`.
+            let taps: [&[T]; 3] = if g.s == 1 {
+                std::array::from_fn(|kj| &sc.row[kj..])
+            } else {
+                let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
+                deinterleave(&sc.row, even, odd);
+                [&even[..], &odd[..], &even[1..]]
+            };
+            max_of_taps::<T, 3>(taps, [at(0), at(1), at(2)], g.s as u32, m, a);
+        } else if g.s == 2 {
             let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
             deinterleave(&sc.row, even, odd);
             max_taps_2::<T, true>([even, odd], 0, m, a, at(0));
@@ -430,6 +470,29 @@ fn max_taps_2<T: Float, const INIT: bool>(
     }
 }
 
+/// `m[o]`, `a[o]` = the first strict maximum over the `K` taps `taps[kj][o]` (from
+/// -FLT_MAX), with its index `at0[kj] + o * step`: a window's whole row of taps in one pass,
+/// instead of one pass over `m` and `a` per tap.
+#[inline(always)]
+fn max_of_taps<T: Float, const K: usize>(
+    taps: [&[T]; K],
+    at0: [u32; K],
+    step: u32,
+    m: &mut [T],
+    a: &mut [u32],
+) {
+    let len = m.len();
+    let (taps, a) = (taps.map(|t| &t[..len]), &mut a[..len]);
+    for (o, (m, a)) in m.iter_mut().zip(a.iter_mut()).enumerate() {
+        let (mut best, mut at) = (T::LOWEST, NO_ARG);
+        for kj in 0..K {
+            let at_kj = at0[kj].wrapping_add((o as u32).wrapping_mul(step));
+            max_step::<T, false>(taps[kj][o], &mut best, &mut at, at_kj);
+        }
+        (*m, *a) = (best, at);
+    }
+}
+
 /// Splits a row into its even and odd columns (`even` and `odd` at least half as long).
 fn deinterleave<T: Float>(row: &[T], even: &mut [T], odd: &mut [T]) {
     for ((pair, e), o) in row.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
@@ -446,8 +509,9 @@ fn max_into<T: Float, const INIT: bool>(e: &[T], at0: u32, m: &mut [T], a: &mut 
 }
 
 /// The row pass: each output row's max over its window's rows of the column pass, top to
-/// bottom, into `y` and `ya` (initialising them). For stride 1 every kernel row is one shift of
-/// the whole plane (a single long loop).
+/// bottom, into `y` and `ya` (initialising them). Rows whose 3-high window lies inside the
+/// plane take all three rows in one loop (for stride 1, a run of such rows is one stretch of
+/// the plane: one loop); the others start from their first row inside and add the rest.
 fn max_rows<T: Float>(
     g: &MaxGeom,
     cm: &[T],
@@ -456,64 +520,83 @@ fn max_rows<T: Float>(
     ya: &mut [MaybeUninit<u32>],
 ) {
     let ow = g.ow;
-    // Output rows oy in [first, end) take input row oy·s + ki - pad, inside the plane.
-    let rows_of = |ki: usize| {
-        let first = g.pad.saturating_sub(ki).div_ceil(g.s);
-        let end = (g.h + g.pad).saturating_sub(ki).div_ceil(g.s).min(g.oh);
-        (first, end.max(first))
+    // Kernel rows ki in `inside(oy)` read input row oy·s + ki - pad, inside the plane.
+    let inside = |oy: usize| {
+        let first = g.pad.saturating_sub(oy * g.s);
+        let end = (g.h + g.pad).saturating_sub(oy * g.s).min(g.k);
+        first..end.max(first)
     };
-    // Kernel row 0 initialises the rows it reaches with a copy: the column pass's maxima are
-    // -FLT_MAX exactly where their argmax is NO_ARG, so a strict `>` from (-FLT_MAX, NO_ARG)
-    // would give the same. The rows it misses (padding) start from (-FLT_MAX, NO_ARG).
-    let (first, end) = rows_of(0);
-    for oy in (0..first).chain(end..g.oh) {
-        y[oy * ow..(oy + 1) * ow].fill(MaybeUninit::new(T::LOWEST));
-        ya[oy * ow..(oy + 1) * ow].fill(MaybeUninit::new(NO_ARG));
-    }
-    for oy in first..end {
-        let r = oy * g.s - g.pad;
-        for (d, &v) in y[oy * ow..(oy + 1) * ow]
-            .iter_mut()
-            .zip(&cm[r * ow..(r + 1) * ow])
-        {
-            d.write(v);
-        }
-        for (d, &v) in ya[oy * ow..(oy + 1) * ow]
-            .iter_mut()
-            .zip(&ca[r * ow..(r + 1) * ow])
-        {
-            d.write(v);
-        }
-    }
-    // SAFETY: every row of `y` and `ya` (oh rows of ow) was just written.
-    let (y, ya) = unsafe {
-        (
-            &mut *(y as *mut [MaybeUninit<T>] as *mut [T]),
-            &mut *(ya as *mut [MaybeUninit<u32>] as *mut [u32]),
-        )
-    };
-    for ki in 1..g.k {
-        let (first, end) = rows_of(ki);
-        if first >= end {
+    let row = |r: usize| (&cm[r * ow..(r + 1) * ow], &ca[r * ow..(r + 1) * ow]);
+    let mut oy = 0;
+    while oy < g.oh {
+        let kis = inside(oy);
+        if g.k == 3 && kis.len() == 3 {
+            let mut end = oy + 1;
+            if g.s == 1 {
+                while end < g.oh && inside(end).len() == 3 {
+                    end += 1;
+                }
+            }
+            let (r0, len) = (oy * g.s - g.pad, (end - oy) * ow);
+            max_of_rows::<T, 3>(
+                std::array::from_fn(|ki| &cm[(r0 + ki) * ow..][..len]),
+                std::array::from_fn(|ki| &ca[(r0 + ki) * ow..][..len]),
+                &mut y[oy * ow..end * ow],
+                &mut ya[oy * ow..end * ow],
+            );
+            oy = end;
             continue;
         }
-        if g.s == 1 {
-            let r0 = first + ki - g.pad;
-            let (ys, yas) = (&mut y[first * ow..end * ow], &mut ya[first * ow..end * ow]);
-            let (e, ea) = (&cm[r0 * ow..], &ca[r0 * ow..]);
-            select_max(&e[..ys.len()], &ea[..ys.len()], ys, yas);
+        let (yr, yar) = (
+            &mut y[oy * ow..(oy + 1) * ow],
+            &mut ya[oy * ow..(oy + 1) * ow],
+        );
+        if kis.is_empty() {
+            init_slice(yr, T::LOWEST);
+            init_slice(yar, NO_ARG);
         } else {
-            for oy in first..end {
-                let r = oy * g.s + ki - g.pad;
-                let (e, ea) = (&cm[r * ow..(r + 1) * ow], &ca[r * ow..(r + 1) * ow]);
-                select_max(
-                    e,
-                    ea,
-                    &mut y[oy * ow..(oy + 1) * ow],
-                    &mut ya[oy * ow..(oy + 1) * ow],
-                );
+            // The column pass's maxima are -FLT_MAX exactly where their argmax is NO_ARG, so
+            // starting from the first row inside is the same as a strict `>` from
+            // (-FLT_MAX, NO_ARG).
+            let (e, ea) = row(oy * g.s + kis.start - g.pad);
+            let (yr, yar) = (init_from(yr, e), init_from(yar, ea));
+            for ki in kis.start + 1..kis.end {
+                let (e, ea) = row(oy * g.s + ki - g.pad);
+                select_max(e, ea, yr, yar);
             }
         }
+        oy += 1;
+    }
+}
+
+/// `dst` = `src` (as long), initialised.
+fn init_from<'a, T: Copy>(dst: &'a mut [MaybeUninit<T>], src: &[T]) -> &'a mut [T] {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        d.write(v);
+    }
+    assert_eq!(dst.len(), src.len());
+    // SAFETY: every element of `dst` was just written; MaybeUninit<T> has T's layout.
+    unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [T]) }
+}
+
+/// `y[o]`, `ya[o]` = the first strict maximum over the `K` rows `e[ki][o]`, with its index
+/// `ea[ki][o]`, starting from row 0 (initialising `y` and `ya`).
+#[inline(always)]
+fn max_of_rows<T: Float, const K: usize>(
+    e: [&[T]; K],
+    ea: [&[u32]; K],
+    y: &mut [MaybeUninit<T>],
+    ya: &mut [MaybeUninit<u32>],
+) {
+    let len = y.len();
+    let (e, ea, ya) = (e.map(|r| &r[..len]), ea.map(|r| &r[..len]), &mut ya[..len]);
+    for (o, (y, ya)) in y.iter_mut().zip(ya.iter_mut()).enumerate() {
+        let (mut best, mut at) = (e[0][o], ea[0][o]);
+        for ki in 1..K {
+            max_step::<T, false>(e[ki][o], &mut best, &mut at, ea[ki][o]);
+        }
+        y.write(best);
+        ya.write(at);
     }
 }
 
@@ -1069,6 +1152,8 @@ mod tests {
                 (PoolKind::Max, 2, 2, 0, 5, 8), // stride 2, no window crossing a row end
                 (PoolKind::Max, 4, 2, 1, 6, 8), // stride 2 with padding
                 (PoolKind::Max, 2, 2, 0, 3, 2), // a single output column
+                (PoolKind::Max, 3, 1, 0, 6, 9), // stride 1 narrower than the input: padded rows
+                (PoolKind::Max, 3, 2, 1, 2, 2), // no window has all three rows inside
             ];
             configs.extend(more.iter());
             for &(kind, kernel, stride, pad, h, w) in configs {

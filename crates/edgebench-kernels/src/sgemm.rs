@@ -51,8 +51,8 @@ trait Microkernel<const MR: usize, const NR: usize> {
     /// A panel (kc x MR, column by column) and a packed B panel (kc x NR, row by row).
     ///
     /// # Safety
-    /// [`Self::available`]; `a` holds MR kc floats, `b` NR kc floats; the MR x NR tile of `c` is
-    /// valid for reads and writes.
+    /// [`Self::available`]; kc >= 1; `a` holds MR kc floats, `b` NR kc floats; the MR x NR
+    /// tile of `c` is valid for reads and writes.
     unsafe fn kernel(
         kc: usize,
         a: *const f32,
@@ -533,6 +533,13 @@ fn pack_b<const NR: usize>(
     let j_run = jc + first_panel * NR;
     if b.cs != 1 {
         for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
+            #[cfg(target_arch = "aarch64")]
+            if b.rs == 1 && NR.is_multiple_of(4) && j_run + (g + 1) * NR <= jc + nc {
+                let cols: [&[f32]; NR] =
+                    std::array::from_fn(|j| &b.data[(j_run + g * NR + j) * b.cs + pc..][..kc]);
+                transpose_columns_neon(&cols, panel);
+                continue;
+            }
             for j in 0..NR {
                 let col = j_run + g * NR + j;
                 for p in 0..kc {
@@ -737,6 +744,43 @@ fn transpose_8_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
     for p in body..kc {
         for (i, row) in rows.iter().enumerate() {
             dst[p * 8 + i] = row[p];
+        }
+    }
+}
+
+/// `panel[p * NR + j] = cols[j][p]`: a panel of B stored transposed (each column contiguous),
+/// four columns and four depths at a time by 4 x 4 register transposes, instead of one strided
+/// scalar read per float.
+#[cfg(target_arch = "aarch64")]
+fn transpose_columns_neon<const NR: usize>(cols: &[&[f32]; NR], panel: &mut [f32]) {
+    use std::arch::aarch64::*;
+    let kc = panel.len() / NR;
+    assert!(NR.is_multiple_of(4) && cols.iter().all(|col| col.len() == kc));
+    let body = kc - kc % 4;
+    for j in (0..NR).step_by(4) {
+        for p in (0..body).step_by(4) {
+            // SAFETY: p + 4 <= kc floats in every column, and the panel holds kc x NR floats;
+            // NEON is part of the aarch64 baseline.
+            unsafe {
+                let r0 = vld1q_f32(cols[j].as_ptr().add(p));
+                let r1 = vld1q_f32(cols[j + 1].as_ptr().add(p));
+                let r2 = vld1q_f32(cols[j + 2].as_ptr().add(p));
+                let r3 = vld1q_f32(cols[j + 3].as_ptr().add(p));
+                let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+                let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+                let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+                let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+                let out = panel.as_mut_ptr().add(p * NR + j);
+                vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
+                vst1q_f32(out.add(NR), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out.add(2 * NR), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+                vst1q_f32(out.add(3 * NR), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+            }
+        }
+    }
+    for p in body..kc {
+        for (j, col) in cols.iter().enumerate() {
+            panel[p * NR + j] = col[p];
         }
     }
 }
@@ -1546,60 +1590,164 @@ unsafe fn avx512_edge_kernel<const V: usize>(
     }
 }
 
-/// One step of the NEON microkernel, as assembly text: the step's 8 values of A in v0 (rows
-/// 0-3) and v1 (rows 4-7) times its row of B in v2, v3, v4, added into the accumulators, row i
-/// of C in v(8 + 3i)..v(10 + 3i). Loads from `{a}` + `$a` and `{b}` + `$b` bytes (the steps of
-/// one unrolled iteration at their offsets), or with post-increment (`neon_step!(post)`).
+/// One step of the NEON microkernel, as assembly text: the step's 8 values of A in `$lo` (rows
+/// 0-3) and `$hi` (rows 4-7) times its row of B, loaded here into v4, v5, v6 with one
+/// three-register load, added into the accumulators (or, `fmul`, written to them), row i of C
+/// in v(8 + 3i)..v(10 + 3i).
 #[cfg(target_arch = "aarch64")]
 macro_rules! neon_step {
-    (post) => {
+    (fmul, $lo:literal, $hi:literal) => {
         concat!(
-            "ldp q0, q1, [{a}], #32\n",
-            "ldp q2, q3, [{b}], #32\n",
-            "ldr q4, [{b}], #16\n",
-            neon_step!(fmla),
+            "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], #48\n",
+            "fmul v8.4s, v4.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmul v9.4s, v5.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmul v10.4s, v6.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmul v11.4s, v4.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmul v12.4s, v5.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmul v13.4s, v6.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmul v14.4s, v4.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmul v15.4s, v5.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmul v16.4s, v6.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmul v17.4s, v4.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmul v18.4s, v5.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmul v19.4s, v6.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmul v20.4s, v4.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmul v21.4s, v5.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmul v22.4s, v6.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmul v23.4s, v4.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmul v24.4s, v5.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmul v25.4s, v6.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmul v26.4s, v4.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmul v27.4s, v5.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmul v28.4s, v6.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmul v29.4s, v4.4s, v",
+            $hi,
+            ".s[3]\n",
+            "fmul v30.4s, v5.4s, v",
+            $hi,
+            ".s[3]\n",
+            "fmul v31.4s, v6.4s, v",
+            $hi,
+            ".s[3]\n",
         )
     };
-    ($a:literal, $b:literal, $b2:literal) => {
+    ($lo:literal, $hi:literal) => {
         concat!(
-            "ldp q0, q1, [{a}, #",
-            $a,
-            "]\n",
-            "ldp q2, q3, [{b}, #",
-            $b,
-            "]\n",
-            "ldr q4, [{b}, #",
-            $b2,
-            "]\n",
-            neon_step!(fmla),
-        )
-    };
-    (fmla) => {
-        concat!(
-            "fmla v8.4s, v2.4s, v0.s[0]\n",
-            "fmla v9.4s, v3.4s, v0.s[0]\n",
-            "fmla v10.4s, v4.4s, v0.s[0]\n",
-            "fmla v11.4s, v2.4s, v0.s[1]\n",
-            "fmla v12.4s, v3.4s, v0.s[1]\n",
-            "fmla v13.4s, v4.4s, v0.s[1]\n",
-            "fmla v14.4s, v2.4s, v0.s[2]\n",
-            "fmla v15.4s, v3.4s, v0.s[2]\n",
-            "fmla v16.4s, v4.4s, v0.s[2]\n",
-            "fmla v17.4s, v2.4s, v0.s[3]\n",
-            "fmla v18.4s, v3.4s, v0.s[3]\n",
-            "fmla v19.4s, v4.4s, v0.s[3]\n",
-            "fmla v20.4s, v2.4s, v1.s[0]\n",
-            "fmla v21.4s, v3.4s, v1.s[0]\n",
-            "fmla v22.4s, v4.4s, v1.s[0]\n",
-            "fmla v23.4s, v2.4s, v1.s[1]\n",
-            "fmla v24.4s, v3.4s, v1.s[1]\n",
-            "fmla v25.4s, v4.4s, v1.s[1]\n",
-            "fmla v26.4s, v2.4s, v1.s[2]\n",
-            "fmla v27.4s, v3.4s, v1.s[2]\n",
-            "fmla v28.4s, v4.4s, v1.s[2]\n",
-            "fmla v29.4s, v2.4s, v1.s[3]\n",
-            "fmla v30.4s, v3.4s, v1.s[3]\n",
-            "fmla v31.4s, v4.4s, v1.s[3]\n",
+            "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], #48\n",
+            "fmla v8.4s, v4.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmla v9.4s, v5.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmla v10.4s, v6.4s, v",
+            $lo,
+            ".s[0]\n",
+            "fmla v11.4s, v4.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmla v12.4s, v5.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmla v13.4s, v6.4s, v",
+            $lo,
+            ".s[1]\n",
+            "fmla v14.4s, v4.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmla v15.4s, v5.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmla v16.4s, v6.4s, v",
+            $lo,
+            ".s[2]\n",
+            "fmla v17.4s, v4.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmla v18.4s, v5.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmla v19.4s, v6.4s, v",
+            $lo,
+            ".s[3]\n",
+            "fmla v20.4s, v4.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmla v21.4s, v5.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmla v22.4s, v6.4s, v",
+            $hi,
+            ".s[0]\n",
+            "fmla v23.4s, v4.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmla v24.4s, v5.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmla v25.4s, v6.4s, v",
+            $hi,
+            ".s[1]\n",
+            "fmla v26.4s, v4.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmla v27.4s, v5.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmla v28.4s, v6.4s, v",
+            $hi,
+            ".s[2]\n",
+            "fmla v29.4s, v4.4s, v",
+            $hi,
+            ".s[3]\n",
+            "fmla v30.4s, v5.4s, v",
+            $hi,
+            ".s[3]\n",
+            "fmla v31.4s, v6.4s, v",
+            $hi,
+            ".s[3]\n",
         )
     };
 }
@@ -1678,8 +1826,8 @@ macro_rules! neon_prefetch_row {
 /// element of A (by lane, without a broadcast).
 ///
 /// # Safety
-/// `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for reads and
-/// writes.
+/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for
+/// reads and writes.
 #[cfg(target_arch = "aarch64")]
 unsafe fn neon_kernel(
     kc: usize,
@@ -1701,51 +1849,34 @@ unsafe fn neon_kernel(
             // behind the loop instead of stalling at its end.
             "mov {cp}, {c}",
             neon_rows!(neon_prefetch_row),
-            "movi v8.16b, #0",
-            "movi v9.16b, #0",
-            "movi v10.16b, #0",
-            "movi v11.16b, #0",
-            "movi v12.16b, #0",
-            "movi v13.16b, #0",
-            "movi v14.16b, #0",
-            "movi v15.16b, #0",
-            "movi v16.16b, #0",
-            "movi v17.16b, #0",
-            "movi v18.16b, #0",
-            "movi v19.16b, #0",
-            "movi v20.16b, #0",
-            "movi v21.16b, #0",
-            "movi v22.16b, #0",
-            "movi v23.16b, #0",
-            "movi v24.16b, #0",
-            "movi v25.16b, #0",
-            "movi v26.16b, #0",
-            "movi v27.16b, #0",
-            "movi v28.16b, #0",
-            "movi v29.16b, #0",
-            "movi v30.16b, #0",
-            "movi v31.16b, #0",
-            // Four steps per iteration, then the remaining kc % 4 one at a time.
+            // The first step multiplies into the accumulators instead of zeroing them and
+            // adding (kc >= 1, the caller's promise): 24 instructions fewer per tile.
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            neon_step!(fmul, "0", "1"),
+            "sub {k}, {k}, #1",
+            // Four steps per iteration, then the remaining ones one at a time.
             "and {r}, {k}, #3",
             "lsr {k}, {k}, #2",
             "cbz {k}, 4f",
             "2:",
             // A streams from L2 (a new panel every tile), two cache lines per iteration; the
-            // B panel stays in L1.
+            // B panel stays in L1. Multi-register loads: A for two steps in one (v0-v3), each
+            // step's B in one, so 96 FMAs take 6 loads (pairs and singles would take 12).
             "prfm pldl1keep, [{a}, #256]",
             "prfm pldl1keep, [{a}, #320]",
-            neon_step!("0", "0", "32"),
-            neon_step!("32", "48", "80"),
-            neon_step!("64", "96", "128"),
-            neon_step!("96", "144", "176"),
-            "add {a}, {a}, #128",
-            "add {b}, {b}, #192",
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            neon_step!("0", "1"),
+            neon_step!("2", "3"),
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            neon_step!("0", "1"),
+            neon_step!("2", "3"),
             "subs {k}, {k}, #1",
             "b.ne 2b",
             "4:",
             "cbz {r}, 3f",
             "5:",
-            neon_step!(post),
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            neon_step!("0", "1"),
             "subs {r}, {r}, #1",
             "b.ne 5b",
             "3:",
@@ -1763,7 +1894,7 @@ unsafe fn neon_kernel(
             ldc = in(reg) ldc * 4,
             overwrite = in(reg) overwrite as usize,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
-            out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v5") _, out("v6") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _,
             out("v12") _, out("v13") _, out("v14") _, out("v15") _,
             out("v16") _, out("v17") _, out("v18") _, out("v19") _,
             out("v20") _, out("v21") _, out("v22") _, out("v23") _,

@@ -50,6 +50,16 @@ pub(crate) const LINEAR_STREAM_MAX_ROWS: usize = 4;
 /// W's rows per parallel task of the fully connected layer's streaming loops (fc6: 36 KB each).
 pub(crate) const LINEAR_STREAM_ROWS_PER_TASK: usize = 64;
 
+/// `LINEAR_STREAM_MAX_ROWS` for f32 on aarch64, whose NEON loops share each load of W among
+/// four rows of the product: batch 8 streams too.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const LINEAR_STREAM_MAX_ROWS_NEON: usize = 8;
+
+/// dx's columns per parallel task of the fully connected layer's streaming input gradient
+/// (aarch64): 2 KiB of dx stay in L1 while W's rows stream past.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const LINEAR_STREAM_COLS_PER_TASK: usize = 512;
+
 /// LRN channels per task: long enough that sliding the window beats summing it afresh, short
 /// enough that a batch-1 sample still splits over the cores.
 pub(crate) const LRN_BLOCK: usize = 16;

@@ -189,35 +189,40 @@ fn interleave<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<
     }
 }
 
-/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3), ξ = A·row + column.
+/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3), ξ = A·row + column, laid out
+/// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters
+/// into a ξ-major block of its own, and the blocks' rows are then copied whole into U: a
+/// gather of U from per-filter tiles took a strided load per element.
 fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     w: &[T],
     oc: usize,
 ) -> Vec<T> {
-    let mut per_filter = vec![T::ZERO; A * A * oc];
-    per_filter
-        .par_chunks_exact_mut(A * A)
-        .zip(w.par_chunks_exact(9))
-        .for_each(|(u, g)| {
-            // G g (A x 3) column by column, then each of its rows times Gᵀ.
-            let cols: [[T; A]; 3] = std::array::from_fn(|j| W::g([g[j], g[3 + j], g[6 + j]]));
-            for (i, u) in u.chunks_exact_mut(A).enumerate() {
-                u.copy_from_slice(&W::g([cols[0][i], cols[1][i], cols[2][i]]));
+    const FILTERS_PER_BLOCK: usize = 256;
+    let blocks: Vec<Vec<T>> = w[..9 * oc]
+        .par_chunks(9 * FILTERS_PER_BLOCK)
+        .map(|gs| {
+            let nf = gs.len() / 9;
+            let mut block = vec![T::ZERO; A * A * nf];
+            for (f, g) in gs.chunks_exact(9).enumerate() {
+                // G g (A x 3) column by column, then each of its rows times Gᵀ.
+                let cols: [[T; A]; 3] = std::array::from_fn(|j| W::g([g[j], g[3 + j], g[6 + j]]));
+                for i in 0..A {
+                    let row = W::g([cols[0][i], cols[1][i], cols[2][i]]);
+                    for (l, &v) in row.iter().enumerate() {
+                        block[(i * A + l) * nf + f] = v;
+                    }
+                }
             }
-        });
-    xi_major(&per_filter, A * A, oc)
-}
-
-/// The transformed filters (`xis` tile positions per filter) laid out ξ-major, as the GEMMs take
-/// them: u[ξ·oc + filter]. (Done on all threads: on one, with the other waiting, it cost ~1 % of
-/// a GoogLeNet step.)
-fn xi_major<T: Float>(per_filter: &[T], xis: usize, oc: usize) -> Vec<T> {
-    let mut u = vec![T::ZERO; xis * oc];
+            block
+        })
+        .collect();
+    let mut u = vec![T::ZERO; A * A * oc];
     u.par_chunks_mut(oc.max(1))
         .enumerate()
         .for_each(|(xi, row)| {
-            for (d, f) in row.iter_mut().zip(per_filter.chunks_exact(xis)) {
-                *d = f[xi];
+            for (b, block) in blocks.iter().enumerate() {
+                let nf = block.len() / (A * A);
+                row[b * FILTERS_PER_BLOCK..][..nf].copy_from_slice(&block[xi * nf..][..nf]);
             }
         });
     u
@@ -761,8 +766,12 @@ pub(crate) fn bwd_both_with<T: Float>(
         .collect();
     let total = sum_partials(partials);
     let dw = (f.filter_adjoint)(&total[..xis * oc], oc);
-    let tail = &mut out.spare_capacity_mut()[ndx..];
-    for (d, &v) in tail.iter_mut().zip(dw.iter().chain(&total[xis * oc..])) {
+    // Two plain copies (a chained iterator does not vectorise).
+    let (tail_dw, tail_db) = out.spare_capacity_mut()[ndx..].split_at_mut(9 * oc);
+    for (d, &v) in tail_dw.iter_mut().zip(&dw) {
+        d.write(v);
+    }
+    for (d, &v) in tail_db.iter_mut().zip(&total[xis * oc..]) {
         d.write(v);
     }
     // SAFETY: every image's dx is copied out once its last band is done, and the tail
