@@ -205,7 +205,7 @@ impl Microkernel<8, 12> for Neon {
     }
 
     unsafe fn transpose_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
-        transpose_8_rows(rows, dst)
+        transpose_rows_neon(&rows, dst)
     }
 
     unsafe fn kernel(
@@ -537,7 +537,7 @@ fn pack_b<const NR: usize>(
             if b.rs == 1 && NR.is_multiple_of(4) && j_run + (g + 1) * NR <= jc + nc {
                 let cols: [&[f32]; NR] =
                     std::array::from_fn(|j| &b.data[(j_run + g * NR + j) * b.cs + pc..][..kc]);
-                transpose_columns_neon(&cols, panel);
+                transpose_rows_neon(&cols, panel);
                 continue;
             }
             for j in 0..NR {
@@ -710,77 +710,41 @@ unsafe fn transpose_8x8_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
     }
 }
 
-/// `dst[p * 8 + i] = rows[i][p]`, four columns at a time: two 4 x 4 register transposes (rows
-/// 0-3 and 4-7) and eight full-vector stores rather than eight strided scalar stores per column.
+/// `dst[p * R + i] = rows[i][p]`, four depths and four rows at a time by 4 x 4 register
+/// transposes and full-vector stores, rather than R strided scalar stores per depth: an A panel
+/// (R = 8) from its rows, or a B panel (R = 12) from the columns of a B stored transposed.
 #[cfg(target_arch = "aarch64")]
-fn transpose_8_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
+fn transpose_rows_neon<const R: usize>(rows: &[&[f32]; R], dst: &mut [f32]) {
     use std::arch::aarch64::*;
-    let kc = rows[0].len();
-    assert!(rows.iter().all(|row| row.len() == kc) && dst.len() == kc * 8);
+    let kc = dst.len() / R;
+    assert!(R.is_multiple_of(4) && rows.iter().all(|row| row.len() == kc));
     let body = kc - kc % 4;
     for p in (0..body).step_by(4) {
-        for half in [0, 4] {
-            // SAFETY: p + 4 <= kc floats in every row, and dst holds kc x 8 floats; NEON is
+        for i in (0..R).step_by(4) {
+            // SAFETY: p + 4 <= kc floats in every row, and dst holds kc x R floats; NEON is
             // part of the aarch64 baseline.
             unsafe {
-                let r0 = vld1q_f32(rows[half].as_ptr().add(p));
-                let r1 = vld1q_f32(rows[half + 1].as_ptr().add(p));
-                let r2 = vld1q_f32(rows[half + 2].as_ptr().add(p));
-                let r3 = vld1q_f32(rows[half + 3].as_ptr().add(p));
+                let r0 = vld1q_f32(rows[i].as_ptr().add(p));
+                let r1 = vld1q_f32(rows[i + 1].as_ptr().add(p));
+                let r2 = vld1q_f32(rows[i + 2].as_ptr().add(p));
+                let r3 = vld1q_f32(rows[i + 3].as_ptr().add(p));
                 // Pairs of rows interleaved: (r0[0], r1[0], r0[2], r1[2]) and so on, then the
                 // 64-bit halves of two pairs make one column of the four rows.
                 let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
                 let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
                 let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
                 let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-                let out = dst.as_mut_ptr().add(p * 8 + half);
+                let out = dst.as_mut_ptr().add(p * R + i);
                 vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
-                vst1q_f32(out.add(8), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
-                vst1q_f32(out.add(2 * 8), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
-                vst1q_f32(out.add(3 * 8), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+                vst1q_f32(out.add(R), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out.add(2 * R), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+                vst1q_f32(out.add(3 * R), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
             }
         }
     }
     for p in body..kc {
         for (i, row) in rows.iter().enumerate() {
-            dst[p * 8 + i] = row[p];
-        }
-    }
-}
-
-/// `panel[p * NR + j] = cols[j][p]`: a panel of B stored transposed (each column contiguous),
-/// four columns and four depths at a time by 4 x 4 register transposes, instead of one strided
-/// scalar read per float.
-#[cfg(target_arch = "aarch64")]
-fn transpose_columns_neon<const NR: usize>(cols: &[&[f32]; NR], panel: &mut [f32]) {
-    use std::arch::aarch64::*;
-    let kc = panel.len() / NR;
-    assert!(NR.is_multiple_of(4) && cols.iter().all(|col| col.len() == kc));
-    let body = kc - kc % 4;
-    for j in (0..NR).step_by(4) {
-        for p in (0..body).step_by(4) {
-            // SAFETY: p + 4 <= kc floats in every column, and the panel holds kc x NR floats;
-            // NEON is part of the aarch64 baseline.
-            unsafe {
-                let r0 = vld1q_f32(cols[j].as_ptr().add(p));
-                let r1 = vld1q_f32(cols[j + 1].as_ptr().add(p));
-                let r2 = vld1q_f32(cols[j + 2].as_ptr().add(p));
-                let r3 = vld1q_f32(cols[j + 3].as_ptr().add(p));
-                let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
-                let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
-                let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
-                let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-                let out = panel.as_mut_ptr().add(p * NR + j);
-                vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
-                vst1q_f32(out.add(NR), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
-                vst1q_f32(out.add(2 * NR), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
-                vst1q_f32(out.add(3 * NR), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
-            }
-        }
-    }
-    for p in body..kc {
-        for (j, col) in cols.iter().enumerate() {
-            panel[p * NR + j] = col[p];
+            dst[p * R + i] = row[p];
         }
     }
 }
