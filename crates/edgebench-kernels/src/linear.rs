@@ -7,6 +7,8 @@ use crate::relu::ReluMask;
 #[cfg(target_arch = "aarch64")]
 use crate::tuning::{LINEAR_STREAM_COLS_PER_TASK, LINEAR_STREAM_MAX_ROWS_NEON};
 use crate::tuning::{LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK};
+#[cfg(target_arch = "aarch64")]
+use crate::util::{as_f32, as_f32_mut, as_f32_out, is_f32};
 use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
@@ -82,10 +84,7 @@ fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> V
                 .zip(w.par_chunks(rows * i))
                 .for_each(|(yt, w)| {
                     #[cfg(target_arch = "aarch64")]
-                    if let (Some(x), Some(w)) = (as_f32(x), as_f32(w)) {
-                        // SAFETY: T is f32: the same slice of W's rows' outputs.
-                        let yt = &mut *(yt as *mut [std::mem::MaybeUninit<T>]
-                            as *mut [std::mem::MaybeUninit<f32>]);
+                    if let (Some(x), Some(w), Some(yt)) = (as_f32(x), as_f32(w), as_f32_out(yt)) {
                         return neon::dots(x, w, yt, (n, i));
                     }
                     for (yc, wc) in yt.chunks_exact_mut(n).zip(w.chunks_exact(i)) {
@@ -109,10 +108,7 @@ fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) 
         vec_written_by(o * i, |dw| {
             dw.par_chunks_mut(rows * i).enumerate().for_each(|(t, dw)| {
                 #[cfg(target_arch = "aarch64")]
-                if let (true, Some(dy), Some(x)) = (n > 1, as_f32(dy), as_f32(x)) {
-                    // SAFETY: T is f32: the same rows of dW.
-                    let dw = &mut *(dw as *mut [std::mem::MaybeUninit<T>]
-                        as *mut [std::mem::MaybeUninit<f32>]);
+                if let (Some(dy), Some(x), Some(dw)) = (as_f32(dy), as_f32(x), as_f32_out(dw)) {
                     return neon::outer(dw, dy, x, (t * rows, n, i, o));
                 }
                 for (k, dwc) in dw.chunks_exact_mut(i).enumerate() {
@@ -120,23 +116,8 @@ fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) 
                     let mut x_rows = x.chunks_exact(i).take(n);
                     let first = x_rows.next().expect("stream_weight needs n >= 1");
                     let d = dy[c];
-                    #[cfg(target_arch = "aarch64")]
-                    let done = match (as_f32(first), as_f32(&[d])) {
-                        (Some(first), Some(d)) => {
-                            // SAFETY: T is f32: the same row of dW.
-                            let dwc = &mut *(dwc as *mut [std::mem::MaybeUninit<T>]
-                                as *mut [std::mem::MaybeUninit<f32>]);
-                            neon::scaled(dwc, d[0], first);
-                            true
-                        }
-                        _ => false,
-                    };
-                    #[cfg(not(target_arch = "aarch64"))]
-                    let done = false;
-                    if !done {
-                        for (s, &v) in dwc.iter_mut().zip(first) {
-                            s.write(d * v);
-                        }
+                    for (s, &v) in dwc.iter_mut().zip(first) {
+                        s.write(d * v);
                     }
                     // SAFETY: every element was written just above.
                     let dwc = &mut *(dwc as *mut [std::mem::MaybeUninit<T>] as *mut [T]);
@@ -159,7 +140,7 @@ fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) 
 /// instruction).
 fn stream_rows<T: Float>() -> usize {
     #[cfg(target_arch = "aarch64")]
-    if as_f32::<T>(&[]).is_some() {
+    if is_f32::<T>() {
         return LINEAR_STREAM_MAX_ROWS_NEON;
     }
     LINEAR_STREAM_MAX_ROWS
@@ -170,29 +151,21 @@ fn stream_rows<T: Float>() -> usize {
 #[cfg(target_arch = "aarch64")]
 fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
     let (dy, w) = (as_f32(dy).expect("f32"), as_f32(w).expect("f32"));
-    let mut dx = vec![0f32; n * i];
+    let mut out = zeros::<T>(n * i);
+    let dx = as_f32_mut(&mut out).expect("f32");
     let cols = LINEAR_STREAM_COLS_PER_TASK;
     for (dx, dy) in dx.chunks_exact_mut(i).zip(dy.chunks_exact(o)) {
         dx.par_chunks_mut(cols)
             .enumerate()
             .for_each(|(t, dx)| neon::axpys(dx, dy, w, (t * cols, i)));
     }
-    let dx = std::mem::ManuallyDrop::new(dx);
-    // SAFETY: T is f32 (`as_f32` succeeded): the same allocation, length and capacity.
-    unsafe { Vec::from_raw_parts(dx.as_ptr() as *mut T, dx.len(), dx.capacity()) }
+    out
 }
 
-/// `v` as an f32 slice when T is f32.
-#[cfg(target_arch = "aarch64")]
-fn as_f32<T: Float>(v: &[T]) -> Option<&[f32]> {
-    (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
-        // SAFETY: T is f32 (same TypeId).
-        .then(|| unsafe { &*(v as *const [T] as *const [f32]) })
-}
-
-/// The batch-1 fully connected loops in NEON: W's rows four at a time, sixteen floats of each
-/// per iteration in one four-register load, so a multiply-add of 4 lanes costs little more
-/// than its one instruction (the compiler's loops load each vector alone and reload x per row).
+/// The fully connected loops at batch 1 to 8 in NEON: W's rows four at a time, sixteen floats
+/// of each per iteration in one four-register load, so a multiply-add of 4 lanes costs little
+/// more than its one instruction (the compiler's loops load each vector alone and reload x per
+/// row).
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use std::mem::MaybeUninit;
@@ -347,19 +320,25 @@ mod neon {
 
     /// dW's rows `c0..` (a task's, each `i` long) = Σ_r dy[r][c] · x[r] over the `n` rows of
     /// dy (n, o) and x (n, i): four rows of dW and sixteen columns at a time in assembly, each
-    /// load of x serving 16 FMAs, each row written once.
+    /// load of x serving 16 FMAs, each row written once (with one row of x, `scaled` rows).
     pub(super) fn outer(
         dw: &mut [MaybeUninit<f32>],
         dy: &[f32],
         x: &[f32],
         (c0, n, i, o): (usize, usize, usize, usize),
     ) {
-        let rows = dw.len() / i;
+        if n == 1 {
+            // One row of x: each row of dW is that row scaled.
+            for (k, row) in dw.chunks_exact_mut(i).enumerate() {
+                scaled(row, dy[c0 + k], &x[..i]);
+            }
+            return;
+        }
         let body = i - i % 16;
         let coefficient = |r: usize, c: usize| dy[r * o + c];
         for (q, quad) in dw.chunks_mut(4 * i).enumerate() {
             let c = c0 + 4 * q;
-            if quad.len() < 4 * i || rows == 0 {
+            if quad.len() < 4 * i {
                 // The task's last rows, fewer than four: one at a time.
                 for (k, row) in quad.chunks_exact_mut(i).enumerate() {
                     for (j, e) in row.iter_mut().enumerate() {

@@ -2,6 +2,8 @@
 //! has no LRN). AlexNet and GoogLeNet use size 5, alpha 1e-4, beta 0.75, k 1.
 
 use crate::tuning::LRN_BLOCK;
+#[cfg(target_arch = "aarch64")]
+use crate::util::{as_f32, as_f32_out};
 use crate::util::{native_or_host, nchw_slice, vec_written_by, Float};
 #[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
@@ -62,24 +64,12 @@ impl Lrn {
     fn normalize<T: Float>(&self, sum: &[T], x: &[T], y: &mut [MaybeUninit<T>]) {
         let (sum, x) = (&sum[..y.len()], &x[..y.len()]);
         #[cfg(target_arch = "aarch64")]
-        if self.beta == 0.75
-            && std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
-            && std::arch::is_aarch64_feature_detected!("neon")
-        {
-            // SAFETY: T is f32 (same TypeId): the slices are f32 slices of the same lengths.
-            let (sum, x, y) = unsafe {
-                (
-                    std::slice::from_raw_parts(sum.as_ptr().cast::<f32>(), sum.len()),
-                    std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len()),
-                    std::slice::from_raw_parts_mut(
-                        y.as_mut_ptr().cast::<MaybeUninit<f32>>(),
-                        y.len(),
-                    ),
-                )
-            };
-            let (k, ratio) = self.scale_terms::<f32>();
-            // SAFETY: the CPU has NEON.
-            return unsafe { neon::normalize_three_quarters(k, ratio, sum, x, y) };
+        if self.beta == 0.75 && std::arch::is_aarch64_feature_detected!("neon") {
+            if let (Some(sum), Some(x), Some(y)) = (as_f32(sum), as_f32(x), as_f32_out(&mut *y)) {
+                let (k, ratio) = self.scale_terms::<f32>();
+                // SAFETY: the CPU has NEON.
+                return unsafe { neon::normalize_three_quarters(k, ratio, sum, x, y) };
+            }
         }
         if self.beta == 0.75 {
             for ((o, &s), &x) in y.iter_mut().zip(sum).zip(x) {

@@ -3,7 +3,7 @@
 //! aarch64 with NEON and x86_64 with AVX-512 the strided f32 products run edgebench's own kernel
 //! instead ([`crate::sgemm`]).
 
-use crate::util::Float;
+use crate::util::{is_f32, Float};
 use ::gemm::Parallelism;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
 
@@ -113,10 +113,6 @@ fn product_uninit<T: Float>(
     let dst = (dst.as_mut_ptr().cast::<T>(), (n, 1));
     // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
     unsafe { gemm_raw((m, n, k), dst, false, (lhs, lhs_s), (rhs, rhs_s), par, own) }
-}
-
-fn is_f32<T: Float>() -> bool {
-    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
 }
 
 /// Whether the training kernels' T products run edgebench's own kernel on this CPU (f32, where

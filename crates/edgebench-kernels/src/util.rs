@@ -58,6 +58,36 @@ macro_rules! impl_float {
 impl_float!(f32);
 impl_float!(f64);
 
+/// Whether T is f32 (the kernels of edgebench's own that exist in f32 only).
+pub(crate) fn is_f32<T: Float>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+}
+
+/// `v` as an f32 slice when T is f32.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn as_f32<T: Float>(v: &[T]) -> Option<&[f32]> {
+    // SAFETY: T is f32 (same TypeId): the same slice.
+    is_f32::<T>().then(|| unsafe { &*(v as *const [T] as *const [f32]) })
+}
+
+/// A mutable slice as f32 when T is f32.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn as_f32_mut<T: Float>(v: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: T is f32 (same TypeId): the same slice.
+    is_f32::<T>().then(|| unsafe { &mut *(v as *mut [T] as *mut [f32]) })
+}
+
+/// An output slice as f32 when T is f32.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn as_f32_out<T: Float>(
+    v: &mut [std::mem::MaybeUninit<T>],
+) -> Option<&mut [std::mem::MaybeUninit<f32>]> {
+    // SAFETY: T is f32 (same TypeId): the same slice.
+    is_f32::<T>().then(|| unsafe {
+        &mut *(v as *mut [std::mem::MaybeUninit<T>] as *mut [std::mem::MaybeUninit<f32>])
+    })
+}
+
 /// The error of an op given storages that are not all f32 or all f64 (`float_kernel!`).
 pub(crate) fn unsupported_dtypes(op: &str, dtypes: &[DType]) -> candle_core::Error {
     let msg = match dtypes {
