@@ -29,8 +29,16 @@ use std::ops::Range;
 /// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
 /// callers route other devices to `conv2d_im2col` or `conv2d_candle`.
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
-    Geom::new(x.dims(), w.dims(), b.dims(), p)?;
-    images_in_place(x)?.apply_op3(&w.contiguous()?, &b.contiguous()?, p)
+    let g = Geom::new(x.dims(), w.dims(), b.dims(), p)?;
+    let (x, w, b) = (images_in_place(x)?, w.contiguous()?, b.contiguous()?);
+    if x.device().is_cpu() && winograd::applies(&g) {
+        let op = ConvWinograd {
+            p,
+            filters: std::sync::Mutex::new(None),
+        };
+        return x.apply_op3(&w, &b, op);
+    }
+    x.apply_op3(&w, &b, p)
 }
 
 /// Whether `conv2d` runs natively on `device`: always on the CPU, on CUDA with the `cudnn`
@@ -112,7 +120,7 @@ fn gather_dy<'a, T: Float>(
 /// x's images are `x_img` elements apart (C·H·W, or more for a narrow of channels).
 fn fwd<T: Float>(x: (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
     if winograd::applies(g) {
-        winograd::fwd(x, wt, b, g, relu)
+        winograd::fwd(x, wt, b, g, relu).0
     } else {
         fwd_im2col(x, wt, b, g, relu)
     }
@@ -627,43 +635,52 @@ impl CustomOp3 for Conv2d {
         y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dy = if self.relu {
-            dy.contiguous()?
-                .apply_op2_no_bwd(&y.contiguous()?, &ReluMask)?
-        } else {
-            dy.contiguous()?
-        };
-        let g = Geom::new(x.dims(), w.dims(), b.dims(), *self)?;
-        if x.track_op() && x.device().is_cpu() && winograd::applies(&g) {
-            // Both gradients in one pass (`winograd::bwd_both`).
-            let flat = images_in_place(x)?.apply_op3_no_bwd(
-                &dy,
-                &w.contiguous()?,
-                &ConvBwdWinograd(*self),
-            )?;
-            let (ndx, nw) = (x.elem_count(), g.o * g.kk());
-            let dx = flat.narrow(0, 0, ndx)?.reshape(x.shape())?;
-            // Copies of just their elements (`copy` would clone the whole buffer), so that the
-            // small weight gradients do not keep dx's buffer alive.
-            let dw = flat
-                .narrow(0, ndx, nw)?
-                .reshape(w.shape())?
-                .force_contiguous()?;
-            let db = flat.narrow(0, ndx + nw, g.o)?.force_contiguous()?;
-            return Ok((Some(dx), Some(dw), Some(db)));
-        }
-        let dx = if x.track_op() {
-            Some(dy.apply_op2_no_bwd(&w.contiguous()?, &ConvBwdData(*self, x.dims().to_vec()))?)
-        } else {
-            None
-        };
-        let flat =
-            images_in_place(x)?.apply_op2_no_bwd(&dy, &ConvBwdFilter(*self, w.dims().to_vec()))?;
-        let nw = g.o * g.kk();
-        let dw = flat.narrow(0, 0, nw)?.reshape(w.shape())?;
-        let db = flat.narrow(0, nw, g.o)?;
-        Ok((dx, Some(dw), Some(db)))
+        conv_bwd(*self, (x, w, b, y, dy), None)
     }
+}
+
+/// The gradients of a convolution: (dx, dW, db). `filters`: the forward's Winograd-transformed
+/// filters, where it kept them.
+fn conv_bwd(
+    p: Conv2d,
+    (x, w, b, y, dy): (&Tensor, &Tensor, &Tensor, &Tensor, &Tensor),
+    filters: Option<CpuStorage>,
+) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    let dy = if p.relu {
+        dy.contiguous()?
+            .apply_op2_no_bwd(&y.contiguous()?, &ReluMask)?
+    } else {
+        dy.contiguous()?
+    };
+    let g = Geom::new(x.dims(), w.dims(), b.dims(), p)?;
+    if x.track_op() && x.device().is_cpu() && winograd::applies(&g) {
+        // Both gradients in one pass (`winograd::bwd_both`).
+        let flat = images_in_place(x)?.apply_op3_no_bwd(
+            &dy,
+            &w.contiguous()?,
+            &ConvBwdWinograd(p, filters),
+        )?;
+        let (ndx, nw) = (x.elem_count(), g.o * g.kk());
+        let dx = flat.narrow(0, 0, ndx)?.reshape(x.shape())?;
+        // Copies of just their elements (`copy` would clone the whole buffer), so that the
+        // small weight gradients do not keep dx's buffer alive.
+        let dw = flat
+            .narrow(0, ndx, nw)?
+            .reshape(w.shape())?
+            .force_contiguous()?;
+        let db = flat.narrow(0, ndx + nw, g.o)?.force_contiguous()?;
+        return Ok((Some(dx), Some(dw), Some(db)));
+    }
+    let dx = if x.track_op() {
+        Some(dy.apply_op2_no_bwd(&w.contiguous()?, &ConvBwdData(p, x.dims().to_vec()))?)
+    } else {
+        None
+    };
+    let flat = images_in_place(x)?.apply_op2_no_bwd(&dy, &ConvBwdFilter(p, w.dims().to_vec()))?;
+    let nw = g.o * g.kk();
+    let dw = flat.narrow(0, 0, nw)?.reshape(w.shape())?;
+    let db = flat.narrow(0, nw, g.o)?;
+    Ok((dx, Some(dw), Some(db)))
 }
 
 /// (dy, w) -> dx; carries the op and the input dims (H, W are not implied by dy's).
@@ -777,8 +794,69 @@ impl CustomOp2 for ConvBwdFilter {
     }
 }
 
-/// (x, dy, w) -> [dx | dW | db] of a convolution on the Winograd path.
-struct ConvBwdWinograd(Conv2d);
+/// A convolution on the Winograd path (CPU): the forward keeps its transformed filters for
+/// the backward of the same step, which would otherwise transform the same weights again. They
+/// live, as the op does, as long as the graph that holds it.
+struct ConvWinograd {
+    p: Conv2d,
+    filters: std::sync::Mutex<Option<CpuStorage>>,
+}
+
+impl CustomOp3 for ConvWinograd {
+    fn name(&self) -> &'static str {
+        "conv2d-winograd"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let g = geom_of(&self.p, l1, l2, l3.dims())?;
+        if !winograd::applies(&g) {
+            return self.p.cpu_fwd(s1, l1, s2, l2, s3, l3);
+        }
+        let n = "conv2d";
+        let filters;
+        let y = float_kernel!(n, |x in s1, w in s2, b in s3| {
+            let (y, u) = winograd::fwd(
+                images_slice(x, l1, n)?,
+                nchw_slice(w, l2, n)?,
+                nchw_slice(b, l3, n)?,
+                &g,
+                self.p.relu,
+            );
+            filters = Some(candle_core::WithDType::to_cpu_storage_owned(u));
+            y
+        });
+        *self.filters.lock().unwrap_or_else(|e| e.into_inner()) = filters;
+        Ok((y, Shape::from((g.n, g.o, g.ho, g.wo))))
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        y: &Tensor,
+        dy: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let filters = self
+            .filters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        conv_bwd(self.p, (x, w, b, y, dy), filters)
+    }
+}
+
+/// (x, dy, w) -> [dx | dW | db] of a convolution on the Winograd path, with the forward's
+/// transformed filters where it kept them.
+struct ConvBwdWinograd(Conv2d, Option<CpuStorage>);
 
 impl CustomOp3 for ConvBwdWinograd {
     fn name(&self) -> &'static str {
@@ -804,6 +882,7 @@ impl CustomOp3 for ConvBwdWinograd {
             images_slice(x, l1, n)?,
             nchw_slice(dy, l2, n)?,
             nchw_slice(w, l3, n)?,
+            self.1.as_ref().and_then(|u| u.as_slice().ok()),
             &g,
         ));
         Ok((out, Shape::from(g.n * g.c * g.hw() + g.o * g.kk() + g.o)))
@@ -1187,7 +1266,8 @@ mod tests {
             (2, 3, 41, 23, 4),
             (4, 2, 1, 1, 3),
             (5, 6, 14, 14, 7),
-            // 340 filters: the filter transform's blocks of 256, the last one partial.
+            // 340 filters: the filter transform's blocks of 256 and its adjoint's of 128, the last
+            // ones partial.
             (2, 20, 9, 9, 17),
         ];
         let run = || {
@@ -1211,6 +1291,15 @@ mod tests {
                 let filter = bwd_filter_im2col(x_img, &dy, &g);
                 let mut both = bwd_data_im2col(&dy, &wt, &g);
                 both.extend(filter);
+                // The forward's kept filters serve the backward as its own transform does, and
+                // are what it uses (zeros instead give a zero input gradient).
+                let (_, kept) = winograd::fwd(x_img, &wt, &b, &g, p.relu);
+                let own = winograd::bwd_both(x_img, &dy, &wt, None, &g);
+                assert_eq!(winograd::bwd_both(x_img, &dy, &wt, Some(&kept), &g), own);
+                let zeros = vec![0.0; kept.len()];
+                let with_zeros = winograd::bwd_both(x_img, &dy, &wt, Some(&zeros), &g);
+                assert!(with_zeros[..ndx].iter().all(|&v| v == 0.0));
+                assert_eq!(with_zeros[ndx..], own[ndx..]);
                 for m in [2, 4] {
                     let ctx = format!("F({m}x{m}) {:?} relu {}", (n, c, h, w, o), p.relu);
                     let e = max_rel(&winograd::fwd_with(x_img, &wt, &b, &g, p.relu, m), &want_y);

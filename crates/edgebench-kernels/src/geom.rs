@@ -212,10 +212,13 @@ impl Geom {
         dst[..skip].fill(T::ZERO);
         dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
         dst[skip + n..].fill(T::ZERO);
+        // Column by column down the rows: a fill of each row's one or two padding columns was
+        // a memset call.
         let (lo, hi) = self.valid_cols(kj);
-        for r in dst.chunks_exact_mut(w) {
-            r[..lo].fill(T::ZERO);
-            r[hi..].fill(T::ZERO);
+        for j in (0..lo).chain(hi..w) {
+            for r in dst.chunks_exact_mut(w) {
+                r[j] = T::ZERO;
+            }
         }
     }
 

@@ -3,7 +3,8 @@
 //! padded and ceil-mode windows.
 
 use crate::util::{
-    init_slice, native_or_host, nchw_slice, par_chunks_zeroed, vec_written_by, zeros, Float,
+    deinterleave2, init_slice, native_or_host, nchw_slice, par_chunks_zeroed, vec_written_by,
+    zeros, Float,
 };
 #[cfg(feature = "cuda")]
 use candle_core::backend::BackendStorage;
@@ -423,13 +424,13 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
                 std::array::from_fn(|kj| &sc.row[kj..])
             } else {
                 let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
-                deinterleave(&sc.row, even, odd);
+                deinterleave2(&sc.row, even, odd);
                 [&even[..], &odd[..], &even[1..]]
             };
             max_of_taps::<T, 3>(taps, [at(0), at(1), at(2)], g.s as u32, m, a);
         } else if g.s == 2 {
             let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
-            deinterleave(&sc.row, even, odd);
+            deinterleave2(&sc.row, even, odd);
             max_taps_2::<T, true>([even, odd], 0, m, a, at(0));
             for kj in 1..g.k {
                 max_taps_2::<T, false>([even, odd], kj, m, a, at(kj));
@@ -490,13 +491,6 @@ fn max_of_taps<T: Float, const K: usize>(
             max_step::<T, false>(taps[kj][o], &mut best, &mut at, at_kj);
         }
         (*m, *a) = (best, at);
-    }
-}
-
-/// Splits a row into its even and odd columns (`even` and `odd` at least half as long).
-fn deinterleave<T: Float>(row: &[T], even: &mut [T], odd: &mut [T]) {
-    for ((pair, e), o) in row.chunks_exact(2).zip(even.iter_mut()).zip(odd.iter_mut()) {
-        (*e, *o) = (pair[0], pair[1]);
     }
 }
 

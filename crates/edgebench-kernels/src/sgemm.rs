@@ -219,6 +219,19 @@ impl Microkernel<8, 12> for Neon {
         // SAFETY: as the caller promises.
         unsafe { neon_kernel(kc, a, b, c, ldc, overwrite) }
     }
+
+    /// A last panel of up to 4 or 8 wanted columns computes one or two vectors per row, not
+    /// three: GoogLeNet's 7x7 and 14x14 maps (49 and 196 columns) leave 1 and 4.
+    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match cols.div_ceil(4) {
+                1 => neon_edge_kernel::<1>(kc, a, b, tile),
+                2 => neon_edge_kernel::<2>(kc, a, b, tile),
+                _ => neon_kernel(kc, a, b, tile, 12, true),
+            }
+        }
+    }
 }
 
 /// The microkernel [`sgemm`] runs on this CPU.
@@ -279,7 +292,7 @@ impl Kernel {
         match self {
             Kernel::Avx512 => (8, 48, 16),
             Kernel::Avx2 => (4, 24, 24),
-            Kernel::Neon => (8, 12, 12),
+            Kernel::Neon => (8, 12, 4),
             Kernel::GemmCrate => (1, 1, 1),
         }
     }
@@ -553,23 +566,26 @@ fn pack_b<const NR: usize>(
         }
         return;
     }
+    // The last panel of the run may be partial: zeroed whole, then its columns copied one by
+    // one down the depth (copying each row's few floats took a memcpy and a memset call).
+    let full = (jc + nc).saturating_sub(j_run) / NR;
+    let (whole, partial) = dst.split_at_mut((full * panel_len).min(dst.len()));
     for p in 0..kc {
         let src_row = &b.data[(pc + p) * b.rs..][..jc + nc];
-        for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
+        for (g, panel) in whole.chunks_exact_mut(panel_len).enumerate() {
             let j0 = j_run + g * NR;
-            let row = &mut panel[p * NR..][..NR];
-            match src_row.get(j0..j0 + NR) {
-                // Fixed-size copies: inlined vector moves, not a memcpy call per row.
-                Some(src) => {
-                    <&mut [f32; NR]>::try_from(row)
-                        .expect("NR floats")
-                        .copy_from_slice(src);
-                }
-                None => {
-                    let cols = jc + nc - j0;
-                    row[..cols].copy_from_slice(&src_row[j0..]);
-                    row[cols..].fill(0.0);
-                }
+            // Fixed-size copies: inlined vector moves, not a memcpy call per row.
+            <&mut [f32; NR]>::try_from(&mut panel[p * NR..][..NR])
+                .expect("NR floats")
+                .copy_from_slice(&src_row[j0..j0 + NR]);
+        }
+    }
+    for (g, panel) in partial.chunks_exact_mut(panel_len).enumerate() {
+        panel.fill(0.0);
+        let j0 = j_run + (full + g) * NR;
+        for j in j0..(jc + nc).max(j0) {
+            for p in 0..kc {
+                panel[p * NR + j - j0] = b.data[(pc + p) * b.rs + j];
             }
         }
     }
@@ -1816,6 +1832,131 @@ unsafe fn neon_kernel(
     }
 }
 
+/// Eight `$op` (fmla or fmul) of the edge kernel: `$acc` (rows 0-7) += (or =) the vector
+/// `v$b` of B times lane r of A's rows 0-3 (`v$lo`) and 4-7 (`v$hi`).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_edge_step {
+    ($op:literal, $b:literal, $lo:literal, $hi:literal, [$($acc:literal),*]) => {
+        neon_edge_step!(@ $op, $b, [$($acc),*], [$lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi],
+            ["0", "1", "2", "3", "0", "1", "2", "3"])
+    };
+    (@ $op:literal, $b:literal, [$($acc:literal),*], [$($a:literal),*], [$($lane:literal),*]) => {
+        concat!($($op, " v", $acc, ".4s, v", $b, ".4s, v", $a, ".s[", $lane, "]\n",)*)
+    };
+}
+
+/// The first `V` (1 or 2) four-column vectors of the NEON tile, overwritten into `tile` (row
+/// stride 12): 8 or 4 fmla per step where the whole tile takes 24. One vector of columns keeps
+/// two sets of eight accumulators (even and odd steps), so that consecutive FMAs into one
+/// register do not wait on each other.
+///
+/// # Safety
+/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; `tile` is valid for 8 x 12 floats.
+#[cfg(target_arch = "aarch64")]
+unsafe fn neon_edge_kernel<const V: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    tile: *mut f32,
+) {
+    // SAFETY: the loops read kc x 8 floats from a and the first 4 V of each 12-float row of b,
+    // and write the first 4 V columns of the tile's 8 rows.
+    unsafe {
+        if V == 1 {
+            std::arch::asm!(
+                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+                "ld1 {{v4.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmul", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
+                "movi v24.16b, #0", "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
+                "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0", "movi v31.16b, #0",
+                "sub {k}, {k}, #1",
+                "and {r}, {k}, #1",
+                "lsr {k}, {k}, #1",
+                "cbz {k}, 4f",
+                "2:",
+                "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+                "ld1 {{v4.4s}}, [{b}], {bs}",
+                "ld1 {{v5.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmla", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
+                neon_edge_step!("fmla", "5", "2", "3", ["24", "25", "26", "27", "28", "29", "30", "31"]),
+                "subs {k}, {k}, #1",
+                "b.ne 2b",
+                "4:",
+                "cbz {r}, 3f",
+                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+                "ld1 {{v4.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmla", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
+                "3:",
+                "fadd v16.4s, v16.4s, v24.4s", "fadd v17.4s, v17.4s, v25.4s",
+                "fadd v18.4s, v18.4s, v26.4s", "fadd v19.4s, v19.4s, v27.4s",
+                "fadd v20.4s, v20.4s, v28.4s", "fadd v21.4s, v21.4s, v29.4s",
+                "fadd v22.4s, v22.4s, v30.4s", "fadd v23.4s, v23.4s, v31.4s",
+                "st1 {{v16.4s}}, [{c}], {bs}", "st1 {{v17.4s}}, [{c}], {bs}",
+                "st1 {{v18.4s}}, [{c}], {bs}", "st1 {{v19.4s}}, [{c}], {bs}",
+                "st1 {{v20.4s}}, [{c}], {bs}", "st1 {{v21.4s}}, [{c}], {bs}",
+                "st1 {{v22.4s}}, [{c}], {bs}", "st1 {{v23.4s}}, [{c}], {bs}",
+                a = inout(reg) a => _,
+                b = inout(reg) b => _,
+                k = inout(reg) kc => _,
+                r = out(reg) _,
+                c = inout(reg) tile => _,
+                bs = in(reg) 48usize,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
+                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                options(nostack),
+            );
+        } else {
+            // Row i's two vectors in v(16 + 2i) and v(17 + 2i): sixteen independent sums.
+            std::arch::asm!(
+                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmul", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
+                neon_edge_step!("fmul", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
+                "sub {k}, {k}, #1",
+                "and {r}, {k}, #1",
+                "lsr {k}, {k}, #1",
+                "cbz {k}, 4f",
+                "2:",
+                "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmla", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
+                neon_edge_step!("fmla", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
+                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmla", "4", "2", "3", ["16", "18", "20", "22", "24", "26", "28", "30"]),
+                neon_edge_step!("fmla", "5", "2", "3", ["17", "19", "21", "23", "25", "27", "29", "31"]),
+                "subs {k}, {k}, #1",
+                "b.ne 2b",
+                "4:",
+                "cbz {r}, 3f",
+                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
+                neon_edge_step!("fmla", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
+                neon_edge_step!("fmla", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
+                "3:",
+                "st1 {{v16.4s, v17.4s}}, [{c}], {bs}", "st1 {{v18.4s, v19.4s}}, [{c}], {bs}",
+                "st1 {{v20.4s, v21.4s}}, [{c}], {bs}", "st1 {{v22.4s, v23.4s}}, [{c}], {bs}",
+                "st1 {{v24.4s, v25.4s}}, [{c}], {bs}", "st1 {{v26.4s, v27.4s}}, [{c}], {bs}",
+                "st1 {{v28.4s, v29.4s}}, [{c}], {bs}", "st1 {{v30.4s, v31.4s}}, [{c}], {bs}",
+                a = inout(reg) a => _,
+                b = inout(reg) b => _,
+                k = inout(reg) kc => _,
+                r = out(reg) _,
+                c = inout(reg) tile => _,
+                bs = in(reg) 48usize,
+                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
+                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+                options(nostack),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1908,6 +2049,11 @@ mod tests {
             (MR, NR, 1),
             (MR - 1, NR - 1, 4),
             (MR + 1, NR + 1, 5),
+            // Edge panels of 4 and 8 columns and less, at even, odd and unit depths.
+            (MR, 4, 3),
+            (2 * MR, NR + 8, 6),
+            (MR + 3, 7, 1),
+            (MR, 2 * NR + 6, 2),
             (3 * MR, 2 * NR, 8),
             (37, 41, 29),
             (13, 33, kc + 1),

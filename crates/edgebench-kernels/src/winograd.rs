@@ -20,7 +20,7 @@
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_MIN_SIDE};
-use crate::util::{relu_f, sum, sum_partials, Float};
+use crate::util::{deinterleave2, relu_f, sum, sum_partials, Float};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -162,7 +162,10 @@ fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
 
 /// Splits `src` into its `M` phases, `runs[q][j] = src[M·j + q]`, as far as both reach.
 #[inline(always)]
-fn deinterleave<T: Float, const M: usize>(src: &[T], runs: [&mut [T]; M]) {
+fn deinterleave<T: Float, const M: usize>(src: &[T], mut runs: [&mut [T]; M]) {
+    if let [even, odd] = &mut runs[..] {
+        return deinterleave2(src, even, odd);
+    }
     let len = runs.iter().map(|r| r.len()).fold(src.len() / M, usize::min);
     let runs = runs.map(|r| &mut r[..len]);
     for (j, group) in src[..M * len].chunks_exact(M).enumerate() {
@@ -228,24 +231,51 @@ fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     u
 }
 
-/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`).
+/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (9 floats
+/// per filter). dU holds each tile position's filters contiguous (ξ-major), so both products
+/// run along a block of filters as vectors; only the last step, a filter's 9 values into its
+/// row of dW, goes filter by filter (per filter throughout, each of dU's 16 or 36 elements was
+/// a strided, bounds-checked load).
 fn filter_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     du: &[T],
     oc: usize,
-) -> Vec<T> {
-    let mut dw = vec![T::ZERO; 9 * oc];
-    dw.par_chunks_exact_mut(9)
+    dw: &mut [MaybeUninit<T>],
+) {
+    const FILTERS_PER_BLOCK: usize = 128;
+    dw[..9 * oc]
+        .par_chunks_mut(9 * FILTERS_PER_BLOCK)
         .enumerate()
-        .for_each(|(kc, out)| {
-            let d = |i: usize, l: usize| du[(i * A + l) * oc + kc];
-            // Gᵀ dU (3 x A) column by column, then each of its rows times G.
-            let cols: [[T; 3]; A] =
-                std::array::from_fn(|l| W::gt(std::array::from_fn(|i| d(i, l))));
-            for (k, out) in out.chunks_exact_mut(3).enumerate() {
-                out.copy_from_slice(&W::gt(std::array::from_fn(|l| cols[l][k])));
+        .for_each(|(blk, out)| {
+            let nf = (out.len() / 9).min(FILTERS_PER_BLOCK);
+            let f0 = blk * FILTERS_PER_BLOCK;
+            // Gᵀ dU (3 x A): t[k·A + l] for every filter of the block.
+            let mut t = [[T::ZERO; FILTERS_PER_BLOCK]; 18];
+            for l in 0..A {
+                let col: [&[T]; A] = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
+                let [t0, t1, t2] = windows_at(&mut t[..3 * A], [l, A + l, 2 * A + l], 1);
+                let (t0, t1, t2) = (&mut t0[0][..nf], &mut t1[0][..nf], &mut t2[0][..nf]);
+                for f in 0..nf {
+                    let [r0, r1, r2] = W::gt(std::array::from_fn(|i| col[i][f]));
+                    (t0[f], t1[f], t2[f]) = (r0, r1, r2);
+                }
+            }
+            // (Gᵀ dU) G (3 x 3): e[k·3 + j].
+            let mut e = [[T::ZERO; FILTERS_PER_BLOCK]; 9];
+            for k in 0..3 {
+                let row: [&[T]; A] = std::array::from_fn(|l| &t[k * A + l][..nf]);
+                let [e0, e1, e2] = windows_at(&mut e[..], [3 * k, 3 * k + 1, 3 * k + 2], 1);
+                let (e0, e1, e2) = (&mut e0[0][..nf], &mut e1[0][..nf], &mut e2[0][..nf]);
+                for f in 0..nf {
+                    let [r0, r1, r2] = W::gt(std::array::from_fn(|l| row[l][f]));
+                    (e0[f], e1[f], e2[f]) = (r0, r1, r2);
+                }
+            }
+            for (f, out) in out.chunks_exact_mut(9).enumerate() {
+                for (o, e) in out.iter_mut().zip(&e) {
+                    o.write(e[f]);
+                }
             }
         });
-    dw
 }
 
 /// Per-task scratch of the transforms. The tile arithmetic runs over whole bands (all tiles of
@@ -566,12 +596,24 @@ fn sum_planes<T: Float>(dys: &[T], hw: usize, db: &mut [T]) {
 }
 
 /// Forward: y = conv(x, w) + b (ReLU'd when `relu`); x's images are `x_img` elements apart.
-pub(crate) fn fwd<T: Float>(x: (&[T], usize), w: &[T], bias: &[T], g: &Geom, relu: bool) -> Vec<T> {
-    fwd_with(x, w, bias, g, relu, tile_size(g))
+/// Also returns the transformed filters, which the backward of the same step can take
+/// (`bwd_both`) instead of transforming w again.
+pub(crate) fn fwd<T: Float>(
+    x: (&[T], usize),
+    w: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+) -> (Vec<T>, Vec<T>) {
+    let m = tile_size(g);
+    let u = (Transforms::of(m).filter)(w, g.o * g.c);
+    (fwd_filters(x, &u, bias, g, relu, m), u)
 }
 
-/// A filter transform or its adjoint: (filters, O·C) -> transformed filters.
+/// The filter transform: (filters, O·C) -> transformed filters.
 type FilterFn<T> = fn(&[T], usize) -> Vec<T>;
+/// Its adjoint: (transformed filter gradients, O·C, dW to write).
+type FilterAdjointFn<T> = fn(&[T], usize, &mut [MaybeUninit<T>]);
 /// `input_transform` / `output_adjoint`: one image's planes -> a tile-major band.
 type ToTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, &mut [T], (usize, usize), &mut Rows<T>);
 /// `input_adjoint`: a tile-major band -> added into one image's padded planes.
@@ -591,7 +633,7 @@ type OutputFn<T> = fn(
 /// The six transforms of one tile size.
 struct Transforms<T> {
     filter: FilterFn<T>,
-    filter_adjoint: FilterFn<T>,
+    filter_adjoint: FilterAdjointFn<T>,
     input: ToTilesFn<T>,
     output: OutputFn<T>,
     output_adjoint: ToTilesFn<T>,
@@ -619,10 +661,23 @@ impl<T: Float> Transforms<T> {
     }
 }
 
-/// `fwd` with output tiles of `m` x `m` (2 or 4).
+/// `fwd`'s output with tiles of `m` x `m` (2 or 4).
 pub(crate) fn fwd_with<T: Float>(
-    (x, x_img): (&[T], usize),
+    x: (&[T], usize),
     w: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+    m: usize,
+) -> Vec<T> {
+    let u = (Transforms::of(m).filter)(w, g.o * g.c);
+    fwd_filters(x, &u, bias, g, relu, m)
+}
+
+/// `fwd_with` from the transformed filters `u`.
+fn fwd_filters<T: Float>(
+    (x, x_img): (&[T], usize),
+    u: &[T],
     bias: &[T],
     g: &Geom,
     relu: bool,
@@ -636,8 +691,7 @@ pub(crate) fn fwd_with<T: Float>(
     }
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
-    let f = Transforms::of(m);
-    let u = (f.filter)(w, o * c);
+    let f = Transforms::<T>::of(m);
     y.spare_capacity_mut()
         .par_chunks_mut(per * o * hw)
         .zip(x.par_chunks(per * x_img))
@@ -685,15 +739,34 @@ pub(crate) fn fwd_with<T: Float>(
 /// [dx (N·C·H·W) | dW (O·C·9) | db (O)] in one pass over the tiles: each block's output
 /// gradient transform dM serves both the input gradient (dV = Uᵀ·dM) and the weight gradient
 /// (dU += dM·Vᵀ). (A layer whose input needs no gradient takes im2col's weight gradient.)
-pub(crate) fn bwd_both<T: Float>(x: (&[T], usize), dy: &[T], w: &[T], g: &Geom) -> Vec<T> {
-    bwd_both_with(x, dy, w, g, tile_size(g))
+/// `filters`: the forward's transformed filters (`fwd`), if it kept them; else w's are
+/// transformed here.
+pub(crate) fn bwd_both<T: Float>(
+    x: (&[T], usize),
+    dy: &[T],
+    w: &[T],
+    filters: Option<&[T]>,
+    g: &Geom,
+) -> Vec<T> {
+    bwd_both_filters(x, dy, w, filters, g, tile_size(g))
 }
 
 /// `bwd_both` with output tiles of `m` x `m` (2 or 4).
 pub(crate) fn bwd_both_with<T: Float>(
+    x: (&[T], usize),
+    dy: &[T],
+    w: &[T],
+    g: &Geom,
+    m: usize,
+) -> Vec<T> {
+    bwd_both_filters(x, dy, w, None, g, m)
+}
+
+fn bwd_both_filters<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     w: &[T],
+    filters: Option<&[T]>,
     g: &Geom,
     m: usize,
 ) -> Vec<T> {
@@ -709,7 +782,14 @@ pub(crate) fn bwd_both_with<T: Float>(
     let t = Tiles::new(g, per, m);
     let xis = t.xi();
     let f = Transforms::of(m);
-    let u = (f.filter)(w, oc);
+    let transformed;
+    let u = match filters {
+        Some(u) if u.len() == xis * oc => u,
+        _ => {
+            transformed = (f.filter)(w, oc);
+            &transformed[..]
+        }
+    };
     let (hp, wp) = t.padded();
     let (dx, _) = out.spare_capacity_mut().split_at_mut(ndx);
     let partials: Vec<Vec<T>> = dx
@@ -743,7 +823,7 @@ pub(crate) fn bwd_both_with<T: Float>(
                     (c, ld, o),
                     &mut s.b,
                     false,
-                    &u,
+                    u,
                     (1, c),
                     &s.a,
                     (ld, 1),
@@ -765,12 +845,9 @@ pub(crate) fn bwd_both_with<T: Float>(
         })
         .collect();
     let total = sum_partials(partials);
-    let dw = (f.filter_adjoint)(&total[..xis * oc], oc);
-    // Two plain copies (a chained iterator does not vectorise).
     let (tail_dw, tail_db) = out.spare_capacity_mut()[ndx..].split_at_mut(9 * oc);
-    for (d, &v) in tail_dw.iter_mut().zip(&dw) {
-        d.write(v);
-    }
+    (f.filter_adjoint)(&total[..xis * oc], oc, tail_dw);
+    // A plain loop (a chained iterator does not vectorise).
     for (d, &v) in tail_db.iter_mut().zip(&total[xis * oc..]) {
         d.write(v);
     }
