@@ -1845,8 +1845,97 @@ macro_rules! neon_edge_step {
     };
 }
 
+/// The edge kernel's loop around its steps, as one `asm!`: `$first` (the first step, which
+/// multiplies), then pairs of steps (`$pair`, A for both in v0-v3), a last single step
+/// (`$single`) when kc - 1 is odd, and `$store`, which writes the 8 rows (12 floats apart).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_edge_asm {
+    (($a:expr, $b:expr, $kc:expr, $tile:expr), first: [$($first:expr),*], pair: [$($pair:expr),*],
+     single: [$($single:expr),*], store: [$($store:expr),*]) => {
+        std::arch::asm!(
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            $($first,)*
+            "sub {k}, {k}, #1",
+            "and {r}, {k}, #1",
+            "lsr {k}, {k}, #1",
+            "cbz {k}, 4f",
+            "2:",
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            $($pair,)*
+            "subs {k}, {k}, #1",
+            "b.ne 2b",
+            "4:",
+            "cbz {r}, 3f",
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            $($single,)*
+            "3:",
+            $($store,)*
+            a = inout(reg) $a => _,
+            b = inout(reg) $b => _,
+            k = inout(reg) $kc => _,
+            r = out(reg) _,
+            c = inout(reg) $tile => _,
+            bs = in(reg) 48usize,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            options(nostack),
+        )
+    };
+}
+
+/// One step of the one-vector edge kernel: B's vector in `$b`, rows 0-7 in v16-v23 (`even`)
+/// or v24-v31 (`odd`).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_edge1 {
+    ($op:literal, even, $b:literal, $lo:literal, $hi:literal) => {
+        neon_edge_step!(
+            $op,
+            $b,
+            $lo,
+            $hi,
+            ["16", "17", "18", "19", "20", "21", "22", "23"]
+        )
+    };
+    ($op:literal, odd, $b:literal, $lo:literal, $hi:literal) => {
+        neon_edge_step!(
+            $op,
+            $b,
+            $lo,
+            $hi,
+            ["24", "25", "26", "27", "28", "29", "30", "31"]
+        )
+    };
+}
+
+/// One step of the two-vector edge kernel: B's row in v4, v5, row i in v(16 + 2i), v(17 + 2i).
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_edge2 {
+    ($op:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}\n",
+            neon_edge_step!(
+                $op,
+                "4",
+                $lo,
+                $hi,
+                ["16", "18", "20", "22", "24", "26", "28", "30"]
+            ),
+            neon_edge_step!(
+                $op,
+                "5",
+                $lo,
+                $hi,
+                ["17", "19", "21", "23", "25", "27", "29", "31"]
+            ),
+        )
+    };
+}
+
 /// The first `V` (1 or 2) four-column vectors of the NEON tile, overwritten into `tile` (row
-/// stride 12): 8 or 4 fmla per step where the whole tile takes 24. One vector of columns keeps
+/// stride 12): 8 or 16 fmla per step where the whole tile takes 24. One vector of columns keeps
 /// two sets of eight accumulators (even and odd steps), so that consecutive FMAs into one
 /// register do not wait on each other.
 ///
@@ -1863,95 +1952,45 @@ unsafe fn neon_edge_kernel<const V: usize>(
     // and write the first 4 V columns of the tile's 8 rows.
     unsafe {
         if V == 1 {
-            std::arch::asm!(
-                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
-                "ld1 {{v4.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmul", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
-                "movi v24.16b, #0", "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
-                "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0", "movi v31.16b, #0",
-                "sub {k}, {k}, #1",
-                "and {r}, {k}, #1",
-                "lsr {k}, {k}, #1",
-                "cbz {k}, 4f",
-                "2:",
-                "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
-                "ld1 {{v4.4s}}, [{b}], {bs}",
-                "ld1 {{v5.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmla", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
-                neon_edge_step!("fmla", "5", "2", "3", ["24", "25", "26", "27", "28", "29", "30", "31"]),
-                "subs {k}, {k}, #1",
-                "b.ne 2b",
-                "4:",
-                "cbz {r}, 3f",
-                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
-                "ld1 {{v4.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmla", "4", "0", "1", ["16", "17", "18", "19", "20", "21", "22", "23"]),
-                "3:",
-                "fadd v16.4s, v16.4s, v24.4s", "fadd v17.4s, v17.4s, v25.4s",
-                "fadd v18.4s, v18.4s, v26.4s", "fadd v19.4s, v19.4s, v27.4s",
-                "fadd v20.4s, v20.4s, v28.4s", "fadd v21.4s, v21.4s, v29.4s",
-                "fadd v22.4s, v22.4s, v30.4s", "fadd v23.4s, v23.4s, v31.4s",
-                "st1 {{v16.4s}}, [{c}], {bs}", "st1 {{v17.4s}}, [{c}], {bs}",
-                "st1 {{v18.4s}}, [{c}], {bs}", "st1 {{v19.4s}}, [{c}], {bs}",
-                "st1 {{v20.4s}}, [{c}], {bs}", "st1 {{v21.4s}}, [{c}], {bs}",
-                "st1 {{v22.4s}}, [{c}], {bs}", "st1 {{v23.4s}}, [{c}], {bs}",
-                a = inout(reg) a => _,
-                b = inout(reg) b => _,
-                k = inout(reg) kc => _,
-                r = out(reg) _,
-                c = inout(reg) tile => _,
-                bs = in(reg) 48usize,
-                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
-                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-                options(nostack),
+            neon_edge_asm!(
+                (a, b, kc, tile),
+                first: [
+                    "ld1 {{v4.4s}}, [{b}], {bs}",
+                    neon_edge1!("fmul", even, "4", "0", "1"),
+                    "movi v24.16b, #0", "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
+                    "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0", "movi v31.16b, #0"
+                ],
+                pair: [
+                    "ld1 {{v4.4s}}, [{b}], {bs}",
+                    "ld1 {{v5.4s}}, [{b}], {bs}",
+                    neon_edge1!("fmla", even, "4", "0", "1"),
+                    neon_edge1!("fmla", odd, "5", "2", "3")
+                ],
+                single: ["ld1 {{v4.4s}}, [{b}], {bs}", neon_edge1!("fmla", even, "4", "0", "1")],
+                store: [
+                    "fadd v16.4s, v16.4s, v24.4s", "fadd v17.4s, v17.4s, v25.4s",
+                    "fadd v18.4s, v18.4s, v26.4s", "fadd v19.4s, v19.4s, v27.4s",
+                    "fadd v20.4s, v20.4s, v28.4s", "fadd v21.4s, v21.4s, v29.4s",
+                    "fadd v22.4s, v22.4s, v30.4s", "fadd v23.4s, v23.4s, v31.4s",
+                    "st1 {{v16.4s}}, [{c}], {bs}", "st1 {{v17.4s}}, [{c}], {bs}",
+                    "st1 {{v18.4s}}, [{c}], {bs}", "st1 {{v19.4s}}, [{c}], {bs}",
+                    "st1 {{v20.4s}}, [{c}], {bs}", "st1 {{v21.4s}}, [{c}], {bs}",
+                    "st1 {{v22.4s}}, [{c}], {bs}", "st1 {{v23.4s}}, [{c}], {bs}"
+                ]
             );
         } else {
-            // Row i's two vectors in v(16 + 2i) and v(17 + 2i): sixteen independent sums.
-            std::arch::asm!(
-                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
-                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmul", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
-                neon_edge_step!("fmul", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
-                "sub {k}, {k}, #1",
-                "and {r}, {k}, #1",
-                "lsr {k}, {k}, #1",
-                "cbz {k}, 4f",
-                "2:",
-                "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
-                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmla", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
-                neon_edge_step!("fmla", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
-                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmla", "4", "2", "3", ["16", "18", "20", "22", "24", "26", "28", "30"]),
-                neon_edge_step!("fmla", "5", "2", "3", ["17", "19", "21", "23", "25", "27", "29", "31"]),
-                "subs {k}, {k}, #1",
-                "b.ne 2b",
-                "4:",
-                "cbz {r}, 3f",
-                "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
-                "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}",
-                neon_edge_step!("fmla", "4", "0", "1", ["16", "18", "20", "22", "24", "26", "28", "30"]),
-                neon_edge_step!("fmla", "5", "0", "1", ["17", "19", "21", "23", "25", "27", "29", "31"]),
-                "3:",
-                "st1 {{v16.4s, v17.4s}}, [{c}], {bs}", "st1 {{v18.4s, v19.4s}}, [{c}], {bs}",
-                "st1 {{v20.4s, v21.4s}}, [{c}], {bs}", "st1 {{v22.4s, v23.4s}}, [{c}], {bs}",
-                "st1 {{v24.4s, v25.4s}}, [{c}], {bs}", "st1 {{v26.4s, v27.4s}}, [{c}], {bs}",
-                "st1 {{v28.4s, v29.4s}}, [{c}], {bs}", "st1 {{v30.4s, v31.4s}}, [{c}], {bs}",
-                a = inout(reg) a => _,
-                b = inout(reg) b => _,
-                k = inout(reg) kc => _,
-                r = out(reg) _,
-                c = inout(reg) tile => _,
-                bs = in(reg) 48usize,
-                out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
-                out("v16") _, out("v17") _, out("v18") _, out("v19") _,
-                out("v20") _, out("v21") _, out("v22") _, out("v23") _,
-                out("v24") _, out("v25") _, out("v26") _, out("v27") _,
-                out("v28") _, out("v29") _, out("v30") _, out("v31") _,
-                options(nostack),
+            // Sixteen independent sums.
+            neon_edge_asm!(
+                (a, b, kc, tile),
+                first: [neon_edge2!("fmul", "0", "1")],
+                pair: [neon_edge2!("fmla", "0", "1"), neon_edge2!("fmla", "2", "3")],
+                single: [neon_edge2!("fmla", "0", "1")],
+                store: [
+                    "st1 {{v16.4s, v17.4s}}, [{c}], {bs}", "st1 {{v18.4s, v19.4s}}, [{c}], {bs}",
+                    "st1 {{v20.4s, v21.4s}}, [{c}], {bs}", "st1 {{v22.4s, v23.4s}}, [{c}], {bs}",
+                    "st1 {{v24.4s, v25.4s}}, [{c}], {bs}", "st1 {{v26.4s, v27.4s}}, [{c}], {bs}",
+                    "st1 {{v28.4s, v29.4s}}, [{c}], {bs}", "st1 {{v30.4s, v31.4s}}, [{c}], {bs}"
+                ]
             );
         }
     }

@@ -332,9 +332,16 @@ mod tests {
                 let (mut even, mut odd) = (vec![T::LOWEST; len + short], vec![T::LOWEST; len]);
                 deinterleave2(&src, &mut even, &mut odd);
                 for j in 0..len {
-                    assert_eq!((even[j], odd[j]), (src[2 * j], src[2 * j + 1]), "n {n}, j {j}");
+                    assert_eq!(
+                        (even[j], odd[j]),
+                        (src[2 * j], src[2 * j + 1]),
+                        "n {n}, j {j}"
+                    );
                 }
-                assert!(even[len..].iter().all(|&v| v == T::LOWEST), "n {n}: past the end");
+                assert!(
+                    even[len..].iter().all(|&v| v == T::LOWEST),
+                    "n {n}: past the end"
+                );
             }
         }
     }
