@@ -212,8 +212,8 @@ impl Geom {
         dst[..skip].fill(T::ZERO);
         dst[skip..skip + n].copy_from_slice(&plane[from..from + n]);
         dst[skip + n..].fill(T::ZERO);
-        // Column by column down the rows: a fill of each row's one or two padding columns was
-        // a memset call.
+        // Column by column down the rows: row by row, each row's one or two padding columns
+        // would be a memset call.
         let (lo, hi) = self.valid_cols(kj);
         for j in (0..lo).chain(hi..w) {
             for r in dst.chunks_exact_mut(w) {

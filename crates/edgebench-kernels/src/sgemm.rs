@@ -567,7 +567,7 @@ fn pack_b<const NR: usize>(
         return;
     }
     // The last panel of the run may be partial: zeroed whole, then its columns copied one by
-    // one down the depth (copying each row's few floats took a memcpy and a memset call).
+    // one down the depth (copying each row's few floats would take a memcpy and a memset call).
     let full = (jc + nc).saturating_sub(j_run) / NR;
     let (whole, partial) = dst.split_at_mut((full * panel_len).min(dst.len()));
     for p in 0..kc {

@@ -234,8 +234,8 @@ fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
 /// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (9 floats
 /// per filter). dU holds each tile position's filters contiguous (ξ-major), so both products
 /// run along a block of filters as vectors; only the last step, a filter's 9 values into its
-/// row of dW, goes filter by filter (per filter throughout, each of dU's 16 or 36 elements was
-/// a strided, bounds-checked load).
+/// row of dW, goes filter by filter (filter by filter throughout, each of dU's 16 or 36
+/// elements would be a strided load).
 fn filter_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     du: &[T],
     oc: usize,
