@@ -88,7 +88,7 @@ impl ConvLayer {
         let x = (x, self.g.c * self.g.h * self.g.w);
         match path {
             ConvPath::Im2col => conv::fwd_im2col(x, w, b, &self.g, self.relu),
-            _ => winograd::fwd_with(x, w, b, &self.g, self.relu, Self::tile(path)),
+            _ => winograd::fwd_with(x, w, b, &self.g, self.relu, Self::tile(path)).0,
         }
     }
 
@@ -104,7 +104,7 @@ impl ConvLayer {
                 conv::bwd_filter_im2col(x, dy, &self.g),
             ),
             _ => (
-                winograd::bwd_both_with(x, dy, w, &self.g, Self::tile(path)),
+                winograd::bwd_both_with(x, dy, w, None, &self.g, Self::tile(path)),
                 Vec::new(),
             ),
         }

@@ -29,10 +29,10 @@ use std::ops::Range;
 /// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
 /// callers route other devices to `conv2d_im2col` or `conv2d_candle`.
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
-    let g = Geom::new(x.dims(), w.dims(), b.dims(), p)?;
+    Geom::new(x.dims(), w.dims(), b.dims(), p)?;
     let (x, w, b) = (images_in_place(x)?, w.contiguous()?, b.contiguous()?);
-    if x.device().is_cpu() && winograd::applies(&g) {
-        let op = ConvWinograd {
+    if x.device().is_cpu() {
+        let op = ConvCpu {
             p,
             filters: std::sync::Mutex::new(None),
         };
@@ -117,13 +117,45 @@ fn gather_dy<'a, T: Float>(
     buf
 }
 
-/// x's images are `x_img` elements apart (C·H·W, or more for a narrow of channels).
-fn fwd<T: Float>(x: (&[T], usize), wt: &[T], b: &[T], g: &Geom, relu: bool) -> Vec<T> {
+/// The forward, and the Winograd path's transformed filters where it takes that path; x's
+/// images are `x_img` elements apart (C·H·W, or more for a narrow of channels).
+fn fwd<T: Float>(
+    x: (&[T], usize),
+    wt: &[T],
+    b: &[T],
+    g: &Geom,
+    relu: bool,
+) -> (Vec<T>, Option<Vec<T>>) {
     if winograd::applies(g) {
-        winograd::fwd(x, wt, b, g, relu).0
+        let (y, filters) = winograd::fwd(x, wt, b, g, relu);
+        (y, Some(filters))
     } else {
-        fwd_im2col(x, wt, b, g, relu)
+        (fwd_im2col(x, wt, b, g, relu), None)
     }
+}
+
+/// `Conv2d`'s forward on CPU storages: y, its shape, and the Winograd filters `fwd` kept.
+fn cpu_fwd(
+    p: &Conv2d,
+    (s1, l1): (&CpuStorage, &Layout),
+    (s2, l2): (&CpuStorage, &Layout),
+    (s3, l3): (&CpuStorage, &Layout),
+) -> Result<(CpuStorage, Shape, Option<CpuStorage>)> {
+    let g = geom_of(p, l1, l2, l3.dims())?;
+    let n = "conv2d";
+    let filters;
+    let y = float_kernel!(n, |x in s1, w in s2, b in s3| {
+        let (y, u) = fwd(
+            images_slice(x, l1, n)?,
+            nchw_slice(w, l2, n)?,
+            nchw_slice(b, l3, n)?,
+            &g,
+            p.relu,
+        );
+        filters = u.map(candle_core::WithDType::to_cpu_storage_owned);
+        y
+    });
+    Ok((y, Shape::from((g.n, g.o, g.ho, g.wo)), filters))
 }
 
 /// The forward as im2col + GEMM.
@@ -592,16 +624,8 @@ impl CustomOp3 for Conv2d {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let g = geom_of(self, l1, l2, l3.dims())?;
-        let n = "conv2d";
-        let y = float_kernel!(n, |x in s1, w in s2, b in s3| fwd(
-            images_slice(x, l1, n)?,
-            nchw_slice(w, l2, n)?,
-            nchw_slice(b, l3, n)?,
-            &g,
-            self.relu,
-        ));
-        Ok((y, Shape::from((g.n, g.o, g.ho, g.wo))))
+        let (y, shape, _) = cpu_fwd(self, (s1, l1), (s2, l2), (s3, l3))?;
+        Ok((y, shape))
     }
 
     #[cfg(feature = "cudnn")]
@@ -794,17 +818,17 @@ impl CustomOp2 for ConvBwdFilter {
     }
 }
 
-/// A convolution on the Winograd path (CPU): the forward keeps its transformed filters for
-/// the backward of the same step, which would otherwise transform the same weights again. They
-/// live, as the op does, as long as the graph that holds it.
-struct ConvWinograd {
+/// `Conv2d` on the CPU: where the forward takes the Winograd path it keeps its transformed
+/// filters for the backward of the same step, which would otherwise transform the same weights
+/// again. They live, as the op does, as long as the graph that holds it.
+struct ConvCpu {
     p: Conv2d,
     filters: std::sync::Mutex<Option<CpuStorage>>,
 }
 
-impl CustomOp3 for ConvWinograd {
+impl CustomOp3 for ConvCpu {
     fn name(&self) -> &'static str {
-        "conv2d-winograd"
+        "conv2d-gemm"
     }
 
     fn cpu_fwd(
@@ -816,25 +840,9 @@ impl CustomOp3 for ConvWinograd {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let g = geom_of(&self.p, l1, l2, l3.dims())?;
-        if !winograd::applies(&g) {
-            return self.p.cpu_fwd(s1, l1, s2, l2, s3, l3);
-        }
-        let n = "conv2d";
-        let filters;
-        let y = float_kernel!(n, |x in s1, w in s2, b in s3| {
-            let (y, u) = winograd::fwd(
-                images_slice(x, l1, n)?,
-                nchw_slice(w, l2, n)?,
-                nchw_slice(b, l3, n)?,
-                &g,
-                self.p.relu,
-            );
-            filters = Some(candle_core::WithDType::to_cpu_storage_owned(u));
-            y
-        });
+        let (y, shape, filters) = cpu_fwd(&self.p, (s1, l1), (s2, l2), (s3, l3))?;
         *self.filters.lock().unwrap_or_else(|e| e.into_inner()) = filters;
-        Ok((y, Shape::from((g.n, g.o, g.ho, g.wo))))
+        Ok((y, shape))
     }
 
     fn bwd(
@@ -1302,9 +1310,12 @@ mod tests {
                 assert_eq!(with_zeros[ndx..], own[ndx..]);
                 for m in [2, 4] {
                     let ctx = format!("F({m}x{m}) {:?} relu {}", (n, c, h, w, o), p.relu);
-                    let e = max_rel(&winograd::fwd_with(x_img, &wt, &b, &g, p.relu, m), &want_y);
+                    let e = max_rel(
+                        &winograd::fwd_with(x_img, &wt, &b, &g, p.relu, m).0,
+                        &want_y,
+                    );
                     assert!(e < 1e-12, "forward {ctx}: {e}");
-                    let winograd = winograd::bwd_both_with(x_img, &dy, &wt, &g, m);
+                    let winograd = winograd::bwd_both_with(x_img, &dy, &wt, None, &g, m);
                     let e = max_rel(&winograd[ndx..], &both[ndx..]);
                     assert!(e < 1e-12, "weight gradient {ctx}: {e}");
                     let e = max_rel(&winograd, &both);
@@ -1347,9 +1358,9 @@ mod tests {
         // F(4x4)'s transforms have coefficients up to 8 (and 1/24 in G), so its rounding error
         // is larger: measured 8-17x im2col's, ~1e-4 of max(|value|, 1).
         for (m, bound) in [(2, 3.0), (4, 20.0)] {
-            let both = winograd::bwd_both_with(xi32, &dy32, &w32, &g, m);
+            let both = winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m);
             let winograd = [
-                back(winograd::fwd_with(xi32, &w32, &b32, &g, false, m)),
+                back(winograd::fwd_with(xi32, &w32, &b32, &g, false, m).0),
                 back(both[..n * c * h * w].to_vec()),
                 back(both[n * c * h * w..].to_vec()),
             ];

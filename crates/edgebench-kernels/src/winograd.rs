@@ -605,9 +605,7 @@ pub(crate) fn fwd<T: Float>(
     g: &Geom,
     relu: bool,
 ) -> (Vec<T>, Vec<T>) {
-    let m = tile_size(g);
-    let u = (Transforms::of(m).filter)(w, g.o * g.c);
-    (fwd_filters(x, &u, bias, g, relu, m), u)
+    fwd_with(x, w, bias, g, relu, tile_size(g))
 }
 
 /// The filter transform: (filters, O·C) -> transformed filters.
@@ -661,37 +659,25 @@ impl<T: Float> Transforms<T> {
     }
 }
 
-/// `fwd`'s output with tiles of `m` x `m` (2 or 4).
+/// `fwd` with output tiles of `m` x `m` (2 or 4).
 pub(crate) fn fwd_with<T: Float>(
-    x: (&[T], usize),
+    (x, x_img): (&[T], usize),
     w: &[T],
     bias: &[T],
     g: &Geom,
     relu: bool,
     m: usize,
-) -> Vec<T> {
-    let u = (Transforms::of(m).filter)(w, g.o * g.c);
-    fwd_filters(x, &u, bias, g, relu, m)
-}
-
-/// `fwd_with` from the transformed filters `u`.
-fn fwd_filters<T: Float>(
-    (x, x_img): (&[T], usize),
-    u: &[T],
-    bias: &[T],
-    g: &Geom,
-    relu: bool,
-    m: usize,
-) -> Vec<T> {
+) -> (Vec<T>, Vec<T>) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let f = Transforms::of(m);
+    let u = (f.filter)(w, o * c);
     let len = g.n * o * hw;
     let mut y = Vec::with_capacity(len);
     if len == 0 {
-        return y;
+        return (y, u);
     }
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
-    let f = Transforms::<T>::of(m);
     y.spare_capacity_mut()
         .par_chunks_mut(per * o * hw)
         .zip(x.par_chunks(per * x_img))
@@ -733,7 +719,7 @@ fn fwd_filters<T: Float>(
         });
     // SAFETY: every image's output rows are written by `output_transform` (all tile rows).
     unsafe { y.set_len(len) };
-    y
+    (y, u)
 }
 
 /// [dx (N·C·H·W) | dW (O·C·9) | db (O)] in one pass over the tiles: each block's output
@@ -748,21 +734,11 @@ pub(crate) fn bwd_both<T: Float>(
     filters: Option<&[T]>,
     g: &Geom,
 ) -> Vec<T> {
-    bwd_both_filters(x, dy, w, filters, g, tile_size(g))
+    bwd_both_with(x, dy, w, filters, g, tile_size(g))
 }
 
 /// `bwd_both` with output tiles of `m` x `m` (2 or 4).
 pub(crate) fn bwd_both_with<T: Float>(
-    x: (&[T], usize),
-    dy: &[T],
-    w: &[T],
-    g: &Geom,
-    m: usize,
-) -> Vec<T> {
-    bwd_both_filters(x, dy, w, None, g, m)
-}
-
-fn bwd_both_filters<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     w: &[T],
