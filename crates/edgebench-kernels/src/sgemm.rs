@@ -1570,6 +1570,15 @@ unsafe fn avx512_edge_kernel<const V: usize>(
     }
 }
 
+/// `$op` (fmla or fmul) by lane, as assembly text: for each position, accumulator `v$acc`
+/// (+)= B's vector `v$b` times lane `$lane` of A's `v$a`.
+#[cfg(target_arch = "aarch64")]
+macro_rules! neon_by_lane {
+    ($op:literal, [$($acc:literal),*], [$($b:literal),*], [$($a:literal),*], [$($lane:literal),*]) => {
+        concat!($($op, " v", $acc, ".4s, v", $b, ".4s, v", $a, ".s[", $lane, "]\n",)*)
+    };
+}
+
 /// One step of the NEON microkernel, as assembly text: the step's 8 values of A in `$lo` (rows
 /// 0-3) and `$hi` (rows 4-7) times its row of B, loaded here into v4, v5, v6 with one
 /// three-register load, added into the accumulators by `fmla` (or written to them by `fmul`),
@@ -1579,102 +1588,25 @@ macro_rules! neon_step {
     ($op:literal, $lo:literal, $hi:literal) => {
         concat!(
             "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], #48\n",
-            $op,
-            " v8.4s, v4.4s, v",
-            $lo,
-            ".s[0]\n",
-            $op,
-            " v9.4s, v5.4s, v",
-            $lo,
-            ".s[0]\n",
-            $op,
-            " v10.4s, v6.4s, v",
-            $lo,
-            ".s[0]\n",
-            $op,
-            " v11.4s, v4.4s, v",
-            $lo,
-            ".s[1]\n",
-            $op,
-            " v12.4s, v5.4s, v",
-            $lo,
-            ".s[1]\n",
-            $op,
-            " v13.4s, v6.4s, v",
-            $lo,
-            ".s[1]\n",
-            $op,
-            " v14.4s, v4.4s, v",
-            $lo,
-            ".s[2]\n",
-            $op,
-            " v15.4s, v5.4s, v",
-            $lo,
-            ".s[2]\n",
-            $op,
-            " v16.4s, v6.4s, v",
-            $lo,
-            ".s[2]\n",
-            $op,
-            " v17.4s, v4.4s, v",
-            $lo,
-            ".s[3]\n",
-            $op,
-            " v18.4s, v5.4s, v",
-            $lo,
-            ".s[3]\n",
-            $op,
-            " v19.4s, v6.4s, v",
-            $lo,
-            ".s[3]\n",
-            $op,
-            " v20.4s, v4.4s, v",
-            $hi,
-            ".s[0]\n",
-            $op,
-            " v21.4s, v5.4s, v",
-            $hi,
-            ".s[0]\n",
-            $op,
-            " v22.4s, v6.4s, v",
-            $hi,
-            ".s[0]\n",
-            $op,
-            " v23.4s, v4.4s, v",
-            $hi,
-            ".s[1]\n",
-            $op,
-            " v24.4s, v5.4s, v",
-            $hi,
-            ".s[1]\n",
-            $op,
-            " v25.4s, v6.4s, v",
-            $hi,
-            ".s[1]\n",
-            $op,
-            " v26.4s, v4.4s, v",
-            $hi,
-            ".s[2]\n",
-            $op,
-            " v27.4s, v5.4s, v",
-            $hi,
-            ".s[2]\n",
-            $op,
-            " v28.4s, v6.4s, v",
-            $hi,
-            ".s[2]\n",
-            $op,
-            " v29.4s, v4.4s, v",
-            $hi,
-            ".s[3]\n",
-            $op,
-            " v30.4s, v5.4s, v",
-            $hi,
-            ".s[3]\n",
-            $op,
-            " v31.4s, v6.4s, v",
-            $hi,
-            ".s[3]\n",
+            neon_by_lane!(
+                $op,
+                [
+                    "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20",
+                    "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"
+                ],
+                [
+                    "4", "5", "6", "4", "5", "6", "4", "5", "6", "4", "5", "6", "4", "5", "6", "4",
+                    "5", "6", "4", "5", "6", "4", "5", "6"
+                ],
+                [
+                    $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi,
+                    $hi, $hi, $hi, $hi, $hi, $hi, $hi, $hi
+                ],
+                [
+                    "0", "0", "0", "1", "1", "1", "2", "2", "2", "3", "3", "3", "0", "0", "0", "1",
+                    "1", "1", "2", "2", "2", "3", "3", "3"
+                ]
+            ),
         )
     };
 }
@@ -1837,11 +1769,8 @@ unsafe fn neon_kernel(
 #[cfg(target_arch = "aarch64")]
 macro_rules! neon_edge_step {
     ($op:literal, $b:literal, $lo:literal, $hi:literal, [$($acc:literal),*]) => {
-        neon_edge_step!(@ $op, $b, [$($acc),*], [$lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi],
-            ["0", "1", "2", "3", "0", "1", "2", "3"])
-    };
-    (@ $op:literal, $b:literal, [$($acc:literal),*], [$($a:literal),*], [$($lane:literal),*]) => {
-        concat!($($op, " v", $acc, ".4s, v", $b, ".4s, v", $a, ".s[", $lane, "]\n",)*)
+        neon_by_lane!($op, [$($acc),*], [$b, $b, $b, $b, $b, $b, $b, $b],
+            [$lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi], ["0", "1", "2", "3", "0", "1", "2", "3"])
     };
 }
 
