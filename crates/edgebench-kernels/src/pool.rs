@@ -266,9 +266,6 @@ struct MaxScratch<T> {
     halves: Vec<T>,
     col_max: Vec<T>,
     col_arg: Vec<u32>,
-    /// For `max_cols_3`: per element of a plane, what its left and right neighbours' taps get
-    /// added (-inf across a row end, else -0).
-    row_ends: RowEnds<T>,
 }
 
 /// Per element of a plane, -inf where its left (`left`) or right (`right`) neighbour lies in
@@ -337,20 +334,17 @@ impl Pool2d {
             halves: vec![T::LOWEST; if g.s == 2 { g.row_len() } else { 0 }],
             col_max: vec![T::LOWEST; g.h * g.ow],
             col_arg: vec![NO_ARG; g.h * g.ow],
-            row_ends: if g.same_width() && g.k == 3 {
-                RowEnds::new(g.h, g.w)
-            } else {
-                RowEnds::new(0, 1)
-            },
         };
+        // One table for every plane, shared by the tasks.
+        let row_ends = (g.same_width() && g.k == 3).then(|| RowEnds::new(g.h, g.w));
         y[..len]
             .par_chunks_mut(plane_out)
             .zip(arg[..len].par_chunks_mut(plane_out))
             .enumerate()
             .for_each_init(scratch, |sc, (i, (yo, ao))| {
                 let xp = &x[i * plane..(i + 1) * plane];
-                if g.same_width() && g.k == 3 {
-                    max_cols_3(xp, &sc.row_ends, &mut sc.col_max, &mut sc.col_arg);
+                if let Some(ends) = &row_ends {
+                    max_cols_3(xp, ends, &mut sc.col_max, &mut sc.col_arg);
                 } else if g.same_width() {
                     max_cols_same_width(&g, xp, &mut sc.col_max, &mut sc.col_arg);
                 } else {
