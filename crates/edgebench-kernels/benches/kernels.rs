@@ -1,6 +1,7 @@
 //! The kernels on AlexNet's and GoogLeNet's layer shapes at batch 32, f32, on all cores:
 //! `cargo bench -p edgebench-kernels --bench kernels` (a filter such as `-- conv/` or
 //! `-- 'conv/fwd/goog 3a'` picks groups or layers; `-- --quick` for a short run).
+//! `EDGEBENCH_BENCH_BATCH=1` runs them at another batch (1 takes the per-image splits).
 //!
 //! Groups:
 //! - `conv/{fwd,bwd}/<layer>/<path>`: im2col + GEMM against Winograd F(2x2) and F(4x4) where the
@@ -25,7 +26,17 @@ use std::hint::black_box;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-const BATCH: usize = 32;
+/// The batch of every layer: 32, or `EDGEBENCH_BENCH_BATCH`.
+fn batch() -> usize {
+    match std::env::var("EDGEBENCH_BENCH_BATCH") {
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or_else(|| panic!("EDGEBENCH_BENCH_BATCH={v}: give a batch of 1 or more")),
+        Err(_) => 32,
+    }
+}
 
 /// Deterministic inputs in [-1, 1) (xorshift), so runs compare.
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -53,7 +64,7 @@ fn conv_layer(x: [usize; 4], w: [usize; 4], stride: usize, pad: usize, groups: u
 /// (name, layer): GoogLeNet's conv1 and 3x3 layers from the 56x56 map down to 7x7, AlexNet's
 /// conv1 to conv3.
 fn conv_layers() -> Vec<(&'static str, ConvLayer)> {
-    let n = BATCH;
+    let n = batch();
     let three = |c: usize, h: usize, o: usize| conv_layer([n, c, h, h], [o, c, 3, 3], 1, 1, 1);
     vec![
         (
@@ -157,12 +168,12 @@ fn max_pool(kernel: usize, stride: usize, pad: usize) -> Pool2d {
 fn pool(c: &mut Criterion) {
     keep_freed_memory();
     let cases: [(&str, Dims, Pool2d); 6] = [
-        ("goog pool1", (BATCH, 64, 112, 112), max_pool(3, 2, 0)),
-        ("goog pool2", (BATCH, 192, 56, 56), max_pool(3, 2, 0)),
-        ("goog 3b-pool", (BATCH, 256, 28, 28), max_pool(3, 1, 1)),
-        ("goog 4d-pool", (BATCH, 512, 14, 14), max_pool(3, 1, 1)),
-        ("goog pool4", (BATCH, 832, 14, 14), max_pool(3, 2, 0)),
-        ("alex pool1", (BATCH, 96, 55, 55), max_pool(3, 2, 0)),
+        ("goog pool1", (batch(), 64, 112, 112), max_pool(3, 2, 0)),
+        ("goog pool2", (batch(), 192, 56, 56), max_pool(3, 2, 0)),
+        ("goog 3b-pool", (batch(), 256, 28, 28), max_pool(3, 1, 1)),
+        ("goog 4d-pool", (batch(), 512, 14, 14), max_pool(3, 1, 1)),
+        ("goog pool4", (batch(), 832, 14, 14), max_pool(3, 2, 0)),
+        ("alex pool1", (batch(), 96, 55, 55), max_pool(3, 2, 0)),
     ];
     for (name, d, p) in cases {
         let x = values(elems(d), 5);
@@ -221,9 +232,9 @@ fn lrn_bench(c: &mut Criterion) {
         k: 1.0,
     };
     let cases: [(&str, Dims); 3] = [
-        ("goog norm1", (BATCH, 64, 56, 56)),
-        ("goog norm2", (BATCH, 192, 56, 56)),
-        ("alex norm1", (BATCH, 96, 55, 55)),
+        ("goog norm1", (batch(), 64, 56, 56)),
+        ("goog norm2", (batch(), 192, 56, 56)),
+        ("alex norm1", (batch(), 96, 55, 55)),
     ];
     for (name, d) in cases {
         let len = elems(d);

@@ -15,7 +15,9 @@
 pub use crate::geom::Conv2d;
 
 use crate::geom::Geom;
-use crate::matmul::{gemm, gemm_strided, gemm_uninit, own_kernel_takes, SERIAL};
+use crate::matmul::{
+    gemm, gemm_strided, gemm_strided_uninit, gemm_uninit, own_kernel_takes, SERIAL,
+};
 use crate::relu::ReluMask;
 use crate::util::{
     images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
@@ -491,14 +493,14 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                         let n = cols.len();
                         let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
                         let db = &mut db[gi * og..(gi + 1) * og];
-                        add_weight_grad(g, (dw, db), (dyg, ld), cols, (colg, n));
+                        add_weight_grad(g, Grads::Add(dw, db), (dyg, ld), cols, (colg, n));
                     }
                 }
             }
             acc
         })
         .collect();
-    dw_row_major(sum_partials(partials), g)
+    dw_total(partials, g)
 }
 
 /// `bwd_filter_im2col` for fewer images than threads (batch 1): each image's output rows are cut
@@ -519,13 +521,15 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
                 .map(move |r| (n, r..(r + step).min(g.ho)))
         })
         .collect();
+    let len = g.o * kk + g.o;
     let partials: Vec<Vec<T>> = runs
         .par_chunks(runs.len().div_ceil(threads).max(1))
         .map(|runs| {
-            let mut acc = vec![T::ZERO; g.o * kk + g.o];
+            // Not zeroed: a task's first run writes all of it (zeroing every task's copy of
+            // every layer's dW was 2 % of a batch-1 GoogLeNet step).
+            let mut acc = Vec::with_capacity(len);
             let mut col = vec![T::ZERO; g.col_len(1)];
-            let (dw, db) = acc.split_at_mut(g.o * kk);
-            for (n, rows) in runs {
+            for (i, (n, rows)) in runs.iter().enumerate() {
                 let cols = g.cols_of(rows);
                 for gi in 0..g.groups {
                     let dyg = &dy[(n * g.o + gi * og) * ohw..][..og * ohw];
@@ -536,23 +540,43 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
                     } else {
                         (colg, cols.len())
                     };
-                    let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
-                    let db = &mut db[gi * og..(gi + 1) * og];
-                    add_weight_grad(g, (dw, db), (dyg, ohw), cols.clone(), (colg, ld));
+                    let (dw, db) = (gi * og * kk..(gi + 1) * og * kk, gi * og..(gi + 1) * og);
+                    let grads = if i == 0 {
+                        let (dws, dbs) = acc.spare_capacity_mut()[..len].split_at_mut(g.o * kk);
+                        Grads::Set(&mut dws[dw], &mut dbs[db])
+                    } else {
+                        let (dws, dbs) = acc.split_at_mut(g.o * kk);
+                        Grads::Add(&mut dws[dw], &mut dbs[db])
+                    };
+                    add_weight_grad(g, grads, (dyg, ohw), cols.clone(), (colg, ld));
+                }
+                if i == 0 {
+                    // SAFETY: the first run wrote every group's dW and db.
+                    unsafe { acc.set_len(len) };
                 }
             }
             acc
         })
         .collect();
-    dw_row_major(sum_partials(partials), g)
+    dw_total(partials, g)
+}
+
+/// Where `add_weight_grad` puts a group's gradients: added to those `dw` and `db` hold, or
+/// over memory not yet initialised.
+enum Grads<'a, T> {
+    Add(&'a mut [T], &'a mut [T]),
+    Set(
+        &'a mut [std::mem::MaybeUninit<T>],
+        &'a mut [std::mem::MaybeUninit<T>],
+    ),
 }
 
 /// One group's dW (row-major where `dw_in_place`, else column-major (og, kk), see
-/// `dw_row_major`) and db += the gradients of the output columns `cols`: dy's rows `dy_ld`
+/// `dw_total`) and db from the gradients of the output columns `cols`: dy's rows `dy_ld`
 /// apart, the input columns' rows `col_ld` apart.
 fn add_weight_grad<T: Float>(
     g: &Geom,
-    (dw, db): (&mut [T], &mut [T]),
+    grads: Grads<'_, T>,
     (dy, dy_ld): (&[T], usize),
     cols: Range<usize>,
     (col, col_ld): (&[T], usize),
@@ -561,23 +585,36 @@ fn add_weight_grad<T: Float>(
     // forward does (asked for a row-major dW it transposes the problem and packs them).
     let (og, kk) = (g.og(), g.kk());
     let (dyc, n) = (&dy[cols.start..], cols.len());
-    gemm_strided(
-        (og, kk, n),
-        dw,
-        if dw_in_place::<T>(g) {
-            (kk, 1)
-        } else {
-            (1, og)
-        },
-        true,
-        dyc,
-        (dy_ld, 1),
-        col,
-        (1, col_ld),
-        SERIAL,
-    );
-    for (d, row) in db.iter_mut().zip(dy.chunks_exact(dy_ld)) {
-        *d += sum(&row[cols.clone()]);
+    let dw_s = if dw_in_place::<T>(g) {
+        (kk, 1)
+    } else {
+        (1, og)
+    };
+    let (dyc, col) = ((dyc, (dy_ld, 1)), (col, (1, col_ld)));
+    let sums = dy.chunks_exact(dy_ld).map(|row| sum(&row[cols.clone()]));
+    match grads {
+        Grads::Add(dw, db) => {
+            gemm_strided(
+                (og, kk, n),
+                dw,
+                dw_s,
+                true,
+                dyc.0,
+                dyc.1,
+                col.0,
+                col.1,
+                SERIAL,
+            );
+            for (d, s) in db.iter_mut().zip(sums) {
+                *d += s;
+            }
+        }
+        Grads::Set(dw, db) => {
+            gemm_strided_uninit((og, kk, n), dw, dw_s, dyc.0, dyc.1, col.0, col.1, SERIAL);
+            for (d, s) in db.iter_mut().zip(sums) {
+                d.write(s);
+            }
+        }
     }
 }
 
@@ -588,21 +625,52 @@ fn dw_in_place<T: Float>(g: &Geom) -> bool {
     own_kernel_takes::<T>(g.og(), g.kk())
 }
 
-/// [dWᵀ | db] -> [dW | db]: the gemm crate's weight gradients write each group's block of dW
-/// column-major (og, kk), so that gemm reads the columns along k in place.
-fn dw_row_major<T: Float>(mut total: Vec<T>, g: &Geom) -> Vec<T> {
+/// The tasks' partial [dW | db] summed in task order (reproducible for a given thread count),
+/// each group's dW block turned row-major on the way where the gemm crate wrote it column-major
+/// (og, kk), so that it read the columns along k in place. One parallel pass reads every partial
+/// once and writes the result once (summing, then transposing in a second pass, held a batch-1
+/// GoogLeNet step's backward on one thread for 6 % of the step).
+fn dw_total<T: Float>(partials: Vec<Vec<T>>, g: &Geom) -> Vec<T> {
     if dw_in_place::<T>(g) {
-        return total;
+        return sum_partials(partials);
     }
-    let (kk, og) = (g.kk(), g.og());
-    for block in total[..g.o * kk].chunks_exact_mut(og * kk) {
-        let t = block.to_vec();
-        for (r, row) in block.chunks_exact_mut(kk).enumerate() {
-            for (c, d) in row.iter_mut().enumerate() {
-                *d = t[c * og + r];
-            }
-        }
+    // Output rows per task: each column's run of them is one contiguous read of every partial
+    // (a 64-byte line in f32), and a task writes that many rows side by side.
+    const ROWS: usize = 16;
+    let (kk, og, len) = (g.kk(), g.og(), g.o * g.kk() + g.o);
+    let mut total = Vec::with_capacity(len);
+    let (dw, db) = total.spare_capacity_mut()[..len].split_at_mut(g.o * kk);
+    let (first, rest) = partials.split_first().expect("at least one task");
+    dw.par_chunks_mut(og * kk)
+        .enumerate()
+        .for_each(|(gi, block)| {
+            block
+                .par_chunks_mut(ROWS * kk)
+                .enumerate()
+                .for_each(|(t, rows)| {
+                    let nr = rows.len() / kk;
+                    for c in 0..kk {
+                        let at = gi * og * kk + c * og + t * ROWS;
+                        let mut acc = [T::ZERO; ROWS];
+                        acc[..nr].copy_from_slice(&first[at..at + nr]);
+                        for p in rest {
+                            for (a, &v) in acc[..nr].iter_mut().zip(&p[at..at + nr]) {
+                                *a += v;
+                            }
+                        }
+                        for (r, &a) in acc[..nr].iter().enumerate() {
+                            rows[r * kk + c].write(a);
+                        }
+                    }
+                });
+        });
+    for (i, d) in db.iter_mut().enumerate() {
+        let at = g.o * kk + i;
+        d.write(rest.iter().fold(first[at], |a, p| a + p[at]));
     }
+    // SAFETY: the tasks cover every row of every group's dW, each element written once, and
+    // the loop above every db.
+    unsafe { total.set_len(len) };
     total
 }
 

@@ -2,6 +2,7 @@
 //! output buffers filled in parallel without a zeroing pass, and the NCHW layouts the ops accept.
 
 use candle_core::{bail, DType, Layout, Result, Tensor};
+use rayon::prelude::*;
 use std::ops::{Add, AddAssign, Div, Mul, Sub};
 
 /// The float types the kernels are generic over (f32 for training, f64 for gradient tests).
@@ -210,15 +211,22 @@ pub(crate) fn relu_f<T: Float>(v: T) -> T {
 }
 
 /// The element-wise sum of the tasks' partial gradients, in task order (reproducible for a
-/// given thread count).
+/// given thread count), over runs of elements in parallel.
 pub(crate) fn sum_partials<T: Float>(partials: Vec<Vec<T>>) -> Vec<T> {
+    const RUN: usize = 1 << 14;
     let mut parts = partials.into_iter();
     let mut total = parts.next().expect("at least one task");
-    for p in parts {
-        for (t, v) in total.iter_mut().zip(p) {
-            *t += v;
-        }
+    let rest: Vec<Vec<T>> = parts.collect();
+    if rest.is_empty() {
+        return total;
     }
+    total.par_chunks_mut(RUN).enumerate().for_each(|(i, run)| {
+        for p in &rest {
+            for (t, &v) in run.iter_mut().zip(&p[i * RUN..]) {
+                *t += v;
+            }
+        }
+    });
     total
 }
 
