@@ -10,7 +10,7 @@
 //! weight-gradient sum is reproducible for a given thread count), each with its own scratch and
 //! single-threaded GEMMs. A batch smaller than the thread count splits each image instead:
 //! forward by output channels, input gradient by input channels, weight gradient by runs of
-//! output rows with per-thread partial sums.
+//! output rows with per-thread partial sums, or on small maps by runs of output channels.
 
 pub use crate::geom::Conv2d;
 
@@ -467,6 +467,9 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
         return vec![T::ZERO; len];
     }
     if g.n < rayon::current_num_threads() {
+        if dw_by_channels(g) {
+            return bwd_filter_channels((x, x_img), dy, g);
+        }
         return bwd_filter_rows((x, x_img), dy, g);
     }
     let per = g.images_per_task();
@@ -559,6 +562,98 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
         })
         .collect();
     dw_total(partials, g)
+}
+
+/// Whether a batch smaller than the thread count takes its weight gradient by runs of output
+/// channels (`bwd_filter_channels`) rather than by runs of output rows (`bwd_filter_rows`). Per
+/// step, with T threads, runs of rows each write a whole partial dW, then the partials are read
+/// and summed: (2T + 1)·og·kk elements moved; runs of channels write dW once but each gathers
+/// every column (T·kk·ohw, against kk·ohw split over the runs of rows). So channels where
+/// (T - 1)·ohw < 2T·og: the 14x14 and 7x7 maps of GoogLeNet, whose dW outweighs their columns,
+/// and where the image's columns fit in one block.
+fn dw_by_channels(g: &Geom) -> bool {
+    let threads = rayon::current_num_threads();
+    (g.direct() || g.block_rows(1) >= g.ho) && (threads - 1) * g.ohw() < 2 * threads * g.og()
+}
+
+/// The weight gradient of fewer images than threads, by runs of each group's output channels:
+/// a task writes its rows of dW (row-major, in place: no partial sums, no transposing pass)
+/// and of db from every column of every image, the image's columns (im2col, by runs of input
+/// planes in parallel) gathered once and shared, a 1x1 convolution's read in place.
+fn bwd_filter_channels<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+    let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
+    let threads = rayon::current_num_threads();
+    let taps = g.kh * g.kw;
+    let x_of = |n: usize, gi: usize| &x[n * x_img + gi * cg * hw..][..cg * hw];
+    let mut cols = vec![
+        T::ZERO;
+        if g.direct() {
+            0
+        } else {
+            g.n * g.groups * kk * ohw
+        }
+    ];
+    let planes = cg.div_ceil(threads).max(1);
+    cols.par_chunks_mut(kk * ohw)
+        .enumerate()
+        .for_each(|(i, col)| {
+            let xg = x_of(i / g.groups, i % g.groups);
+            col.par_chunks_mut(planes * taps * ohw)
+                .zip(xg.par_chunks(planes * hw))
+                .for_each(|(rows, xp)| g.im2col(xp, rows, ohw, 0, 0..g.ho));
+        });
+    let col_of = |n: usize, gi: usize| match g.direct() {
+        true => x_of(n, gi),
+        false => &cols[(n * g.groups + gi) * kk * ohw..][..kk * ohw],
+    };
+    let len = g.o * kk + g.o;
+    let per = og.div_ceil(threads.div_ceil(g.groups)).max(1);
+    let mut total = Vec::with_capacity(len);
+    let (dw, db) = total.spare_capacity_mut()[..len].split_at_mut(g.o * kk);
+    dw.par_chunks_mut(og * kk)
+        .zip(db.par_chunks_mut(og))
+        .enumerate()
+        .for_each(|(gi, (dwg, dbg))| {
+            dwg.par_chunks_mut(per * kk)
+                .zip(dbg.par_chunks_mut(per))
+                .enumerate()
+                .for_each(|(t, (dwr, dbr))| {
+                    let nr = dbr.len();
+                    let dy_of = |n: usize| &dy[(n * g.o + gi * og + t * per) * ohw..][..nr * ohw];
+                    let (dy0, col0) = (dy_of(0), col_of(0, gi));
+                    gemm_uninit((nr, kk, ohw), dwr, dy0, (ohw, 1), col0, (1, ohw), SERIAL);
+                    for (d, row) in dbr.iter_mut().zip(dy0.chunks_exact(ohw)) {
+                        d.write(sum(row));
+                    }
+                    // SAFETY: both were written whole just above (MaybeUninit<T> has T's
+                    // layout).
+                    let (dwr, dbr) = unsafe {
+                        (
+                            &mut *(dwr as *mut [std::mem::MaybeUninit<T>] as *mut [T]),
+                            &mut *(dbr as *mut [std::mem::MaybeUninit<T>] as *mut [T]),
+                        )
+                    };
+                    for n in 1..g.n {
+                        let (dyn_, coln) = (dy_of(n), col_of(n, gi));
+                        gemm(
+                            (nr, kk, ohw),
+                            dwr,
+                            true,
+                            dyn_,
+                            (ohw, 1),
+                            coln,
+                            (1, ohw),
+                            SERIAL,
+                        );
+                        for (d, row) in dbr.iter_mut().zip(dyn_.chunks_exact(ohw)) {
+                            *d += sum(row);
+                        }
+                    }
+                });
+        });
+    // SAFETY: the tasks cover every group's rows of dW and db.
+    unsafe { total.set_len(len) };
+    total
 }
 
 /// Where `add_weight_grad` puts a group's gradients: added to those `dw` and `db` hold, or
@@ -1015,6 +1110,10 @@ mod tests {
             // where it trains (aarch64), the weight gradient is written row-major in place.
             ([2, 4, 6, 6], [16, 4, 3, 3], p(1, 1, 1, false)),
             ([1, 24, 5, 5], [16, 24, 1, 1], p(1, 0, 1, true)),
+            // Small maps with many filters, batch 1 and 3, grouped: with more threads than
+            // images the weight gradient takes runs of output channels, the last run shorter.
+            ([1, 3, 5, 5], [13, 3, 3, 3], p(1, 1, 1, true)),
+            ([3, 4, 4, 4], [18, 2, 3, 3], p(1, 1, 2, false)),
         ]
     }
 
