@@ -7,6 +7,8 @@
 //! - `conv/{fwd,bwd}/<layer>/<path>`: im2col + GEMM against Winograd F(2x2) and F(4x4) where the
 //!   layer is 3x3/stride 1/pad 1; throughput in elements = floating-point operations (so
 //!   "Gelem/s" reads GFLOP/s; the backward counts both gradients, twice the forward);
+//! - `conv/bwd-filter/<layer>/im2col`: the im2col path's weight gradient alone (as many
+//!   floating-point operations as the forward);
 //! - `im2col/{im2col,col2im}/<layer>`: one batch's column copies on one thread;
 //! - `pool/{fwd,bwd}/<layer>`: max pooling into preallocated outputs, the backward from the
 //!   stored argmax; `pool/op/...` through the tensor op (the backward searches each window again);
@@ -123,6 +125,13 @@ fn conv(c: &mut Criterion) {
             );
         }
         bwd.finish();
+        let mut filter = c.benchmark_group("conv/bwd-filter");
+        filter.sampling_mode(SamplingMode::Flat);
+        filter.throughput(Throughput::Elements(flop));
+        filter.bench_function(BenchmarkId::new(name, "im2col"), |bench| {
+            bench.iter(|| layer.bwd_filter(&x, &dy))
+        });
+        filter.finish();
     }
 }
 

@@ -110,6 +110,12 @@ impl ConvLayer {
         }
     }
 
+    /// The im2col path's weight gradient alone, [dW | db] (without the ReLU mask).
+    pub fn bwd_filter(&self, x: &[f32], dy: &[f32]) -> Vec<f32> {
+        let x = (x, self.g.c * self.g.h * self.g.w);
+        conv::bwd_filter_im2col(x, dy, &self.g)
+    }
+
     /// im2col of every image of `x`, block of output rows by block, into one block's scratch
     /// (on the calling thread, as each convolution task does).
     pub fn im2col_all(&self, x: &[f32], col: &mut Vec<f32>) {
