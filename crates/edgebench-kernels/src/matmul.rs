@@ -45,34 +45,29 @@ pub(crate) fn gemm_strided<T: Float>(
     rhs_s: (usize, usize),
     par: Parallelism,
 ) {
-    if m == 0 || n == 0 {
+    if !accumulate {
+        // SAFETY: MaybeUninit<T> has T's layout, and gemm_strided_uninit writes only
+        // initialised values.
+        let dst = unsafe { &mut *(dst as *mut [T] as *mut [std::mem::MaybeUninit<T>]) };
+        return gemm_strided_uninit(
+            (m, n, k),
+            dst,
+            (dst_rs, dst_cs),
+            lhs,
+            lhs_s,
+            rhs,
+            rhs_s,
+            par,
+        );
+    }
+    if m == 0 || n == 0 || k == 0 {
         return;
     }
     // The pointers below are only valid if every element the strides reach is in bounds.
     assert!(dst.len() > (m - 1) * dst_rs + (n - 1) * dst_cs);
-    if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                for c in 0..n {
-                    dst[r * dst_rs + c * dst_cs] = T::ZERO;
-                }
-            }
-        }
-        return;
-    }
     let dst = (dst.as_mut_ptr(), (dst_rs, dst_cs));
     // SAFETY: dst is initialised memory, in bounds (asserted above).
-    unsafe {
-        gemm_raw(
-            (m, n, k),
-            dst,
-            accumulate,
-            (lhs, lhs_s),
-            (rhs, rhs_s),
-            par,
-            false,
-        )
-    }
+    unsafe { gemm_raw((m, n, k), dst, true, (lhs, lhs_s), (rhs, rhs_s), par, false) }
 }
 
 /// [`gemm_strided`] without accumulating, into memory that need not be initialised: every
