@@ -568,7 +568,7 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
 
 /// Whether a batch smaller than the thread count takes its weight gradient by runs of output
 /// channels (`bwd_filter_channels`) rather than by runs of output rows (`bwd_filter_rows`). Per
-/// step, with T threads, runs of rows each write a whole partial dW, then the partials are read
+/// call, with T threads, runs of rows each write a whole partial dW, then the partials are read
 /// and summed: (2T + 1)·og·kk elements moved; runs of channels write dW once but each gathers
 /// every column (T·kk·ohw, against kk·ohw split over the runs of rows). So channels where
 /// (T - 1)·ohw < 2T·og: the 14x14 and 7x7 maps of GoogLeNet, whose dW outweighs their columns,
@@ -636,18 +636,18 @@ fn bwd_filter_channels<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) 
                         )
                     };
                     for n in 1..g.n {
-                        let (dyn_, coln) = (dy_of(n), col_of(n, gi));
+                        let (dy_n, col_n) = (dy_of(n), col_of(n, gi));
                         gemm(
                             (nr, kk, ohw),
                             dwr,
                             true,
-                            dyn_,
+                            dy_n,
                             (ohw, 1),
-                            coln,
+                            col_n,
                             (1, ohw),
                             SERIAL,
                         );
-                        for (d, row) in dbr.iter_mut().zip(dyn_.chunks_exact(ohw)) {
+                        for (d, row) in dbr.iter_mut().zip(dy_n.chunks_exact(ohw)) {
                             *d += sum(row);
                         }
                     }
