@@ -580,34 +580,31 @@ fn dw_by_channels(g: &Geom) -> bool {
 
 /// The weight gradient of fewer images than threads, by runs of each group's output channels:
 /// a task writes its rows of dW (row-major, in place: no partial sums, no transposing pass)
-/// and of db from every column of every image, the image's columns (im2col, by runs of input
-/// planes in parallel) gathered once and shared, a 1x1 convolution's read in place.
+/// and of db with one GEMM over every image's columns side by side, as the batch path's
+/// sub-batches are (`gather_cols`, `gather_dy`). The columns are gathered once and shared,
+/// im2col by runs of input planes in parallel; one image of a 1x1 convolution is read in place.
 fn bwd_filter_channels<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
     let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
     let threads = rayon::current_num_threads();
-    let taps = g.kh * g.kw;
+    let (taps, ld) = (g.kh * g.kw, g.n * ohw);
     let x_of = |n: usize, gi: usize| &x[n * x_img + gi * cg * hw..][..cg * hw];
-    let mut cols = vec![
-        T::ZERO;
-        if g.direct() {
-            0
-        } else {
-            g.n * g.groups * kk * ohw
-        }
-    ];
+    let in_place = g.direct() && g.n == 1;
+    let mut cols = vec![T::ZERO; if in_place { 0 } else { g.groups * kk * ld }];
     let planes = cg.div_ceil(threads).max(1);
-    cols.par_chunks_mut(kk * ohw)
+    cols.par_chunks_mut(kk * ld)
         .enumerate()
-        .for_each(|(i, col)| {
-            let xg = x_of(i / g.groups, i % g.groups);
-            col.par_chunks_mut(planes * taps * ohw)
-                .zip(xg.par_chunks(planes * hw))
-                .for_each(|(rows, xp)| g.im2col(xp, rows, ohw, 0, 0..g.ho));
+        .for_each(|(gi, col)| {
+            for n in 0..g.n {
+                col.par_chunks_mut(planes * taps * ld)
+                    .zip(x_of(n, gi).par_chunks(planes * hw))
+                    .for_each(|(rows, xp)| g.im2col(xp, rows, ld, n * ohw, 0..g.ho));
+            }
         });
-    let col_of = |n: usize, gi: usize| match g.direct() {
-        true => x_of(n, gi),
-        false => &cols[(n * g.groups + gi) * kk * ohw..][..kk * ohw],
-    };
+    let mut dy_buf = vec![T::ZERO; if g.n > 1 { g.o * ld } else { 0 }];
+    let mut dy_bufs = dy_buf.chunks_exact_mut(og * ld);
+    let dys: Vec<&[T]> = (0..g.groups)
+        .map(|gi| gather_dy(g, dy, gi, 0, g.n, dy_bufs.next().unwrap_or_default()))
+        .collect();
     let len = g.o * kk + g.o;
     let per = og.div_ceil(threads.div_ceil(g.groups)).max(1);
     let mut total = Vec::with_capacity(len);
@@ -616,40 +613,18 @@ fn bwd_filter_channels<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) 
         .zip(db.par_chunks_mut(og))
         .enumerate()
         .for_each(|(gi, (dwg, dbg))| {
+            let col = match in_place {
+                true => x_of(0, gi),
+                false => &cols[gi * kk * ld..][..kk * ld],
+            };
             dwg.par_chunks_mut(per * kk)
                 .zip(dbg.par_chunks_mut(per))
                 .enumerate()
                 .for_each(|(t, (dwr, dbr))| {
-                    let nr = dbr.len();
-                    let dy_of = |n: usize| &dy[(n * g.o + gi * og + t * per) * ohw..][..nr * ohw];
-                    let (dy0, col0) = (dy_of(0), col_of(0, gi));
-                    gemm_uninit((nr, kk, ohw), dwr, dy0, (ohw, 1), col0, (1, ohw), SERIAL);
-                    for (d, row) in dbr.iter_mut().zip(dy0.chunks_exact(ohw)) {
+                    let dyr = &dys[gi][t * per * ld..][..dbr.len() * ld];
+                    gemm_uninit((dbr.len(), kk, ld), dwr, dyr, (ld, 1), col, (1, ld), SERIAL);
+                    for (d, row) in dbr.iter_mut().zip(dyr.chunks_exact(ld)) {
                         d.write(sum(row));
-                    }
-                    // SAFETY: both were written whole just above (MaybeUninit<T> has T's
-                    // layout).
-                    let (dwr, dbr) = unsafe {
-                        (
-                            &mut *(dwr as *mut [std::mem::MaybeUninit<T>] as *mut [T]),
-                            &mut *(dbr as *mut [std::mem::MaybeUninit<T>] as *mut [T]),
-                        )
-                    };
-                    for n in 1..g.n {
-                        let (dy_n, col_n) = (dy_of(n), col_of(n, gi));
-                        gemm(
-                            (nr, kk, ohw),
-                            dwr,
-                            true,
-                            dy_n,
-                            (ohw, 1),
-                            col_n,
-                            (1, ohw),
-                            SERIAL,
-                        );
-                        for (d, row) in dbr.iter_mut().zip(dy_n.chunks_exact(ohw)) {
-                            *d += sum(row);
-                        }
                     }
                 });
         });
