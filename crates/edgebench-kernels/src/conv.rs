@@ -514,8 +514,8 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let threads = rayon::current_num_threads();
     // Runs per image: each fits a column block, and all images' runs split evenly over the
-    // threads, the rows spread evenly over the runs (runs of whole blocks left 56x56 maps 4
-    // runs of 8 rows on one thread and 3 on the other, 28x28 ones 20 rows against 8).
+    // threads, the rows spread evenly over the runs (runs of whole blocks would leave 56x56
+    // maps 4 runs of 8 rows on one thread and 3 on the other, 28x28 ones 20 rows against 8).
     let mut per_image = g.ho.div_ceil(g.block_rows(1)).max(threads.div_ceil(g.n));
     while !(g.n * per_image).is_multiple_of(threads) && per_image < g.ho {
         per_image += 1;
@@ -531,7 +531,7 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
         .par_chunks(runs.len().div_ceil(threads).max(1))
         .map(|runs| {
             // Not zeroed: a task's first run writes all of it (zeroing every task's copy of
-            // every layer's dW was 2 % of a batch-1 GoogLeNet step).
+            // every layer's dW costs 2 % of a batch-1 GoogLeNet step).
             let mut acc = Vec::with_capacity(len);
             let mut col = vec![T::ZERO; g.col_len(1)];
             for (i, (n, rows)) in runs.iter().enumerate() {
@@ -700,8 +700,8 @@ fn dw_in_place<T: Float>(g: &Geom) -> bool {
 /// The tasks' partial [dW | db] summed in task order (reproducible for a given thread count),
 /// each group's dW block turned row-major on the way where the gemm crate wrote it column-major
 /// (og, kk), so that it read the columns along k in place. One parallel pass reads every partial
-/// once and writes the result once (summing, then transposing in a second pass, held a batch-1
-/// GoogLeNet step's backward on one thread for 6 % of the step).
+/// once and writes the result once (a serial sum, then a serial transposing pass, hold one core
+/// for 6 % of a batch-1 GoogLeNet step).
 fn dw_total<T: Float>(partials: Vec<Vec<T>>, g: &Geom) -> Vec<T> {
     if dw_in_place::<T>(g) {
         return sum_partials(partials);
