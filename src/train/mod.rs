@@ -37,9 +37,17 @@ impl TrialSpec {
 /// What a process that trains (a trial's worker, `profile`) sets up first: freed memory kept
 /// (`edgebench_kernels::keep_freed_memory`), subnormals flushed (`flush_denormals`), large blocks
 /// on huge pages (`HugePageAlloc`) and candle's thread pool asleep between its operations
-/// (`CANDLE_SPIN_LIMIT`). Call it before the first tensor operation.
+/// (`CANDLE_SPIN_LIMIT`). Call it before the first tensor operation, on the thread that trains,
+/// which must live as long as the process: it becomes one of rayon's workers.
 pub fn prepare_training_process() {
     edgebench_kernels::keep_freed_memory();
+    // The thread that trains runs the kernels' parallel loops as one of rayon's workers rather
+    // than handing each loop to the pool and sleeping until it ends: a GoogLeNet step at batch 1
+    // is hundreds of short loops, and the hand-over and wake-up of each took 5 % of its time
+    // (2-core Xeon VM). Fails, changing nothing, where the pool already exists.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .use_current_thread()
+        .build_global();
     flush_denormals();
     HUGE_PAGES.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Some(limit) = candle_spin_limit(std::env::var_os(CANDLE_SPIN_LIMIT)) {
