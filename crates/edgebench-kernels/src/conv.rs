@@ -10,13 +10,13 @@
 //! weight-gradient sum is reproducible for a given thread count), each with its own scratch and
 //! single-threaded GEMMs. A batch smaller than the thread count splits each image instead:
 //! forward by output channels, input gradient by input channels, weight gradient by runs of
-//! output rows with per-thread partial sums, or on small maps by runs of output channels.
+//! output rows with per-thread partial sums, or on small maps by runs of input planes.
 
 pub use crate::geom::Conv2d;
 
 use crate::geom::Geom;
 use crate::matmul::{
-    gemm, gemm_strided, gemm_strided_uninit, gemm_uninit, own_kernel_takes, SERIAL,
+    gemm, gemm_into_ptr, gemm_strided, gemm_strided_uninit, gemm_uninit, own_kernel_takes, SERIAL,
 };
 use crate::relu::ReluMask;
 use crate::util::{
@@ -467,8 +467,8 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
         return vec![T::ZERO; len];
     }
     if g.n < rayon::current_num_threads() {
-        if dw_by_channels(g) {
-            return bwd_filter_channels((x, x_img), dy, g);
+        if dw_by_planes(g) {
+            return bwd_filter_planes((x, x_img), dy, g);
         }
         return bwd_filter_rows((x, x_img), dy, g);
     }
@@ -566,71 +566,85 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
     dw_total(partials, g)
 }
 
-/// Whether a batch smaller than the thread count takes its weight gradient by runs of output
-/// channels (`bwd_filter_channels`) rather than by runs of output rows (`bwd_filter_rows`). Per
+/// Whether a batch smaller than the thread count takes its weight gradient by runs of input
+/// planes (`bwd_filter_planes`) rather than by runs of output rows (`bwd_filter_rows`). Per
 /// call, with T threads, runs of rows each write a whole partial dW, then the partials are read
-/// and summed: (2T + 1)·og·kk elements moved; runs of channels write dW once but each gathers
-/// every column (T·kk·ohw, against kk·ohw split over the runs of rows). So channels where
-/// (T - 1)·ohw < 2T·og: the 14x14 and 7x7 maps of GoogLeNet, whose dW outweighs their columns,
-/// and where the image's columns fit in one block.
-fn dw_by_channels(g: &Geom) -> bool {
+/// and summed: (2T + 1)·og·kk elements moved; runs of planes write dW once, but every task
+/// reads all of dy and a run's columns cover every output row, so they leave the cache where a
+/// map's columns outgrow one block. So planes where (T - 1)·ohw < 2T·og (the 14x14 and 7x7 maps
+/// of GoogLeNet, whose dW outweighs their columns) and the image's columns fit in one block.
+fn dw_by_planes(g: &Geom) -> bool {
     let threads = rayon::current_num_threads();
     (g.direct() || g.block_rows(1) >= g.ho) && (threads - 1) * g.ohw() < 2 * threads * g.og()
 }
 
-/// The weight gradient of fewer images than threads, by runs of each group's output channels:
-/// a task writes its rows of dW (row-major, in place: no partial sums, no transposing pass)
-/// and of db with one GEMM over every image's columns side by side, as the batch path's
-/// sub-batches are (`gather_cols`, `gather_dy`). The columns are gathered once and shared,
-/// im2col by runs of input planes in parallel; one image of a 1x1 convolution is read in place.
-fn bwd_filter_channels<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
+/// The weight gradient of fewer images than threads, by runs of each group's input planes: a
+/// task gathers its planes' columns for every image side by side (as the batch path's
+/// sub-batches are, `gather_dy`) and writes their band of dW's columns, in place, with one
+/// GEMM. Each column is gathered and packed for the GEMM once, by the task that uses it, and dW
+/// is written once: no partial sums, no transposing pass. One image of a 1x1 convolution is read
+/// in place.
+fn bwd_filter_planes<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> Vec<T> {
     let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
-    let threads = rayon::current_num_threads();
     let (taps, ld) = (g.kh * g.kw, g.n * ohw);
     let x_of = |n: usize, gi: usize| &x[n * x_img + gi * cg * hw..][..cg * hw];
     let in_place = g.direct() && g.n == 1;
-    let mut cols = vec![T::ZERO; if in_place { 0 } else { g.groups * kk * ld }];
-    let planes = cg.div_ceil(threads).max(1);
-    cols.par_chunks_mut(kk * ld)
-        .enumerate()
-        .for_each(|(gi, col)| {
-            for n in 0..g.n {
-                col.par_chunks_mut(planes * taps * ld)
-                    .zip(x_of(n, gi).par_chunks(planes * hw))
-                    .for_each(|(rows, xp)| g.im2col(xp, rows, ld, n * ohw, 0..g.ho));
-            }
-        });
     let mut dy_buf = vec![T::ZERO; if g.n > 1 { g.o * ld } else { 0 }];
     let mut dy_bufs = dy_buf.chunks_exact_mut(og * ld);
     let dys: Vec<&[T]> = (0..g.groups)
         .map(|gi| gather_dy(g, dy, gi, 0, g.n, dy_bufs.next().unwrap_or_default()))
         .collect();
     let len = g.o * kk + g.o;
-    let per = og.div_ceil(threads.div_ceil(g.groups)).max(1);
-    let mut total = Vec::with_capacity(len);
-    let (dw, db) = total.spare_capacity_mut()[..len].split_at_mut(g.o * kk);
-    dw.par_chunks_mut(og * kk)
-        .zip(db.par_chunks_mut(og))
-        .enumerate()
-        .for_each(|(gi, (dwg, dbg))| {
-            let col = match in_place {
-                true => x_of(0, gi),
-                false => &cols[gi * kk * ld..][..kk * ld],
-            };
-            dwg.par_chunks_mut(per * kk)
-                .zip(dbg.par_chunks_mut(per))
-                .enumerate()
-                .for_each(|(t, (dwr, dbr))| {
-                    let dyr = &dys[gi][t * per * ld..][..dbr.len() * ld];
-                    gemm_uninit((dbr.len(), kk, ld), dwr, dyr, (ld, 1), col, (1, ld), SERIAL);
-                    for (d, row) in dbr.iter_mut().zip(dyr.chunks_exact(ld)) {
-                        d.write(sum(row));
-                    }
-                });
-        });
-    // SAFETY: the tasks cover every group's rows of dW and db.
-    unsafe { total.set_len(len) };
+    let mut total: Vec<T> = Vec::with_capacity(len);
+    let runs = rayon::current_num_threads().div_ceil(g.groups);
+    let planes = cg.div_ceil(runs).max(1);
+    let tasks: Vec<(usize, Range<usize>)> = (0..g.groups)
+        .flat_map(|gi| {
+            (0..cg)
+                .step_by(planes)
+                .map(move |p| (gi, p..(p + planes).min(cg)))
+        })
+        .collect();
+    let dw = SharedPtr(total.as_mut_ptr());
+    tasks.into_par_iter().for_each(|(gi, run)| {
+        let rows = run.start * taps..run.end * taps;
+        let mut buf = Vec::new();
+        let col: &[T] = if in_place {
+            &x_of(0, gi)[run.start * hw..run.end * hw]
+        } else {
+            buf.resize(rows.len() * ld, T::ZERO);
+            for n in 0..g.n {
+                let xp = &x_of(n, gi)[run.start * hw..run.end * hw];
+                g.im2col(xp, &mut buf, ld, n * ohw, 0..g.ho);
+            }
+            &buf
+        };
+        // SAFETY: the task's band (og rows of dW, its columns) lies inside `total`'s capacity
+        // and no other task writes it; gemm writes every element of it without reading any.
+        unsafe {
+            let band = dw.get().add(gi * og * kk + rows.start);
+            let dims = (og, rows.len(), ld);
+            gemm_into_ptr(dims, band, (kk, 1), dys[gi], (ld, 1), col, (1, ld));
+        }
+    });
+    // SAFETY: the tasks above wrote every element of dW (the first g.o * kk).
+    unsafe { total.set_len(g.o * kk) };
+    total.extend((0..g.groups).flat_map(|gi| dys[gi].chunks_exact(ld).map(sum)));
     total
+}
+
+/// A pointer that tasks writing disjoint parts of one buffer share.
+#[derive(Clone, Copy)]
+struct SharedPtr<T>(*mut T);
+// SAFETY: the tasks that share it write disjoint elements (each use says which).
+unsafe impl<T> Send for SharedPtr<T> {}
+// SAFETY: as for Send.
+unsafe impl<T> Sync for SharedPtr<T> {}
+impl<T> SharedPtr<T> {
+    /// The pointer (a method, so closures capture the whole Send + Sync wrapper).
+    fn get(self) -> *mut T {
+        self.0
+    }
 }
 
 /// Where `add_weight_grad` puts a group's gradients: added to those `dw` and `db` hold, or
@@ -1088,7 +1102,7 @@ mod tests {
             ([2, 4, 6, 6], [16, 4, 3, 3], p(1, 1, 1, false)),
             ([1, 24, 5, 5], [16, 24, 1, 1], p(1, 0, 1, true)),
             // Small maps with many filters, batch 1 and 3, grouped: with more threads than
-            // images the weight gradient takes runs of output channels, the last run shorter.
+            // images the weight gradient takes runs of input planes, the last run shorter.
             ([1, 3, 5, 5], [13, 3, 3, 3], p(1, 1, 1, true)),
             ([3, 4, 4, 4], [18, 2, 3, 3], p(1, 1, 2, false)),
         ]

@@ -110,6 +110,48 @@ pub(crate) fn gemm_strided_uninit<T: Float>(
     }
 }
 
+/// [`gemm_strided_uninit`] through a pointer, serially: for tasks that each write their own
+/// part of one matrix where the parts interleave in memory (bands of columns), which slices
+/// cannot express.
+///
+/// # Safety
+/// Every element (r, c) < (m, n) at dst + r * dst_rs + c * dst_cs must lie in one allocation,
+/// be writable, and be neither read nor written by anything else meanwhile.
+pub(crate) unsafe fn gemm_into_ptr<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut T,
+    dst_s: (usize, usize),
+    lhs: &[T],
+    lhs_s: (usize, usize),
+    rhs: &[T],
+    rhs_s: (usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for r in 0..m {
+            for c in 0..n {
+                // SAFETY: in bounds and ours, as the caller promises.
+                unsafe { dst.add(r * dst_s.0 + c * dst_s.1).write(T::ZERO) };
+            }
+        }
+        return;
+    }
+    // SAFETY: as the caller promises; gemm writes dst without reading it (no accumulate).
+    unsafe {
+        gemm_raw(
+            (m, n, k),
+            (dst, dst_s),
+            false,
+            (lhs, lhs_s),
+            (rhs, rhs_s),
+            SERIAL,
+            false,
+        )
+    }
+}
+
 /// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
 /// written (no zero-fill first: fc6's 151 MB weight gradient took 5 ms to zero per step).
 #[allow(clippy::too_many_arguments)]
