@@ -176,10 +176,18 @@ pub(crate) fn fwd_im2col<T: Float>(
         return y;
     }
     if g.n < rayon::current_num_threads() {
+        let f = Fwd {
+            x,
+            x_img,
+            wt,
+            b,
+            g,
+            relu,
+        };
         if fwd_by_rows(g) {
-            fwd_rows((x, x_img), wt, b, g, relu, y.spare_capacity_mut());
+            fwd_rows(f, y.spare_capacity_mut());
         } else {
-            fwd_channels((x, x_img), wt, b, g, relu, y.spare_capacity_mut());
+            fwd_channels(f, y.spare_capacity_mut());
         }
         // SAFETY: both write every output plane of every image.
         unsafe { y.set_len(len) };
@@ -263,6 +271,18 @@ pub(crate) fn fwd_im2col<T: Float>(
     y
 }
 
+/// The operands of one forward: the images (`x_img` elements apart), filters, bias, geometry,
+/// and whether a ReLU follows.
+#[derive(Clone, Copy)]
+struct Fwd<'a, T> {
+    x: &'a [T],
+    x_img: usize,
+    wt: &'a [T],
+    b: &'a [T],
+    g: &'a Geom,
+    relu: bool,
+}
+
 /// Whether a batch smaller than the thread count takes its forward by runs of output rows
 /// (`fwd_rows`) rather than by runs of output channels (`fwd_channels`): where each thread's
 /// columns fill at least one of the gemm crate's 64-row AVX-512 tiles (on 2 threads GoogLeNet's
@@ -276,14 +296,15 @@ fn fwd_by_rows(g: &Geom) -> bool {
 /// every output channel over them, so each column is gathered and packed for a GEMM once, by the
 /// task that uses it (by runs of channels every thread packs all of them). Bias and ReLU follow
 /// on the run's columns while they are in the cache.
-fn fwd_rows<T: Float>(
-    (x, x_img): (&[T], usize),
-    wt: &[T],
-    b: &[T],
-    g: &Geom,
-    relu: bool,
-    y: &mut [std::mem::MaybeUninit<T>],
-) {
+fn fwd_rows<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
+    let Fwd {
+        x,
+        x_img,
+        wt,
+        b,
+        g,
+        relu,
+    } = f;
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let threads = rayon::current_num_threads();
     let runs = row_runs(g, threads);
@@ -332,14 +353,15 @@ fn fwd_rows<T: Float>(
 /// over the input channels on all threads, then each thread computes its own run of output
 /// channels (their planes of y) with a single-threaded GEMM, bias and ReLU, instead of one task
 /// doing im2col, bias and ReLU on one core and handing the GEMM to gemm's threads.
-fn fwd_channels<T: Float>(
-    (x, x_img): (&[T], usize),
-    wt: &[T],
-    b: &[T],
-    g: &Geom,
-    relu: bool,
-    y: &mut [std::mem::MaybeUninit<T>],
-) {
+fn fwd_channels<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
+    let Fwd {
+        x,
+        x_img,
+        wt,
+        b,
+        g,
+        relu,
+    } = f;
     let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
     let threads = rayon::current_num_threads();
     let per_o = og.div_ceil(threads).max(1);
