@@ -22,6 +22,7 @@ use crate::matmul::{
 use crate::relu::ReluMask;
 use crate::util::{
     images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
+    SharedPtr,
 };
 use crate::winograd;
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
@@ -63,7 +64,8 @@ pub fn conv2d_candle(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Te
 }
 
 /// One group's input columns for images `n0..n0 + nb` of a task and output rows `rows` (all rows
-/// when nb > 1): col (kk, nb * |rows| * wo), or the input itself (1x1 convolution, one image).
+/// when nb > 1), with their row length: col (kk, nb * |rows| * wo), or the input itself from the
+/// run's first column (1x1 convolution, one image; its rows are the image's, ohw long).
 fn gather_cols<'a, T: Float>(
     g: &Geom,
     (xs, x_img): (&'a [T], usize),
@@ -71,11 +73,11 @@ fn gather_cols<'a, T: Float>(
     (n0, nb): (usize, usize),
     rows: Range<usize>,
     col: &'a mut [T],
-) -> &'a [T] {
+) -> (&'a [T], usize) {
     let (cghw, ohw) = (g.cg() * g.hw(), g.ohw());
     let x_of = |j: usize| &xs[(n0 + j) * x_img + gi * cghw..(n0 + j) * x_img + (gi + 1) * cghw];
     if g.direct() && nb == 1 {
-        return x_of(0);
+        return (&x_of(0)[rows.start * g.wo..], ohw);
     }
     let ohw = if nb == 1 { rows.len() * g.wo } else { ohw };
     let ld = nb * ohw;
@@ -89,7 +91,7 @@ fn gather_cols<'a, T: Float>(
             g.im2col(x_of(j), col, ld, j * ohw, rows.clone());
         }
     }
-    col
+    (col, ld)
 }
 
 /// One group's output gradient for images `n0..n0 + nb`: (og, nb * ohw), gathered into `buf`
@@ -220,7 +222,8 @@ pub(crate) fn fwd_im2col<T: Float>(
                         // SAFETY: every element of yg was just initialised.
                         let yg = unsafe { &mut *(yg as *mut [_] as *mut [T]) };
                         for rows in g.row_blocks(1) {
-                            let colg = gather_cols(g, xs, gi, (n0, 1), rows.clone(), &mut col);
+                            let (colg, ld) =
+                                gather_cols(g, xs, gi, (n0, 1), rows.clone(), &mut col);
                             let cols = g.cols_of(&rows);
                             let dst = &mut yg[cols.start..];
                             let shape = (og, cols.len(), kk);
@@ -232,7 +235,7 @@ pub(crate) fn fwd_im2col<T: Float>(
                                 wg,
                                 (kk, 1),
                                 colg,
-                                (cols.len(), 1),
+                                (ld, 1),
                                 SERIAL,
                             );
                             if relu {
@@ -245,8 +248,7 @@ pub(crate) fn fwd_im2col<T: Float>(
                         }
                         continue;
                     }
-                    let ld = nb * ohw;
-                    let colg = gather_cols(g, xs, gi, (n0, nb), 0..g.ho, &mut col);
+                    let (colg, ld) = gather_cols(g, xs, gi, (n0, nb), 0..g.ho, &mut col);
                     let out = &mut buf[..og * ld];
                     gemm((og, ld, kk), out, false, wg, (kk, 1), colg, (ld, 1), SERIAL);
                     // Scatter to NCHW with the bias and the ReLU.
@@ -296,15 +298,17 @@ fn fwd_by_rows(g: &Geom) -> bool {
 /// every output channel over them, so each column is gathered and packed for a GEMM once, by the
 /// task that uses it (by runs of channels every thread packs all of them). Bias and ReLU follow
 /// on the run's columns while they are in the cache.
-fn fwd_rows<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
-    let Fwd {
+fn fwd_rows<T: Float>(
+    Fwd {
         x,
         x_img,
         wt,
         b,
         g,
         relu,
-    } = f;
+    }: Fwd<'_, T>,
+    y: &mut [std::mem::MaybeUninit<T>],
+) {
     let (ohw, kk, og) = (g.ohw(), g.kk(), g.og());
     let threads = rayon::current_num_threads();
     let runs = row_runs(g, threads);
@@ -315,18 +319,14 @@ fn fwd_rows<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
             for (n, rows) in runs {
                 let cols = g.cols_of(rows);
                 for gi in 0..g.groups {
-                    let colg = gather_cols(g, (x, x_img), gi, (*n, 1), rows.clone(), &mut col);
-                    let (colg, ld) = if g.direct() {
-                        (&colg[cols.start..], ohw)
-                    } else {
-                        (colg, cols.len())
-                    };
+                    let (colg, ld) =
+                        gather_cols(g, (x, x_img), gi, (*n, 1), rows.clone(), &mut col);
                     let wg = &wt[gi * og * kk..][..og * kk];
                     let at = (n * g.o + gi * og) * ohw + cols.start;
                     // SAFETY: the run's columns of the group's og planes lie inside y, and no
                     // other task writes them; gemm writes every one before the loop reads it.
                     unsafe {
-                        let dst = out.get().add(at);
+                        let dst = out.at(at);
                         gemm_into_ptr(
                             (og, cols.len(), kk),
                             dst,
@@ -335,6 +335,7 @@ fn fwd_rows<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
                             (kk, 1),
                             colg,
                             (ld, 1),
+                            SERIAL,
                         );
                         for (o, &bv) in b[gi * og..][..og].iter().enumerate() {
                             let plane =
@@ -353,15 +354,17 @@ fn fwd_rows<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
 /// over the input channels on all threads, then each thread computes its own run of output
 /// channels (their planes of y) with a single-threaded GEMM, bias and ReLU, instead of one task
 /// doing im2col, bias and ReLU on one core and handing the GEMM to gemm's threads.
-fn fwd_channels<T: Float>(f: Fwd<'_, T>, y: &mut [std::mem::MaybeUninit<T>]) {
-    let Fwd {
+fn fwd_channels<T: Float>(
+    Fwd {
         x,
         x_img,
         wt,
         b,
         g,
         relu,
-    } = f;
+    }: Fwd<'_, T>,
+    y: &mut [std::mem::MaybeUninit<T>],
+) {
     let (ohw, kk, og, cg, hw) = (g.ohw(), g.kk(), g.og(), g.cg(), g.hw());
     let threads = rayon::current_num_threads();
     let per_o = og.div_ceil(threads).max(1);
@@ -583,9 +586,8 @@ pub(crate) fn bwd_filter_im2col<T: Float>((x, x_img): (&[T], usize), dy: &[T], g
                 for gi in 0..g.groups {
                     let dyg = gather_dy(g, dys, gi, n0, nb, &mut buf);
                     for rows in g.row_blocks(nb) {
-                        let colg = gather_cols(g, xs, gi, (n0, nb), rows.clone(), &mut col);
+                        let (colg, n) = gather_cols(g, xs, gi, (n0, nb), rows.clone(), &mut col);
                         let cols = if nb == 1 { g.cols_of(&rows) } else { 0..ld };
-                        let n = cols.len();
                         let dw = &mut dw[gi * og * kk..(gi + 1) * og * kk];
                         let db = &mut db[gi * og..(gi + 1) * og];
                         add_weight_grad(g, Grads::Add(dw, db), (dyg, ld), cols, (colg, n));
@@ -635,13 +637,8 @@ fn bwd_filter_rows<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) -> V
                 let cols = g.cols_of(rows);
                 for gi in 0..g.groups {
                     let dyg = &dy[(n * g.o + gi * og) * ohw..][..og * ohw];
-                    let colg = gather_cols(g, (x, x_img), gi, (*n, 1), rows.clone(), &mut col);
-                    // A 1x1 convolution reads the image in place: its run is a range of columns.
-                    let (colg, ld) = if g.direct() {
-                        (&colg[cols.start..], ohw)
-                    } else {
-                        (colg, cols.len())
-                    };
+                    let (colg, ld) =
+                        gather_cols(g, (x, x_img), gi, (*n, 1), rows.clone(), &mut col);
                     let (dw, db) = (gi * og * kk..(gi + 1) * og * kk, gi * og..(gi + 1) * og);
                     let grads = if i == 0 {
                         let (dws, dbs) = acc.spare_capacity_mut()[..len].split_at_mut(g.o * kk);
@@ -719,29 +716,15 @@ fn bwd_filter_planes<T: Float>((x, x_img): (&[T], usize), dy: &[T], g: &Geom) ->
         // SAFETY: the task's band (og rows of dW, its columns) lies inside `total`'s capacity
         // and no other task writes it; gemm writes every element of it without reading any.
         unsafe {
-            let band = dw.get().add(gi * og * kk + rows.start);
+            let band = dw.at(gi * og * kk + rows.start);
             let dims = (og, rows.len(), ld);
-            gemm_into_ptr(dims, band, (kk, 1), dys[gi], (ld, 1), col, (1, ld));
+            gemm_into_ptr(dims, band, (kk, 1), dys[gi], (ld, 1), col, (1, ld), SERIAL);
         }
     });
     // SAFETY: the tasks above wrote every element of dW (the first g.o * kk).
     unsafe { total.set_len(g.o * kk) };
     total.extend((0..g.groups).flat_map(|gi| dys[gi].chunks_exact(ld).map(sum)));
     total
-}
-
-/// A pointer that tasks writing disjoint parts of one buffer share.
-#[derive(Clone, Copy)]
-struct SharedPtr<T>(*mut T);
-// SAFETY: the tasks that share it write disjoint elements (each use says which).
-unsafe impl<T> Send for SharedPtr<T> {}
-// SAFETY: as for Send.
-unsafe impl<T> Sync for SharedPtr<T> {}
-impl<T> SharedPtr<T> {
-    /// The pointer (a method, so closures capture the whole Send + Sync wrapper).
-    fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 /// Where `add_weight_grad` puts a group's gradients: added to those `dw` and `db` hold, or

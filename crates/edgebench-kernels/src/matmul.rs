@@ -87,36 +87,29 @@ pub(crate) fn gemm_strided_uninit<T: Float>(
         return;
     }
     assert!(dst.len() > (m - 1) * dst_rs + (n - 1) * dst_cs);
-    if k == 0 {
-        for r in 0..m {
-            for c in 0..n {
-                dst[r * dst_rs + c * dst_cs].write(T::ZERO);
-            }
-        }
-        return;
-    }
-    let dst = (dst.as_mut_ptr().cast::<T>(), (dst_rs, dst_cs));
-    // SAFETY: in bounds (asserted above); gemm writes dst without reading it (no accumulate).
+    let dst = dst.as_mut_ptr().cast::<T>();
+    // SAFETY: in bounds (asserted above), and the &mut borrow keeps it ours.
     unsafe {
-        gemm_raw(
+        gemm_into_ptr(
             (m, n, k),
             dst,
-            false,
-            (lhs, lhs_s),
-            (rhs, rhs_s),
+            (dst_rs, dst_cs),
+            lhs,
+            lhs_s,
+            rhs,
+            rhs_s,
             par,
-            false,
         )
     }
 }
 
-/// [`gemm_strided_uninit`] through a pointer, serially: for tasks that each write their own
-/// part of one matrix where the parts interleave in memory (bands of columns), which slices
-/// cannot express.
+/// [`gemm_strided_uninit`] through a pointer: for tasks that each write their own part of one
+/// matrix where the parts interleave in memory (bands of columns), which slices cannot express.
 ///
 /// # Safety
 /// Every element (r, c) < (m, n) at dst + r * dst_rs + c * dst_cs must lie in one allocation,
 /// be writable, and be neither read nor written by anything else meanwhile.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_into_ptr<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: *mut T,
@@ -125,6 +118,7 @@ pub(crate) unsafe fn gemm_into_ptr<T: Float>(
     lhs_s: (usize, usize),
     rhs: &[T],
     rhs_s: (usize, usize),
+    par: Parallelism,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -146,7 +140,7 @@ pub(crate) unsafe fn gemm_into_ptr<T: Float>(
             false,
             (lhs, lhs_s),
             (rhs, rhs_s),
-            SERIAL,
+            par,
             false,
         )
     }

@@ -839,31 +839,6 @@ fn wait_for(done: &std::sync::atomic::AtomicUsize, items: usize) {
     }
 }
 
-/// A pointer shared by the threads of one product, each writing only its own part of the
-/// buffer between two waits.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-struct Shared(*mut f32);
-
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-impl Shared {
-    /// The pointer at `offset` floats (a method, so that closures capture the Sync wrapper).
-    ///
-    /// # Safety
-    /// `offset` stays inside the buffer.
-    unsafe fn at(&self, offset: usize) -> *mut f32 {
-        // SAFETY: as the caller promises.
-        unsafe { self.0.add(offset) }
-    }
-}
-
-// SAFETY: the threads of a product write disjoint parts (packing runs, C's row runs), and a
-// buffer is read only after `wait_for` has seen every write to it released.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-unsafe impl Send for Shared {}
-// SAFETY: as for Send.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-unsafe impl Sync for Shared {}
-
 /// Progress counters of one group, shared by the threads of a product.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[derive(Default)]
@@ -932,8 +907,8 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     // task that calls sgemm itself, which then packs into a buffer of its own.
     let mut pack_b_buf = Aligned(PACK_B.take());
     let packed_len = groups.iter().map(Group::packed_len).max().unwrap_or(0);
-    let packed_b = Shared(pack_b_buf.slice(2 * packed_len).as_mut_ptr());
-    let c_shared = Shared(c);
+    let packed_b = crate::util::SharedPtr(pack_b_buf.slice(2 * packed_len).as_mut_ptr());
+    let c_shared = crate::util::SharedPtr(c);
     let take_part = || {
         for (g, (group, progress)) in groups.iter().zip(&progress_by_group).enumerate() {
             // Two buffers, by turns: a thread done with its rows of one group goes on to pack

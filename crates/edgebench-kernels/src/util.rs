@@ -59,6 +59,29 @@ macro_rules! impl_float {
 impl_float!(f32);
 impl_float!(f64);
 
+/// A pointer shared by the tasks of one parallel loop, each writing only its own elements of
+/// the buffer (interleaved parts, such as bands of a matrix's columns, that slices cannot
+/// express); each use says which.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedPtr<T>(pub(crate) *mut T);
+
+// SAFETY: the tasks that share it write disjoint elements, and the buffer is read only after
+// the loop (or a wait) has seen every write.
+unsafe impl<T> Send for SharedPtr<T> {}
+// SAFETY: as for Send.
+unsafe impl<T> Sync for SharedPtr<T> {}
+
+impl<T> SharedPtr<T> {
+    /// The pointer at `offset` elements (a method, so that closures capture the Sync wrapper).
+    ///
+    /// # Safety
+    /// `offset` stays inside the buffer.
+    pub(crate) unsafe fn at(&self, offset: usize) -> *mut T {
+        // SAFETY: as the caller promises.
+        unsafe { self.0.add(offset) }
+    }
+}
+
 /// Whether T is f32 (the kernels of edgebench's own that exist in f32 only).
 pub(crate) fn is_f32<T: Float>() -> bool {
     std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
