@@ -76,14 +76,14 @@ pub enum StoreError {
 
     #[error(
         "upgrading {} to schema version {version} failed (the file keeps its previous version): \
-         {source}",
+         {error}",
         path.display()
     )]
     Migration {
         path: PathBuf,
         version: u32,
-        #[source]
-        source: rusqlite::Error,
+        // Not a `source`: the message holds it, and a chain would repeat it.
+        error: rusqlite::Error,
     },
 
     #[error(
@@ -100,13 +100,12 @@ pub enum StoreError {
     },
 
     #[error(
-        "cannot create the directory for {}: {source}; check the path and permissions",
+        "cannot create the directory for {}: {error}; check the path and permissions",
         path.display()
     )]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     #[error(
@@ -116,11 +115,22 @@ pub enum StoreError {
     )]
     Lost { path: PathBuf, how: &'static str },
 
-    #[error("SQLite error on {}: {source}; {hint}", path.display())]
+    #[error(
+        "refusing to write {violation} to {}: every edgebench command must be able to read \
+         what is stored",
+        path.display()
+    )]
+    Invalid {
+        path: PathBuf,
+        violation: super::validate::Violation,
+    },
+
+    #[error("SQLite error on {}: {error}; {hint}", path.display())]
     Sqlite {
         path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
+        // Not a `source`: the message holds it, and a chain would repeat it (rusqlite's error
+        // has SQLite's own as its source, worded the same).
+        error: rusqlite::Error,
         /// What the user can do about it, chosen from the SQLite error code.
         hint: &'static str,
     },
@@ -141,6 +151,7 @@ impl StoreError {
                 | Corrupt { .. }
                 | WalUnreadable { .. }
                 | NotWritable { .. }
+                | Invalid { .. }
         )
     }
 }
@@ -171,9 +182,9 @@ pub(crate) fn hint(e: &rusqlite::Error) -> &'static str {
 
 /// Wraps a SQLite failure on the file at `path` with advice for the user.
 pub(crate) fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Sqlite {
+    move |error| StoreError::Sqlite {
         path: path.to_path_buf(),
-        hint: hint(&source),
-        source,
+        hint: hint(&error),
+        error,
     }
 }

@@ -20,6 +20,37 @@ pub struct Store {
     pub(super) path: PathBuf,
     /// The file the path named when it was opened (see `Store::check_still_at_path`).
     pub(super) identity: Option<FileIdentity>,
+    /// Unreadable rows already reported (see `Store::each_row`), so each is reported once.
+    pub(super) reported: std::cell::RefCell<std::collections::HashSet<String>>,
+    /// A reader that found no `-wal` or `-shm` beside the file and so created them (see
+    /// `Drop`).
+    tidy_sidecars: bool,
+}
+
+impl Drop for Store {
+    /// A read-only connection cannot remove the `-wal` and `-shm` its first read created, so a
+    /// reader that found none leaves the file as it found it: a writing connection (when the
+    /// file may be written) reads once and closes; as the last connection, SQLite checkpoints
+    /// and removes both, and with another connection open it leaves them to that one.
+    fn drop(&mut self) {
+        if !self.tidy_sidecars {
+            return;
+        }
+        // Close this connection first: a writing one is only the last if this is gone.
+        if let Ok(placeholder) = Connection::open_in_memory() {
+            drop(std::mem::replace(&mut self.conn, placeholder));
+        }
+        let created = |suffix: &str| beside(&self.path, suffix).exists();
+        if !(created("-wal") || created("-shm")) || FileIdentity::of(&self.path) != self.identity {
+            return;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if let Ok(conn) = Connection::open_with_flags(&self.path, flags) {
+            let _ = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                r.get::<_, i64>(0)
+            });
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -37,9 +68,9 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let path = path.to_path_buf();
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::Io {
+            std::fs::create_dir_all(parent).map_err(|error| StoreError::Io {
                 path: path.clone(),
-                source,
+                error,
             })?;
         }
         // Refused files get no -wal and -shm beside them.
@@ -91,6 +122,7 @@ impl Store {
         if let Precheck::Checked(found) = prechecked {
             check_readable_version(&path, found)?;
         }
+        let sidecars = beside(&path, "-wal").exists() || beside(&path, "-shm").exists();
         let conn = open_read_connection(&path)?;
         let found = inspect(&conn, &path)?;
         check_readable_version(&path, found)?;
@@ -99,7 +131,9 @@ impl Store {
         }
         conn.execute_batch("PRAGMA foreign_keys=ON;")
             .map_err(sql_err(&path))?;
-        Ok(Store::from_parts(conn, path))
+        let mut store = Store::from_parts(conn, path);
+        store.tidy_sidecars = !sidecars;
+        Ok(store)
     }
 
     pub fn path(&self) -> &Path {
@@ -118,6 +152,8 @@ impl Store {
             conn,
             path,
             identity,
+            reported: Default::default(),
+            tidy_sidecars: false,
         }
     }
 

@@ -7,7 +7,11 @@ use rusqlite::{params, Transaction, TransactionBehavior};
 use super::error::{sql_err, Result};
 use super::handle::Store;
 use super::rows::{int, LoggedText, RunInfo, TrialKey, TrialSummary};
-use super::write::{insert_iteration, insert_trial, write_summary};
+use super::validate::{check_values, Violation};
+use super::write::{
+    check_iteration, check_key, check_run, check_summary, insert_iteration, insert_trial,
+    write_summary,
+};
 use crate::provenance::Provenance;
 use crate::record::IterationRecord;
 
@@ -23,6 +27,25 @@ pub struct ImportedTrial {
     /// Each iteration's loss and time as the log wrote them (`iterations.loss_text`,
     /// `step_s_text`), in the order of `iterations`; may be empty.
     pub(crate) logged: Vec<LoggedText>,
+}
+
+impl ImportedTrial {
+    /// The trial against the store's rules: what [`Store::import_run`] refuses.
+    pub fn check(&self) -> Result<(), Violation> {
+        check_key(&self.key, 1)?;
+        check_summary(&self.summary)?;
+        check_values("trials", &[("power_note", &self.power_note)])?;
+        for rec in &self.iterations {
+            check_iteration(rec)?;
+        }
+        for text in &self.logged {
+            check_values(
+                "iterations",
+                &[("loss_text", &text.loss), ("step_s_text", &text.step_s)],
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// What [`Store::import_run`] wrote.
@@ -47,6 +70,10 @@ impl Store {
         provenance: &Provenance,
         trials: &[ImportedTrial],
     ) -> Result<ImportOutcome> {
+        check_run(run).map_err(|v| self.invalid(v))?;
+        for trial in trials {
+            trial.check().map_err(|v| self.invalid(v))?;
+        }
         let path = self.path.clone();
         let tx = self
             .conn

@@ -29,10 +29,11 @@ pub enum LockError {
         /// "pid N, started T" as the holder wrote it.
         holder: String,
     },
-    #[error("cannot take the sweep lock {}: {source}", .path.display())]
+    #[error("cannot take the sweep lock {}: {error}", .path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        // Not a `source`: the message holds it.
+        error: std::io::Error,
     },
 }
 
@@ -55,9 +56,9 @@ impl SweepLock {
     /// Takes the lock for `db` now, or says who holds it.
     pub fn try_acquire(db: &Path) -> Result<SweepLock, LockError> {
         let path = lock_path(db);
-        let io = |source| LockError::Io {
+        let io = |error| LockError::Io {
             path: path.clone(),
-            source,
+            error,
         };
         if let Some(dir) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
@@ -179,7 +180,7 @@ mod tests {
             "{err}"
         );
         drop(first);
-        let again = SweepLock::try_acquire(&db).unwrap();
+        let again = acquire_soon(&db);
 
         // A waiter gives up when told to stop, and is told once who holds the lock.
         let stop = AtomicBool::new(false);
@@ -194,11 +195,35 @@ mod tests {
         });
         assert_eq!(seen, 1);
         drop(again);
-        let stop = AtomicBool::new(false);
-        assert!(
-            SweepLock::acquire_waiting(&db, &stop, &mut |_| panic!("free"))
-                .unwrap()
-                .is_some()
-        );
+        // Free again: a waiter gets it (within the moment a forked child may hold it, above).
+        let (stop, done) = (AtomicBool::new(false), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let deadline = std::time::Instant::now() + Duration::from_secs(10);
+                while !done.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                stop.store(true, Ordering::SeqCst);
+            });
+            let got = SweepLock::acquire_waiting(&db, &stop, &mut |_| {}).unwrap();
+            done.store(true, Ordering::SeqCst);
+            assert!(got.is_some(), "the lock was not released");
+        });
+    }
+
+    /// The lock of `db`, which its holder has just dropped. A process another test forks at
+    /// that moment holds a copy of the holder's open file, and so the flock, from its fork to
+    /// its exec (O_CLOEXEC closes it only then): the lock is free a moment later, not at once.
+    fn acquire_soon(db: &Path) -> SweepLock {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match SweepLock::try_acquire(db) {
+                Ok(lock) => return lock,
+                Err(LockError::Held { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
 }

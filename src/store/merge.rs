@@ -19,6 +19,12 @@
 //! directory, and a copy with an older schema is migrated there. All sources are checked
 //! before the target is opened, and the whole merge is one transaction on the target, so a
 //! refused or failed merge leaves the target as it was.
+//!
+//! **Rows from elsewhere are checked at the door.** Every row of a source copy is checked
+//! against the store's rules (`validate`: types, ranges, statuses, JSON shapes, lengths); a
+//! trial with a bad row of its own or of a child table is left out whole, a run with a bad row
+//! with all its trials, and [`MergeReport::refused`] names each with its board and field. The
+//! rest is merged, so a file or server holding one bad row never makes the target unreadable.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +36,7 @@ use serde::Serialize;
 use super::error::{hint, sql_err, Result, StoreError};
 use super::handle::Store;
 use super::snapshot::{backup_into, open_source};
+use super::validate::{self, excerpt, Violation};
 
 /// Which kind of row a child table hangs off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +137,35 @@ pub struct MergeReport {
     /// Runs and trials already in the target that a source replaced (it was further along).
     pub runs_updated: usize,
     pub trials_updated: usize,
+    /// Trials (and runs) of the sources left out because a row of theirs breaks a rule.
+    pub refused: Vec<Refused>,
+}
+
+/// A trial, or a run with all its trials, that a merge left out: a row of it breaks one of
+/// the store's rules.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Refused {
+    /// Where the rows came from: the source file, or the server `fetch` read.
+    pub source: String,
+    /// The run's host (the board), shortened for messages.
+    pub host: String,
+    /// The run's UUID, shortened for messages.
+    pub run: String,
+    /// The trial's UUID; None when the run itself was refused and holds no trial.
+    pub trial: Option<String>,
+    /// `table.column` of the bad value.
+    pub field: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.trial {
+            Some(t) => write!(f, "trial {t} of board {} (run {})", self.host, self.run)?,
+            None => write!(f, "run {} of board {}", self.run, self.host)?,
+        }
+        write!(f, " left out: {}: {}", self.field, self.problem)
+    }
 }
 
 /// Merges every source into `into` (created if absent). See the module docs for the rules.
@@ -138,16 +174,16 @@ pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+    std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
         path: into.to_path_buf(),
-        source,
+        error,
     })?;
     let tmp = tempfile::Builder::new()
         .prefix(".edgebench-merge-")
         .tempdir_in(dir)
-        .map_err(|source| StoreError::Io {
+        .map_err(|error| StoreError::Io {
             path: into.to_path_buf(),
-            source,
+            error,
         })?;
 
     // 1. Check and copy every source before the target is touched.
@@ -159,12 +195,10 @@ pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
         drop(conn);
         // Migrates an older copy; the source file itself is never opened for writing.
         let store = Store::open(&copy).map_err(|e| match e {
-            StoreError::Migration {
-                version, source, ..
-            } => StoreError::Migration {
+            StoreError::Migration { version, error, .. } => StoreError::Migration {
                 path: src.clone(),
                 version,
-                source,
+                error,
             },
             other => other,
         })?;
@@ -199,11 +233,16 @@ pub fn merge(sources: &[PathBuf], into: &Path) -> Result<MergeReport> {
     let before = counts(&tx).map_err(sql_err(&path))?;
     let mut report = MergeReport::default();
     for (src, store) in &copies {
-        merge_one(&tx, &store.conn, &mut report).map_err(|source| StoreError::Sqlite {
+        let sql = |error| StoreError::Sqlite {
             path: src.clone(),
-            hint: hint(&source),
-            source,
-        })?;
+            hint: hint(&error),
+            error,
+        };
+        let bad = BadRows::find(&store.conn).map_err(sql)?;
+        report
+            .refused
+            .extend(bad.describe(&store.conn, src).map_err(sql)?);
+        merge_one(&tx, &store.conn, &bad, &mut report).map_err(sql)?;
     }
     let after = counts(&tx).map_err(sql_err(&path))?;
     tx.commit().map_err(sql_err(&path))?;
@@ -269,12 +308,14 @@ fn rank(table: &str, status: &str, progress: &Value) -> (bool, i64) {
     (final_, n)
 }
 
-/// Merges `runs` or `trials` row by row (few rows; needs the ranking), remapping `remap_col`.
+/// Merges `runs` or `trials` row by row (few rows; needs the ranking), remapping `remap_col`;
+/// the rows of `refused` (source ids) are left out.
 fn merge_parent(
     dst: &Connection,
     src: &Connection,
     table: &str,
     remap: Option<(&str, &IdMap)>,
+    refused: &HashMap<i64, Violation>,
     updated: &mut usize,
 ) -> rusqlite::Result<IdMap> {
     let cols = shared_columns(dst, src, table, &["id"])?;
@@ -320,6 +361,9 @@ fn merge_parent(
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
         let src_id: i64 = row.get("id")?;
+        if refused.contains_key(&src_id) {
+            continue;
+        }
         let mut values = cols
             .iter()
             .map(|c| row.get::<_, Value>(c.as_str()))
@@ -428,13 +472,19 @@ fn merge_child(
     Ok(())
 }
 
-fn merge_one(dst: &Connection, src: &Connection, report: &mut MergeReport) -> rusqlite::Result<()> {
-    let runs = merge_parent(dst, src, "runs", None, &mut report.runs_updated)?;
+fn merge_one(
+    dst: &Connection,
+    src: &Connection,
+    bad: &BadRows,
+    report: &mut MergeReport,
+) -> rusqlite::Result<()> {
+    let runs = merge_parent(dst, src, "runs", None, &bad.runs, &mut report.runs_updated)?;
     let trials = merge_parent(
         dst,
         src,
         "trials",
         Some(("run_id", &runs)),
+        &bad.trials,
         &mut report.trials_updated,
     )?;
     for child in CHILD_TABLES {
@@ -443,6 +493,140 @@ fn merge_one(dst: &Connection, src: &Connection, report: &mut MergeReport) -> ru
             Parent::Trial => &trials,
         };
         merge_child(dst, src, child, parents)?;
+    }
+    Ok(())
+}
+
+/// The runs and trials of a source (by its local ids) that a row breaking a rule leaves out,
+/// each with the first violation found.
+#[derive(Debug, Default)]
+struct BadRows {
+    runs: HashMap<i64, Violation>,
+    trials: HashMap<i64, Violation>,
+}
+
+impl BadRows {
+    /// Reads every row of every table once.
+    fn find(src: &Connection) -> rusqlite::Result<BadRows> {
+        let mut bad = BadRows::default();
+        scan(src, "runs", "id", |id, v| {
+            bad.runs.entry(id).or_insert(v);
+        })?;
+        scan(src, "trials", "id", |id, v| {
+            bad.trials.entry(id).or_insert(v);
+        })?;
+        for child in CHILD_TABLES {
+            if !table_exists(src, child.name)? {
+                continue;
+            }
+            let into = match child.parent {
+                Parent::Run => &mut bad.runs,
+                Parent::Trial => &mut bad.trials,
+            };
+            scan(src, child.name, child.column, |id, v| {
+                into.entry(id).or_insert(v);
+            })?;
+        }
+        // A refused run takes its trials with it.
+        if !bad.runs.is_empty() {
+            let mut st = src.prepare("SELECT id, run_id FROM trials")?;
+            let mut rows = st.query([])?;
+            while let Some(row) = rows.next()? {
+                let (Ok(id), Ok(run)) = (row.get::<_, i64>(0), row.get::<_, i64>(1)) else {
+                    continue;
+                };
+                if let Some(v) = bad.runs.get(&run) {
+                    bad.trials.entry(id).or_insert_with(|| v.clone());
+                }
+            }
+        }
+        Ok(bad)
+    }
+
+    /// One [`Refused`] per trial left out, and per run left out without a trial.
+    fn describe(&self, src: &Connection, source: &Path) -> rusqlite::Result<Vec<Refused>> {
+        let source = source.display().to_string();
+        let mut out = Vec::new();
+        let text = |row: &rusqlite::Row<'_>, i: usize| -> String {
+            match row.get_ref(i) {
+                Ok(rusqlite::types::ValueRef::Text(t)) => {
+                    let t = String::from_utf8_lossy(t);
+                    let short: String = t.chars().take(64).collect();
+                    if short.len() < t.len() {
+                        format!("{short}...")
+                    } else {
+                        short
+                    }
+                }
+                Ok(rusqlite::types::ValueRef::Null) | Err(_) => "?".into(),
+                Ok(other) => excerpt(&format!("{other:?}")),
+            }
+        };
+        let mut runs_with_trials = std::collections::HashSet::new();
+        let mut st = src.prepare(
+            "SELECT t.id, t.run_id, t.uuid, r.uuid, r.host FROM trials t \
+             LEFT JOIN runs r ON r.id = t.run_id ORDER BY t.id",
+        )?;
+        let mut rows = st.query([])?;
+        while let Some(row) = rows.next()? {
+            let Ok(id) = row.get::<_, i64>(0) else {
+                continue;
+            };
+            let Some(v) = self.trials.get(&id) else {
+                continue;
+            };
+            if let Ok(run) = row.get::<_, i64>(1) {
+                runs_with_trials.insert(run);
+            }
+            out.push(Refused {
+                source: source.clone(),
+                host: text(row, 4),
+                run: text(row, 3),
+                trial: Some(text(row, 2)),
+                field: v.field.clone(),
+                problem: v.problem.clone(),
+            });
+        }
+        let mut st = src.prepare("SELECT id, uuid, host FROM runs ORDER BY id")?;
+        let mut rows = st.query([])?;
+        while let Some(row) = rows.next()? {
+            let Ok(id) = row.get::<_, i64>(0) else {
+                continue;
+            };
+            match self.runs.get(&id) {
+                Some(v) if !runs_with_trials.contains(&id) => out.push(Refused {
+                    source: source.clone(),
+                    host: text(row, 2),
+                    run: text(row, 1),
+                    trial: None,
+                    field: v.field.clone(),
+                    problem: v.problem.clone(),
+                }),
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Checks every row of `table`, telling `bad` the `parent` column's value (the id of the run
+/// or trial the row belongs to) and the violation of each row that breaks a rule.
+fn scan(
+    src: &Connection,
+    table: &str,
+    parent: &str,
+    mut bad: impl FnMut(i64, Violation),
+) -> rusqlite::Result<()> {
+    let mut st = src.prepare(&format!("SELECT * FROM {}", ident(table)))?;
+    let parent_i = st.column_index(parent)?;
+    let mut rows = st.query([])?;
+    while let Some(row) = rows.next()? {
+        if let Err(v) = validate::check_row(table, row) {
+            // A row without an integer parent is an orphan the merge skips anyway.
+            if let Ok(id) = row.get::<_, i64>(parent_i) {
+                bad(id, v);
+            }
+        }
     }
     Ok(())
 }

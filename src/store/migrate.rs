@@ -13,10 +13,10 @@ use super::schema::MIGRATIONS;
 /// Applies every migration newer than `found`, each in its own IMMEDIATE transaction.
 pub(super) fn migrate(conn: &mut Connection, path: &Path, found: u32) -> Result<()> {
     for m in MIGRATIONS.iter().filter(|m| m.version > found) {
-        let mig_err = |source| StoreError::Migration {
+        let mig_err = |error| StoreError::Migration {
             path: path.to_path_buf(),
             version: m.version,
-            source,
+            error,
         };
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)

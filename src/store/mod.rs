@@ -7,11 +7,12 @@
 //! Recent rows live in `<file>-wal` until a checkpoint; the store checkpoints after each
 //! trial and run, so copying only `<file>` mid-sweep still carries every finished trial.
 //!
-//! Modules, leaves first: `error`, `status`, `rows` (row types), [`schema`] (with the SQL
+//! Modules, leaves first: `error`, `status`, `rows` (row types), `validate` (what every row
+//! must hold: the writer's, the merge's and the readers' rules), [`schema`] (with the SQL
 //! files of its migrations), [`lock`]; `check` (what a file is, before it is opened),
 //! `migrate`; `handle` (the [`Store`] and opening it); `read` and `write` (every query, insert
-//! and update); `import`, `recovery`, `snapshot`, `merge`, `pushed` (the push ledger). None imports this module, which
-//! only gathers what the rest of the crate uses.
+//! and update); `import`, `recovery`, `snapshot`, `merge`, `pushed` (the push ledger). None
+//! imports this module, which only gathers what the rest of the crate uses.
 
 mod check;
 mod error;
@@ -27,16 +28,18 @@ mod rows;
 pub mod schema;
 mod snapshot;
 mod status;
+pub(crate) mod validate;
 mod write;
 
 pub use error::{Result, StoreError};
 pub use handle::Store;
 pub use import::{ImportOutcome, ImportedTrial};
 pub use lock::{LockError, SweepLock};
-pub use merge::{merge, MergeReport, TableCount};
+pub use merge::{merge, MergeReport, Refused, TableCount};
 pub use pushed::FinalTrial;
 pub(crate) use rows::LoggedText;
 pub use rows::{MemoryColumns, ResultRow, RunInfo, TrialKey, TrialSummary};
 pub use schema::SCHEMA_VERSION;
 pub use snapshot::snapshot;
 pub use status::TrialStatus;
+pub use validate::Violation;

@@ -1,4 +1,8 @@
 //! Queries: every read of the store's tables, each row read by column name.
+//!
+//! Each row is converted on its own: a row that another program wrote (or a file edited by
+//! hand) with a value the store's rules refuse is reported once, naming its board, trial and
+//! field, and left out; the other rows are read as usual.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -6,6 +10,7 @@ use super::error::{sql_err, Result};
 use super::handle::Store;
 use super::rows::{json_object, uint, LoggedText, MemoryColumns, ResultRow, TrialKey};
 use super::status::TrialStatus;
+use super::validate::{conversion_violation, Violation};
 use crate::provenance::Provenance;
 use crate::record::IterationRecord;
 
@@ -48,12 +53,12 @@ impl Store {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT net, device, batch, epochs, images, dataset, status, workload, params, \
-                 repetition FROM trials ORDER BY id",
+                "SELECT t.net, t.device, t.batch, t.epochs, t.images, t.dataset, t.status, \
+                 t.workload, t.params, t.repetition, t.uuid AS trial_id, r.host \
+                 FROM trials t LEFT JOIN runs r ON r.id = t.run_id ORDER BY t.id",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([], |r| {
+        let rows = self.each_row(&mut st, [], trial_of_row, |r| {
                 Ok((
                     (
                         TrialKey {
@@ -70,9 +75,7 @@ impl Store {
                     ),
                     r.get::<_, TrialStatus>("status")?,
                 ))
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
+            })?;
         Ok(rows)
     }
 
@@ -96,8 +99,7 @@ impl Store {
                  ORDER BY r.started_at, r.id, t.id",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([], |r| {
+        let rows = self.each_row(&mut st, [], trial_of_row, |r| {
                 Ok(ResultRow {
                     run_id: r.get("run_id")?,
                     trial_id: r.get("trial_id")?,
@@ -162,24 +164,19 @@ impl Store {
                     gflop_per_s: r.get("gflop_per_s")?,
                     metrics: json_object(r, "metrics")?,
                 })
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
+            })?;
         let mut rows = self.fill_memory(rows)?;
         let mut st = self
             .conn
             .prepare_cached("SELECT trial_id, rail, energy_j FROM trial_rail_energy")
             .map_err(sql_err(&self.path))?;
-        let rails = st
-            .query_map([], |r| {
+        let rails = self.each_row(&mut st, [], |r| self.child_of_row(r, "trial_rail_energy"), |r| {
                 Ok((
                     r.get::<_, i64>("trial_id")?,
                     r.get::<_, String>("rail")?,
                     r.get::<_, f64>("energy_j")?,
                 ))
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
+            })?;
         let mut by_trial: HashMap<i64, BTreeMap<String, f64>> = HashMap::new();
         for (trial, rail, j) in rails {
             by_trial.entry(trial).or_default().insert(rail, j);
@@ -206,8 +203,7 @@ impl Store {
                  FROM iterations WHERE trial_id = ?1 ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([trial_id], |r| {
+        let rows = self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
                 Ok(IterationRecord {
                     step: uint(r, "step")?,
                     epoch: uint(r, "epoch")?,
@@ -218,9 +214,7 @@ impl Store {
                     t_start_ns: r.get("t_start_ns")?,
                     t_end_ns: r.get("t_end_ns")?,
                 })
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
+            })?;
         Ok(rows)
     }
 
@@ -230,19 +224,16 @@ impl Store {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT loss_text, step_s_text FROM iterations WHERE trial_id = ?1 ORDER BY step",
+                "SELECT step, loss_text, step_s_text FROM iterations WHERE trial_id = ?1 \
+                 ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([trial_id], |r| {
+        self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
                 Ok(LoggedText {
                     loss: r.get("loss_text")?,
                     step_s: r.get("step_s_text")?,
                 })
             })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
-        Ok(rows)
     }
 
     /// Per-iteration energies of a trial (step, joules or None), ordered by step.
@@ -253,11 +244,9 @@ impl Store {
                 "SELECT step, energy_j FROM iterations WHERE trial_id = ?1 ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([trial_id], |r| Ok((uint(r, "step")?, r.get("energy_j")?)))
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
-        Ok(rows)
+        self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
+            Ok((uint(r, "step")?, r.get("energy_j")?))
+        })
     }
 
     /// A trial's stored power samples as (rail, t_ns, watts), by rail then time.
@@ -268,13 +257,9 @@ impl Store {
                 "SELECT rail, t_ns, watts FROM power_samples WHERE trial_id = ?1 ORDER BY rail, t_ns",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = st
-            .query_map([trial_id], |r| {
+        self.each_row(&mut st, [trial_id], |_| self.trial_name(trial_id, "a power sample of"), |r| {
                 Ok((r.get("rail")?, r.get("t_ns")?, r.get("watts")?))
             })
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(sql_err(&self.path))?;
-        Ok(rows)
     }
 
     pub(super) fn fill_memory(&self, mut rows: Vec<ResultRow>) -> Result<Vec<ResultRow>> {
@@ -286,8 +271,8 @@ impl Store {
                  psi_memory_some_us, psi_memory_full_us, memory_note FROM trial_memory",
             )
             .map_err(sql_err(&self.path))?;
-        let by_trial: HashMap<i64, MemoryColumns> = st
-            .query_map([], |r| {
+        let by_trial: HashMap<i64, MemoryColumns> = self
+            .each_row(&mut st, [], |r| self.child_of_row(r, "trial_memory"), |r| {
                 Ok((
                     r.get("trial_id")?,
                     MemoryColumns {
@@ -303,9 +288,9 @@ impl Store {
                         memory_note: r.get("memory_note")?,
                     },
                 ))
-            })
-            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
-            .map_err(sql_err(&self.path))?;
+            })?
+            .into_iter()
+            .collect();
         for row in &mut rows {
             if let Some(m) = by_trial.get(&row.trial_rowid) {
                 row.memory = m.clone();
@@ -323,9 +308,9 @@ impl Store {
                  ORDER BY stream = 'stderr', stream",
             )
             .map_err(sql_err(&self.path))?;
-        st.query_map([trial_id], |r| Ok((r.get("stream")?, r.get("tail")?)))
-            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
-            .map_err(sql_err(&self.path))
+        self.each_row(&mut st, [trial_id], |_| self.trial_name(trial_id, "an output tail of"), |r| {
+            Ok((r.get("stream")?, r.get("tail")?))
+        })
     }
 
     /// A run's provenance, by the run's UUID (empty for a run recorded before schema v4).
@@ -337,12 +322,98 @@ impl Store {
                  WHERE r.uuid = ?1",
             )
             .map_err(sql_err(&self.path))?;
-        let items = st
-            .query_map([run_uuid], |r| Ok((r.get("key")?, r.get("value")?)))
-            .and_then(|rows| rows.collect::<rusqlite::Result<_>>())
-            .map_err(sql_err(&self.path))?;
-        Ok(Provenance(items))
+        let items = self.each_row(&mut st, [run_uuid], |_| format!("a provenance item of run {run_uuid}"), |r| {
+            Ok((r.get::<_, String>("key")?, r.get::<_, String>("value")?))
+        })?;
+        Ok(Provenance(items.into_iter().collect()))
     }
+
+    /// Runs `st` with `params` and converts each row with `convert`. A row that does not
+    /// convert is left out and reported once (as `what` names it), so one unreadable row
+    /// never hides the others.
+    pub(super) fn each_row<T, P: rusqlite::Params>(
+        &self,
+        st: &mut rusqlite::Statement<'_>,
+        params: P,
+        what: impl Fn(&rusqlite::Row<'_>) -> String,
+        mut convert: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut rows = st.query(params).map_err(sql_err(&self.path))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().map_err(sql_err(&self.path))? {
+            match convert(row) {
+                Ok(v) => out.push(v),
+                Err(e) => self.report_unreadable(&what(row), &conversion_violation(row, &e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Says, once per store, that a row was left out and why.
+    pub(super) fn report_unreadable(&self, what: &str, v: &Violation) {
+        let line = format!(
+            "{}: {what} left out, it cannot be read: {v} (a row written by another program or \
+             a newer edgebench; the other rows are read)",
+            self.path.display()
+        );
+        if self.reported.borrow_mut().insert(line.clone()) {
+            tracing::warn!("{line}");
+        }
+    }
+
+    /// "trial UUID of board HOST", as far as the rows say, for `prefix` a row of it.
+    fn trial_name(&self, trial_rowid: i64, prefix: &str) -> String {
+        let found = self.conn.query_row(
+            "SELECT t.uuid AS trial_id, r.host FROM trials t LEFT JOIN runs r ON r.id = t.run_id \
+             WHERE t.id = ?1",
+            [trial_rowid],
+            |r| Ok(trial_of_row(r)),
+        );
+        match found {
+            Ok(name) => format!("{prefix} {name}"),
+            Err(_) => format!("{prefix} trial #{trial_rowid}"),
+        }
+    }
+
+    /// An iteration row (with its `step`) of the trial with row id `trial_rowid`, named.
+    fn iteration_of_row(&self, row: &rusqlite::Row<'_>, trial_rowid: i64) -> String {
+        let step = lossy_text(row, "step");
+        self.trial_name(trial_rowid, &format!("iteration {step} of"))
+    }
+
+    /// A row of a per-trial `table` (with its `trial_id`), named.
+    fn child_of_row(&self, row: &rusqlite::Row<'_>, table: &str) -> String {
+        match row.get::<_, i64>("trial_id") {
+            Ok(id) => self.trial_name(id, &format!("a {table} row of")),
+            Err(_) => format!("a {table} row"),
+        }
+    }
+}
+
+/// The value of `column` as short text whatever it holds, for naming a row in a message.
+fn lossy_text(row: &rusqlite::Row<'_>, column: &str) -> String {
+    use rusqlite::types::ValueRef;
+    let text = match row.get_ref(column) {
+        Ok(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+        Ok(ValueRef::Integer(n)) => n.to_string(),
+        Ok(ValueRef::Real(f)) => f.to_string(),
+        Ok(ValueRef::Null) | Ok(ValueRef::Blob(_)) | Err(_) => "?".into(),
+    };
+    let short: String = text.chars().take(64).collect();
+    if short.len() < text.len() {
+        format!("{short}...")
+    } else {
+        short
+    }
+}
+
+/// "trial UUID of board HOST" from a row with the columns `trial_id` (the UUID) and `host`.
+fn trial_of_row(row: &rusqlite::Row<'_>) -> String {
+    format!(
+        "trial {} of board {}",
+        lossy_text(row, "trial_id"),
+        lossy_text(row, "host")
+    )
 }
 
 /// For every group (of `rows`, oldest first) with a trial whose status is one of `statuses`:

@@ -63,7 +63,7 @@ impl Store {
         Err(StoreError::Sqlite {
             path,
             hint: hint(&source),
-            source,
+            error: source,
         })
     }
 }

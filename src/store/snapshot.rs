@@ -48,23 +48,23 @@ pub fn snapshot(src: &Path, out: &Path) -> Result<u32> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+    std::fs::create_dir_all(dir).map_err(|error| StoreError::Io {
         path: out.to_path_buf(),
-        source,
+        error,
     })?;
     let tmp = tempfile::Builder::new()
         .prefix(".edgebench-snapshot-")
         .suffix(".db")
         .tempfile_in(dir)
-        .map_err(|source| StoreError::Io {
+        .map_err(|error| StoreError::Io {
             path: out.to_path_buf(),
-            source,
+            error,
         })?
         .into_temp_path();
     backup_into(&conn, src, &tmp)?;
     tmp.persist_noclobber(out).map_err(|e| StoreError::Io {
         path: out.to_path_buf(),
-        source: e.error,
+        error: e.error,
     })?;
     Ok(version)
 }
@@ -89,7 +89,7 @@ pub(super) fn backup_into(conn: &Connection, src: &Path, dst: &Path) -> Result<(
                 _ => {
                     return Err(StoreError::Sqlite {
                         path: src.to_path_buf(),
-                        source: rusqlite::Error::SqliteFailure(
+                        error: rusqlite::Error::SqliteFailure(
                             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
                             Some("backup did not complete".into()),
                         ),

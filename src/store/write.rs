@@ -6,6 +6,7 @@ use super::error::{sql_err, Result, StoreError};
 use super::handle::Store;
 use super::lock::SweepLock;
 use super::rows::{int, MemoryColumns, RunInfo, TrialKey, TrialSummary};
+use super::validate::{self, check_values, Violation};
 use crate::power::{PowerSeries, TrialPower, TrialPowerRecord};
 use crate::provenance::{ClockReport, Provenance};
 use crate::record::IterationRecord;
@@ -15,8 +16,17 @@ use crate::record::IterationRecord;
 const SAMPLE_BATCH: usize = 4096;
 
 impl Store {
+    /// The writer's refusal of a value that breaks the store's rules.
+    pub(super) fn invalid(&self, violation: Violation) -> StoreError {
+        StoreError::Invalid {
+            path: self.path.clone(),
+            violation,
+        }
+    }
+
     /// Inserts a run with status `running`; returns its row id.
     pub fn begin_run(&mut self, info: &RunInfo) -> Result<i64> {
+        check_run(info).map_err(|v| self.invalid(v))?;
         self.conn
             .prepare_cached(
                 "INSERT INTO runs (uuid, host, started_at, status, config_toml, \
@@ -82,6 +92,7 @@ impl Store {
         warmup_iterations: usize,
         started_at: &str,
     ) -> Result<i64> {
+        check_key(key, repetition).map_err(|v| self.invalid(v))?;
         insert_trial(
             &self.conn,
             run_id,
@@ -97,6 +108,7 @@ impl Store {
     /// One iteration = one transaction: inserts the row and bumps `trials.iterations_done`,
     /// so the count always matches the rows even after a crash.
     pub fn record_iteration(&mut self, trial_id: i64, rec: &IterationRecord) -> Result<()> {
+        check_iteration(rec).map_err(|v| self.invalid(v))?;
         let path = &self.path;
         // IMMEDIATE takes the write lock up front, so a concurrent reader cannot make the
         // upgrade from read to write lock fail with SQLITE_BUSY mid-transaction.
@@ -124,6 +136,7 @@ impl Store {
     }
 
     pub fn finish_trial(&mut self, trial_id: i64, s: &TrialSummary) -> Result<()> {
+        check_summary(s).map_err(|v| self.invalid(v))?;
         let n = write_summary(&self.conn, trial_id, s).map_err(sql_err(&self.path))?;
         self.expect_one(n, "trial", trial_id)?;
         self.checkpoint();
@@ -477,6 +490,83 @@ pub(super) fn insert_trial(
     Ok(conn.last_insert_rowid())
 }
 
+/// A run against the rules of `runs`.
+pub(super) fn check_run(info: &RunInfo) -> std::result::Result<(), Violation> {
+    check_values(
+        "runs",
+        &[
+            ("uuid", &info.uuid),
+            ("host", &info.host),
+            ("started_at", &info.started_at),
+            ("config_toml", &info.config_toml),
+            ("edgebench_version", &info.edgebench_version),
+            ("git_commit", &info.git_commit),
+            ("candle_version", &info.candle_version),
+            ("cpu_threads", &int(info.cpu_threads)),
+            ("cpu_model", &info.cpu_model),
+            ("os", &info.os),
+        ],
+    )
+}
+
+/// A trial's key and repetition against the rules of `trials`.
+pub(super) fn check_key(key: &TrialKey, repetition: usize) -> std::result::Result<(), Violation> {
+    check_values(
+        "trials",
+        &[
+            ("net", &key.net),
+            ("device", &key.device),
+            ("batch", &int(key.batch)),
+            ("epochs", &int(key.epochs)),
+            ("images", &int(key.images)),
+            ("dataset", &key.dataset),
+            ("workload", &key.workload),
+            ("params", &key.params),
+            ("repetition", &int(repetition)),
+        ],
+    )
+}
+
+/// A trial's outcome against the rules of `trials`. Its error text is cut to what the rules
+/// allow when written (see [`write_summary`]), never refused: the outcome matters more.
+pub(super) fn check_summary(s: &TrialSummary) -> std::result::Result<(), Violation> {
+    check_values(
+        "trials",
+        &[
+            ("status", &s.status),
+            ("ended_at", &s.ended_at),
+            ("loss_anomaly", &s.loss_anomaly),
+        ],
+    )
+}
+
+/// An iteration against the rules of `iterations`.
+pub(super) fn check_iteration(rec: &IterationRecord) -> std::result::Result<(), Violation> {
+    check_values(
+        "iterations",
+        &[
+            ("step", &int(rec.step)),
+            ("epoch", &int(rec.epoch)),
+            ("data_s", &rec.data_s),
+            ("step_s", &rec.step_s),
+            ("t_start_ns", &rec.t_start_ns),
+            ("t_end_ns", &rec.t_end_ns),
+        ],
+    )
+}
+
+/// `text` cut at a character boundary to at most `max` bytes, the cut marked with `...`.
+pub(crate) fn cut_text(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max.saturating_sub(3);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end]).into()
+}
+
 /// A trial's outcome; returns the rows changed (1 when the trial exists).
 pub(super) fn write_summary(
     conn: &Connection,
@@ -493,7 +583,9 @@ pub(super) fn write_summary(
     .execute(params![
         trial_id,
         s.status,
-        s.error,
+        s.error
+            .as_deref()
+            .map(|e| cut_text(e, validate::MAX_DOCUMENT)),
         s.ended_at,
         s.time_per_image_s,
         s.time_per_image_spread_s,

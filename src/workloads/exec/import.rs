@@ -253,10 +253,28 @@ pub fn prepare(req: &LogImport<'_>) -> Result<Prepared> {
         .map(|(k, v)| (k.to_string(), v))
         .collect(),
     );
-    let trials = logs
+    let trials: Vec<ImportedTrial> = logs
         .iter()
         .map(|log| imported_trial(log, req.engine, now))
         .collect();
+    // The store's own rules, checked before it is opened: a log whose numbers no command could
+    // read back (a NaN step time, a count past the integers) is named, nothing imported.
+    let problems: Vec<String> = logs
+        .iter()
+        .zip(&trials)
+        .filter_map(|(log, trial)| {
+            let name = log.path.file_name().unwrap_or_default().to_string_lossy();
+            trial.check().err().map(|v| format!("{name}: {v}"))
+        })
+        .collect();
+    if !problems.is_empty() {
+        bail!(
+            "cannot import the logs of host {} in {}; nothing was imported:\n  {}",
+            crate::store::validate::excerpt(req.host),
+            req.dir.display(),
+            problems.join("\n  ")
+        );
+    }
     Ok(Prepared {
         logs,
         run,
