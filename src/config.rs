@@ -421,18 +421,6 @@ impl Default for SyncConfig {
     }
 }
 
-/// Whether a PostgreSQL URL carries a password: in its user-info (`USER:PASSWORD@`) or as a
-/// `password=` parameter.
-fn url_has_password(url: &str) -> bool {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let authority = main.split('/').next().unwrap_or("");
-    let in_userinfo = authority
-        .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
-    in_userinfo || query.split('&').any(|kv| kv.starts_with("password="))
-}
-
 /// `[metrics]`: the daemon's Prometheus endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -875,7 +863,7 @@ impl Config {
             )));
         }
         if let Some(url) = &self.sync.postgres {
-            if url_has_password(url) {
+            if crate::text::url_has_password(url) {
                 return Err(invalid(
                     "sync.postgres must not hold a password (it would be recorded with every \
                      run's config); put it in the password file (PGPASSFILE, default ~/.pgpass, \
@@ -887,6 +875,19 @@ impl Config {
                 return Err(invalid(
                     "sync.postgres must be a postgres://USER@HOST[:PORT]/DB URL".into(),
                 ));
+            }
+            let query = url.split_once('?').map_or("", |(_, q)| q);
+            if let Some(other) = query.split('&').filter(|kv| !kv.is_empty()).find(|kv| {
+                let name = kv.split_once('=').map_or("", |(k, _)| k);
+                !crate::text::SHOWN_PARAMETERS.contains(&name)
+            }) {
+                // The name only: the value, or a bare word, may be a secret.
+                let name = other.split_once('=').map_or("(a parameter without =)", |(k, _)| k);
+                return Err(invalid(format!(
+                    "sync.postgres: parameter {:?} is not one of {}",
+                    crate::text::ellipsis(name, 40),
+                    crate::text::SHOWN_PARAMETERS.join(", ")
+                )));
             }
         }
         if self.sync.interval.0.is_zero() || self.sync.max_backoff.0 < self.sync.interval.0 {
@@ -948,9 +949,15 @@ mod tests {
         for url in [
             "postgres://u:hunter2@h/db",
             "postgres://u@h/db?password=hunter2",
+            "postgres://u@h/db?PASSWORD=hunter2",
+            "postgres://u@h/db?sslmode=require&pass%77ord=hunter2",
         ] {
             let e = with(url).validate("test").unwrap_err().to_string();
             assert!(e.contains("PGPASSFILE") && !e.contains("hunter2"), "{e}");
+        }
+        for url in ["postgres://u@h/db?pwd=hunter2", "postgres://u@h/db?hunter2"] {
+            let e = with(url).validate("test").unwrap_err().to_string();
+            assert!(e.contains("sslmode") && !e.contains("hunter2"), "{e}");
         }
         with("postgres://u@h:5433/db?sslmode=verify-full")
             .validate("test")

@@ -5,7 +5,8 @@
 //! Layers, each importing only from those below it:
 //!
 //! - `daemon` (and the binary's `main`/`cli`): the control plane; both start sweeps through
-//!   [`runner::sweep`].
+//!   [`runner::sweep`]. Beside them at the top, `fuzz`: the fuzz targets over what is read
+//!   from outside.
 //! - `runner` (parent: lock, preflight, one worker process per trial, classification,
 //!   summary) over `plan` (config -> trials and resume keys) and `worker` (the child process
 //!   that runs one trial of one workload).
@@ -17,12 +18,15 @@
 //! - measurement beside the runner: `power`, `memory`, `provenance`; above them `metrics`
 //!   (the live Prometheus view of what they read, served over HTTP).
 //! - the bottom: `config`, `record` (iteration records, metrics), `stats`, `board`, `host`,
-//!   `clock`.
+//!   `clock`, `text` (text from outside made fit to show: long text cut, passwords masked).
 
 pub mod board;
 mod clock;
 pub mod config;
 pub mod daemon;
+// The fuzz targets, for crates/edgebench-fuzz: not part of what the crate offers.
+#[doc(hidden)]
+pub mod fuzz;
 pub mod host;
 pub mod memory;
 pub mod metrics;
@@ -37,6 +41,7 @@ pub mod runner;
 mod stats;
 pub mod store;
 pub mod sync;
+mod text;
 pub mod train;
 pub mod worker;
 pub mod workloads;

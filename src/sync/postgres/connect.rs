@@ -98,39 +98,16 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// The URL with its password (user-info or `password=` parameter) replaced by `***`, for
-/// messages about a URL that may not even parse.
+/// The URL with every secret masked (see [`crate::text::mask_url`]), for messages about a URL
+/// that may not even parse.
 pub fn mask_url(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let start = scheme_end + 3;
-        let auth_end = out[start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| start + i);
-        if let Some(at) = out[start..auth_end].rfind('@') {
-            let userinfo = &out[start..start + at];
-            if let Some(colon) = userinfo.find(':') {
-                out.replace_range(start + colon + 1..start + at, "***");
-            }
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
-        let masked: Vec<String> = query
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k == "password" => format!("{k}=***"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out = format!("{head}{}", masked.join("&"));
-    }
-    out
+    crate::text::mask_url(url)
 }
 
-/// Whether a URL carries a password (user-info or `password=`); `[sync] postgres` refuses one.
+/// Whether a URL carries a password in any form (user-info, `password=` in any case or
+/// percent-encoding); `[sync] postgres` refuses one.
 pub fn url_has_password(url: &str) -> bool {
-    mask_url(url) != url
+    crate::text::url_has_password(url)
 }
 
 fn percent_decode(s: &str) -> anyhow::Result<String> {
@@ -397,7 +374,9 @@ fn is_auth_failure(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     e.code() == Some(&SqlState::INVALID_PASSWORD)
         || e.code() == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
-        || e.to_string().contains("password missing")
+        // The client's own refusal when the server asks for a password and none was given;
+        // its Display is only "invalid configuration", the reason is in its source.
+        || describe(e).contains("password missing")
 }
 
 fn parse_url(url: &str, env: &Env) -> anyhow::Result<ConnInfo> {
@@ -454,11 +433,14 @@ fn parse_url(url: &str, env: &Env) -> anyhow::Result<ConnInfo> {
     let (mut sslmode, mut sslrootcert, mut connect_timeout, mut application_name) =
         (None, None, None, None);
     for kv in query.split('&').filter(|kv| !kv.is_empty()) {
+        // Not the text itself in the message: it may be a pasted password.
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| anyhow!("parameter {kv:?} has no value"))?;
+            .ok_or_else(|| anyhow!("a query parameter has no value (NAME=VALUE expected)"))?;
+        // libpq decodes names as it decodes values.
+        let k = percent_decode(k)?;
         let v = percent_decode(v)?;
-        match k {
+        match k.as_str() {
             "sslmode" => sslmode = Some(v),
             "sslrootcert" => sslrootcert = Some(v),
             "connect_timeout" => connect_timeout = Some(v),
@@ -468,9 +450,14 @@ fn parse_url(url: &str, env: &Env) -> anyhow::Result<ConnInfo> {
             "host" => host = Some(v),
             "port" => port = Some(v),
             "dbname" => dbname = Some(v),
+            other if other.trim().eq_ignore_ascii_case("password") => bail!(
+                "parameter {other:?} is not libpq's `password` (names are lower case); give the \
+                 password in the password file (PGPASSFILE, default ~/.pgpass) or PGPASSWORD"
+            ),
             other => bail!(
-                "parameter {other:?} is not supported (sslmode, sslrootcert, connect_timeout, \
-                 application_name, user, password, host, port, dbname are)"
+                "parameter {:?} is not supported (sslmode, sslrootcert, connect_timeout, \
+                 application_name, user, password, host, port, dbname are)",
+                crate::text::ellipsis(other, 40)
             ),
         }
     }

@@ -215,8 +215,18 @@ pub(crate) fn placeholders(columns: &[(&str, Kind)], first: usize) -> String {
         .join(", ")
 }
 
-/// Server expressions that read each column back as SQLite holds it.
-pub(crate) fn server_selects(columns: &[(&str, Kind)], alias: &str) -> String {
+/// Server expressions that read each column of `table` back as SQLite holds it. Text is cut
+/// on the server one character past the store's limit for the column, so a hostile row costs
+/// a bounded read and is then refused for its length.
+pub(crate) fn server_selects(table: &str, columns: &[(&str, Kind)], alias: &str) -> String {
+    let limit = |n: &str| match crate::store::validate::table(table)
+        .and_then(|rules| rules.iter().find(|c| c.name == n))
+        .map(|c| c.kind)
+    {
+        Some(crate::store::validate::Kind::Text(max)) => max,
+        Some(crate::store::validate::Kind::Id) => crate::store::validate::MAX_ID,
+        _ => crate::store::validate::MAX_DOCUMENT,
+    };
     columns
         .iter()
         .map(|(n, kind)| match kind {
@@ -224,8 +234,9 @@ pub(crate) fn server_selects(columns: &[(&str, Kind)], alias: &str) -> String {
                 "to_char({alias}.{n} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
             ),
             Bool => format!("{alias}.{n}::int::int8"),
-            Json => format!("{alias}.{n}::text"),
-            _ => format!("{alias}.{n}"),
+            Json => format!("left({alias}.{n}::text, {})", limit(n) + 1),
+            Text => format!("left({alias}.{n}, {})", limit(n) + 1),
+            Int | Real => format!("{alias}.{n}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
