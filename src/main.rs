@@ -164,8 +164,7 @@ fn dispatch(
         }
         Command::Merge { sources, into } => {
             let r = store::merge(&sources, &into).map_err(input)?;
-            print_merge(&r, &into);
-            Ok(0)
+            Ok(print_merge(&r, &into))
         }
         Command::Pull {
             remote,
@@ -179,8 +178,7 @@ fn dispatch(
                 remote_bin: &remote_bin,
                 ssh_opts: &ssh_opts,
             })?;
-            print_merge(&r, &into);
-            Ok(0)
+            Ok(print_merge(&r, &into))
         }
         Command::Push { url, db, json } => {
             let r = sync::postgres::push(&url, &db)?;
@@ -207,13 +205,13 @@ fn dispatch(
                     workload: workload.as_deref(),
                 },
             )?;
+            let refused = r.merge.refused.iter().filter(|x| x.trial.is_some()).count();
             println!(
                 "fetched {} trial(s) from {}",
-                r.trials,
+                r.trials.saturating_sub(refused),
                 sync::postgres::mask_url(&url)
             );
-            print_merge(&r.merge, &into);
-            Ok(0)
+            Ok(print_merge(&r.merge, &into))
         }
         Command::Report {
             db,
@@ -457,7 +455,11 @@ fn push_target(db: &std::path::Path) -> Option<(String, std::collections::HashSe
     Some((target, pushed))
 }
 
-fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
+/// Prints what a merge did; the exit code: 3 when it left something out.
+fn print_merge(r: &store::MergeReport, into: &std::path::Path) -> i32 {
+    for refused in &r.refused {
+        eprintln!("warning: {refused} (from {})", refused.source);
+    }
     for t in &r.tables {
         println!(
             "{:<14} {:>9} rows (+{})",
@@ -472,6 +474,15 @@ fn print_merge(r: &store::MergeReport, into: &std::path::Path) {
         r.trials_updated,
         into.display()
     );
+    if r.refused.is_empty() {
+        0
+    } else {
+        println!(
+            "{} trial(s) or run(s) left out: a row of each breaks the store's rules (see above)",
+            r.refused.len()
+        );
+        3
+    }
 }
 
 /// How long a second interrupt waits for the sweep to record the trial it ends before the

@@ -34,9 +34,21 @@ impl Provenance {
         }
     }
 
+    /// One `key  value` line per item, the keys padded to one width. A key or value from
+    /// another board's database may be any length: keys are cut at 60 characters, values at
+    /// 1000, with `…`.
     pub fn text(&self) -> String {
-        let width = self.0.keys().map(String::len).max().unwrap_or(0);
-        self.0
+        let items: Vec<(std::borrow::Cow<'_, str>, std::borrow::Cow<'_, str>)> = self
+            .0
+            .iter()
+            .map(|(k, v)| (crate::text::ellipsis(k, 60), crate::text::ellipsis(v, 1000)))
+            .collect();
+        let width = items
+            .iter()
+            .map(|(k, _)| k.chars().count())
+            .max()
+            .unwrap_or(0);
+        items
             .iter()
             .map(|(k, v)| format!("{k:width$}  {v}\n"))
             .collect()

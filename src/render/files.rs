@@ -28,10 +28,16 @@ pub(crate) fn write_atomic(path: &Path, contents: impl AsRef<[u8]>) -> anyhow::R
     write().with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// The longest name [`replace_unsafe`] gives, in bytes: a part of a file name, well within the
+/// 255 bytes a file system allows, with room for what is added around it.
+pub(crate) const MAX_NAME_PART: usize = 100;
+
 /// `text` with every character other than ASCII letters, digits and `allowed` replaced by `_`,
-/// for a file name.
+/// for a file name. A longer one than [`MAX_NAME_PART`] keeps its start and ends in a hash of
+/// the whole, so that two long names that differ only in their end stay apart.
 pub fn replace_unsafe(text: &str, allowed: &str) -> String {
-    text.chars()
+    let safe: String = text
+        .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || allowed.contains(c) {
                 c
@@ -39,7 +45,16 @@ pub fn replace_unsafe(text: &str, allowed: &str) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if safe.len() <= MAX_NAME_PART {
+        return safe;
+    }
+    // FNV-1a: stable across builds, unlike std's hasher.
+    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    // Every character of `safe` is ASCII.
+    format!("{}-{hash:016x}", &safe[..MAX_NAME_PART - 17])
 }
 
 /// A host name as a directory/file name.
@@ -105,5 +120,10 @@ mod tests {
         assert_eq!(safe_name("compare"), "host_compare");
         assert_eq!(file_name_part("..caffe 1.0"), "caffe_1.0");
         assert_eq!(file_name_part(".."), "engine_2");
+        let long = |end: &str| format!("{}{end}", "é".repeat(100_000));
+        let (a, b) = (safe_name(&long("a")), safe_name(&long("b")));
+        assert_eq!(a.len(), MAX_NAME_PART);
+        assert_ne!(a, b);
+        assert_eq!(a, safe_name(&long("a")));
     }
 }

@@ -362,7 +362,29 @@ pub fn has_points(plot: &Plot) -> bool {
 
 /// Draws `plot` in `format` at `path` (written whole, then renamed into place); an SVG gets
 /// its PDF beside it. Returns the files written.
+/// `plot` with every text cut to what a figure can show (with `…`): names from another
+/// board's database may be any length.
+fn with_short_texts(plot: &Plot) -> Plot {
+    let cut = |t: &str, max: usize| crate::text::ellipsis(t, max).into_owned();
+    let mut p = plot.clone();
+    p.title = cut(&p.title, 120);
+    p.x_desc = cut(&p.x_desc, 80);
+    p.y_desc = cut(&p.y_desc, 80);
+    p.caption = cut(&p.caption, 2000);
+    for c in &mut p.x_categories {
+        *c = cut(c, 40);
+    }
+    for s in &mut p.series {
+        s.label = cut(&s.label, 60);
+    }
+    for (_, _, t) in p.highlights.iter_mut().chain(p.point_labels.iter_mut()) {
+        *t = cut(t, 60);
+    }
+    p
+}
+
 pub fn draw(plot: &Plot, path: &Path, format: Format) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let plot = &with_short_texts(plot);
     let write = || -> anyhow::Result<Vec<std::path::PathBuf>> {
         let bytes = render(plot, format)?;
         let mut out = vec![path.to_path_buf()];

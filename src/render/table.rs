@@ -2,6 +2,15 @@
 
 use std::fmt::Write;
 
+/// The longest cell of a page's table, in characters; a longer one (a name from another
+/// board's database, say) ends in `…`.
+pub(crate) const MAX_CELL: usize = 200;
+
+/// A cell as a page shows it.
+fn shown(cell: &str) -> std::borrow::Cow<'_, str> {
+    crate::text::ellipsis(cell, MAX_CELL)
+}
+
 /// A table of a summary page: a title, a header and rows of cells.
 pub struct Table {
     pub title: String,
@@ -12,11 +21,11 @@ pub struct Table {
 impl Table {
     /// Appends the table to a Markdown page: its title as a heading, then the table.
     pub(crate) fn markdown(&self, s: &mut String) {
-        let _ = writeln!(s, "## {}\n", self.title);
+        let _ = writeln!(s, "## {}\n", shown(&self.title));
         let _ = writeln!(s, "| {} |", self.header.join(" | "));
         let _ = writeln!(s, "|{}", "---|".repeat(self.header.len()));
         for r in &self.rows {
-            let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+            let cells: Vec<String> = r.iter().map(|c| shown(c).replace('|', "\\|")).collect();
             let _ = writeln!(s, "| {} |", cells.join(" | "));
         }
         s.push('\n');
@@ -28,7 +37,7 @@ impl Table {
         let _ = writeln!(
             s,
             "<h2>{}</h2>\n<div class=\"table\"><table>\n<tr>",
-            html_escape(&self.title)
+            html_escape(&shown(&self.title))
         );
         for h in &self.header {
             let _ = write!(s, "<th>{}</th>", html_escape(h));
@@ -41,7 +50,7 @@ impl Table {
                 status.is_some_and(|i| r[i] != "ok") || flags.is_some_and(|i| !r[i].is_empty());
             s.push_str(if bad { "<tr class=\"bad\">" } else { "<tr>" });
             for c in r {
-                let _ = write!(s, "<td>{}</td>", html_escape(c));
+                let _ = write!(s, "<td>{}</td>", html_escape(&shown(c)));
             }
             s.push_str("</tr>\n");
         }

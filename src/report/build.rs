@@ -43,6 +43,7 @@ pub use crate::render::files::{replace_unsafe, safe_name};
 pub use crate::workloads::cnn::report::{batch_series, pick, Picked};
 
 fn markdown(host: &str, tables: &[Table]) -> String {
+    let host = crate::text::ellipsis(host, crate::render::table::MAX_CELL);
     let mut s = format!("# edgebench results: {host}\n\n");
     for t in tables {
         t.markdown(&mut s);
@@ -75,6 +76,7 @@ fn file_name(p: &Path) -> String {
 /// The summary page: the tables, every figure with its caption under it, and a link to every
 /// file of the host's report. Images and wide tables are kept within the page's width.
 fn html(host: &str, tables: &[Table], figures: &[Figure], files: &[PathBuf]) -> String {
+    let host = crate::text::ellipsis(host, crate::render::table::MAX_CELL);
     let mut s = format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -85,7 +87,7 @@ fn html(host: &str, tables: &[Table], figures: &[Figure], files: &[PathBuf]) -> 
          figure{{margin:1em 0}} figure img{{max-width:100%;height:auto}} \
          figcaption{{max-width:60em}} p{{max-width:60em}}</style></head><body>\n\
          <h1>edgebench results: {0}</h1>\n",
-        html_escape(host)
+        html_escape(&host)
     );
     for t in tables {
         t.html(&mut s);
@@ -189,13 +191,15 @@ fn draw_all(
             continue;
         }
         plot.caption = format!("{} {context}", plot.caption).trim().to_string();
+        // A stem may hold names from the rows (a device, a data type): made a plain file name.
+        let stem = crate::render::files::file_name_part(&stem);
         let image = dir.join(format!("{stem}.{}", format.extension()));
         std::fs::create_dir_all(dir)?;
         let files = plots::draw(&plot, &image, format)?;
         out.push(Figure {
             image,
             files,
-            caption: plot.caption,
+            caption: crate::text::ellipsis(&plot.caption, 2000).into_owned(),
         });
     }
     Ok(out)

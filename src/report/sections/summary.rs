@@ -32,12 +32,17 @@ impl Section for Summary {
     ) -> anyhow::Result<()> {
         if let Some(row) = context.traced.filter(|r| r.host == context.host) {
             out.plots.push((
-                format!("power_trace_{}", &row.trial_id[..8.min(row.trial_id.len())]),
+                format!("power_trace_{}", short_id(&row.trial_id)),
                 trace_plot(context.store, row)?,
             ));
         }
         Ok(())
     }
+}
+
+/// The first 8 characters of a trial's UUID, as file names and captions show it.
+fn short_id(uuid: &str) -> String {
+    uuid.chars().take(8).collect()
 }
 
 /// A time in milliseconds with 2 decimals, `-` when absent.
@@ -52,6 +57,9 @@ fn mean_ci(s: Option<&Spread>, scale: f64, d: usize) -> String {
         None => "-".into(),
     }
 }
+
+/// The widest cell of the text table, in characters; a longer one ends in `…`.
+pub(crate) const MAX_CELL: usize = 60;
 
 /// Renders one line per trial, aligned in columns.
 pub fn table(rows: &[ResultRow]) -> String {
@@ -192,6 +200,15 @@ pub fn table(rows: &[ResultRow]) -> String {
         }
         lines.push(line);
     }
+    // A cell from outside (a host or net name, a flag list) may be any length; the table
+    // stays readable and its padding within what `format!` can pad.
+    for line in &mut lines {
+        for cell in line.iter_mut() {
+            if let std::borrow::Cow::Owned(cut) = crate::text::ellipsis(cell, MAX_CELL) {
+                *cell = cut;
+            }
+        }
+    }
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             lines
@@ -297,7 +314,7 @@ pub fn trace_plot(store: &Store, row: &ResultRow) -> anyhow::Result<Plot> {
             row.device,
             row.batch,
             row.host,
-            &row.trial_id[..8.min(row.trial_id.len())]
+            short_id(&row.trial_id)
         ),
         x_desc: "seconds from the first iteration (rules: iteration boundaries)".into(),
         y_desc: "power".into(),
