@@ -882,7 +882,9 @@ impl Config {
                 !crate::text::SHOWN_PARAMETERS.contains(&name)
             }) {
                 // The name only: the value, or a bare word, may be a secret.
-                let name = other.split_once('=').map_or("(a parameter without =)", |(k, _)| k);
+                let name = other
+                    .split_once('=')
+                    .map_or("(a parameter without =)", |(k, _)| k);
                 return Err(invalid(format!(
                     "sync.postgres: parameter {:?} is not one of {}",
                     crate::text::ellipsis(name, 40),

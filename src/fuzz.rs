@@ -49,7 +49,10 @@ pub fn exec_log(data: &[u8]) {
         _ => {
             let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
             let pattern = String::from_utf8_lossy(&rest[..end]);
-            (format!("regex:{pattern}"), &rest[(end + 1).min(rest.len())..])
+            (
+                format!("regex:{pattern}"),
+                &rest[(end + 1).min(rest.len())..],
+            )
         }
     };
     let Ok(parser) = Parser::from_name(&name) else {
@@ -63,8 +66,15 @@ pub fn exec_log(data: &[u8]) {
         let r = &s.record;
         assert!(previous.is_none_or(|p| r.step > p), "steps out of order");
         previous = Some(r.step);
-        assert!(r.t_start_ns <= r.t_end_ns, "an interval that ends before it starts");
-        assert!(r.step_s.is_finite() && r.step_s >= 0.0, "step time {}", r.step_s);
+        assert!(
+            r.t_start_ns <= r.t_end_ns,
+            "an interval that ends before it starts"
+        );
+        assert!(
+            r.step_s.is_finite() && r.step_s >= 0.0,
+            "step time {}",
+            r.step_s
+        );
         assert!(s.steps >= 1);
     }
     let log = ImportedLog {
@@ -274,7 +284,9 @@ pub fn store_row(data: &[u8]) {
                 accepted &= validate::check_row(table, row).is_ok();
             }
         }
-        let results = store.results().expect("results reads whatever the rows hold");
+        let results = store
+            .results()
+            .expect("results reads whatever the rows hold");
         let statuses = store
             .statuses_by_key(&crate::store::TrialStatus::ALL)
             .expect("resume reads whatever the rows hold");
@@ -283,8 +295,16 @@ pub fn store_row(data: &[u8]) {
             .expect("iterations reads whatever the rows hold");
         let _ = store.logged_text(trial).expect("logged text");
         if accepted {
-            assert_eq!(results.len(), 1, "a trial the rules accept is not read back");
-            assert_eq!(statuses.len(), 1, "a trial the rules accept is not resumable");
+            assert_eq!(
+                results.len(),
+                1,
+                "a trial the rules accept is not read back"
+            );
+            assert_eq!(
+                statuses.len(),
+                1,
+                "a trial the rules accept is not resumable"
+            );
             assert_eq!(steps.len(), usize::from(iteration));
             // And what a reader read, JSON shows.
             crate::report::results_json(&results).expect("results as JSON");

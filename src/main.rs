@@ -25,7 +25,9 @@ struct Failure {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         let error = e.into();
-        let code = if error.downcast_ref::<ConfigError>().is_some() {
+        let code = if error.downcast_ref::<ConfigError>().is_some()
+            || error.downcast_ref::<sync::postgres::BadUrl>().is_some()
+        {
             2
         } else {
             1

@@ -133,11 +133,26 @@ mod tests {
                 "postgres://u@h/db?password=hunter2&sslmode=require",
                 "postgres://u@h/db?password=***&sslmode=require",
             ),
-            ("postgres://u@h/db?PASSWORD=hunter2", "postgres://u@h/db?PASSWORD=***"),
-            ("postgres://u@h/db?Password=hunter2", "postgres://u@h/db?Password=***"),
-            ("postgres://u@h/db?pass%77ord=hunter2", "postgres://u@h/db?pass%77ord=***"),
-            ("postgres://u@h/db?%70assword=hunter2", "postgres://u@h/db?%70assword=***"),
-            (" postgres://u@h/db?password =hunter2", " postgres://u@h/db?password =***"),
+            (
+                "postgres://u@h/db?PASSWORD=hunter2",
+                "postgres://u@h/db?PASSWORD=***",
+            ),
+            (
+                "postgres://u@h/db?Password=hunter2",
+                "postgres://u@h/db?Password=***",
+            ),
+            (
+                "postgres://u@h/db?pass%77ord=hunter2",
+                "postgres://u@h/db?pass%77ord=***",
+            ),
+            (
+                "postgres://u@h/db?%70assword=hunter2",
+                "postgres://u@h/db?%70assword=***",
+            ),
+            (
+                " postgres://u@h/db?password =hunter2",
+                " postgres://u@h/db?password =***",
+            ),
             ("postgres://u:hunter2@h:5432", "postgres://u:***@h:5432"),
             ("postgres://u:hunter2/x@h/db", "postgres://u:***@h/db"),
         ] {

@@ -59,23 +59,23 @@ impl Store {
             )
             .map_err(sql_err(&self.path))?;
         let rows = self.each_row(&mut st, [], trial_of_row, |r| {
-                Ok((
-                    (
-                        TrialKey {
-                            workload: r.get("workload")?,
-                            net: r.get("net")?,
-                            device: r.get("device")?,
-                            batch: uint(r, "batch")?,
-                            epochs: uint(r, "epochs")?,
-                            images: uint(r, "images")?,
-                            dataset: r.get("dataset")?,
-                            params: r.get("params")?,
-                        },
-                        uint(r, "repetition")?,
-                    ),
-                    r.get::<_, TrialStatus>("status")?,
-                ))
-            })?;
+            Ok((
+                (
+                    TrialKey {
+                        workload: r.get("workload")?,
+                        net: r.get("net")?,
+                        device: r.get("device")?,
+                        batch: uint(r, "batch")?,
+                        epochs: uint(r, "epochs")?,
+                        images: uint(r, "images")?,
+                        dataset: r.get("dataset")?,
+                        params: r.get("params")?,
+                    },
+                    uint(r, "repetition")?,
+                ),
+                r.get::<_, TrialStatus>("status")?,
+            ))
+        })?;
         Ok(rows)
     }
 
@@ -100,83 +100,88 @@ impl Store {
             )
             .map_err(sql_err(&self.path))?;
         let rows = self.each_row(&mut st, [], trial_of_row, |r| {
-                Ok(ResultRow {
-                    run_id: r.get("run_id")?,
-                    trial_id: r.get("trial_id")?,
-                    host: r.get("host")?,
-                    net: r.get("net")?,
-                    device: r.get("device")?,
-                    batch: uint(r, "batch")?,
-                    epochs: uint(r, "epochs")?,
-                    images: uint(r, "images")?,
-                    dataset: r.get("dataset")?,
-                    repetition: uint(r, "repetition")?,
-                    iterations: uint(r, "iterations_done")?,
-                    iterations_planned: uint(r, "iterations_planned")?,
-                    warmup_iterations: uint(r, "warmup_iterations")?,
-                    status: r.get("status")?,
-                    error: r.get("error")?,
-                    started_at: r.get("started_at")?,
-                    ended_at: r.get("ended_at")?,
-                    time_per_image_s: r.get("time_per_image_s")?,
-                    time_per_image_spread_s: r.get("time_per_image_spread_s")?,
-                    images_per_s: r.get("images_per_s")?,
-                    loss_first: r.get("loss_first")?,
-                    loss_last: r.get("loss_last")?,
-                    loss_anomaly: r.get("loss_anomaly")?,
-                    energy_j: r.get("energy_j")?,
-                    avg_power_w: r.get("avg_power_w")?,
-                    energy_per_image_j: r.get("energy_per_image_j")?,
-                    edp_js: r.get("edp_js")?,
-                    item: None,
-                    items_per_iteration: None,
-                    time_per_item_s: None,
-                    energy_per_item_j: None,
-                    edp_per_item_js: None,
-                    swap_pressure: r.get("swap_pressure")?,
-                    peak_rss_bytes: r.get("peak_rss_bytes")?,
-                    peak_gpu_bytes: r.get("peak_gpu_bytes")?,
-                    trial_rowid: r.get("trial_rowid")?,
-                    memory: MemoryColumns::default(),
-                    dynamic_energy_j: r.get("dynamic_energy_j")?,
-                    rail_energy_j: None,
-                    power_samples: r.get("power_samples")?,
-                    power_rate_hz: r.get("power_rate_hz")?,
-                    power_jitter_s: r.get("power_jitter_s")?,
-                    power_incomplete: r.get("power_incomplete")?,
-                    power_gap_s: r.get("power_gap_s")?,
-                    board: r.get("board")?,
-                    power_total: r.get("power_total")?,
-                    baseline_power_w: r.get("baseline_power_w")?,
-                    baseline_s: r.get("baseline_s")?,
-                    throttled: r.get("throttled")?,
-                    throttle_note: r.get("throttle_note")?,
-                    power_low_samples: r.get("power_low_samples")?,
-                    power_few_readings: None,
-                    power_scope: r.get("power_scope")?,
-                    power_note: r.get("power_note")?,
-                    workload: r.get("workload")?,
-                    params_text: r.get("params")?,
-                    params: json_object(r, "params")?,
-                    time_per_iteration_s: r.get("time_per_iteration_s")?,
-                    time_per_iteration_spread_s: r.get("time_per_iteration_spread_s")?,
-                    total_time_s: r.get("total_time_s")?,
-                    gflop_per_s: r.get("gflop_per_s")?,
-                    metrics: json_object(r, "metrics")?,
-                })
-            })?;
+            Ok(ResultRow {
+                run_id: r.get("run_id")?,
+                trial_id: r.get("trial_id")?,
+                host: r.get("host")?,
+                net: r.get("net")?,
+                device: r.get("device")?,
+                batch: uint(r, "batch")?,
+                epochs: uint(r, "epochs")?,
+                images: uint(r, "images")?,
+                dataset: r.get("dataset")?,
+                repetition: uint(r, "repetition")?,
+                iterations: uint(r, "iterations_done")?,
+                iterations_planned: uint(r, "iterations_planned")?,
+                warmup_iterations: uint(r, "warmup_iterations")?,
+                status: r.get("status")?,
+                error: r.get("error")?,
+                started_at: r.get("started_at")?,
+                ended_at: r.get("ended_at")?,
+                time_per_image_s: r.get("time_per_image_s")?,
+                time_per_image_spread_s: r.get("time_per_image_spread_s")?,
+                images_per_s: r.get("images_per_s")?,
+                loss_first: r.get("loss_first")?,
+                loss_last: r.get("loss_last")?,
+                loss_anomaly: r.get("loss_anomaly")?,
+                energy_j: r.get("energy_j")?,
+                avg_power_w: r.get("avg_power_w")?,
+                energy_per_image_j: r.get("energy_per_image_j")?,
+                edp_js: r.get("edp_js")?,
+                item: None,
+                items_per_iteration: None,
+                time_per_item_s: None,
+                energy_per_item_j: None,
+                edp_per_item_js: None,
+                swap_pressure: r.get("swap_pressure")?,
+                peak_rss_bytes: r.get("peak_rss_bytes")?,
+                peak_gpu_bytes: r.get("peak_gpu_bytes")?,
+                trial_rowid: r.get("trial_rowid")?,
+                memory: MemoryColumns::default(),
+                dynamic_energy_j: r.get("dynamic_energy_j")?,
+                rail_energy_j: None,
+                power_samples: r.get("power_samples")?,
+                power_rate_hz: r.get("power_rate_hz")?,
+                power_jitter_s: r.get("power_jitter_s")?,
+                power_incomplete: r.get("power_incomplete")?,
+                power_gap_s: r.get("power_gap_s")?,
+                board: r.get("board")?,
+                power_total: r.get("power_total")?,
+                baseline_power_w: r.get("baseline_power_w")?,
+                baseline_s: r.get("baseline_s")?,
+                throttled: r.get("throttled")?,
+                throttle_note: r.get("throttle_note")?,
+                power_low_samples: r.get("power_low_samples")?,
+                power_few_readings: None,
+                power_scope: r.get("power_scope")?,
+                power_note: r.get("power_note")?,
+                workload: r.get("workload")?,
+                params_text: r.get("params")?,
+                params: json_object(r, "params")?,
+                time_per_iteration_s: r.get("time_per_iteration_s")?,
+                time_per_iteration_spread_s: r.get("time_per_iteration_spread_s")?,
+                total_time_s: r.get("total_time_s")?,
+                gflop_per_s: r.get("gflop_per_s")?,
+                metrics: json_object(r, "metrics")?,
+            })
+        })?;
         let mut rows = self.fill_memory(rows)?;
         let mut st = self
             .conn
             .prepare_cached("SELECT trial_id, rail, energy_j FROM trial_rail_energy")
             .map_err(sql_err(&self.path))?;
-        let rails = self.each_row(&mut st, [], |r| self.child_of_row(r, "trial_rail_energy"), |r| {
+        let rails = self.each_row(
+            &mut st,
+            [],
+            |r| self.child_of_row(r, "trial_rail_energy"),
+            |r| {
                 Ok((
                     r.get::<_, i64>("trial_id")?,
                     r.get::<_, String>("rail")?,
                     r.get::<_, f64>("energy_j")?,
                 ))
-            })?;
+            },
+        )?;
         let mut by_trial: HashMap<i64, BTreeMap<String, f64>> = HashMap::new();
         for (trial, rail, j) in rails {
             by_trial.entry(trial).or_default().insert(rail, j);
@@ -203,7 +208,11 @@ impl Store {
                  FROM iterations WHERE trial_id = ?1 ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        let rows = self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
+        let rows = self.each_row(
+            &mut st,
+            [trial_id],
+            |r| self.iteration_of_row(r, trial_id),
+            |r| {
                 Ok(IterationRecord {
                     step: uint(r, "step")?,
                     epoch: uint(r, "epoch")?,
@@ -214,7 +223,8 @@ impl Store {
                     t_start_ns: r.get("t_start_ns")?,
                     t_end_ns: r.get("t_end_ns")?,
                 })
-            })?;
+            },
+        )?;
         Ok(rows)
     }
 
@@ -228,12 +238,17 @@ impl Store {
                  ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
+        self.each_row(
+            &mut st,
+            [trial_id],
+            |r| self.iteration_of_row(r, trial_id),
+            |r| {
                 Ok(LoggedText {
                     loss: r.get("loss_text")?,
                     step_s: r.get("step_s_text")?,
                 })
-            })
+            },
+        )
     }
 
     /// Per-iteration energies of a trial (step, joules or None), ordered by step.
@@ -244,9 +259,12 @@ impl Store {
                 "SELECT step, energy_j FROM iterations WHERE trial_id = ?1 ORDER BY step",
             )
             .map_err(sql_err(&self.path))?;
-        self.each_row(&mut st, [trial_id], |r| self.iteration_of_row(r, trial_id), |r| {
-            Ok((uint(r, "step")?, r.get("energy_j")?))
-        })
+        self.each_row(
+            &mut st,
+            [trial_id],
+            |r| self.iteration_of_row(r, trial_id),
+            |r| Ok((uint(r, "step")?, r.get("energy_j")?)),
+        )
     }
 
     /// A trial's stored power samples as (rail, t_ns, watts), by rail then time.
@@ -257,9 +275,12 @@ impl Store {
                 "SELECT rail, t_ns, watts FROM power_samples WHERE trial_id = ?1 ORDER BY rail, t_ns",
             )
             .map_err(sql_err(&self.path))?;
-        self.each_row(&mut st, [trial_id], |_| self.trial_name(trial_id, "a power sample of"), |r| {
-                Ok((r.get("rail")?, r.get("t_ns")?, r.get("watts")?))
-            })
+        self.each_row(
+            &mut st,
+            [trial_id],
+            |_| self.trial_name(trial_id, "a power sample of"),
+            |r| Ok((r.get("rail")?, r.get("t_ns")?, r.get("watts")?)),
+        )
     }
 
     pub(super) fn fill_memory(&self, mut rows: Vec<ResultRow>) -> Result<Vec<ResultRow>> {
@@ -272,23 +293,28 @@ impl Store {
             )
             .map_err(sql_err(&self.path))?;
         let by_trial: HashMap<i64, MemoryColumns> = self
-            .each_row(&mut st, [], |r| self.child_of_row(r, "trial_memory"), |r| {
-                Ok((
-                    r.get("trial_id")?,
-                    MemoryColumns {
-                        mem_estimate_bytes: r.get("mem_estimate_bytes")?,
-                        mem_limit_bytes: r.get("mem_limit_bytes")?,
-                        swap_in_pages: r.get("swap_in_pages")?,
-                        swap_out_pages: r.get("swap_out_pages")?,
-                        major_faults: r.get("major_faults")?,
-                        swapped_bytes_max: r.get("swapped_bytes_max")?,
-                        mem_available_min_bytes: r.get("mem_available_min_bytes")?,
-                        psi_memory_some_us: r.get("psi_memory_some_us")?,
-                        psi_memory_full_us: r.get("psi_memory_full_us")?,
-                        memory_note: r.get("memory_note")?,
-                    },
-                ))
-            })?
+            .each_row(
+                &mut st,
+                [],
+                |r| self.child_of_row(r, "trial_memory"),
+                |r| {
+                    Ok((
+                        r.get("trial_id")?,
+                        MemoryColumns {
+                            mem_estimate_bytes: r.get("mem_estimate_bytes")?,
+                            mem_limit_bytes: r.get("mem_limit_bytes")?,
+                            swap_in_pages: r.get("swap_in_pages")?,
+                            swap_out_pages: r.get("swap_out_pages")?,
+                            major_faults: r.get("major_faults")?,
+                            swapped_bytes_max: r.get("swapped_bytes_max")?,
+                            mem_available_min_bytes: r.get("mem_available_min_bytes")?,
+                            psi_memory_some_us: r.get("psi_memory_some_us")?,
+                            psi_memory_full_us: r.get("psi_memory_full_us")?,
+                            memory_note: r.get("memory_note")?,
+                        },
+                    ))
+                },
+            )?
             .into_iter()
             .collect();
         for row in &mut rows {
@@ -308,9 +334,12 @@ impl Store {
                  ORDER BY stream = 'stderr', stream",
             )
             .map_err(sql_err(&self.path))?;
-        self.each_row(&mut st, [trial_id], |_| self.trial_name(trial_id, "an output tail of"), |r| {
-            Ok((r.get("stream")?, r.get("tail")?))
-        })
+        self.each_row(
+            &mut st,
+            [trial_id],
+            |_| self.trial_name(trial_id, "an output tail of"),
+            |r| Ok((r.get("stream")?, r.get("tail")?)),
+        )
     }
 
     /// A run's provenance, by the run's UUID (empty for a run recorded before schema v4).
@@ -322,9 +351,12 @@ impl Store {
                  WHERE r.uuid = ?1",
             )
             .map_err(sql_err(&self.path))?;
-        let items = self.each_row(&mut st, [run_uuid], |_| format!("a provenance item of run {run_uuid}"), |r| {
-            Ok((r.get::<_, String>("key")?, r.get::<_, String>("value")?))
-        })?;
+        let items = self.each_row(
+            &mut st,
+            [run_uuid],
+            |_| format!("a provenance item of run {run_uuid}"),
+            |r| Ok((r.get::<_, String>("key")?, r.get::<_, String>("value")?)),
+        )?;
         Ok(Provenance(items.into_iter().collect()))
     }
 

@@ -467,7 +467,10 @@ mod tests {
             assert!(check(Kind::Id, false, Text(bad.into())).is_err(), "{bad:?}");
         }
         for good in ["2025-01-31T12:00:00Z", "2025-01-31T12:00:00.123Z"] {
-            assert!(check(Kind::Time, false, Text(good.into())).is_ok(), "{good}");
+            assert!(
+                check(Kind::Time, false, Text(good.into())).is_ok(),
+                "{good}"
+            );
         }
         assert!(check(Kind::Time, false, Text("yesterday".into())).is_err());
         assert!(check(Kind::Status, false, Text("ok".into())).is_ok());

@@ -325,3 +325,31 @@ fn the_daemon_applies_the_configured_threads() {
     assert_eq!(count(&db, "SELECT cpu_threads FROM runs"), 3);
     assert_eq!(results(dir.path(), &db)[0]["status"], "ok");
 }
+
+#[test]
+fn the_units_comments_name_the_address_families_it_leaves_open() {
+    let unit = std::fs::read_to_string(shipped_unit()).unwrap();
+    let families: Vec<&str> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("RestrictAddressFamilies="))
+        .expect("RestrictAddressFamilies=")
+        .split_whitespace()
+        .collect();
+    let comments: String = unit
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for family in &families {
+        assert!(
+            comments.contains(family),
+            "{family} open, no comment says why"
+        );
+    }
+    if families.len() > 1 {
+        assert!(
+            !comments.contains("AF_UNIX alone"),
+            "a comment says AF_UNIX alone while {families:?} are open"
+        );
+    }
+}

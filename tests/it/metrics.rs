@@ -8,8 +8,10 @@ use crate::common::{describe, edgebench, ok, results};
 use crate::fixtures::jetson::{orin_nx_board, orin_nx_power, ORIN_NX_GPU, ORIN_NX_HWMON};
 use crate::fixtures::prometheus::{free_port, Prometheus};
 use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The dashboard, as committed.
 pub(crate) fn dashboard() -> Value {
@@ -383,6 +385,202 @@ fn the_daemon_serves_metrics_during_its_sweep_and_sweeps_without_an_endpoint_it_
         log.contains(&addr) && log.contains("without a metrics endpoint"),
         "{log}"
     );
+    let rows = results(dir.path(), &dir.path().join("d.db"));
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "ok", "{rows:?}");
+}
+
+/// One request's raw bytes to `addr`, then whatever comes back before the server closes or
+/// `limit` passes: (the answer, whether the server closed); nothing when nothing listens.
+/// Writes that fail (the server closed first) are no error: the server may stop reading
+/// whenever it has answered.
+fn exchange(addr: &str, request: &[u8], limit: Duration) -> (String, bool) {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (String::new(), false);
+    };
+    s.set_read_timeout(Some(limit)).unwrap();
+    let _ = s.write_all(request);
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    let deadline = Instant::now() + limit;
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+    };
+    (String::from_utf8_lossy(&raw).into_owned(), closed)
+}
+
+/// `GET /metrics` answered 200 with the trial's series within 5 s.
+fn answers(addr: &str) -> bool {
+    let (answer, _) = exchange(
+        addr,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    answer.starts_with("HTTP/1.1 200") && answer.contains("edgebench_build_info")
+}
+
+/// An MLP sweep long enough for the clients below (a few seconds of 0.5 ms steps), serving
+/// metrics on `listen` when given; with its median step time once it ends.
+struct Sweep {
+    child: std::process::Child,
+    db: PathBuf,
+    dir: PathBuf,
+}
+
+impl Sweep {
+    fn start(dir: &Path, name: &str, listen: Option<&str>) -> Sweep {
+        let db = dir.join(format!("{name}.db"));
+        let mut cmd = edgebench(dir);
+        cmd.args(["run", "--workload", "mlp", "--style", "tensors"])
+            .args(["--size", "64x512x512x10", "--iterations", "8000", "--db"])
+            .arg(&db)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap());
+        if let Some(listen) = listen {
+            cmd.args(["--metrics", listen]);
+        }
+        Sweep {
+            child: cmd.spawn().unwrap(),
+            db,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Exit code (within 5 minutes) and the trial's median step time.
+    fn finish(mut self) -> (Option<i32>, f64) {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let code = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status.code();
+            }
+            assert!(Instant::now() < deadline, "the sweep did not end");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let rows = results(&self.dir, &self.db);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(rows[0]["status"], "ok", "{}", rows[0]);
+        (code, rows[0]["time_per_iteration_s"].as_f64().unwrap())
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn hostile_clients_neither_stop_the_sweep_nor_slow_it_nor_keep_metrics_from_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let (baseline_code, baseline) = Sweep::start(dir.path(), "baseline", None).finish();
+    assert_eq!(baseline_code, Some(0));
+
+    let listen = format!("127.0.0.1:{}", free_port());
+    let sweep = Sweep::start(dir.path(), "attacked", Some(&listen));
+    let log = || std::fs::read_to_string(dir.path().join("attacked.log")).unwrap_or_default();
+    // Until the trial runs.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !crate::fixtures::prometheus::http_get(&listen, "/metrics")
+        .is_ok_and(|(s, body)| s == 200 && body.contains("edgebench_trial_info{"))
+    {
+        assert!(Instant::now() < deadline, "no trial on {listen}\n{}", log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A stated body of 100 GB: answered at once, closed, nothing allocated for it.
+    let (answer, closed) = exchange(
+        &listen,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200") && closed, "{answer}");
+    // The same on any path or method.
+    let (answer, closed) = exchange(
+        &listen,
+        b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 404") && closed, "{answer}");
+    let (answer, _) = exchange(
+        &listen,
+        b"PUT /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
+
+    // A body that never comes: this client holds its connection open, sending nothing more;
+    // another is answered all the same.
+    let mut holder = TcpStream::connect(&listen).unwrap();
+    holder
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n")
+        .unwrap();
+    assert!(answers(&listen), "{}", log());
+    drop(holder);
+
+    // A request head of 1 MB: refused (431) or cut off, never read whole.
+    let mut big = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Filler: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 1 << 20));
+    big.extend_from_slice(b"\r\n\r\n");
+    let (answer, closed) = exchange(&listen, &big, Duration::from_secs(5));
+    assert!(
+        closed && (answer.is_empty() || answer.starts_with("HTTP/1.1 431")),
+        "{answer}"
+    );
+
+    // 500 connections that send nothing (each mid-request): a scraper is still answered.
+    let idle: Vec<TcpStream> = (0..500)
+        .map(|_| {
+            let mut s = TcpStream::connect(&listen).unwrap();
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\n");
+            s
+        })
+        .collect();
+    assert!(answers(&listen), "{}", log());
+    drop(idle);
+    assert!(answers(&listen), "{}", log());
+
+    let (code, attacked) = sweep.finish();
+    assert_eq!(code, Some(0), "{}", log());
+    // A shared machine: the same step time within a generous factor.
+    assert!(
+        attacked <= 3.0 * baseline + 1e-3,
+        "median step {attacked} s under attack, {baseline} s without"
+    );
+}
+
+#[test]
+fn a_stated_body_of_100_gb_leaves_the_daemon_sweeping() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut daemon = Daemon::start(dir.path(), &listen, 3);
+    let log = || std::fs::read_to_string(dir.path().join("daemon.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !answers(&listen) {
+        assert!(
+            Instant::now() < deadline,
+            "no endpoint on {listen}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..3 {
+        let _ = exchange(
+            &listen,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n",
+            Duration::from_secs(5),
+        );
+    }
+    assert!(answers(&listen), "{}", log());
+    assert_eq!(daemon.wait(), Some(0), "{}", log());
     let rows = results(dir.path(), &dir.path().join("d.db"));
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["status"], "ok", "{rows:?}");

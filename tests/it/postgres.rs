@@ -818,3 +818,370 @@ fn every_dashboard_sql_query_runs_against_the_views() {
         assert!(rows as i64 <= ok_trials.max(1) * 2, "{place}: {rows} rows");
     }
 }
+
+/// The kinds of bad server row a board's role can push: (SET clause, field it breaks).
+const SPOILS: &[(&str, &str)] = &[
+    ("batch = -1", "trials.batch"),
+    ("iterations_done = -5", "trials.iterations_done"),
+    ("metrics = '[1, 2]'::jsonb", "trials.metrics"),
+    ("status = 'done'", "trials.status"),
+];
+
+/// Spoils one trial of `host` on the server per kind of [`SPOILS`]: their UUIDs and fields.
+fn spoil_server_trials(server: &PgServer, db: &str, host: &str) -> Vec<(String, &'static str)> {
+    let uuids = server.psql(
+        db,
+        &format!(
+            "SELECT t.uuid FROM edgebench.trials t JOIN edgebench.runs r ON r.id = t.run_id \
+             WHERE r.host = '{host}' ORDER BY t.id LIMIT {}",
+            SPOILS.len()
+        ),
+    );
+    let uuids: Vec<String> = uuids.lines().map(str::to_string).collect();
+    assert_eq!(uuids.len(), SPOILS.len());
+    uuids
+        .into_iter()
+        .zip(SPOILS)
+        .map(|(uuid, (set, field))| {
+            server.psql(
+                db,
+                &format!("UPDATE edgebench.trials SET {set} WHERE uuid = '{uuid}'"),
+            );
+            (uuid, *field)
+        })
+        .collect()
+}
+
+/// Every command that reads a database reads `db` whole, `run` resumes into it, and none
+/// prints a spoiled trial.
+fn every_reader_reads(dir: &Path, db: &Path, spoiled: &[(String, &str)]) {
+    let out_dir = dir.join(format!("out-{}", db.file_stem().unwrap().to_string_lossy()));
+    for args in [
+        vec!["results", "--db", arg(db)],
+        vec!["results", "--json", "--db", arg(db)],
+        vec!["provenance", "--db", arg(db)],
+        vec!["report", arg(db), "--out", arg(&out_dir.join("report"))],
+        vec![
+            "export",
+            "csv",
+            "--db",
+            arg(db),
+            "--out",
+            arg(&out_dir.join("csv")),
+        ],
+        vec![
+            "run",
+            "--workload",
+            "idle",
+            "--duration",
+            "1s",
+            "--db",
+            arg(db),
+        ],
+    ] {
+        let out = ok(edgebench(dir).args(&args).output().unwrap());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for (uuid, _) in spoiled {
+            assert!(
+                !stdout.contains(uuid.as_str()),
+                "{args:?}: {uuid}\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_server_rows_are_left_out_by_fetch_naming_board_trial_and_field() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("spoiled", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
+    full_board(&nano, "nano");
+    full_board(&tx2, "tx2");
+    for b in [&nano, &tx2] {
+        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
+    }
+    let spoiled = spoil_server_trials(&server, "spoiled", "nano");
+    let on_server = server.count("spoiled", "SELECT count(*) FROM edgebench.trials");
+
+    // Into a new file, and into a board's own database: the good trials come, the bad ones
+    // are named, the board's own rows stay.
+    let own = dir.path().join("own.db");
+    board_db(&own, "orin");
+    let own_trials = results(dir.path(), &own).len();
+    for (into, before) in [(dir.path().join("fetched.db"), 0), (own, own_trials)] {
+        let out = edgebench(dir.path())
+            .env("HOME", dir.path())
+            .args(["fetch", &url, "--into", arg(&into)])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for (uuid, field) in &spoiled {
+            let line = stderr
+                .lines()
+                .find(|l| l.contains(uuid.as_str()))
+                .unwrap_or_else(|| panic!("{uuid} not named: {}", describe(&out)));
+            assert!(
+                line.contains("board nano") && line.contains(field),
+                "{line}"
+            );
+        }
+        let rows = results(dir.path(), &into);
+        assert_eq!(
+            rows.len(),
+            before + on_server as usize - spoiled.len(),
+            "{}",
+            describe(&out)
+        );
+        every_reader_reads(dir.path(), &into, &spoiled);
+        // Fetching again changes nothing and says the same.
+        let again = edgebench(dir.path())
+            .args(["fetch", &url, "--into", arg(&into)])
+            .output()
+            .unwrap();
+        assert_eq!(again.status.code(), Some(3), "{}", describe(&again));
+    }
+}
+
+#[test]
+fn a_bad_row_of_a_child_table_or_a_run_leaves_its_trials_out_and_a_huge_text_costs_a_bounded_read()
+{
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("children", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
+    full_board(&nano, "nano");
+    full_board(&tx2, "tx2");
+    for b in [&nano, &tx2] {
+        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
+    }
+    let first = |sql: &str| {
+        server
+            .psql("children", sql)
+            .lines()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // An iteration with a negative step, and a trial's output of 5 MB of text.
+    let stepped = first("SELECT t.uuid FROM edgebench.trials t JOIN edgebench.runs r ON r.id = t.run_id WHERE r.host = 'nano' ORDER BY t.id");
+    server.psql(
+        "children",
+        &format!(
+            "UPDATE edgebench.iterations SET step = -3 WHERE step = 0 AND trial_id = \
+             (SELECT id FROM edgebench.trials WHERE uuid = '{stepped}')"
+        ),
+    );
+    let long = first("SELECT t.uuid FROM edgebench.trials t JOIN edgebench.runs r ON r.id = t.run_id WHERE r.host = 'nano' ORDER BY t.id DESC");
+    server.psql(
+        "children",
+        &format!(
+            "UPDATE edgebench.trial_output SET tail = repeat('x', 5000000) WHERE trial_id = \
+             (SELECT id FROM edgebench.trials WHERE uuid = '{long}')"
+        ),
+    );
+    // The tx2's run with an OS text of 2 MB, over the store's limit.
+    server.psql(
+        "children",
+        "UPDATE edgebench.runs SET os = repeat('y', 2000000) WHERE host = 'tx2'",
+    );
+    let into = dir.path().join("fetched.db");
+    let out = edgebench(dir.path())
+        .args(["fetch", &url, "--host", "nano", "--into", arg(&into)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&stepped) && stderr.contains("iterations.step"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&long) && stderr.contains("trial_output.tail"),
+        "{stderr}"
+    );
+    let rows = results(dir.path(), &into);
+    assert_eq!(rows.len() as i64, local_count(&nano, "trials") - 2);
+    // The whole tx2 run goes, each trial named.
+    let out = edgebench(dir.path())
+        .args(["fetch", &url, "--host", "tx2", "--into", arg(&into)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("board tx2").count() as i64,
+        local_count(&tx2, "trials"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("runs.os"), "{stderr}");
+    assert_eq!(results(dir.path(), &into).len(), rows.len());
+    every_reader_reads(dir.path(), &into, &[(stepped, ""), (long, "")]);
+}
+
+#[test]
+fn a_missing_password_and_a_role_that_may_not_read_are_told_as_such() {
+    let server = PgServer::start(Auth::Password);
+    let url = server.database("auth", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    board_db(&db, "nano");
+    let out = push_cli(dir.path(), &url, &db);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("password missing")
+            && stderr.contains("no password was given")
+            && stderr.contains("PGPASSFILE"),
+        "{stderr}"
+    );
+
+    // A role without SELECT on the results: no word of --since, which was not given.
+    let with_pw = |u: &str| format!("{}&password={PASSWORD}", u);
+    pg::push_with_env(&with_pw(&url), &db, &env(dir.path())).unwrap();
+    server.psql(
+        "auth",
+        "CREATE ROLE reader LOGIN PASSWORD 'r3ader'; GRANT USAGE ON SCHEMA edgebench TO reader; \
+         GRANT SELECT ON edgebench.schema_version TO reader",
+    );
+    let reader = url.replace("postgres@", "reader@");
+    let out = edgebench(dir.path())
+        .env("HOME", dir.path())
+        .env("PGPASSWORD", "r3ader")
+        .args(["fetch", &reader, "--into", arg(&dir.path().join("f.db"))])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr.contains("permission denied") && !stderr.contains("--since"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("granted SELECT"), "{stderr}");
+}
+
+#[test]
+fn a_bad_postgres_url_exits_2_and_no_form_of_a_password_is_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    board_db(&db, "nano");
+    for url in [
+        "mysql://u:hunter2@h/db",
+        "postgres://u:hunter2@h:notaport/db",
+        "postgres://u@h/db?PASSWORD=hunter2",
+        "postgres://u@h/db?pass%77ord=hunter2&sslmode=sometimes",
+        "postgres://u@h/db?hunter2",
+    ] {
+        for args in [
+            vec!["push", url, "--db", arg(&db)],
+            vec!["fetch", url, "--into", arg(&dir.path().join("f.db"))],
+        ] {
+            let out = edgebench(dir.path()).args(&args).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {}", describe(&out));
+            assert!(
+                !describe(&out).contains("hunter2"),
+                "{args:?}: {}",
+                describe(&out)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_password_in_the_sync_url_in_any_form_is_refused_and_never_stored_or_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    for url in [
+        "postgres://u:hunter2@127.0.0.1/db",
+        "postgres://u@127.0.0.1/db?password=hunter2",
+        "postgres://u@127.0.0.1/db?PASSWORD=hunter2",
+        "postgres://u@127.0.0.1/db?Pass%77ord=hunter2",
+    ] {
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"1s\"\n[store]\ndb = \"{}\"\n\
+                 [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"{url}\"\n",
+                db.display()
+            ),
+        )
+        .unwrap();
+        for args in [
+            vec!["daemon", "--config", arg(&config)],
+            vec!["run", "--config", arg(&config)],
+        ] {
+            // A daemon that took the URL would sweep, then retry its push for ever.
+            let log = dir.path().join("out.log");
+            let mut child = edgebench(dir.path())
+                .args(&args)
+                .stdout(std::fs::File::create(dir.path().join("stdout.log")).unwrap())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let code = loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    break status.code();
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let text = std::fs::read_to_string(&log).unwrap();
+            assert_eq!(code, Some(2), "{url}: {args:?}: {text}");
+            assert!(
+                text.contains("sync.postgres") && !text.contains("hunter2"),
+                "{url}: {text}"
+            );
+        }
+        assert!(!db.exists(), "{url}: a database was written");
+    }
+}
+
+#[test]
+fn the_daemon_counts_what_waits_when_its_url_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    let config = dir.path().join("config.toml");
+    // No user in the URL, nor in PGUSER or USER: no server can be named, so nothing is on one.
+    std::fs::write(
+        &config,
+        format!(
+            "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"1s\"\n[store]\ndb = \"{}\"\n\
+             [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"postgres://127.0.0.1:1/db\"\n\
+             interval = \"1s\"\nmax_backoff = \"2s\"\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("daemon.log");
+    let mut child = edgebench(dir.path())
+        .env("HOME", dir.path())
+        .env_remove("USER")
+        .env_remove("PGUSER")
+        .args(["daemon", "--config", arg(&config)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("trials wait to be pushed") {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "no push logged: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("1 trials wait to be pushed"), "{text}");
+}

@@ -1359,3 +1359,329 @@ fn v8_file_gains_repetitions_its_trials_the_first() {
     edgebench::store::merge(&[snap], &merged).unwrap();
     assert_eq!(repetitions(&merged), expected);
 }
+
+/// `edgebench ARGS` in `dir`: its output, having exited 0.
+fn ok_run(dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = common::run_edgebench(dir, args);
+    assert!(out.status.success(), "{args:?}: {}", common::describe(&out));
+    out
+}
+
+#[test]
+fn a_file_holding_bad_rows_is_read_row_by_row_by_every_command() {
+    use crate::fixtures::db::{board_db, spoil_trials};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("spoiled.db");
+    board_db(&db, "nano");
+    let all = common::results(dir.path(), &db).len();
+    let spoiled = spoil_trials(&db);
+    // An iteration of a good trial with a negative step: that trial's iterations lose it.
+    Connection::open(&db)
+        .unwrap()
+        .execute(
+            "UPDATE iterations SET step = -1 WHERE step = 0 AND trial_id = \
+             (SELECT max(id) FROM trials)",
+            [],
+        )
+        .unwrap();
+    let db_arg = common::arg(&db);
+    let out_dir = dir.path().join("out");
+    for args in [
+        vec!["results", "--db", db_arg],
+        vec!["results", "--json", "--db", db_arg],
+        vec!["provenance", "--db", db_arg],
+        vec!["report", db_arg, "--out", common::arg(&out_dir.join("r"))],
+        vec![
+            "export",
+            "csv",
+            "--db",
+            db_arg,
+            "--out",
+            common::arg(&out_dir.join("c")),
+        ],
+    ] {
+        let out = ok_run(dir.path(), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for (uuid, field) in &spoiled {
+            assert!(!stdout.contains(uuid.as_str()), "{args:?}: {stdout}");
+            if args[0] == "results" || args[0] == "report" || args[0] == "export" {
+                let line = stderr
+                    .lines()
+                    .find(|l| l.contains(uuid.as_str()))
+                    .unwrap_or_else(|| panic!("{args:?}: {uuid} not named: {stderr}"));
+                let column = field.split('.').nth(1).unwrap();
+                assert!(
+                    line.contains("board nano") && line.contains(column),
+                    "{args:?}: {line}"
+                );
+            }
+        }
+    }
+    let rows = common::results(dir.path(), &db);
+    assert_eq!(rows.len(), all - spoiled.len());
+    // The iteration left out is named too, the others read.
+    let out = ok_run(
+        dir.path(),
+        &["report", db_arg, "--out", common::arg(&out_dir.join("r2"))],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("iteration -1 of trial"),
+        "{}",
+        common::describe(&out)
+    );
+    // A sweep resumes into the file: an unknown status is no reason to stop.
+    let out = ok_run(
+        dir.path(),
+        &[
+            "run",
+            "--workload",
+            "idle",
+            "--duration",
+            "1s",
+            "--db",
+            db_arg,
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 trial(s) run"),
+        "{}",
+        common::describe(&out)
+    );
+}
+
+#[test]
+fn the_writer_refuses_what_its_readers_could_not_read_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Store::open(&dir.path().join("w.db")).unwrap();
+    let run = s
+        .begin_run(&run_info("r1", "tx2", "2025-01-31T12:00:00Z"))
+        .unwrap();
+    let bad_params = edgebench::store::TrialKey {
+        params: "[1]".into(),
+        ..key("alexnet", "cpu", 8)
+    };
+    let e = s
+        .begin_trial(run, &bad_params, 4, 1, "2025-01-31T12:00:00Z")
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Invalid { .. }), "{e}");
+    assert!(e.to_string().contains("trials.params"), "{e}");
+    let t = s
+        .begin_trial(run, &key("alexnet", "cpu", 8), 4, 1, "2025-01-31T12:00:00Z")
+        .unwrap();
+    let mut bad = iter(0, 1.0, 0.5);
+    bad.step_s = f64::NAN;
+    let e = s.record_iteration(t, &bad).unwrap_err();
+    assert!(e.to_string().contains("iterations.step_s"), "{e}");
+    // A huge error text is cut, never a reason to lose the trial's end.
+    let mut end = summary("failed");
+    end.error = Some("e".repeat(5 << 20));
+    s.finish_trial(t, &end).unwrap();
+    let row = &s.results().unwrap()[0];
+    assert_eq!(row.status, TrialStatus::Failed);
+    let error = row.error.as_deref().unwrap();
+    assert!(
+        error.len() <= 4 << 20 && error.ends_with("..."),
+        "{}",
+        error.len()
+    );
+    // Bad run rows too: a time that is no time.
+    let e = s
+        .begin_run(&run_info("r2", "tx2", "yesterday"))
+        .unwrap_err();
+    assert!(e.to_string().contains("runs.started_at"), "{e}");
+}
+
+#[test]
+fn names_of_100k_characters_go_through_every_command_that_prints_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("long.db");
+    let name = format!("LONG{}", "x".repeat(100_000));
+    let db_arg = common::arg(&db);
+    let script =
+        "echo 'EDGEBENCH step=0 loss=1 time=0.01'; echo 'EDGEBENCH step=1 loss=0.5 time=0.01'";
+    let out = ok_run(
+        dir.path(),
+        &[
+            "exec",
+            "--parser",
+            "edgebench",
+            "--name",
+            &name,
+            "--db",
+            db_arg,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    // A host of 100k characters, from imported logs.
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::write(
+        logs.join("train_alexnet_CPU_016.log"),
+        "EDGEBENCH step=0 loss=6.9 time=0.5\nEDGEBENCH step=1 loss=6.8 time=0.5\n",
+    )
+    .unwrap();
+    let host = format!("HOST{}", "h".repeat(100_000));
+    ok_run(
+        dir.path(),
+        &[
+            "import",
+            "logs",
+            common::arg(&logs),
+            "--parser",
+            "edgebench",
+            "--engine",
+            "caffe",
+            "--host",
+            &host,
+            "--db",
+            db_arg,
+        ],
+    );
+    let out = ok_run(dir.path(), &["results", "--db", db_arg]);
+    let results = String::from_utf8_lossy(&out.stdout).into_owned();
+    for text in [&table, &results] {
+        assert!(text.contains("LONGxxx") && text.contains('…'), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() < 1000), "{text}");
+    }
+    assert!(results.contains("HOSThhh"), "{results}");
+    // JSON keeps every character: it is data, not a table.
+    let rows = common::results(dir.path(), &db);
+    assert!(
+        rows.iter().any(|r| r["engine"] == name.as_str()),
+        "{rows:?}"
+    );
+    assert!(rows.iter().any(|r| r["host"] == host.as_str()));
+    let out_dir = dir.path().join("out");
+    ok_run(
+        dir.path(),
+        &["report", db_arg, "--out", common::arg(&out_dir.join("r"))],
+    );
+    for page in std::fs::read_dir(out_dir.join("r")).unwrap().flatten() {
+        let md = page.path().join("summary.md");
+        if md.exists() {
+            let text = std::fs::read_to_string(&md).unwrap();
+            assert!(
+                text.lines().all(|l| l.chars().count() < 5000),
+                "{}",
+                md.display()
+            );
+        }
+    }
+    ok_run(
+        dir.path(),
+        &[
+            "export",
+            "csv",
+            "--db",
+            db_arg,
+            "--out",
+            common::arg(&out_dir.join("c")),
+        ],
+    );
+    ok_run(dir.path(), &["provenance", "--db", db_arg]);
+    let merged = dir.path().join("merged.db");
+    ok_run(
+        dir.path(),
+        &["merge", db_arg, "--into", common::arg(&merged)],
+    );
+    ok_run(dir.path(), &["results", "--db", common::arg(&merged)]);
+}
+
+#[test]
+fn the_readme_names_the_schema_version_the_files_have() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    assert!(
+        readme.contains(&format!("schema version {SCHEMA_VERSION} ")),
+        "README.md does not say schema version {SCHEMA_VERSION}"
+    );
+}
+
+#[test]
+fn results_leaves_nothing_beside_a_closed_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("closed.db");
+    crate::fixtures::db::board_db(&db, "nano");
+    let beside = || -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "closed.db")
+            .collect()
+    };
+    assert_eq!(beside(), Vec::<String>::new());
+    ok_run(dir.path(), &["results", "--db", common::arg(&db)]);
+    ok_run(dir.path(), &["results", "--json", "--db", common::arg(&db)]);
+    assert_eq!(beside(), Vec::<String>::new());
+    // With a writer holding the file open, the reader leaves its files alone.
+    let writer = Store::open(&db).unwrap();
+    writer.results().unwrap();
+    ok_run(dir.path(), &["results", "--db", common::arg(&db)]);
+    assert!(
+        beside().contains(&"closed.db-wal".to_string()),
+        "{:?}",
+        beside()
+    );
+    drop(writer);
+    assert_eq!(beside(), Vec::<String>::new());
+}
+
+#[test]
+fn a_full_disk_at_schema_creation_is_said_once() {
+    // A small file system of its own, filled: needs root to mount.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skip_or_fail("not root: cannot mount a small tmpfs");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mount = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    if !mount.status.success() {
+        common::skip_or_fail(&format!(
+            "cannot mount a tmpfs: {}",
+            String::from_utf8_lossy(&mount.stderr)
+        ));
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(dir.path());
+    // Filled to its last 4 KiB: the schema does not fit.
+    let filler = dir.path().join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 60 << 10]);
+    let db = dir.path().join("full.db");
+    let out = common::run_edgebench(
+        Path::new("/"),
+        &[
+            "run",
+            "--workload",
+            "idle",
+            "--duration",
+            "1s",
+            "--db",
+            common::arg(&db),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", common::describe(&out));
+    assert_eq!(
+        stderr.matches("database or disk is full").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("free some space"), "{stderr}");
+}

@@ -480,6 +480,21 @@ fn pull_over_a_real_ssh_connection() {
         .filter(|e| e.file_name().to_string_lossy().starts_with(".edgebench"))
         .collect();
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+    // The board's file with bad rows (another program wrote them): the rest is merged, each
+    // bad trial named, and the pull exits 3.
+    let spoiled = crate::fixtures::db::spoil_trials(&board);
+    let o = pull(&remote, BIN);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    for (uuid, field) in &spoiled {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(uuid.as_str()) && l.contains(field) && l.contains("board tx2")),
+            "{uuid}: {err}"
+        );
+    }
+    assert_consistent(&into);
 }
 
 #[test]
@@ -530,4 +545,58 @@ fn a_real_run_goes_through_snapshot_merge_and_report() {
     .unwrap();
     let ms = format!("{:.3}", r.time_per_image_s.unwrap() * 1e3);
     assert!(md.contains(&format!("| 2 | ok | {ms} |")), "{md}");
+}
+
+#[test]
+fn merge_leaves_out_a_sources_bad_rows_naming_board_trial_and_field() {
+    use crate::fixtures::db::spoil_trials;
+    let dir = tempfile::tempdir().unwrap();
+    let (tx2, nano) = (dir.path().join("tx2.db"), dir.path().join("nano.db"));
+    board_db(&tx2, "tx2");
+    board_db(&nano, "nano");
+    let spoiled = spoil_trials(&nano);
+    // A bad child row (a clock reading that is text) takes its trial with it.
+    let c = Connection::open(&nano).unwrap();
+    let clocked: String = c
+        .query_row(
+            "SELECT uuid FROM trials ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    c.execute(
+        "INSERT INTO trial_clocks VALUES ((SELECT max(id) FROM trials), 'gpu.cur_hz', 'fast', 1, 1, 1)",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let into = dir.path().join("all.db");
+    let out = run_edgebench(
+        dir.path(),
+        &["merge", arg(&tx2), arg(&nano), "--into", arg(&into)],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", common::describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (uuid, field) in spoiled
+        .iter()
+        .map(|(u, f)| (u.as_str(), *f))
+        .chain([(clocked.as_str(), "trial_clocks.start_value")])
+    {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(uuid))
+            .unwrap_or_else(|| panic!("{uuid} not named: {stderr}"));
+        assert!(
+            line.contains("board nano") && line.contains(field) && line.contains("nano.db"),
+            "{line}"
+        );
+    }
+    let rows = common::results(dir.path(), &into);
+    assert_eq!(rows.len(), 9 + 9 - spoiled.len() - 1);
+    assert_consistent(&into);
+    // Merging again adds nothing and names the same rows.
+    let counts = table_counts(&into);
+    let out = run_edgebench(dir.path(), &["merge", arg(&nano), "--into", arg(&into)]);
+    assert_eq!(out.status.code(), Some(3), "{}", common::describe(&out));
+    assert_eq!(table_counts(&into), counts);
 }

@@ -797,16 +797,12 @@ mod tests {
             let mut c = vec![f32::NAN; len];
             sigmoid(x, &mut c);
             assert!(
-                c.iter()
-                    .zip(x)
-                    .all(|(&c, &x)| same(c, sigmoid_scalar(x))),
+                c.iter().zip(x).all(|(&c, &x)| same(c, sigmoid_scalar(x))),
                 "length {len}"
             );
             tanh(x, &mut c);
             assert!(
-                c.iter()
-                    .zip(x)
-                    .all(|(&c, &x)| same(c, tanh_scalar(x))),
+                c.iter().zip(x).all(|(&c, &x)| same(c, tanh_scalar(x))),
                 "length {len}"
             );
         }

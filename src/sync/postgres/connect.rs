@@ -44,6 +44,15 @@ impl SslMode {
     }
 }
 
+/// A URL that cannot name a server: bad input (exit 2), told with its password masked.
+#[derive(Debug, thiserror::Error)]
+#[error("bad PostgreSQL URL {url}: {reason}")]
+pub struct BadUrl {
+    /// The URL, masked.
+    url: String,
+    reason: String,
+}
+
 /// Where a connection goes, as parsed from the URL and the environment.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnInfo {
@@ -145,7 +154,12 @@ impl ConnInfo {
     /// file. Errors show the URL with its password masked.
     pub fn parse(url: &str, env: &Env) -> anyhow::Result<ConnInfo> {
         parse_url(url, env)
-            .with_context(|| format!("bad PostgreSQL URL {}", mask_url(url)))
+            .map_err(|e| {
+                anyhow::Error::new(BadUrl {
+                    url: mask_url(url),
+                    reason: format!("{e:#}"),
+                })
+            })
             .and_then(|mut info| {
                 if info.password.is_none() {
                     info.password_from_file(env)?;

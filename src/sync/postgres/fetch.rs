@@ -120,10 +120,7 @@ fn copy_table(
         for i in 0..copy.id_columns.len() {
             id_cells.push(row.try_get::<_, i64>(i).map_err(db_err(table))?);
         }
-        if copy
-            .skip
-            .is_some_and(|(i, bad)| bad.contains(&id_cells[i]))
-        {
+        if copy.skip.is_some_and(|(i, bad)| bad.contains(&id_cells[i])) {
             continue;
         }
         let mut cells = Vec::with_capacity(copy.columns.len());

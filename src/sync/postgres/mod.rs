@@ -11,8 +11,8 @@ mod schema;
 mod tables;
 
 pub use connect::{
-    mask_url, pgpass_lookup, process_env, short_target, url_has_password, ConnInfo, Env, SslMode,
-    Target,
+    mask_url, pgpass_lookup, process_env, short_target, url_has_password, BadUrl, ConnInfo, Env,
+    SslMode, Target,
 };
 pub use fetch::{fetch, fetch_with_env, FetchReport, FetchRequest};
 pub use push::{backlog, push, push_with_env, PushReport};

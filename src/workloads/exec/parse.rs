@@ -302,8 +302,15 @@ fn parse_tensorflow(state: &mut TfState, line: &str) -> Result<Option<LogEvent>>
                 num(&t["t"], "time per step", line).map(|v| v * scale)
             })
             .transpose()?;
+        // A line of a log's own numbers, whatever they are: never past the integers.
+        let step = epoch
+            .checked_mul(n)
+            .and_then(|s| s.checked_add(k))
+            .ok_or_else(|| {
+                anyhow!("step {k} of epoch {} is past any step number in log line: {line}", epoch + 1)
+            })?;
         return Ok(Some(LogEvent::Step(StepLine {
-            step: epoch * n + k,
+            step,
             loss,
             time_s,
             images: None,
