@@ -27,8 +27,11 @@ use crate::store::Store;
 use crate::workloads::exec::import::{imported_trial, read_log, ImportedLog};
 use crate::workloads::exec::parse::Parser;
 
+/// A target: any bytes in, a panic out when a property breaks.
+pub type Target = fn(&[u8]);
+
 /// The targets by name, as the fuzz binaries and kept-input folders are named.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("exec_log", exec_log),
     ("config", config),
     ("metrics_http", metrics_http),

@@ -852,6 +852,23 @@ fn spoil_server_trials(server: &PgServer, db: &str, host: &str) -> Vec<(String, 
         .collect()
 }
 
+/// A new database `name` on `server` holding the pushes of two boards, `nano` and `tx2`
+/// ([`full_board`]): the folder, the URL and the boards' files.
+fn two_boards_pushed(
+    server: &PgServer,
+    name: &str,
+) -> (tempfile::TempDir, String, PathBuf, PathBuf) {
+    let url = server.database(name, "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
+    full_board(&nano, "nano");
+    full_board(&tx2, "tx2");
+    for b in [&nano, &tx2] {
+        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
+    }
+    (dir, url, nano, tx2)
+}
+
 /// Every command that reads a database reads `db` whole, `run` resumes into it, and none
 /// prints a spoiled trial.
 fn every_reader_reads(dir: &Path, db: &Path, spoiled: &[(String, &str)]) {
@@ -893,14 +910,7 @@ fn every_reader_reads(dir: &Path, db: &Path, spoiled: &[(String, &str)]) {
 #[test]
 fn bad_server_rows_are_left_out_by_fetch_naming_board_trial_and_field() {
     let server = PgServer::start(Auth::Trust);
-    let url = server.database("spoiled", "postgres");
-    let dir = tempfile::tempdir().unwrap();
-    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
-    full_board(&nano, "nano");
-    full_board(&tx2, "tx2");
-    for b in [&nano, &tx2] {
-        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
-    }
+    let (dir, url, _, _) = two_boards_pushed(&server, "spoiled");
     let spoiled = spoil_server_trials(&server, "spoiled", "nano");
     let on_server = server.count("spoiled", "SELECT count(*) FROM edgebench.trials");
 
@@ -948,14 +958,7 @@ fn bad_server_rows_are_left_out_by_fetch_naming_board_trial_and_field() {
 fn a_bad_row_of_a_child_table_or_a_run_leaves_its_trials_out_and_a_huge_text_costs_a_bounded_read()
 {
     let server = PgServer::start(Auth::Trust);
-    let url = server.database("children", "postgres");
-    let dir = tempfile::tempdir().unwrap();
-    let (nano, tx2) = (dir.path().join("nano.db"), dir.path().join("tx2.db"));
-    full_board(&nano, "nano");
-    full_board(&tx2, "tx2");
-    for b in [&nano, &tx2] {
-        pg::push_with_env(&url, b, &env(dir.path())).unwrap();
-    }
+    let (dir, url, nano, tx2) = two_boards_pushed(&server, "children");
     let first = |sql: &str| {
         server
             .psql("children", sql)

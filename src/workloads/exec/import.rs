@@ -442,17 +442,18 @@ impl LogLines {
 
     fn feed(&mut self, line: &str) -> Result<()> {
         const YEAR_NS: i64 = 366 * 86_400 * 1_000_000_000;
+        // Saturating: a log's numbers are whatever its lines say, never past the integers.
         let stamp = glog_ns(line).map(|ns| {
             // A run across New Year goes on counting.
             if self
                 .last_stamp
-                .is_some_and(|last| ns + self.year_offset < last)
+                .is_some_and(|last| ns.saturating_add(self.year_offset) < last)
             {
-                self.year_offset += YEAR_NS;
+                self.year_offset = self.year_offset.saturating_add(YEAR_NS);
             }
-            let ns = ns + self.year_offset;
+            let ns = ns.saturating_add(self.year_offset);
             self.last_stamp = Some(ns);
-            ns - *self.origin.get_or_insert(ns)
+            ns.saturating_sub(*self.origin.get_or_insert(ns))
         });
         let Some(event) = self.parser.parse(line)? else {
             return Ok(());
@@ -476,9 +477,9 @@ impl LogLines {
                     None => 1,
                 };
                 match s.time_s {
-                    Some(t) if t.is_finite() && t >= 0.0 => {
-                        self.cursor_ns + (t * steps as f64 * 1e9).round() as i64
-                    }
+                    Some(t) if t.is_finite() && t >= 0.0 => self
+                        .cursor_ns
+                        .saturating_add((t * steps as f64 * 1e9).round() as i64),
                     _ => {
                         self.untimed += 1;
                         return Ok(());

@@ -372,10 +372,14 @@ fn parse_edgebench(line: &str) -> Result<Option<LogEvent>> {
 }
 
 fn parse_regex(re: &Regex, line: &str) -> Result<Option<LogEvent>> {
+    // A match whose `step` group took no part (an alternative without it) is no step line.
     let Some(c) = re.captures(line) else {
         return Ok(None);
     };
-    let step = count(&c["step"], "step", line)?;
+    let Some(step) = c.name("step") else {
+        return Ok(None);
+    };
+    let step = count(step.as_str(), "step", line)?;
     let loss = c
         .name("loss")
         .map(|m| num(m.as_str(), "loss", line))
@@ -467,7 +471,7 @@ impl StepTracker {
         let (step_s, t_start_ns) = match line.time_s {
             Some(t) if t.is_finite() && t >= 0.0 => {
                 let span_ns = (t * steps as f64 * 1e9).round() as i64;
-                (t, (t_end_ns - span_ns).max(since_ns))
+                (t, t_end_ns.saturating_sub(span_ns).max(since_ns))
             }
             _ => {
                 text.time = None;
