@@ -1485,11 +1485,11 @@ fn the_writer_refuses_what_its_readers_could_not_read_naming_the_field() {
         "{}",
         error.len()
     );
-    // Bad run rows too: a time that is no time.
+    // Bad run rows too: an id that would reach a file name.
     let e = s
-        .begin_run(&run_info("r2", "tx2", "yesterday"))
+        .begin_run(&run_info("../r2", "tx2", "2025-01-31T12:00:00Z"))
         .unwrap_err();
-    assert!(e.to_string().contains("runs.started_at"), "{e}");
+    assert!(e.to_string().contains("runs.uuid"), "{e}");
 }
 
 #[test]

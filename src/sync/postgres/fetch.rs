@@ -77,7 +77,7 @@ fn db_err(what: &str) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
 }
 
 /// How the rows of one server table are copied and checked.
-struct Copy<'a> {
+struct TableCopy<'a> {
     /// The local table.
     table: &'a str,
     /// The id columns the select starts with (the row's own and its parents').
@@ -97,7 +97,7 @@ fn copy_table(
     conn: &rusqlite::Connection,
     sql: &str,
     ids: &[i64],
-    copy: &Copy<'_>,
+    copy: &TableCopy<'_>,
 ) -> anyhow::Result<(u64, HashMap<i64, Violation>)> {
     let table = copy.table;
     let insert = format!(
@@ -196,7 +196,7 @@ fn copy_selection(
             server_selects("runs", RUN_COLUMNS, "r")
         ),
         &run_ids,
-        &Copy {
+        &TableCopy {
             table: "runs",
             id_columns: &["id"],
             columns: RUN_COLUMNS,
@@ -213,7 +213,7 @@ fn copy_selection(
             server_selects(RUN_PROVENANCE.name, RUN_PROVENANCE.columns, "x")
         ),
         &run_ids,
-        &Copy {
+        &TableCopy {
             table: RUN_PROVENANCE.name,
             id_columns: &["run_id"],
             columns: RUN_PROVENANCE.columns,
@@ -233,7 +233,7 @@ fn copy_selection(
             server_selects("trials", TRIAL_COLUMNS, "t")
         ),
         &trial_ids,
-        &Copy {
+        &TableCopy {
             table: "trials",
             id_columns: &["id", "run_id"],
             columns: TRIAL_COLUMNS,
@@ -261,7 +261,7 @@ fn copy_selection(
                 table.parent
             ),
             &trial_ids,
-            &Copy {
+            &TableCopy {
                 table: table.name,
                 id_columns: &[table.parent],
                 columns: table.columns,
