@@ -720,38 +720,8 @@ fn the_daemon_pushes_after_its_sweep_and_again_when_the_server_returns() {
     let url = server.database("daemon", "postgres");
     server.stop();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("board.db");
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"1s\"\n[store]\ndb = \"{}\"\n\
-             [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"{url}\"\ninterval = \"1s\"\n\
-             max_backoff = \"2s\"\n",
-            db.display()
-        ),
-    )
-    .unwrap();
-    let log = dir.path().join("daemon.log");
-    let mut child = edgebench(dir.path())
-        .env("HOME", dir.path())
-        .args(["daemon", "--config", arg(&config)])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("trials wait to be pushed")
-    {
-        assert!(
-            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
-            "no failed push logged: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (mut child, log, db) = sync_daemon(dir.path(), &url, &[]);
+    wait_for_push_line(&mut child, &log);
     let waiting = local_count(&db, "trials");
     assert!(waiting > 0);
     server.run();
@@ -1149,42 +1119,58 @@ fn a_password_in_the_sync_url_in_any_form_is_refused_and_never_stored_or_logged(
 #[test]
 fn the_daemon_counts_what_waits_when_its_url_cannot_be_read() {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("board.db");
-    let config = dir.path().join("config.toml");
     // No user in the URL, nor in PGUSER or USER: no server can be named, so nothing is on one.
+    let (mut child, log, _) =
+        sync_daemon(dir.path(), "postgres://127.0.0.1:1/db", &["USER", "PGUSER"]);
+    let text = wait_for_push_line(&mut child, &log);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("1 trials wait to be pushed"), "{text}");
+}
+
+/// A daemon in `dir` sweeping one idle second once, pushing to `url` (retried every second or
+/// two), without the variables `unset`: the process, its log and its database.
+fn sync_daemon(dir: &Path, url: &str, unset: &[&str]) -> (std::process::Child, PathBuf, PathBuf) {
+    let db = dir.join("board.db");
+    let config = dir.join("config.toml");
     std::fs::write(
         &config,
         format!(
             "[sweep]\nworkload = \"idle\"\n[idle]\nduration = \"1s\"\n[store]\ndb = \"{}\"\n\
-             [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"postgres://127.0.0.1:1/db\"\n\
-             interval = \"1s\"\nmax_backoff = \"2s\"\n",
+             [daemon]\nschedule = \"once\"\n[sync]\npostgres = \"{url}\"\ninterval = \"1s\"\n\
+             max_backoff = \"2s\"\n",
             db.display()
         ),
     )
     .unwrap();
-    let log = dir.path().join("daemon.log");
-    let mut child = edgebench(dir.path())
-        .env("HOME", dir.path())
-        .env_remove("USER")
-        .env_remove("PGUSER")
+    let log = dir.join("daemon.log");
+    let mut cmd = edgebench(dir);
+    for name in unset {
+        cmd.env_remove(name);
+    }
+    let child = cmd
+        .env("HOME", dir)
         .args(["daemon", "--config", arg(&config)])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    (child, log, db)
+}
+
+/// Waits (2 minutes at most, the daemon alive) until the daemon's log says how many trials
+/// wait to be pushed; the log so far.
+fn wait_for_push_line(child: &mut std::process::Child, log: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
         if text.contains("trials wait to be pushed") {
-            break text;
+            return text;
         }
         assert!(
             Instant::now() < deadline && child.try_wait().unwrap().is_none(),
             "no push logged: {text}"
         );
         std::thread::sleep(Duration::from_millis(100));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(text.contains("1 trials wait to be pushed"), "{text}");
+    }
 }
