@@ -104,7 +104,17 @@ fn dispatch(
         Command::Exec(args) => run(&args.sweep, args.overrides(), host),
         Command::Worker => Ok(edgebench::worker::main()),
         Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
-        Command::Models { json } => {
+        Command::Models {
+            export_onnx: Some(dir),
+            seed,
+            ..
+        } => {
+            for path in edgebench::workloads::infer::export::export_all(&dir, seed)? {
+                println!("{}", path.display());
+            }
+            Ok(0)
+        }
+        Command::Models { json, .. } => {
             let summaries: Vec<_> = models::all().iter().map(|n| n.summary()).collect();
             if json {
                 println!("{}", serde_json::to_string_pretty(&summaries)?);

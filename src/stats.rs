@@ -1,7 +1,7 @@
 //! Pure statistics over a trial's iterations: what "time per image" means is decided here.
 
 /// Linear-interpolated quantile (the "type 7" of R and numpy's default) of sorted data.
-fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)

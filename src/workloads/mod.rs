@@ -40,6 +40,7 @@ registry! {
     mlp::MlpStudy,
     ops::Ops,
     idle::Idle,
+    infer::Infer,
 }
 
 /// Where a workload's iterations go, one call per step.
@@ -325,8 +326,14 @@ pub fn option_values(matches: &clap::ArgMatches) -> Vec<(String, String, String)
         .filter_map(|arg| {
             let id = arg.get_id().as_str();
             let (section, key) = id.split_once('.')?;
-            let value = matches.get_one::<String>(id)?;
-            Some((section.to_string(), key.to_string(), value.clone()))
+            // An option given several times (`--model a --model b`) is one comma-separated value.
+            let values: Vec<&String> = matches.get_many::<String>(id)?.collect();
+            let value = values
+                .iter()
+                .map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            Some((section.to_string(), key.to_string(), value))
         })
         .collect()
 }

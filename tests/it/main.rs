@@ -10,6 +10,7 @@ mod architecture;
 mod cli;
 mod daemon;
 mod exec;
+mod infer;
 mod memory;
 mod metrics;
 mod models;

@@ -129,7 +129,7 @@ impl Workload for Exec {
     /// ([`total_time_s`]); a command measured whole takes its wall time.
     fn complete_metrics(
         &self,
-        _job: &Job,
+        job: &Job,
         outcome: Option<&serde_json::Value>,
         trial: &Recorded<'_>,
         metrics: &mut Metrics,
@@ -137,6 +137,12 @@ impl Workload for Exec {
         match outcome_of(outcome) {
             Some(outcome) => {
                 metrics.extra.extend(extra_metrics(&outcome));
+                let parser = job.fields::<ExecJob>().ok().and_then(|j| j.parser);
+                if parser.as_deref() == Some("trtexec") {
+                    metrics
+                        .extra
+                        .extend(parse::trtexec_summary(&outcome.stdout_tail));
+                }
                 metrics.total_time_s = match trial.whole {
                     Some(whole) => Some(whole.step_s),
                     None => (!trial.measured.is_empty())

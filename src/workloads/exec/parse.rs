@@ -13,6 +13,10 @@
 //! - `edgebench`: one line per step, for scripts people write:
 //!   `EDGEBENCH step=N loss=L [time=T] [images=B] [epoch=E] [lr=R]` (T in seconds for this
 //!   step; other `key=value` pairs are ignored).
+//! - `trtexec`: TensorRT's `trtexec` (8.x, 10.x). Its per-run lines come all at once after the
+//!   run, so they make no records: the trial is measured whole, power around the command, and
+//!   its "Performance summary" (read by [`trtexec_summary`] from the output's tail) gives the
+//!   latency percentiles, throughput and GPU compute time.
 //! - `regex:PATTERN`: named groups `step` (required), and optionally `loss`, `time` (seconds per
 //!   step) and `images`.
 //!
@@ -102,6 +106,7 @@ pub enum Parser {
     Caffe(CaffeState),
     TensorFlow(TfState),
     Edgebench,
+    Trtexec,
     Regex(Box<Regex>),
 }
 
@@ -120,7 +125,7 @@ pub struct TfState {
 }
 
 /// The accepted parser names, for help and error messages.
-pub const PARSER_NAMES: &str = "caffe, tensorflow, edgebench or regex:PATTERN (PATTERN with a \
+pub const PARSER_NAMES: &str = "caffe, tensorflow, edgebench, trtexec or regex:PATTERN (PATTERN with a \
                                 named group `step`, optionally `loss`, `time`, `images`)";
 
 impl Parser {
@@ -151,6 +156,7 @@ impl Parser {
             "caffe" => Ok(Parser::Caffe(CaffeState::default())),
             "tensorflow" => Ok(Parser::TensorFlow(TfState::default())),
             "edgebench" => Ok(Parser::Edgebench),
+            "trtexec" => Ok(Parser::Trtexec),
             other => bail!("unknown log parser '{other}': expected {PARSER_NAMES}"),
         }
     }
@@ -170,6 +176,7 @@ impl Parser {
             Parser::Caffe(state) => parse_caffe(state, line),
             Parser::TensorFlow(state) => parse_tensorflow(state, line),
             Parser::Edgebench => parse_edgebench(line),
+            Parser::Trtexec => Ok(None),
             Parser::Regex(re) => parse_regex(re, line),
         }
     }
@@ -405,6 +412,73 @@ fn parse_regex(re: &Regex, line: &str) -> Result<Option<LogEvent>> {
         lr: None,
         text,
     })))
+}
+
+static TRTEXEC_STATS: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"\[I\] (?P<what>Latency|GPU Compute Time|Enqueue Time|H2D Latency|D2H Latency): (?P<stats>.*)$")
+});
+static TRTEXEC_STAT: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"(?P<name>min|max|mean|median|percentile\((?P<p>NUM)%\)) = (?P<v>NUM) (?P<unit>ms|s|us)")
+});
+static TRTEXEC_THROUGHPUT: LazyLock<Regex> =
+    LazyLock::new(|| re(r"\[I\] Throughput: (?P<v>NUM) qps"));
+static TRTEXEC_TOTAL: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"\[I\] Total (?P<what>Host Walltime|GPU Compute Time): (?P<v>NUM) (?P<unit>ms|s|us)")
+});
+
+/// The figures of `trtexec`'s "Performance summary" in `text` (its output), in seconds and
+/// queries per second, as NVIDIA's trtexec documentation names them: `Latency` (host latency
+/// of a query: H2D + GPU compute + D2H) → `latency_min_s`, `latency_max_s`, `latency_mean_s`,
+/// `latency_p50_s` (its median), `latency_pNN_s` for each `--percentile`; `GPU Compute Time` →
+/// `gpu_compute_*_s` likewise; `Throughput` → `throughput_qps`; `Total Host Walltime` and
+/// `Total GPU Compute Time` → `host_walltime_s`, `gpu_compute_total_s`. Empty when the text
+/// holds no summary; the last summary counts when there are several.
+pub fn trtexec_summary(text: &str) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let seconds = |v: &str, unit: &str| -> Option<f64> {
+        let v: f64 = v.parse().ok()?;
+        let scale = match unit {
+            "s" => 1.0,
+            "ms" => 1e-3,
+            _ => 1e-6,
+        };
+        Some(v * scale).filter(|v| v.is_finite())
+    };
+    let Some(start) = text.rfind("=== Performance summary ===") else {
+        return out;
+    };
+    for line in text[start..].lines() {
+        if let Some(c) = TRTEXEC_THROUGHPUT.captures(line) {
+            if let Some(v) = c["v"].parse::<f64>().ok().filter(|v| v.is_finite()) {
+                out.insert("throughput_qps".into(), v.into());
+            }
+        } else if let Some(c) = TRTEXEC_TOTAL.captures(line) {
+            let key = match &c["what"] {
+                "Host Walltime" => "host_walltime_s",
+                _ => "gpu_compute_total_s",
+            };
+            out.insert(key.into(), seconds(&c["v"], &c["unit"]).into());
+        } else if let Some(c) = TRTEXEC_STATS.captures(line) {
+            let prefix = match &c["what"] {
+                "Latency" => "latency",
+                "GPU Compute Time" => "gpu_compute",
+                // Enqueue and copies: not figures edgebench keeps.
+                _ => continue,
+            };
+            for stat in TRTEXEC_STAT.captures_iter(&c["stats"]) {
+                let name = match (&stat["name"], stat.name("p")) {
+                    (_, Some(p)) => format!("p{}", p.as_str().trim_end_matches(".0")),
+                    ("median", None) => "p50".into(),
+                    (other, None) => other.to_string(),
+                };
+                out.insert(
+                    format!("{prefix}_{name}_s"),
+                    seconds(&stat["v"], &stat["unit"]).into(),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// An iteration record made from a step line, with how many iterations of the run it stands for.
@@ -843,5 +917,47 @@ I1222 14:04:31.000100  2471 caffe.cpp:259] Optimization Done.";
         // the previous record's end.
         let b = t.feed(line(2, Some(0.5)), 400 * MS).unwrap();
         assert_eq!((b.record.t_start_ns, b.record.step_s), (300 * MS, 0.5));
+    }
+
+    /// The end of a `trtexec --loadEngine=alexnet.plan --iterations=200 --percentile=90,99`
+    /// run (TensorRT 8.6), as the trtexec documentation shows its performance summary.
+    pub(crate) const TRTEXEC_OUTPUT: &str = "\
+[12/02/2026-10:00:01] [I] Average on 10 runs - GPU latency: 1.20654 ms - Host latency: 1.36182 ms (enqueue 0.0583496 ms)
+[12/02/2026-10:00:01] [I] 
+[12/02/2026-10:00:01] [I] === Performance summary ===
+[12/02/2026-10:00:01] [I] Throughput: 812.447 qps
+[12/02/2026-10:00:01] [I] Latency: min = 1.19629 ms, max = 2.41992 ms, mean = 1.22451 ms, median = 1.21094 ms, percentile(90%) = 1.23438 ms, percentile(99%) = 1.63672 ms
+[12/02/2026-10:00:01] [I] Enqueue Time: min = 0.0366211 ms, max = 0.138672 ms, mean = 0.0483156 ms, median = 0.046875 ms, percentile(90%) = 0.0527344 ms, percentile(99%) = 0.0893555 ms
+[12/02/2026-10:00:01] [I] H2D Latency: min = 0.0766602 ms, max = 0.0913086 ms, mean = 0.0791187 ms, median = 0.0786133 ms, percentile(90%) = 0.0800781 ms, percentile(99%) = 0.0869141 ms
+[12/02/2026-10:00:01] [I] GPU Compute Time: min = 1.11328 ms, max = 2.33203 ms, mean = 1.14111 ms, median = 1.12695 ms, percentile(90%) = 1.15039 ms, percentile(99%) = 1.55273 ms
+[12/02/2026-10:00:01] [I] D2H Latency: min = 0.00390625 ms, max = 0.00585938 ms, mean = 0.00428375 ms, median = 0.00415039 ms, percentile(90%) = 0.00488281 ms, percentile(99%) = 0.00537109 ms
+[12/02/2026-10:00:01] [I] Total Host Walltime: 3.00328 s
+[12/02/2026-10:00:01] [I] Total GPU Compute Time: 2.78532 s
+[12/02/2026-10:00:01] [I] Explanations of the performance metrics are printed in the verbose logs.
+&&&& PASSED TensorRT.trtexec [TensorRT v8601] # trtexec --loadEngine=alexnet.plan --iterations=200 --percentile=90,99
+";
+
+    #[test]
+    fn trtexec_summary_gives_latency_percentiles_throughput_and_gpu_compute() {
+        let mut p = Parser::from_name("trtexec").unwrap();
+        // Its per-run lines come after the run: no records, the trial is measured whole.
+        for line in TRTEXEC_OUTPUT.lines() {
+            none(&mut p, line);
+        }
+        let m = trtexec_summary(TRTEXEC_OUTPUT);
+        let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} in {m:?}"));
+        assert!(close(f("throughput_qps"), 812.447));
+        assert!(close(f("latency_p50_s"), 1.21094e-3));
+        assert!(close(f("latency_p90_s"), 1.23438e-3));
+        assert!(close(f("latency_p99_s"), 1.63672e-3));
+        assert!(close(f("latency_mean_s"), 1.22451e-3));
+        assert!(close(f("latency_max_s"), 2.41992e-3));
+        assert!(close(f("gpu_compute_p50_s"), 1.12695e-3));
+        assert!(close(f("gpu_compute_p99_s"), 1.55273e-3));
+        assert!(close(f("host_walltime_s"), 3.00328));
+        assert!(close(f("gpu_compute_total_s"), 2.78532));
+        // Enqueue and copy times are not kept.
+        assert!(!m.keys().any(|k| k.contains("enqueue") || k.contains("h2d")), "{m:?}");
+        assert!(trtexec_summary("[I] Throughput: 5 qps").is_empty());
     }
 }
