@@ -228,7 +228,8 @@ fn layers(
                     pool_output_size(h, pool.kernel, pool.stride, pool.pad),
                     pool_output_size(w, pool.kernel, pool.stride, pool.pad),
                 );
-                // End padding that makes ONNX's rounded-down size Caffe's rounded-up one.
+                // End padding that makes ONNX's rounded-down size Caffe's rounded-up one: the
+                // last window's end past the input and its begin padding.
                 let end = |input: usize, out: usize| {
                     ((out - 1) * pool.stride + pool.kernel).saturating_sub(input + pool.pad)
                 };
@@ -253,7 +254,7 @@ fn layers(
                     vec![
                         ints("kernel_shape", &[k, k]),
                         ints("strides", &[pool.stride as i64; 2]),
-                        ints("pads", &[p, p, p + eh as i64, p + ew as i64]),
+                        ints("pads", &[p, p, eh as i64, ew as i64]),
                     ],
                 )
             }
