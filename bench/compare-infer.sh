@@ -13,7 +13,9 @@
 # batch 32), each engine's figure and the ratios edgebench/ONNX Runtime and edgebench/PyTorch
 # (latency: lower is better, so a ratio < 1 is edgebench ahead; throughput is given as the
 # inverse ratio, time per sample, so the same reading holds). Installs onnxruntime and torch
-# into bench/.venv-infer (or $EDGEBENCH_INFER_VENV) if missing.
+# into bench/.venv-infer (or $EDGEBENCH_INFER_VENV) if missing; TORCH=0 leaves PyTorch out (its
+# column shows nan), PYTHON=python3 uses that interpreter as it is. PROFILE=dev measures the
+# dev build (dependencies at opt-level 3, edgebench at 2) when a release build is not at hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NETS=${1:-alexnet,googlenet}
@@ -22,10 +24,13 @@ THREADS=${3:-$(nproc)}
 VENV=${EDGEBENCH_INFER_VENV:-bench/.venv-infer}
 PROFILE=${PROFILE:-release}
 
-if ! "$VENV/bin/python" -c 'import onnxruntime, torch, numpy' 2>/dev/null; then
-    echo "installing onnxruntime and torch into $VENV ..." >&2
+TORCH=${TORCH:-1}
+PY=${PYTHON:-$VENV/bin/python}
+want="import onnxruntime, numpy$([ "$TORCH" = 1 ] && echo ', torch')"
+if [ -z "${PYTHON:-}" ] && ! "$PY" -c "$want" 2>/dev/null; then
+    echo "installing onnxruntime$([ "$TORCH" = 1 ] && echo ' and torch') into $VENV ..." >&2
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q onnxruntime numpy torch
+    "$VENV/bin/pip" install -q onnxruntime numpy $([ "$TORCH" = 1 ] && echo torch)
 fi
 cargo build -q --profile "$PROFILE" --bin edgebench
 BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/edgebench
@@ -45,7 +50,8 @@ edgebench() { # MODEL SCENARIO BATCH QUERIES
 }
 peer() { # ENGINE MODEL SCENARIO BATCH QUERIES
     local line key
-    line=$("$VENV/bin/python" bench/infer_peer.py "$1" "$2" "$3" "$4" "$5" "$THREADS" | tail -1)
+    if [ "$1" = torch ] && [ "$TORCH" != 1 ]; then echo nan; return; fi
+    line=$("$PY" bench/infer_peer.py "$1" "$2" "$3" "$4" "$5" "$THREADS" | tail -1)
     key=$([ "$3" = offline ] && echo samples_per_s || echo p50_s)
     sed -n "s/.*[ ]$key=\([^ ]*\).*/\1/p" <<<"$line"
 }
