@@ -26,11 +26,12 @@ PROFILE=${PROFILE:-release}
 
 TORCH=${TORCH:-1}
 PY=${PYTHON:-$VENV/bin/python}
-want="import onnxruntime, numpy$([ "$TORCH" = 1 ] && echo ', torch')"
-if [ -z "${PYTHON:-}" ] && ! "$PY" -c "$want" 2>/dev/null; then
-    echo "installing onnxruntime$([ "$TORCH" = 1 ] && echo ' and torch') into $VENV ..." >&2
+want=(onnxruntime numpy)
+[ "$TORCH" = 1 ] && want+=(torch)
+if [ -z "${PYTHON:-}" ] && ! "$PY" -c "import $(IFS=,; echo "${want[*]}")" 2>/dev/null; then
+    echo "installing ${want[*]} into $VENV ..." >&2
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q onnxruntime numpy $([ "$TORCH" = 1 ] && echo torch)
+    "$VENV/bin/pip" install -q "${want[@]}"
 fi
 cargo build -q --profile "$PROFILE" --bin edgebench
 BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/edgebench
