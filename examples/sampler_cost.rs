@@ -41,7 +41,7 @@ fn main() -> anyhow::Result<()> {
                 ..Default::default()
             };
             let m = PowerMonitor::for_run(&host, &cfg)?;
-            let metrics = edgebench::metrics::Metrics::new();
+            let metrics = edgebench::metrics::Metrics::for_host(&host, None);
             let (cpu0, t0) = (cpu_seconds(), Instant::now());
             let h = if live {
                 m.start_live(metrics.power_sinks(&m.rails_by_source(), m.scope.as_str()))

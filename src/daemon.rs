@@ -337,8 +337,23 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
         schedule
     );
     // The endpoint lives as long as the daemon; `[metrics] listen` is read at start only.
-    let metrics = Metrics::new();
+    let metrics = Metrics::for_host(&host, config.power.board.as_deref());
     let _server = server::start_or_log(&config.metrics.listen, &metrics);
+    // With a server to push to, the backlog is known from the start (what the ledger lacks;
+    // nothing before the first sweep writes the database) and grows as trials end.
+    if let Some(url) = &config.sync.postgres {
+        let (url, db) = (url.clone(), config.db_path());
+        let waiting = match db.exists() {
+            true => tokio::task::spawn_blocking(move || sync::postgres::backlog(&url, &db))
+                .await
+                .ok()
+                .and_then(|r| r.ok()),
+            false => Some(0),
+        };
+        if let Some(waiting) = waiting {
+            metrics.set_sync_backlog(waiting);
+        }
+    }
     notify(&[NotifyState::Ready, NotifyState::Status("started")]);
     let mut pending: Option<PathBuf> = None;
     let mut due_now = schedule != Schedule::BootIdle;

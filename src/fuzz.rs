@@ -122,7 +122,10 @@ pub fn metrics_http(data: &[u8]) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(&crate::metrics::Identity {
+        host: "fuzz-host".into(),
+        board: "generic".into(),
+    });
     let bound = metrics.encode().len() + 4096;
     let answer = runtime.block_on(async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

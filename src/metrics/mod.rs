@@ -11,18 +11,28 @@
 //! and carrier board), as `--power-scope` resolved it. `edgebench_energy_joules_total{rail}`
 //! integrates the same samples (trapezoids between good readings; the time around a failed
 //! read is left out, as in the stored energy).
+//!
+//! Every series carries the board it comes from: `host` (the host name the runs record) and
+//! `board` (the board profile, as `runs.board` records it), so one Prometheus tells a fleet's
+//! boards apart without any relabelling. Counters exist at 0 for every workload (and ended
+//! status) from the first scrape, so `increase()` counts a workload's first trial; available
+//! memory is read from procfs at each scrape, so it is right before, between and during trials.
 
 pub mod server;
 
+use crate::host::HostPaths;
 use crate::memory::{MemoryObserver, MemorySample};
 use crate::power::{LiveSink, Reading};
 use crate::provenance::{ClockObserver, ClockState};
+use crate::store::TrialStatus;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The `scope` label of a single monitor rail.
@@ -31,6 +41,16 @@ pub const SCOPE_RAIL: &str = "rail";
 pub const TOTAL_RAIL: &str = "total";
 
 type GaugeF = Gauge<f64, AtomicU64>;
+
+/// The statuses a trial ends with (every one but `running`).
+const ENDED: [TrialStatus; 6] = [
+    TrialStatus::Ok,
+    TrialStatus::Failed,
+    TrialStatus::Oom,
+    TrialStatus::Crashed,
+    TrialStatus::Interrupted,
+    TrialStatus::SkippedMemory,
+];
 type CounterF = Counter<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -78,9 +98,155 @@ struct Version {
     version: String,
 }
 
+/// The board a process's series are labelled with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The host name, as `runs.host` records it.
+    pub host: String,
+    /// The board profile's name, as `runs.board` records it (`generic` when not recognised).
+    pub board: String,
+}
+
+/// The longest label value kept of a host or board name.
+const MAX_IDENTITY_LABEL: usize = 64;
+
+impl Identity {
+    /// This host's: the host name from procfs, the board profile `forced` names or the one
+    /// detected from the device tree.
+    pub fn of(host: &HostPaths, forced: Option<&str>) -> Identity {
+        let board = match crate::board::select(host, forced) {
+            Ok(d) => d.profile.name.clone(),
+            Err(_) => crate::board::detect(host).profile.name.clone(),
+        };
+        Identity {
+            host: host.hostname(),
+            board,
+        }
+    }
+
+    /// The (host, board) label values: characters other than letters, digits, `.`, `_`, `-`
+    /// and `:` become `_` (the encoder writes label values as given), at most 64 of them.
+    fn labels(&self) -> [(Cow<'static, str>, Cow<'static, str>); 2] {
+        let clean = |s: &str| -> String {
+            let v: String = s
+                .chars()
+                .take(MAX_IDENTITY_LABEL)
+                .map(|c| match c {
+                    'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' | ':' => c,
+                    _ => '_',
+                })
+                .collect();
+            if v.is_empty() {
+                "unknown".into()
+            } else {
+                v
+            }
+        };
+        [
+            ("host".into(), clean(&self.host).into()),
+            ("board".into(), clean(&self.board).into()),
+        ]
+    }
+}
+
+/// How the metrics are written: OpenMetrics text, or the Prometheus text format 0.0.4 (what
+/// `promtool check metrics` and clients that do not ask for OpenMetrics read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    Text,
+}
+
+/// Media ranges of an `Accept` header looked at; a scraper sends about 4.
+const MAX_MEDIA_RANGES: usize = 32;
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+
+    /// The format an `Accept` header asks for: OpenMetrics when it prefers
+    /// `application/openmetrics-text` (by quality) to `text/plain`, `text/*` and `*/*`; the
+    /// text format otherwise, and without a header (as the Prometheus Go client does).
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let Some(accept) = accept else {
+            return Format::Text;
+        };
+        let (mut openmetrics, mut text) = (0.0f32, 0.0f32);
+        for range in accept.split(',').take(MAX_MEDIA_RANGES) {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or_default().trim();
+            let mut q = 1.0f32;
+            for param in parts {
+                if let Some((k, v)) = param.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        q = v
+                            .trim()
+                            .parse()
+                            .ok()
+                            .filter(|q: &f32| (0.0..=1.0).contains(q))
+                            .unwrap_or(0.0);
+                    }
+                }
+            }
+            if media.eq_ignore_ascii_case("application/openmetrics-text") {
+                openmetrics = openmetrics.max(q);
+            } else if ["text/plain", "text/*", "*/*"]
+                .iter()
+                .any(|m| media.eq_ignore_ascii_case(m))
+            {
+                text = text.max(q);
+            }
+        }
+        if openmetrics > 0.0 && openmetrics > text {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+}
+
+/// OpenMetrics text as the Prometheus text format 0.0.4: a counter's `# HELP` and `# TYPE`
+/// name its samples' name (`..._total`), and the `# EOF` and `# UNIT` lines are left out.
+fn openmetrics_to_text(openmetrics: &str) -> String {
+    let counters: HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let counter_meta = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let (name, rest) = line.strip_prefix(prefix)?.split_once(' ')?;
+            counters.contains(name).then_some((prefix, name, rest))
+        });
+        match counter_meta {
+            Some((prefix, name, rest)) => {
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(rest);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[derive(Debug)]
 struct Inner {
     registry: Registry,
+    /// Where available memory and swap are read at each scrape.
+    procfs: Option<HostPaths>,
+    /// Whether the sync backlog is tracked (set once a backlog is known): then every trial
+    /// that ends adds one to it until the next push says how many wait.
+    backlog_tracked: AtomicBool,
     power_watts: Family<RailScope, GaugeF>,
     energy_joules: Family<Rail, CounterF>,
     temperature: Family<Zone, GaugeF>,
@@ -101,16 +267,21 @@ pub struct Metrics {
     inner: Arc<Inner>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Metrics::new()
-    }
-}
-
 impl Metrics {
-    /// Every metric registered, `edgebench_build_info{version}` set to 1.
-    pub fn new() -> Metrics {
-        let mut registry = Registry::default();
+    /// This host's metrics ([`Identity::of`]), available memory read from its procfs at each
+    /// scrape.
+    pub fn for_host(host: &HostPaths, forced_board: Option<&str>) -> Metrics {
+        Metrics::build(&Identity::of(host, forced_board), Some(host.clone()))
+    }
+
+    /// Every metric registered, each series labelled with `identity`,
+    /// `edgebench_build_info{version}` set to 1; memory only from the memory sampler.
+    pub fn new(identity: &Identity) -> Metrics {
+        Metrics::build(identity, None)
+    }
+
+    fn build(identity: &Identity, procfs: Option<HostPaths>) -> Metrics {
+        let mut registry = Registry::with_labels(identity.labels().into_iter());
         let power_watts = Family::<RailScope, GaugeF>::default();
         let energy_joules = Family::<Rail, CounterF>::default();
         let temperature = Family::<Zone, GaugeF>::default();
@@ -197,9 +368,24 @@ impl Metrics {
             "1, labelled with the edgebench version",
             build_info,
         );
-        Metrics {
+        // Every counter's series exist at 0 before anything happens, so that the first trial
+        // of a workload is an increase.
+        for workload in crate::workloads::names() {
+            drop(iterations_total.get_or_create(&Workload {
+                workload: workload.clone(),
+            }));
+            for status in ENDED {
+                drop(trials_total.get_or_create(&WorkloadStatus {
+                    workload: workload.clone(),
+                    status: status.as_str().to_string(),
+                }));
+            }
+        }
+        let metrics = Metrics {
             inner: Arc::new(Inner {
                 registry,
+                procfs,
+                backlog_tracked: AtomicBool::new(false),
                 power_watts,
                 energy_joules,
                 temperature,
@@ -213,20 +399,50 @@ impl Metrics {
                 trials_total,
                 sync_backlog,
             }),
+        };
+        metrics.read_memory();
+        metrics
+    }
+
+    /// Available memory and swap in use from procfs, when the metrics have one.
+    fn read_memory(&self) {
+        if let Some(paths) = &self.inner.procfs {
+            if let Some(m) = crate::memory::procfs::ProcReader::new(paths).meminfo() {
+                self.set_memory(&m);
+            }
         }
+    }
+
+    fn set_memory(&self, m: &crate::memory::procfs::MemInfo) {
+        let inner = &self.inner;
+        inner.memory_available.set(m.mem_available as i64);
+        inner
+            .swap_used
+            .set(m.swap_total.saturating_sub(m.swap_free) as i64);
     }
 
     /// The Prometheus exposition (OpenMetrics text) of every metric.
     pub fn encode(&self) -> String {
+        self.encode_as(Format::OpenMetrics)
+    }
+
+    /// The exposition of every metric in `format`, memory read afresh first.
+    pub fn encode_as(&self, format: Format) -> String {
+        self.read_memory();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
             .expect("writing to a String cannot fail");
-        out
+        match format {
+            Format::OpenMetrics => out,
+            Format::Text => openmetrics_to_text(&out),
+        }
     }
 
-    /// Trials waiting to be pushed to the fleet's database.
+    /// Trials waiting to be pushed to the fleet's database; from now on every trial that ends
+    /// adds one, until the next call.
     pub fn set_sync_backlog(&self, trials: u64) {
         self.inner.sync_backlog.set(trials as i64);
+        self.inner.backlog_tracked.store(true, Ordering::SeqCst);
     }
 
     /// A trial starts: its `edgebench_trial_info` series, progress at 0 of `planned`.
@@ -243,6 +459,13 @@ impl Metrics {
         let iterations = self.inner.iterations_total.get_or_create_owned(&Workload {
             workload: labels.workload.clone(),
         });
+        // A workload outside the registry (none today) still counts its first trial.
+        for status in ENDED {
+            drop(self.inner.trials_total.get_or_create(&WorkloadStatus {
+                workload: labels.workload.clone(),
+                status: status.as_str().to_string(),
+            }));
+        }
         TrialMetrics {
             metrics: self.clone(),
             labels,
@@ -302,14 +525,10 @@ impl Metrics {
 
     /// For the memory sampler's thread: available memory and swap in use from its reads.
     pub fn memory_observer(&self) -> MemoryObserver {
-        let (available, swap) = (
-            self.inner.memory_available.clone(),
-            self.inner.swap_used.clone(),
-        );
+        let metrics = self.clone();
         Box::new(move |s: &MemorySample| {
             if let Some(m) = &s.system {
-                available.set(m.mem_available as i64);
-                swap.set(m.swap_total.saturating_sub(m.swap_free) as i64);
+                metrics.set_memory(m);
             }
         })
     }
@@ -389,16 +608,20 @@ impl TrialMetrics {
         self.iterations.inc();
     }
 
-    /// The trial ended with `status`.
+    /// The trial ended with `status`: counted, and (once a backlog is tracked) one more
+    /// trial waits to be pushed.
     pub fn ended(self, status: &str) {
-        self.metrics
-            .inner
+        let inner = &self.metrics.inner;
+        inner
             .trials_total
             .get_or_create(&WorkloadStatus {
                 workload: self.labels.workload.clone(),
                 status: status.to_string(),
             })
             .inc();
+        if inner.backlog_tracked.load(Ordering::SeqCst) {
+            inner.sync_backlog.inc();
+        }
     }
 }
 

@@ -8,6 +8,8 @@
 //! - no request body is ever read, and no length a client states is ever used to allocate:
 //!   the answer goes out and the connection closes (no keep-alive);
 //! - only `GET` and `HEAD` (405 otherwise), only `/metrics` (404 otherwise);
+//! - the format follows the `Accept` header ([`Format::negotiate`]): OpenMetrics for a
+//!   scraper that prefers it, the Prometheus text format otherwise;
 //! - a connection ends after [`Limits::connection_time`] whatever it does;
 //! - at most [`Limits::connections`] connections are open; one more closes the oldest, so a
 //!   client that opens many and sends nothing cannot keep a scraper out.
@@ -22,10 +24,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::Metrics;
-
-/// The content type of [`Metrics::encode`]'s output (OpenMetrics text).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+use super::{Format, Metrics};
 
 /// Header lines a request may have; a real scraper sends about 5.
 pub const MAX_HEADERS: usize = 32;
@@ -168,7 +167,11 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        let response = respond(request.method(), request.uri().path(), &metrics);
+        let accept = request
+            .headers()
+            .get(hyper::header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        let response = respond(request.method(), request.uri().path(), accept, &metrics);
         async move { Ok::<_, Infallible>(response) }
     });
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -182,8 +185,14 @@ where
     let _ = tokio::time::timeout(limits.connection_time, served).await;
 }
 
-/// The answer to `method path`; the request's body is never looked at.
-pub(crate) fn respond(method: &Method, path: &str, metrics: &Metrics) -> Response<Full<Bytes>> {
+/// The answer to `method path` for a client that accepts `accept`; the request's body is
+/// never looked at.
+pub(crate) fn respond(
+    method: &Method,
+    path: &str,
+    accept: Option<&str>,
+    metrics: &Metrics,
+) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
         *r.status_mut() = status;
@@ -206,10 +215,16 @@ pub(crate) fn respond(method: &Method, path: &str, metrics: &Metrics) -> Respons
         );
         return r;
     }
-    let mut r = Response::new(Full::new(Bytes::from(metrics.encode())));
+    let format = Format::negotiate(accept);
+    let mut r = Response::new(Full::new(Bytes::from(metrics.encode_as(format))));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(CONTENT_TYPE),
+        hyper::header::HeaderValue::from_static(format.content_type()),
+    );
+    // Caches between a scraper and the board must not answer one format for the other.
+    r.headers_mut().insert(
+        hyper::header::VARY,
+        hyper::header::HeaderValue::from_static("Accept"),
     );
     r
 }

@@ -1,13 +1,34 @@
-use super::server::{start_or_log, MetricsServer, CONTENT_TYPE};
-use super::{Metrics, TrialLabelValues, SCOPE_RAIL, TOTAL_RAIL};
+use super::server::{start_or_log, MetricsServer};
+use super::{Format, Identity, Metrics, TrialLabelValues, ENDED, SCOPE_RAIL, TOTAL_RAIL};
 use crate::memory::procfs::MemInfo;
 use crate::memory::MemorySample;
 use crate::power::Reading;
 use crate::provenance::clocks::{ClockState, CpuPolicy, GpuClock, ThermalZone};
+use crate::store::TrialStatus;
 use std::io::{Read, Write};
 
-/// The value of the sample written exactly as `series` (name and labels), if present.
+/// The identity of the metrics of these tests.
+const IDENTITY: &str = "host=\"lab-1\",board=\"orin-nx\"";
+
+fn metrics() -> Metrics {
+    Metrics::new(&Identity {
+        host: "lab-1".into(),
+        board: "orin-nx".into(),
+    })
+}
+
+/// `series` (name and its own labels) as written, with the identity labels first.
+fn labelled(series: &str) -> String {
+    match series.split_once('{') {
+        Some((name, labels)) => format!("{name}{{{IDENTITY},{labels}"),
+        None => format!("{series}{{{IDENTITY}}}"),
+    }
+}
+
+/// The value of the sample written exactly as `series` (name and labels, identity added),
+/// if present.
 fn value(text: &str, series: &str) -> Option<f64> {
+    let series = labelled(series);
     text.lines().find_map(|l| {
         let (name, v) = l.rsplit_once(' ')?;
         (name == series).then(|| v.parse().unwrap())
@@ -24,7 +45,7 @@ fn reading(watts: f64) -> Reading {
 
 #[test]
 fn every_metric_is_registered_with_its_type_and_base_unit_name() {
-    let m = Metrics::new();
+    let m = metrics();
     let bare = m.encode();
     // A family is written once it has a series.
     assert!(!bare.contains("edgebench_power_watts"), "{bare}");
@@ -90,7 +111,7 @@ fn every_metric_is_registered_with_its_type_and_base_unit_name() {
 
 #[test]
 fn power_is_the_latest_reading_and_energy_the_integral_of_the_good_readings() {
-    let m = Metrics::new();
+    let m = metrics();
     // Two sources: rails A (in the total) and B on the first, C (in the total) on the second.
     let rails = vec![
         vec![("A".to_string(), true), ("B".to_string(), false)],
@@ -137,7 +158,7 @@ fn power_is_the_latest_reading_and_energy_the_integral_of_the_good_readings() {
 
 #[test]
 fn energy_counters_never_decrease() {
-    let m = Metrics::new();
+    let m = metrics();
     let mut sinks = m.power_sinks(&[vec![("R".to_string(), true)]], "board");
     let mut last = 0.0;
     // Plausible readings go slightly negative (an offset at idle); time may repeat.
@@ -152,7 +173,7 @@ fn energy_counters_never_decrease() {
 
 #[test]
 fn the_trial_series_lives_while_the_trial_runs() {
-    let m = Metrics::new();
+    let m = metrics();
     let info = "edgebench_trial_info{workload=\"cnn\",net=\"alexnet\",batch=\"8\",device=\"cpu\"}";
     let t = m.trial(
         TrialLabelValues {
@@ -199,7 +220,7 @@ fn the_trial_series_lives_while_the_trial_runs() {
 
 #[test]
 fn memory_clocks_and_temperatures_come_from_the_samplers_reads() {
-    let m = Metrics::new();
+    let m = metrics();
     let mut memory = m.memory_observer();
     memory(&MemorySample {
         system: Some(MemInfo {
@@ -262,13 +283,19 @@ fn get(addr: &str, path: &str) -> String {
 
 #[test]
 fn the_server_answers_metrics_and_404_elsewhere_and_names_an_address_it_cannot_bind() {
-    let m = Metrics::new();
+    let m = metrics();
     m.set_sync_backlog(2);
     let server = MetricsServer::start("127.0.0.1:0", m.clone()).unwrap();
     let ok = get(server.addr(), "/metrics");
     assert!(ok.starts_with("HTTP/1.0 200"), "{ok}");
-    assert!(ok.contains(CONTENT_TYPE), "{ok}");
-    assert!(ok.contains("edgebench_sync_backlog_trials 2\n"), "{ok}");
+    assert!(ok.contains(Format::Text.content_type()), "{ok}");
+    assert!(
+        ok.contains(&format!(
+            "{} 2\n",
+            labelled("edgebench_sync_backlog_trials")
+        )),
+        "{ok}"
+    );
     let missing = get(server.addr(), "/");
     assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
 
@@ -279,4 +306,214 @@ fn the_server_answers_metrics_and_404_elsewhere_and_names_an_address_it_cannot_b
     assert!(start_or_log("off", &m).is_none());
     assert!(start_or_log(&taken, &m).is_none());
     drop(server);
+}
+
+#[test]
+fn every_series_names_its_host_and_board_and_odd_names_are_made_safe() {
+    let m = metrics();
+    m.set_sync_backlog(0);
+    let text = m.encode();
+    let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(samples.len() > 10, "{text}");
+    for line in samples {
+        assert!(line.contains(&format!("{{{IDENTITY}")), "{line}");
+    }
+    let odd = Metrics::new(&Identity {
+        host: "lab \"1\"\nx".into(),
+        board: "b".repeat(100),
+    });
+    let text = odd.encode();
+    let expected = format!("host=\"lab__1__x\",board=\"{}\"", "b".repeat(64));
+    assert!(text.contains(&expected), "{text}");
+    let blank = Metrics::new(&Identity {
+        host: String::new(),
+        board: "x".into(),
+    });
+    assert!(blank.encode().contains("host=\"unknown\""));
+}
+
+#[test]
+fn counters_exist_at_zero_for_every_workload_and_ended_status_before_any_trial() {
+    let text = metrics().encode();
+    for workload in crate::workloads::names() {
+        let it = format!("edgebench_iterations_total{{workload=\"{workload}\"}}");
+        assert_eq!(value(&text, &it), Some(0.0), "{it} in\n{text}");
+        for status in ENDED {
+            let t = format!(
+                "edgebench_trials_total{{workload=\"{workload}\",status=\"{}\"}}",
+                status.as_str()
+            );
+            assert_eq!(value(&text, &t), Some(0.0), "{t} in\n{text}");
+        }
+    }
+    // Every status but `running` is an end.
+    let ended: Vec<TrialStatus> = TrialStatus::ALL
+        .into_iter()
+        .filter(|s| *s != TrialStatus::Running)
+        .collect();
+    assert_eq!(ended, ENDED.to_vec());
+}
+
+#[test]
+fn the_backlog_grows_as_trials_end_once_it_is_known() {
+    let m = metrics();
+    let idle = TrialLabelValues {
+        workload: "idle",
+        net: "idle",
+        batch: 0,
+        device: "board",
+    };
+    // Unknown (no server to push to): trials that end leave it alone.
+    m.trial(idle, 1).ended("ok");
+    assert_eq!(
+        value(&m.encode(), "edgebench_sync_backlog_trials"),
+        Some(0.0)
+    );
+    m.set_sync_backlog(2);
+    m.trial(idle, 1).ended("ok");
+    m.trial(idle, 1).ended("failed");
+    assert_eq!(
+        value(&m.encode(), "edgebench_sync_backlog_trials"),
+        Some(4.0)
+    );
+    // A trial dropped without an end (its row stays running) is not final: nothing waits.
+    drop(m.trial(idle, 1));
+    assert_eq!(
+        value(&m.encode(), "edgebench_sync_backlog_trials"),
+        Some(4.0)
+    );
+    // A push says how many wait.
+    m.set_sync_backlog(0);
+    assert_eq!(
+        value(&m.encode(), "edgebench_sync_backlog_trials"),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn available_memory_is_read_from_procfs_at_each_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let meminfo = |available_kib: u64| {
+        format!(
+            "MemTotal: 8000000 kB\nMemFree: 1000 kB\nMemAvailable: {available_kib} kB\n\
+             SwapTotal: 4000 kB\nSwapFree: 1000 kB\n"
+        )
+    };
+    std::fs::write(dir.path().join("meminfo"), meminfo(5_000_000)).unwrap();
+    let host = crate::host::HostPaths {
+        procfs: dir.path().to_path_buf(),
+        ..crate::host::HostPaths::default()
+    };
+    let m = Metrics::for_host(&host, Some("generic"));
+    let first = m.encode();
+    let ours = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.parse::<f64>().unwrap())
+    };
+    assert_eq!(
+        ours(&first, "edgebench_memory_available_bytes"),
+        Some(5_000_000.0 * 1024.0),
+        "{first}"
+    );
+    assert_eq!(
+        ours(&first, "edgebench_swap_used_bytes"),
+        Some(3000.0 * 1024.0)
+    );
+    assert!(first.contains("board=\"generic\""), "{first}");
+    std::fs::write(dir.path().join("meminfo"), meminfo(4_000_000)).unwrap();
+    assert_eq!(
+        ours(&m.encode(), "edgebench_memory_available_bytes"),
+        Some(4_000_000.0 * 1024.0)
+    );
+}
+
+#[test]
+fn the_format_follows_the_accept_header() {
+    // What Prometheus 2.x sends.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                      version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    for (accept, format) in [
+        (Some(prometheus), Format::OpenMetrics),
+        (Some("application/openmetrics-text"), Format::OpenMetrics),
+        (Some("text/plain;version=0.0.4"), Format::Text),
+        (Some("text/plain; version=0.0.4; q=1"), Format::Text),
+        (Some("*/*"), Format::Text),
+        (None, Format::Text),
+        (Some("application/json"), Format::Text),
+        (
+            Some("application/openmetrics-text;q=0.2, text/plain;q=0.5"),
+            Format::Text,
+        ),
+        (Some("application/openmetrics-text;q=0"), Format::Text),
+        (
+            Some("application/openmetrics-text;q=nonsense"),
+            Format::Text,
+        ),
+        (
+            Some("APPLICATION/OpenMetrics-Text, text/plain;q=0.9"),
+            Format::OpenMetrics,
+        ),
+    ] {
+        assert_eq!(Format::negotiate(accept), format, "{accept:?}");
+    }
+}
+
+#[test]
+fn the_text_format_names_each_counter_by_its_samples_and_has_no_eof() {
+    let m = metrics();
+    let mut sinks = m.power_sinks(&[vec![("VDD_IN".to_string(), true)]], "module");
+    sinks[0].sample(0, Some(&[reading(1.0)]));
+    let text = m.encode_as(Format::Text);
+    assert!(!text.contains("# EOF"), "{text}");
+    for counter in [
+        "edgebench_iterations",
+        "edgebench_trials",
+        "edgebench_energy_joules",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {counter}_total counter\n")),
+            "{counter} in\n{text}"
+        );
+        assert!(text.contains(&format!("# HELP {counter}_total ")), "{text}");
+        assert!(!text.contains(&format!("# TYPE {counter} ")), "{text}");
+    }
+    // Every sample's name has its HELP and TYPE; nothing else changed.
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        assert!(text.contains(&format!("# HELP {name} ")), "{name}");
+        assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+    }
+    let open_text = m.encode();
+    let open: Vec<&str> = open_text.lines().filter(|l| !l.starts_with('#')).collect();
+    let plain: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(open, plain);
+}
+
+#[test]
+fn the_server_answers_each_client_in_the_format_it_asks_for() {
+    let m = metrics();
+    let server = MetricsServer::start("127.0.0.1:0", m).unwrap();
+    let ask = |accept: &str| {
+        let mut s = std::net::TcpStream::connect(server.addr()).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: {accept}\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let plain = ask("text/plain;version=0.0.4");
+    assert!(plain.contains(Format::Text.content_type()), "{plain}");
+    assert!(
+        plain.contains("# TYPE edgebench_trials_total counter"),
+        "{plain}"
+    );
+    assert!(!plain.contains("# EOF"), "{plain}");
+    let open = ask("application/openmetrics-text;version=1.0.0,text/plain;q=0.5");
+    assert!(open.contains(Format::OpenMetrics.content_type()), "{open}");
+    assert!(open.ends_with("# EOF\n"), "{open}");
 }

@@ -61,9 +61,9 @@ pub(crate) fn dashboard_sql_queries() -> Vec<(String, String)> {
     out
 }
 
-/// Every PromQL query of the dashboard as (panel title, expression) with Grafana's interval
-/// variables substituted.
-fn dashboard_promql() -> Vec<(String, String)> {
+/// Every live query of the dashboard as (panel title, expression, legend) with Grafana's
+/// interval variables substituted and `$board` (the boards chosen) as `boards`, a regex.
+fn dashboard_promql(boards: &str) -> Vec<(String, String, String)> {
     let d = dashboard();
     let mut out = Vec::new();
     for panel in d["panels"].as_array().unwrap() {
@@ -72,12 +72,69 @@ fn dashboard_promql() -> Vec<(String, String)> {
                 let expr = expr
                     .replace("$__rate_interval", "30s")
                     .replace("$__interval", "1s")
-                    .replace("$__range", "5m");
-                out.push((panel["title"].as_str().unwrap().to_string(), expr));
+                    .replace("$__range", "5m")
+                    .replace("$board", boards);
+                let legend = target["legendFormat"].as_str().unwrap_or("").to_string();
+                out.push((panel["title"].as_str().unwrap().to_string(), expr, legend));
             }
         }
     }
     out
+}
+
+/// `legend` (Grafana's `{{label}}` form) for a series with `labels`.
+fn legend_of(legend: &str, labels: &Value) -> String {
+    let re = regex::Regex::new(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}").unwrap();
+    re.replace_all(legend, |c: &regex::Captures| {
+        labels[&c[1]].as_str().unwrap_or("").to_string()
+    })
+    .into_owned()
+}
+
+#[test]
+fn every_live_panel_is_keyed_on_the_chosen_boards_and_names_them() {
+    let d = dashboard();
+    let vars = d["templating"]["list"].as_array().unwrap();
+    let board = vars
+        .iter()
+        .find(|v| v["name"] == "board")
+        .expect("a `board` variable");
+    assert_eq!(board["datasource"]["type"], "prometheus", "{board}");
+    assert_eq!(board["multi"], true, "{board}");
+    assert!(
+        board["definition"]
+            .as_str()
+            .unwrap()
+            .contains("edgebench_build_info, host"),
+        "{board}"
+    );
+    // Every selector of an edgebench metric is narrowed to the chosen boards, and every
+    // legend names the board.
+    let selector = regex::Regex::new(r"edgebench_[a-z_]+(\{[^}]*\})?").unwrap();
+    let raw = dashboard_promql("$board");
+    assert!(raw.len() >= 10, "{raw:?}");
+    for (title, expr, legend) in &raw {
+        for m in selector.captures_iter(expr) {
+            let labels = m.get(1).map_or("", |l| l.as_str());
+            assert!(
+                labels.contains("host=~\"$board\""),
+                "{title}: {} in {expr} is not narrowed to $board",
+                &m[0]
+            );
+        }
+        assert!(legend.contains("{{host}}"), "{title}: legend {legend:?}");
+    }
+    // The default range shows live data; the fleet panels keep their month.
+    let from = d["time"]["from"].as_str().unwrap();
+    assert!(
+        ["now-5m", "now-15m", "now-30m", "now-1h"].contains(&from),
+        "{from}"
+    );
+    for panel in d["panels"].as_array().unwrap() {
+        if panel["datasource"]["type"] == "postgres" {
+            assert_eq!(panel["timeFrom"], "30d", "{}", panel["title"]);
+        }
+    }
 }
 
 #[test]
@@ -106,7 +163,7 @@ fn the_dashboard_sql_is_listed_with_every_macro_and_variable_substituted() {
         "{queries:#?}"
     );
     // The PromQL panels use only the metrics edgebench serves.
-    for (title, expr) in dashboard_promql() {
+    for (title, expr, _) in dashboard_promql(".+") {
         assert!(expr.contains("edgebench_"), "{title}: {expr}");
     }
 }
@@ -146,50 +203,191 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
 }
 
-#[test]
-fn a_run_is_scraped_by_prometheus_and_every_dashboard_query_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let root: PathBuf = dir.path().to_path_buf();
-    orin_nx_board(&root);
-    let sys = root.join("sys");
-    orin_nx_power(&sys);
-    let db = root.join("m.db");
+/// A prepared Orin NX in `root` (sysfs with its sensors, procfs) named `host`, with this
+/// machine's memory figures.
+fn orin_nx_named(root: &Path, host: &str) {
+    orin_nx_board(root);
+    orin_nx_power(&root.join("sys"));
+    let proc_ = root.join("proc");
+    std::fs::write(proc_.join("sys/kernel/hostname"), format!("{host}\n")).unwrap();
+    for file in ["meminfo", "cpuinfo", "vmstat", "swaps", "loadavg", "uptime"] {
+        if let Ok(text) = std::fs::read_to_string(Path::new("/proc").join(file)) {
+            std::fs::write(proc_.join(file), text).unwrap();
+        }
+    }
+}
+
+/// `edgebench run --workload idle --repeat 2 --power --metrics listen` on the tree at `root`.
+fn idle_run(root: &Path, listen: &str, duration_s: u32) -> std::process::Child {
     let cfg = root.join("m.toml");
     std::fs::write(&cfg, "[power]\nbaseline_s = 0.3\n").unwrap();
-    let target = format!("127.0.0.1:{}", free_port());
-    let prometheus = Prometheus::start(&[&target]);
-    let duration_s = 5;
-    let start = unix_now();
-    let out = edgebench(&root)
-        .args(["run", "--workload", "idle", "--duration"])
+    edgebench(root)
+        .args(["run", "--workload", "idle", "--repeat", "2", "--duration"])
         .arg(format!("{duration_s}s"))
-        .args(["--power", "--metrics", &target, "--config"])
+        .args(["--power", "--metrics", listen, "--config"])
         .arg(&cfg)
         .arg("--sysfs")
-        .arg(&sys)
+        .arg(root.join("sys"))
+        .arg("--procfs")
+        .arg(root.join("proc"))
+        .arg("--rootfs")
+        .arg(root.join("rootfs"))
         .arg("--db")
-        .arg(&db)
-        .output()
+        .arg(root.join("m.db"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `promtool check metrics` on `text`: (success, what it said).
+fn promtool_check(text: &str) -> (bool, String) {
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus) runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
         .unwrap();
-    let end = unix_now();
-    let out = ok(out);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!("http://{target}/metrics")),
-        "{}",
-        describe(&out)
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
-    let rows = results(&root, &db);
+    (out.status.success() && said.trim().is_empty(), said)
+}
+
+/// The body of `GET /metrics` from `addr` with `accept`: (content type, body).
+fn scrape(addr: &str, accept: &str) -> (String, String) {
+    let (answer, _) = exchange(
+        addr,
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+        Duration::from_secs(5),
+    );
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    (content_type, body.to_string())
+}
+
+#[test]
+fn two_boards_are_told_apart_in_prometheus_and_every_dashboard_query_and_promtool_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = ["orin-lab", "orin-lab-2"];
+    let roots: Vec<PathBuf> = hosts.iter().map(|h| dir.path().join(h)).collect();
+    for (root, host) in roots.iter().zip(hosts) {
+        orin_nx_named(root, host);
+    }
+    let targets: Vec<String> = hosts
+        .iter()
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let prometheus = Prometheus::start(&targets.iter().map(String::as_str).collect::<Vec<_>>());
+    let duration_s = 3;
+    let start = unix_now();
+    let mut runs: Vec<std::process::Child> = roots
+        .iter()
+        .zip(&targets)
+        .map(|(root, target)| idle_run(root, target, duration_s))
+        .collect();
+
+    // While the trials run, every family has a series: the text format each serves (asked
+    // for, or by default) passes promtool, and a scraper asking for OpenMetrics gets it.
+    for target in &targets {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = loop {
+            let (_, body) = scrape(target, "text/plain;version=0.0.4");
+            if body.contains("edgebench_trial_info{") && body.contains("edgebench_power_watts{") {
+                break body;
+            }
+            assert!(Instant::now() < deadline, "no trial on {target}: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let (ok, said) = promtool_check(&text);
+        assert!(ok, "promtool check metrics: {said}\n{text}");
+        let (_, default) = crate::fixtures::prometheus::http_get(target, "/metrics").unwrap();
+        let (ok, said) = promtool_check(&default);
+        assert!(ok, "promtool check metrics (no Accept): {said}\n{default}");
+        let (content_type, open) = scrape(
+            target,
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        );
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        assert!(open.ends_with("# EOF\n"), "{open}");
+        // Available memory is right from the first scrape on.
+        let available: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("edgebench_memory_available_bytes{"))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap_or_else(|| panic!("no available memory in\n{text}"));
+        assert!(available > 0.0, "{text}");
+    }
+    for run in runs.drain(..) {
+        let out = ok(run.wait_with_output().unwrap());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("/metrics"), "{}", describe(&out));
+    }
+    let end = unix_now();
+    // Scraped after the runs' last samples.
+    std::thread::sleep(Duration::from_secs(2));
+    let rows = results(&roots[0], &roots[0].join("m.db"));
     let row = &rows[0];
     assert_eq!(row["status"], "ok", "{row}");
+    assert_eq!(row["host"], hosts[0], "{row}");
 
     let p = &prometheus;
     let last = |series: &str| p.scalar(&format!("last_over_time({series}[10m])"));
+    // Each board's series carry its host and board.
+    for host in hosts {
+        let v = p.vector(&format!(
+            "last_over_time(edgebench_power_watts{{host=\"{host}\",rail=\"total\"}}[10m])"
+        ));
+        assert_eq!(v.len(), 1, "{host}: {v:?}");
+        assert_eq!(v[0].0["board"], "orin-nx", "{v:?}");
+        let build = p.vector(&format!(
+            "last_over_time(edgebench_build_info{{host=\"{host}\"}}[10m])"
+        ));
+        assert_eq!(build.len(), 1, "{host}: {build:?}");
+        // Never 0, from the first sample Prometheus stored.
+        let lowest = p.scalar(&format!(
+            "min_over_time(edgebench_memory_available_bytes{{host=\"{host}\"}}[10m])"
+        ));
+        assert!(lowest > 0.0, "{host}: {lowest}");
+        // The first trial of the workload counted: the counter was there at 0 before it ended
+        // (seen while the second repetition ran).
+        let ok_trials =
+            format!("edgebench_trials_total{{host=\"{host}\",workload=\"idle\",status=\"ok\"}}");
+        assert_eq!(p.scalar(&format!("min_over_time({ok_trials}[10m])")), 0.0);
+        let counted = p.scalar(&format!("increase({ok_trials}[10m])"));
+        assert!(counted >= 1.0, "{host}: {counted}");
+    }
+    let a = format!("host=\"{}\"", hosts[0]);
     // Every rail as the sensor reads it; the total is VDD_IN alone on an Orin NX.
+    let sys = roots[0].join("sys");
     let rails = fixture_rails(&sys);
     for (rail, watts) in &rails {
         let got = last(&format!(
-            "edgebench_power_watts{{rail=\"{rail}\",scope=\"rail\"}}"
+            "edgebench_power_watts{{{a},rail=\"{rail}\",scope=\"rail\"}}"
         ));
         assert!(
             close(got, *watts),
@@ -197,12 +395,18 @@ fn a_run_is_scraped_by_prometheus_and_every_dashboard_query_runs() {
         );
     }
     let vdd_in = rails.iter().find(|(r, _)| r == "VDD_IN").unwrap().1;
-    let total = p.vector("last_over_time(edgebench_power_watts{rail=\"total\"}[10m])");
+    let total = p.vector(&format!(
+        "last_over_time(edgebench_power_watts{{{a},rail=\"total\"}}[10m])"
+    ));
     assert_eq!(total.len(), 1, "{total:?}");
     assert_eq!(total[0].0["scope"], "module", "{total:?}");
     assert!(close(total[0].1, vdd_in), "{total:?}");
     // Constant power: every rail's energy over the same samples is its power times one span.
-    let energy = |rail: &str| last(&format!("edgebench_energy_joules_total{{rail=\"{rail}\"}}"));
+    let energy = |rail: &str| {
+        last(&format!(
+            "edgebench_energy_joules_total{{{a},rail=\"{rail}\"}}"
+        ))
+    };
     let span_s = energy("total") / vdd_in;
     assert!(span_s > 0.0, "no energy integrated\n{}", p.log());
     for (rail, watts) in &rails {
@@ -215,18 +419,24 @@ fn a_run_is_scraped_by_prometheus_and_every_dashboard_query_runs() {
     }
     // Temperatures and clocks as the tree has them.
     let temp_c = number(&sys, "class/thermal/thermal_zone0/temp") / 1e3;
-    let got = last("edgebench_temperature_celsius{zone=\"cpu-thermal\"}");
+    let got = last(&format!(
+        "edgebench_temperature_celsius{{{a},zone=\"cpu-thermal\"}}"
+    ));
     assert!(close(got, temp_c), "{got} C, the tree has {temp_c}");
     let cpu_hz = number(&sys, "devices/system/cpu/cpufreq/policy0/scaling_cur_freq") * 1e3;
     assert!(close(
-        last("edgebench_clock_hertz{clock=\"cpu_policy0\"}"),
+        last(&format!(
+            "edgebench_clock_hertz{{{a},clock=\"cpu_policy0\"}}"
+        )),
         cpu_hz
     ));
     let gpu_hz = number(&sys, &format!("{ORIN_NX_GPU}/cur_freq"));
-    assert!(close(last("edgebench_clock_hertz{clock=\"gpu\"}"), gpu_hz));
-    assert!(last("edgebench_memory_available_bytes") > 0.0);
+    assert!(close(
+        last(&format!("edgebench_clock_hertz{{{a},clock=\"gpu\"}}")),
+        gpu_hz
+    ));
     // The trial, labelled as recorded, with its progress.
-    let info = p.vector("max_over_time(edgebench_trial_info[10m])");
+    let info = p.vector(&format!("max_over_time(edgebench_trial_info{{{a}}}[10m])"));
     assert_eq!(info.len(), 1, "{info:?}");
     let labels = &info[0].0;
     assert_eq!(info[0].1, 1.0);
@@ -238,29 +448,72 @@ fn a_run_is_scraped_by_prometheus_and_every_dashboard_query_runs() {
         row["batch"].to_string(),
         "{labels} vs {row}"
     );
-    let planned = p.scalar("max_over_time(edgebench_trial_iterations_planned[10m])");
+    let planned = p.scalar(&format!(
+        "max_over_time(edgebench_trial_iterations_planned{{{a}}}[10m])"
+    ));
     assert_eq!(planned, duration_s as f64);
-    let done = p.scalar("max_over_time(edgebench_trial_iterations_done[10m])");
+    let done = p.scalar(&format!(
+        "max_over_time(edgebench_trial_iterations_done{{{a}}}[10m])"
+    ));
     assert!(done >= 1.0 && done <= planned, "{done} of {planned}");
-    let iterations = last("edgebench_iterations_total{workload=\"idle\"}");
-    assert!(iterations >= done && iterations <= planned, "{iterations}");
-    let version = p.vector("edgebench_build_info or last_over_time(edgebench_build_info[10m])");
+    // Two repetitions.
+    let iterations = last(&format!(
+        "edgebench_iterations_total{{{a},workload=\"idle\"}}"
+    ));
+    assert!(
+        iterations >= done && iterations <= 2.0 * planned,
+        "{iterations}"
+    );
+    let version = p.vector(&format!("last_over_time(edgebench_build_info{{{a}}}[10m])"));
     assert_eq!(
         version[0].0["version"],
         env!("CARGO_PKG_VERSION"),
         "{version:?}"
     );
 
-    // Every PromQL query of the dashboard runs, over the run's time.
-    let queries = dashboard_promql();
-    assert!(!queries.is_empty());
-    for (title, expr) in &queries {
-        let v = p.query_range(expr, start - 5.0, end + 1.0);
-        assert_eq!(v["status"], "success", "{title}: {expr}: {v}");
-        if expr.contains("edgebench_power_watts") {
-            let series = v["data"]["result"].as_array().unwrap();
-            assert!(!series.is_empty(), "{title}: {expr}: no data: {v}");
+    // Every live query of the dashboard, for one board and for both: one board's shows only
+    // its series, both boards' show both, and no legend is shared between two boards.
+    let hosts_of = |v: &Value| -> Vec<String> {
+        let mut h: Vec<String> = v["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["metric"]["host"].as_str().unwrap_or("").to_string())
+            .collect();
+        h.sort();
+        h.dedup();
+        h
+    };
+    let (from, to) = (start - 5.0, end + 2.0);
+    for host in hosts {
+        for (title, expr, _) in dashboard_promql(host) {
+            let v = p.query_range(&expr, from, to);
+            assert_eq!(v["status"], "success", "{title}: {expr}: {v}");
+            let seen = hosts_of(&v);
+            assert!(seen.iter().all(|h| h == host), "{title}: {expr}: {seen:?}");
+            if expr.contains("edgebench_power_watts") || expr.contains("edgebench_memory") {
+                assert_eq!(seen, [host], "{title}: {expr}: no data: {v}");
+            }
         }
+    }
+    let both = hosts.join("|");
+    for (title, expr, legend) in dashboard_promql(&both) {
+        let v = p.query_range(&expr, from, to);
+        assert_eq!(v["status"], "success", "{title}: {expr}: {v}");
+        let series = v["data"]["result"].as_array().unwrap();
+        let seen = hosts_of(&v);
+        if expr.contains("edgebench_power_watts") || expr.contains("edgebench_trial_info") {
+            assert_eq!(seen, hosts, "{title}: {expr}: {v}");
+        }
+        let legends = |host: &str| -> std::collections::HashSet<String> {
+            series
+                .iter()
+                .filter(|s| s["metric"]["host"] == host)
+                .map(|s| legend_of(&legend, &s["metric"]))
+                .collect()
+        };
+        let (la, lb) = (legends(hosts[0]), legends(hosts[1]));
+        assert!(la.is_disjoint(&lb), "{title}: legends {la:?} and {lb:?}");
     }
     drop(prometheus);
 }
@@ -367,7 +620,9 @@ fn the_daemon_serves_metrics_during_its_sweep_and_sweeps_without_an_endpoint_it_
     };
     assert!(body.contains("workload=\"idle\""), "{body}");
     assert!(
-        body.contains("edgebench_trial_iterations_planned 3\n"),
+        body.lines().any(
+            |l| l.starts_with("edgebench_trial_iterations_planned{host=") && l.ends_with(" 3")
+        ),
         "{body}"
     );
     assert_eq!(http_get(&listen, "/").unwrap().0, 404);
