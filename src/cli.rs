@@ -153,6 +153,10 @@ pub(crate) enum Command {
         #[arg(long)]
         workload: Option<String>,
     },
+    /// The fleet's server, as its owner: create the schema, retire a board, prune old power
+    /// samples.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// CSV files, Markdown/HTML summary tables and plots for every host in a database.
     Report {
         db: PathBuf,
@@ -215,6 +219,33 @@ pub(crate) enum Command {
 /// A usize flag that must lie in `min..=max`; clap names the flag and the range on a miss.
 fn bounded(min: usize, max: usize) -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(min as u64..=max as u64)
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum FleetCommand {
+    /// Create (or upgrade) schema edgebench on the server; the owner's first step, no results
+    /// file needed. Then the roles (deploy/postgres/roles.sql).
+    Init {
+        /// postgres://OWNER@HOST[:PORT]/DB
+        url: String,
+    },
+    /// Remove every row of a board: its runs, their trials, iterations, power samples and the
+    /// rest, and its entries in edgebench.board_hosts. Exit 1 if the server holds none.
+    Retire {
+        /// postgres://OWNER@HOST[:PORT]/DB
+        url: String,
+        /// The board's host name, as `runs.host` records it.
+        host: String,
+    },
+    /// Remove the power samples of trials started more than N days ago (their energy, power
+    /// and EDP figures stay).
+    Prune {
+        /// postgres://OWNER@HOST[:PORT]/DB
+        url: String,
+        /// N: the days of power samples kept.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=edgebench::sync::postgres::MAX_RETENTION_DAYS as i64))]
+        power_older_than_days: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]

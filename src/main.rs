@@ -5,7 +5,7 @@
 use clap::{CommandFactory, FromArgMatches};
 mod cli;
 
-use cli::{Cli, Command, ExportCommand, ImportCommand, SweepArgs};
+use cli::{Cli, Command, ExportCommand, FleetCommand, ImportCommand, SweepArgs};
 use edgebench::config::{Config, ConfigError};
 use edgebench::host::HostPaths;
 use edgebench::store::{self, Store};
@@ -224,6 +224,30 @@ fn dispatch(
                 sync::postgres::mask_url(&url)
             );
             Ok(print_merge(&r.merge, &into))
+        }
+        Command::Fleet(FleetCommand::Init { url }) => {
+            let env = sync::postgres::process_env();
+            let (target, version) = sync::postgres::init(&url, &env)?;
+            println!("{target}: schema edgebench v{version}");
+            Ok(0)
+        }
+        Command::Fleet(FleetCommand::Retire { url, host }) => {
+            let env = sync::postgres::process_env();
+            println!("{}", sync::postgres::retire(&url, &host, &env)?.text());
+            Ok(0)
+        }
+        Command::Fleet(FleetCommand::Prune {
+            url,
+            power_older_than_days,
+        }) => {
+            let env = sync::postgres::process_env();
+            let n = sync::postgres::prune_power(&url, power_older_than_days, &env)?;
+            println!(
+                "removed {n} power samples of trials started more than {power_older_than_days} \
+                 days ago from {}",
+                sync::postgres::mask_url(&url)
+            );
+            Ok(0)
         }
         Command::Report {
             db,

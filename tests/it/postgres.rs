@@ -542,43 +542,192 @@ fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
     assert!(std::fs::read_dir(&out).unwrap().next().is_some());
 }
 
+/// `edgebench ARGS` in `dir` with `password` in PGPASSWORD (no password file).
+fn edgebench_pw(dir: &Path, password: &str, args: &[&str]) -> std::process::Output {
+    edgebench(dir)
+        .env("HOME", dir)
+        .env("PGPASSWORD", password)
+        .env_remove("PGPASSFILE")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The README's setup on a fresh password-only server, in its order: the owner's database,
+/// `fleet init` without a results file, the group roles, a login role per board with its host
+/// and one for Grafana. Each board pushes its own results; a board cannot write under another
+/// board's host nor end its runs; the reader reads the views and nothing else.
 #[test]
-fn the_board_role_pushes_but_cannot_read_or_delete() {
-    let server = PgServer::start(Auth::Trust);
-    let owner_url = server.database("roles", "postgres");
+fn the_readme_setup_gives_each_role_its_job_and_row_level_security_holds() {
+    let server = PgServer::start(Auth::Password);
+    let admin = |sql: &str| server.psql("results", sql);
+    server.psql(
+        "postgres",
+        "CREATE ROLE edgebench_owner LOGIN PASSWORD 'owner-pw'",
+    );
+    server.psql("postgres", "CREATE DATABASE results OWNER edgebench_owner");
+    let url = |role: &str| {
+        format!(
+            "postgres://{role}@127.0.0.1:{}/results?sslmode=disable",
+            server.port
+        )
+    };
     let dir = tempfile::tempdir().unwrap();
-    let (first, second) = (dir.path().join("a.db"), dir.path().join("b.db"));
-    full_board(&first, "a");
-    full_board(&second, "b");
-    // The owner's first push creates the schema; then the README's role SQL.
-    pg::push_with_env(&owner_url, &first, &env(dir.path())).unwrap();
-    let sql = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/sync/postgres/board_role.sql"),
+    // No results file anywhere.
+    let out = ok(edgebench_pw(
+        dir.path(),
+        "owner-pw",
+        &["fleet", "init", &url("edgebench_owner")],
+    ));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("v{}", pg::SERVER_SCHEMA_VERSION)),
+        "{text}"
+    );
+    let roles = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/postgres/roles.sql"),
     )
     .unwrap();
-    server.psql("roles", &sql);
-    let board_url = owner_url.replace("postgres@", "edgebench_board@");
-    let report = pg::push_with_env(&board_url, &second, &env(dir.path())).unwrap();
-    assert_eq!(report.trials as i64, local_count(&second, "trials"));
-    let again = pg::push_with_env(&board_url, &second, &env(dir.path())).unwrap();
-    assert_eq!(again.trials, 0);
-    assert_eq!(
-        server_counts(&server, "roles"),
-        local_counts(&[first.clone(), second.clone()])
+    admin(&roles);
+    admin(
+        "CREATE ROLE board_a LOGIN PASSWORD 'a-pw' IN ROLE edgebench_board; \
+         CREATE ROLE board_b LOGIN PASSWORD 'b-pw' IN ROLE edgebench_board; \
+         CREATE ROLE grafana LOGIN PASSWORD 'grafana-pw' IN ROLE edgebench_reader",
     );
+    server
+        .psql_pw(
+            "edgebench_owner",
+            "owner-pw",
+            "results",
+            "INSERT INTO edgebench.board_hosts (role_name, host) VALUES ('board_a', 'a'), \
+             ('board_b', 'b')",
+        )
+        .unwrap();
+
+    let (a, b) = (dir.path().join("a.db"), dir.path().join("b.db"));
+    full_board(&a, "a");
+    full_board(&b, "b");
+    ok(edgebench_pw(
+        dir.path(),
+        "a-pw",
+        &["push", &url("board_a"), "--db", arg(&a)],
+    ));
+    ok(edgebench_pw(
+        dir.path(),
+        "b-pw",
+        &["push", &url("board_b"), "--db", arg(&b)],
+    ));
+    assert_eq!(
+        server_counts(&server, "results"),
+        local_counts(&[a.clone(), b.clone()])
+    );
+    let owner_count = |sql: &str| server.count("results", sql);
+    let a_runs = owner_count("SELECT count(*) FROM edgebench.runs WHERE host = 'a'");
+    assert!(a_runs > 0);
+
+    // A board writes nothing under another board's host: its push is refused whole...
+    let (c_dir, c) = (tempfile::tempdir().unwrap(), dir.path().join("c.db"));
+    full_board(&c, "a");
+    let before = server_counts(&server, "results");
+    let out = edgebench_pw(
+        c_dir.path(),
+        "b-pw",
+        &["push", &url("board_b"), "--db", arg(&c)],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("row-level security"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(server_counts(&server, "results"), before);
+    // ... as is a run or a trial it writes by hand.
+    let board_b = |sql: &str| server.psql_pw("board_b", "b-pw", "results", sql);
+    let e = board_b(
+        "INSERT INTO edgebench.runs (uuid, host, started_at, status, config_toml, \
+         edgebench_version, git_commit, candle_version, cpu_threads, os) \
+         VALUES ('forged', 'a', now(), 'running', '', '', '', '', 1, 'Linux')",
+    )
+    .unwrap_err();
+    assert!(e.contains("row-level security"), "{e}");
+    let a_run = owner_count("SELECT min(id) FROM edgebench.runs WHERE host = 'a'");
+    let e = board_b(&format!(
+        "INSERT INTO edgebench.trials (run_id, uuid, net, device, batch, epochs, images, \
+         dataset, iterations_planned, iterations_done, warmup_iterations, status, started_at, \
+         loss_anomaly, workload, params, repetition) VALUES ({a_run}, 'forged', 'alexnet', \
+         'cpu', 1, 1, 1, 'd', 1, 1, 0, 'ok', now(), false, 'cnn', '{{}}', 0)"
+    ))
+    .unwrap_err();
+    assert!(e.contains("row-level security"), "{e}");
+    // A board ends only its own runs: the same UPDATE over every run reaches its own only.
+    let a_ends = "SELECT string_agg(status || ' ' || coalesce(ended_at::text, '-'), ',' \
+                  ORDER BY id) FROM edgebench.runs WHERE host = 'a'";
+    let a_ends_before = server.psql("results", a_ends);
+    let update_all = "WITH u AS (UPDATE edgebench.runs SET status = 'interrupted', \
+                      ended_at = now() RETURNING 1) SELECT count(*) FROM u";
+    let b_runs = owner_count("SELECT count(*) FROM edgebench.runs WHERE host = 'b'");
+    assert_eq!(board_b(update_all).unwrap(), b_runs.to_string());
+    assert_eq!(
+        owner_count(
+            "SELECT count(*) FROM edgebench.runs WHERE host = 'b' AND status = 'interrupted'"
+        ),
+        b_runs
+    );
+    let a_uuid = server.psql(
+        "results",
+        "SELECT min(uuid) FROM edgebench.runs WHERE host = 'a'",
+    );
+    assert_eq!(
+        board_b(&format!(
+            "WITH u AS (UPDATE edgebench.runs SET status = 'failed' WHERE uuid = '{a_uuid}' \
+             RETURNING 1) SELECT count(*) FROM u"
+        ))
+        .unwrap(),
+        "0"
+    );
+    assert_eq!(server.psql("results", a_ends), a_ends_before);
+    // A board reads no results and deletes nothing.
     for sql in [
         "SELECT * FROM edgebench.trials",
+        "SELECT host FROM edgebench.runs",
         "SELECT count(*) FROM edgebench.iterations",
         "SELECT * FROM edgebench.trial_summary",
         "DELETE FROM edgebench.iterations",
-        "DELETE FROM edgebench.trials",
         "DELETE FROM edgebench.runs",
     ] {
-        let e = server
-            .psql_as("edgebench_board", "roles", sql)
-            .expect_err(sql);
+        let e = board_b(sql).expect_err(sql);
         assert!(e.contains("permission denied"), "{sql}: {e}");
     }
+
+    // The reader: every view, every board's rows; no table, no change, no drop.
+    let grafana = |sql: &str| server.psql_pw("grafana", "grafana-pw", "results", sql);
+    let trials = owner_count("SELECT count(*) FROM edgebench.trials");
+    for view in ["trial_summary", "board_workload_summary", "gpu_cpu_speedup"] {
+        grafana(&format!("SELECT * FROM edgebench.{view}")).unwrap();
+    }
+    assert_eq!(
+        grafana("SELECT count(*) FROM edgebench.trial_summary").unwrap(),
+        trials.to_string()
+    );
+    assert_eq!(
+        grafana("SELECT string_agg(DISTINCT host, ',') FROM edgebench.trial_summary").unwrap(),
+        "a,b"
+    );
+    for sql in [
+        "SELECT count(*) FROM edgebench.trials",
+        "SELECT count(*) FROM edgebench.board_hosts",
+        "DELETE FROM edgebench.runs",
+        "INSERT INTO edgebench.board_hosts VALUES ('grafana', 'a')",
+        "DROP VIEW edgebench.trial_summary",
+        "DROP SCHEMA edgebench CASCADE",
+    ] {
+        let e = grafana(sql).expect_err(sql);
+        assert!(
+            e.contains("permission denied") || e.contains("must be owner"),
+            "{sql}: {e}"
+        );
+    }
+    assert_eq!(owner_count("SELECT count(*) FROM edgebench.trials"), trials);
 }
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, made with the openssl CLI.
@@ -1172,5 +1321,120 @@ fn wait_for_push_line(child: &mut std::process::Child, log: &Path) -> String {
             "no push logged: {text}"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn retire_removes_every_row_of_a_board_and_prune_drops_old_power_samples() {
+    let server = PgServer::start(Auth::Trust);
+    let (dir, url, _nano, tx2) = two_boards_pushed(&server, "retire");
+    let cli = |args: &[&str]| {
+        edgebench(dir.path())
+            .env("HOME", dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = ok(cli(&["fleet", "retire", &url, "nano"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("retired nano"), "{text}");
+    // What is left is exactly the other board's push: no orphan anywhere.
+    assert_eq!(
+        server_counts(&server, "retire"),
+        local_counts(std::slice::from_ref(&tx2))
+    );
+    for (table, parent, of) in [
+        ("iterations", "trial_id", "trials"),
+        ("power_samples", "trial_id", "trials"),
+        ("trial_memory", "trial_id", "trials"),
+        ("trial_rail_energy", "trial_id", "trials"),
+        ("trial_clocks", "trial_id", "trials"),
+        ("trial_output", "trial_id", "trials"),
+        ("run_provenance", "run_id", "runs"),
+        ("trials", "run_id", "runs"),
+    ] {
+        let orphans = server.count(
+            "retire",
+            &format!(
+                "SELECT count(*) FROM edgebench.{table} x WHERE NOT EXISTS \
+                 (SELECT 1 FROM edgebench.{of} p WHERE p.id = x.{parent})"
+            ),
+        );
+        assert_eq!(orphans, 0, "{table}");
+    }
+    // A host the server does not hold: exit 1, named.
+    let out = cli(&["fleet", "retire", &url, "nano"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no runs of host \"nano\""),
+        "{}",
+        describe(&out)
+    );
+
+    // Retention: the samples of the trial started 40 days ago go, the others stay, and the
+    // trial keeps its energy.
+    let old: i64 = server.count("retire", "SELECT min(id) FROM edgebench.trials");
+    server.psql(
+        "retire",
+        &format!(
+            "UPDATE edgebench.trials SET started_at = now() - CASE WHEN id = {old} \
+             THEN interval '40 days' ELSE interval '29 days' END"
+        ),
+    );
+    let samples = |sql: &str| server.count("retire", sql);
+    let all = samples("SELECT count(*) FROM edgebench.power_samples");
+    let of_old = samples(&format!(
+        "SELECT count(*) FROM edgebench.power_samples WHERE trial_id = {old}"
+    ));
+    assert!(of_old > 0 && of_old < all);
+    let out = ok(cli(&[
+        "fleet",
+        "prune",
+        &url,
+        "--power-older-than-days",
+        "30",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("removed {of_old} power samples")),
+        "{text}"
+    );
+    assert_eq!(
+        samples("SELECT count(*) FROM edgebench.power_samples"),
+        all - of_old
+    );
+    assert_eq!(
+        samples(&format!(
+            "SELECT count(*) FROM edgebench.trials WHERE id = {old} AND energy_per_image_j IS NOT NULL"
+        )),
+        1
+    );
+}
+
+#[test]
+fn a_fetch_that_matches_nothing_exits_1_naming_the_selection_and_writes_nothing() {
+    let server = PgServer::start(Auth::Trust);
+    let (dir, url, _, _) = two_boards_pushed(&server, "nomatch");
+    let into = dir.path().join("f.db");
+    for (extra, named) in [
+        (vec!["--host", "unknown"], "--host \"unknown\""),
+        (
+            vec!["--host", "nano", "--since", "2100-01-01"],
+            "--since \"2100-01-01\"",
+        ),
+    ] {
+        let out = edgebench(dir.path())
+            .env("HOME", dir.path())
+            .args(["fetch", &url, "--into", arg(&into)])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no trial matches") && stderr.contains(named),
+            "{stderr}"
+        );
+        assert!(!into.exists(), "nothing written");
     }
 }

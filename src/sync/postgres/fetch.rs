@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use anyhow::{anyhow, Context};
+use anyhow::{anyhow, bail, Context};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 
@@ -181,6 +181,26 @@ fn copy_selection(
             };
             anyhow!("{what}: {}{}", describe(&e), privilege_hint(&e))
         })?;
+    if selected.is_empty() {
+        let mut what: Vec<String> = Vec::new();
+        for (flag, value) in [
+            ("--host", req.host),
+            ("--since", req.since),
+            ("--workload", req.workload),
+        ] {
+            if let Some(v) = value {
+                what.push(format!("{flag} {v:?}"));
+            }
+        }
+        let what = match what.is_empty() {
+            true => "the server holds no trials".to_string(),
+            false => format!("no trial matches {}", what.join(" ")),
+        };
+        bail!(
+            "{what} (host names: SELECT DISTINCT host FROM edgebench.trial_summary); nothing \
+             fetched"
+        );
+    }
     let trial_ids: Vec<i64> = selected.iter().map(|r| r.get(0)).collect();
     let mut run_ids: Vec<i64> = selected.iter().map(|r| r.get(1)).collect();
     run_ids.sort_unstable();

@@ -2,10 +2,12 @@
 //! ([`push`]), `edgebench fetch` brings a selection back into a local database ([`fetch`]).
 //! The server holds the schema `edgebench` ([`schema`]: tables mirroring the SQLite ones with
 //! server ids, and the views `trial_summary`, `board_workload_summary`, `gpu_cpu_speedup`).
-//! [`connect`] reads URLs, the environment and the password file the way libpq does.
+//! `edgebench fleet` creates the schema, retires a board and prunes old power samples
+//! ([`fleet`]). [`connect`] reads URLs, the environment and the password file the way libpq does.
 
 mod connect;
 mod fetch;
+mod fleet;
 mod push;
 mod schema;
 mod tables;
@@ -15,5 +17,6 @@ pub use connect::{
     SslMode, Target,
 };
 pub use fetch::{fetch, fetch_with_env, FetchReport, FetchRequest};
+pub use fleet::{init, prune_power, retire, RetireReport, MAX_RETENTION_DAYS};
 pub use push::{backlog, push, push_with_env, PushReport};
 pub use schema::SERVER_SCHEMA_VERSION;

@@ -12,10 +12,16 @@ pub(crate) struct Migration {
 }
 
 /// Ordered; a released step is never edited.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: include_str!("migrations/0001_initial.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: include_str!("migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        sql: include_str!("migrations/0002_board_hosts.sql"),
+    },
+];
 
 /// The server schema version this binary writes and reads.
 pub const SERVER_SCHEMA_VERSION: i32 = MIGRATIONS[MIGRATIONS.len() - 1].version;
@@ -81,8 +87,8 @@ pub(crate) fn ensure(client: &mut postgres::Client) -> anyhow::Result<()> {
     for m in MIGRATIONS.iter().filter(|m| m.version > found) {
         tx.batch_execute(m.sql).map_err(|e| {
             anyhow::anyhow!(
-                "creating the server's edgebench schema v{}: {}; run the first push as the \
-                 database owner (see README, Fleet)",
+                "creating the server's edgebench schema v{}: {}; run `edgebench fleet init` as \
+                 the database owner (see README, Fleet)",
                 m.version,
                 describe(&e)
             )
@@ -105,7 +111,7 @@ pub(crate) fn check_readable(client: &mut postgres::Client) -> anyhow::Result<()
     if found < SERVER_SCHEMA_VERSION {
         bail!(
             "the server holds no edgebench schema v{SERVER_SCHEMA_VERSION} (found v{found}); \
-             push from a board first"
+             run `edgebench fleet init URL` as the database owner first"
         );
     }
     Ok(())
