@@ -174,7 +174,7 @@ impl Store {
 
     /// Copies the WAL into the main file (best effort, never waits) so that a user who
     /// copies only `*.db` mid-sweep still gets every finished trial.
-    pub(super) fn checkpoint(&self) {
+    pub(crate) fn checkpoint(&self) {
         let r = self
             .conn
             .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {

@@ -294,7 +294,7 @@ fn shared_columns(
 }
 
 /// Local id in the source -> (local id in the target, did the source's copy win).
-type IdMap = HashMap<i64, (i64, bool)>;
+pub(crate) type IdMap = HashMap<i64, (i64, bool)>;
 
 /// How far along a run or trial row is; a higher rank wins.
 fn rank(table: &str, status: &str, progress: &Value) -> (bool, i64) {
@@ -308,82 +308,105 @@ fn rank(table: &str, status: &str, progress: &Value) -> (bool, i64) {
     (final_, n)
 }
 
-/// Merges `runs` or `trials` row by row (few rows; needs the ranking), remapping `remap_col`;
-/// the rows of `refused` (source ids) are left out.
-fn merge_parent(
-    dst: &Connection,
-    src: &Connection,
-    table: &str,
-    remap: Option<(&str, &IdMap)>,
-    refused: &HashMap<i64, Violation>,
-    updated: &mut usize,
-) -> rusqlite::Result<IdMap> {
-    let cols = shared_columns(dst, src, table, &["id"])?;
-    let pos = |name: &str| {
-        cols.iter()
-            .position(|c| c == name)
-            .ok_or_else(|| rusqlite::Error::InvalidColumnName(format!("{table}.{name} missing")))
-    };
-    let uuid_i = pos("uuid")?;
-    let status_i = pos("status")?;
-    let progress_col = if table == "trials" {
-        "iterations_done"
-    } else {
-        "ended_at"
-    };
-    let progress_i = pos(progress_col)?;
-    let remap_i = remap.map(|(c, m)| pos(c).map(|i| (i, m))).transpose()?;
+/// Merges `runs` or `trials` rows one at a time into a target under the rules above (few
+/// rows; needs the ranking): what [`merge`] does for each source, and `fetch` for a server's
+/// rows as they arrive.
+pub(crate) struct ParentSink<'c> {
+    table: &'static str,
+    dst: &'c Connection,
+    uuid_i: usize,
+    status_i: usize,
+    progress_i: usize,
+    progress_col: &'static str,
+    remap_i: Option<usize>,
+    find: rusqlite::Statement<'c>,
+    insert: rusqlite::Statement<'c>,
+    update: rusqlite::Statement<'c>,
+    /// Source id -> (target id, whether the source's copy won).
+    pub(crate) map: IdMap,
+    /// Target rows a source row replaced.
+    pub(crate) updated: usize,
+}
 
-    let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
-    let marks = (1..=cols.len())
-        .map(|i| format!("?{i}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sets = cols
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{} = ?{}", ident(c), i + 1))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let t = ident(table);
-    let mut read = src.prepare(&format!("SELECT id, {list} FROM {t} ORDER BY id"))?;
-    let mut find = dst.prepare(&format!(
-        "SELECT id, status, {} FROM {t} WHERE uuid = ?1",
-        ident(progress_col)
-    ))?;
-    let mut insert = dst.prepare(&format!("INSERT INTO {t} ({list}) VALUES ({marks})"))?;
-    let mut update = dst.prepare(&format!(
-        "UPDATE {t} SET {sets} WHERE id = ?{}",
-        cols.len() + 1
-    ))?;
-
-    let mut map = IdMap::new();
-    let mut rows = read.query([])?;
-    while let Some(row) = rows.next()? {
-        let src_id: i64 = row.get("id")?;
-        if refused.contains_key(&src_id) {
-            continue;
-        }
-        let mut values = cols
+impl<'c> ParentSink<'c> {
+    /// A sink for `table` (`runs` or `trials`) rows holding `cols` (the parent column
+    /// `remap_col`, if any, holds the source's parent id).
+    pub(crate) fn new(
+        dst: &'c Connection,
+        table: &'static str,
+        cols: &[String],
+        remap_col: Option<&str>,
+    ) -> rusqlite::Result<ParentSink<'c>> {
+        let pos = |name: &str| {
+            cols.iter().position(|c| c == name).ok_or_else(|| {
+                rusqlite::Error::InvalidColumnName(format!("{table}.{name} missing"))
+            })
+        };
+        let progress_col = if table == "trials" {
+            "iterations_done"
+        } else {
+            "ended_at"
+        };
+        let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
+        let marks = (1..=cols.len())
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sets = cols
             .iter()
-            .map(|c| row.get::<_, Value>(c.as_str()))
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        if let Some((i, m)) = remap_i {
+            .enumerate()
+            .map(|(i, c)| format!("{} = ?{}", ident(c), i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let t = ident(table);
+        Ok(ParentSink {
+            table,
+            dst,
+            uuid_i: pos("uuid")?,
+            status_i: pos("status")?,
+            progress_i: pos(progress_col)?,
+            progress_col,
+            remap_i: remap_col.map(pos).transpose()?,
+            find: dst.prepare(&format!(
+                "SELECT id, status, {} FROM {t} WHERE uuid = ?1",
+                ident(progress_col)
+            ))?,
+            insert: dst.prepare(&format!("INSERT INTO {t} ({list}) VALUES ({marks})"))?,
+            update: dst.prepare(&format!(
+                "UPDATE {t} SET {sets} WHERE id = ?{}",
+                cols.len() + 1
+            ))?,
+            map: IdMap::new(),
+            updated: 0,
+        })
+    }
+
+    /// One source row: its id and its values in the sink's column order; `parents` remaps
+    /// the parent column (a row whose parent is not there is skipped).
+    pub(crate) fn push(
+        &mut self,
+        src_id: i64,
+        mut values: Vec<Value>,
+        parents: Option<&IdMap>,
+    ) -> rusqlite::Result<()> {
+        if let (Some(i), Some(m)) = (self.remap_i, parents) {
             match &values[i] {
                 Value::Integer(p) => match m.get(p) {
                     Some((dst_id, _)) => values[i] = Value::Integer(*dst_id),
-                    None => continue, // orphan (impossible with foreign keys on)
+                    None => return Ok(()), // orphan (impossible with foreign keys on)
                 },
-                _ => continue,
+                _ => return Ok(()),
             }
         }
-        let uuid = values[uuid_i].clone();
-        let status = match &values[status_i] {
+        let uuid = values[self.uuid_i].clone();
+        let status = match &values[self.status_i] {
             Value::Text(s) => s.clone(),
             _ => String::new(),
         };
-        let mine = rank(table, &status, &values[progress_i]);
-        let existing = find
+        let mine = rank(self.table, &status, &values[self.progress_i]);
+        let progress_col = self.progress_col;
+        let existing = self
+            .find
             .query_row([&uuid], |r| {
                 Ok((
                     r.get::<_, i64>("id")?,
@@ -394,20 +417,125 @@ fn merge_parent(
             .optional()?;
         let entry = match existing {
             None => {
-                insert.execute(params_from_iter(values.iter()))?;
-                (dst.last_insert_rowid(), true)
+                self.insert.execute(params_from_iter(values.iter()))?;
+                (self.dst.last_insert_rowid(), true)
             }
-            Some((dst_id, st, progress)) if mine > rank(table, &st, &progress) => {
+            Some((dst_id, st, progress)) if mine > rank(self.table, &st, &progress) => {
                 values.push(Value::Integer(dst_id));
-                update.execute(params_from_iter(values.iter()))?;
-                *updated += 1;
+                self.update.execute(params_from_iter(values.iter()))?;
+                self.updated += 1;
                 (dst_id, true)
             }
             Some((dst_id, _, _)) => (dst_id, false),
         };
-        map.insert(src_id, entry);
+        self.map.insert(src_id, entry);
+        Ok(())
     }
-    Ok(map)
+}
+
+/// Merges `runs` or `trials` of `src`, remapping `remap_col`; the rows of `refused` (source
+/// ids) are left out.
+fn merge_parent(
+    dst: &Connection,
+    src: &Connection,
+    table: &'static str,
+    remap: Option<(&str, &IdMap)>,
+    refused: &HashMap<i64, Violation>,
+    updated: &mut usize,
+) -> rusqlite::Result<IdMap> {
+    let cols = shared_columns(dst, src, table, &["id"])?;
+    let mut sink = ParentSink::new(dst, table, &cols, remap.map(|(c, _)| c))?;
+    let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
+    let mut read = src.prepare(&format!(
+        "SELECT id, {list} FROM {} ORDER BY id",
+        ident(table)
+    ))?;
+    let mut rows = read.query([])?;
+    while let Some(row) = rows.next()? {
+        let src_id: i64 = row.get("id")?;
+        if refused.contains_key(&src_id) {
+            continue;
+        }
+        let values = cols
+            .iter()
+            .map(|c| row.get::<_, Value>(c.as_str()))
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        sink.push(src_id, values, remap.map(|(_, m)| m))?;
+    }
+    *updated += sink.updated;
+    Ok(sink.map)
+}
+
+/// Writes one child table's rows into a target, remapping the parent column: rows of a
+/// parent whose source copy won replace the target's (a whole set is cleared first), others
+/// only fill gaps.
+pub(crate) struct ChildSink<'c, 'p> {
+    parent_i: usize,
+    parents: &'p IdMap,
+    matching: Match,
+    replace: rusqlite::Statement<'c>,
+    ignore: rusqlite::Statement<'c>,
+}
+
+impl<'c, 'p> ChildSink<'c, 'p> {
+    /// A sink for `child` rows holding `cols` (the parent column among them), the parents
+    /// merged as `parents`; None when `cols` lacks the parent column.
+    pub(crate) fn new(
+        dst: &'c Connection,
+        child: &ChildTable,
+        cols: &[String],
+        parents: &'p IdMap,
+    ) -> rusqlite::Result<Option<ChildSink<'c, 'p>>> {
+        let Some(parent_i) = cols.iter().position(|c| c == child.column) else {
+            return Ok(None);
+        };
+        let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
+        let marks = (1..=cols.len())
+            .map(|i| format!("?{i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let t = ident(child.name);
+        if child.matching == Match::WholeSet {
+            let mut clear = dst.prepare(&format!(
+                "DELETE FROM {t} WHERE {} = ?1",
+                ident(child.column)
+            ))?;
+            for (dst_id, _) in parents.values().filter(|(_, won)| *won) {
+                clear.execute([dst_id])?;
+            }
+        }
+        Ok(Some(ChildSink {
+            parent_i,
+            parents,
+            matching: child.matching,
+            replace: dst.prepare(&format!(
+                "INSERT OR REPLACE INTO {t} ({list}) VALUES ({marks})"
+            ))?,
+            ignore: dst.prepare(&format!(
+                "INSERT OR IGNORE INTO {t} ({list}) VALUES ({marks})"
+            ))?,
+        }))
+    }
+
+    /// One source row, its values in the sink's column order.
+    pub(crate) fn push(&mut self, mut values: Vec<Value>) -> rusqlite::Result<()> {
+        let Value::Integer(p) = values[self.parent_i] else {
+            return Ok(());
+        };
+        let Some(&(dst_id, won)) = self.parents.get(&p) else {
+            return Ok(());
+        };
+        values[self.parent_i] = Value::Integer(dst_id);
+        if self.matching == Match::WholeSet && !won {
+            return Ok(());
+        }
+        if won {
+            self.replace.execute(params_from_iter(values.iter()))?;
+        } else {
+            self.ignore.execute(params_from_iter(values.iter()))?;
+        }
+        Ok(())
+    }
 }
 
 /// Copies one child table's rows, remapping the parent column.
@@ -422,52 +550,18 @@ fn merge_child(
     }
     let skip: Vec<&str> = child.local_id.into_iter().collect();
     let cols = shared_columns(dst, src, child.name, &skip)?;
-    let Some(parent_i) = cols.iter().position(|c| c == child.column) else {
+    let Some(mut sink) = ChildSink::new(dst, child, &cols, parents)? else {
         return Ok(());
     };
     let list = cols.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", ");
-    let marks = (1..=cols.len())
-        .map(|i| format!("?{i}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let t = ident(child.name);
-    let mut read = src.prepare(&format!("SELECT {list} FROM {t}"))?;
-    let mut replace = dst.prepare(&format!(
-        "INSERT OR REPLACE INTO {t} ({list}) VALUES ({marks})"
-    ))?;
-    let mut ignore = dst.prepare(&format!(
-        "INSERT OR IGNORE INTO {t} ({list}) VALUES ({marks})"
-    ))?;
-    if child.matching == Match::WholeSet {
-        let mut clear = dst.prepare(&format!(
-            "DELETE FROM {t} WHERE {} = ?1",
-            ident(child.column)
-        ))?;
-        for (dst_id, _) in parents.values().filter(|(_, won)| *won) {
-            clear.execute([dst_id])?;
-        }
-    }
+    let mut read = src.prepare(&format!("SELECT {list} FROM {}", ident(child.name)))?;
     let mut rows = read.query([])?;
     while let Some(row) = rows.next()? {
-        let mut values = cols
+        let values = cols
             .iter()
             .map(|c| row.get::<_, Value>(c.as_str()))
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        let Value::Integer(p) = values[parent_i] else {
-            continue;
-        };
-        let Some(&(dst_id, won)) = parents.get(&p) else {
-            continue;
-        };
-        values[parent_i] = Value::Integer(dst_id);
-        if child.matching == Match::WholeSet && !won {
-            continue;
-        }
-        if won {
-            replace.execute(params_from_iter(values.iter()))?;
-        } else {
-            ignore.execute(params_from_iter(values.iter()))?;
-        }
+        sink.push(values)?;
     }
     Ok(())
 }

@@ -36,6 +36,7 @@ pub use handle::Store;
 pub use import::{ImportOutcome, ImportedTrial};
 pub use lock::{LockError, SweepLock};
 pub use merge::{merge, MergeReport, Refused, TableCount};
+pub(crate) use merge::{ChildSink, IdMap, ParentSink, CHILD_TABLES};
 pub use pushed::FinalTrial;
 pub(crate) use rows::LoggedText;
 pub use rows::{MemoryColumns, ResultRow, RunInfo, TrialKey, TrialSummary};

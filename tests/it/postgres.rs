@@ -1438,3 +1438,45 @@ fn a_fetch_that_matches_nothing_exits_1_naming_the_selection_and_writes_nothing(
         assert!(!into.exists(), "nothing written");
     }
 }
+
+#[test]
+fn fetch_streams_into_the_target_with_no_copy_on_the_way_and_merges_into_what_it_holds() {
+    let server = PgServer::start(Auth::Trust);
+    let (dir, url, nano, tx2) = two_boards_pushed(&server, "stream");
+    // The target already holds the nano's file: fetching everything adds the tx2's trials.
+    let target_dir = dir.path().join("target");
+    std::fs::create_dir(&target_dir).unwrap();
+    let into = target_dir.join("all.db");
+    std::fs::copy(&nano, &into).unwrap();
+    let before = results(dir.path(), &into).len();
+    let out = ok(edgebench(dir.path())
+        .env("HOME", dir.path())
+        // No temporary folder to stage a copy in.
+        .env("TMPDIR", dir.path().join("absent"))
+        .args(["fetch", &url, "--into", arg(&into)])
+        .output()
+        .unwrap());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("fetched"), "{}", describe(&out));
+    let rows = results(dir.path(), &into);
+    assert_eq!(
+        rows.len() as i64,
+        local_count(&nano, "trials")
+            + local_count(&tx2, "trials")
+            + (before as i64 - local_count(&nano, "trials"))
+    );
+    for table in TABLES {
+        assert_eq!(
+            local_count(&into, table),
+            local_count(&nano, table) + local_count(&tx2, table),
+            "{table}"
+        );
+    }
+    // Nothing but the database (and SQLite's own files) beside it.
+    let names: Vec<String> = std::fs::read_dir(&target_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("all.db"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+}

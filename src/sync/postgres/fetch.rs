@@ -1,7 +1,11 @@
-//! `edgebench fetch`: a selection of the server's trials into a local database. The rows go
-//! into a temporary SQLite file with the local schema (server ids as local ids), which
-//! `store::merge` then merges into the target, so every local tool reads the result and
-//! fetching twice adds nothing.
+//! `edgebench fetch`: a selection of the server's trials into a local database. The rows
+//! stream from the server straight into the target, under `merge`'s rules (matched by UUID, a
+//! copy further along wins, ids remapped), in one transaction: fetching twice adds nothing,
+//! and nothing is staged on disk on the way.
+//!
+//! Every row is checked against the store's rules as it arrives. A bad run or trial row is
+//! left out before anything of it is written; a bad row of a child table (found after its
+//! trial went in) rolls the transaction back, and the copy starts over without that trial.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -9,14 +13,17 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
+use rusqlite::types::Value;
 
 use super::connect::{describe, ConnInfo, Env};
 use super::schema;
 use super::tables::{
-    names, server_selects, Cell, Kind, RUN_COLUMNS, RUN_PROVENANCE, TRIAL_COLUMNS, TRIAL_TABLES,
+    server_selects, Cell, Kind, Table, RUN_COLUMNS, RUN_PROVENANCE, TRIAL_COLUMNS, TRIAL_TABLES,
 };
 use crate::store::validate::{self, Violation};
-use crate::store::{self, MergeReport, Refused, Store};
+use crate::store::{
+    ChildSink, IdMap, MergeReport, ParentSink, Refused, Store, TableCount, CHILD_TABLES,
+};
 
 /// What to fetch.
 #[derive(Debug, Clone, Default)]
@@ -43,9 +50,12 @@ pub fn fetch(url: &str, into: &Path, req: &FetchRequest<'_>) -> anyhow::Result<F
     fetch_with_env(url, into, req, &super::connect::process_env())
 }
 
-/// [`fetch`] with the libpq variables given. Every row is checked against the store's rules
-/// as it arrives; a trial with a bad row (or a run with one, with its trials) is left out and
-/// listed in the report's `merge.refused`, the rest is fetched.
+/// Copies tried before giving up on a server whose rows keep changing under the fetch.
+const MAX_ATTEMPTS: usize = 4;
+
+/// [`fetch`] with the libpq variables given. A trial with a bad row (or a run with one, with
+/// its trials) is left out and listed in the report's `merge.refused`; the rest is fetched.
+/// A selection that matches nothing is an error, and nothing is written.
 pub fn fetch_with_env(
     url: &str,
     into: &Path,
@@ -56,109 +66,74 @@ pub fn fetch_with_env(
     let mut client = info.connect(env)?;
     let target = info.target();
     schema::check_readable(&mut client).with_context(|| format!("server {target}"))?;
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    let tmp = dir.path().join("fetched.db");
-    let (trials, refused) = {
-        let store = Store::open(&tmp)?;
-        copy_selection(&mut client, &store, req, &target.0)
-            .with_context(|| format!("fetching from {target}"))?
-    };
-    let mut merge = store::merge(&[tmp], into)?;
-    // What merge refused comes from the temporary copy: name the server instead.
-    for r in &mut merge.refused {
-        r.source = target.0.clone();
+    let selected = select(&mut client, req).with_context(|| format!("fetching from {target}"))?;
+    let store = Store::open(into)?;
+    let mut bad = Bad::default();
+    for _ in 0..MAX_ATTEMPTS {
+        let copied = copy_selection(&mut client, &store, &selected, &mut bad)
+            .with_context(|| format!("fetching from {target}"))?;
+        if let Some(tables) = copied {
+            store.checkpoint();
+            return Ok(FetchReport {
+                trials: selected.len(),
+                merge: MergeReport {
+                    tables,
+                    refused: bad.refused(&selected, &target.0),
+                    ..MergeReport::default()
+                },
+            });
+        }
+        tracing::debug!("fetch: a child row refused after its trial went in; copying again");
     }
-    merge.refused.splice(0..0, refused);
-    Ok(FetchReport { trials, merge })
+    bail!(
+        "fetching from {target}: the server's rows kept changing ({MAX_ATTEMPTS} tries); \
+         nothing fetched"
+    )
 }
 
 fn db_err(what: &str) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
     move |e| anyhow!("{what}: {}", describe(&e))
 }
 
-/// How the rows of one server table are copied and checked.
-struct TableCopy<'a> {
-    /// The local table.
-    table: &'a str,
-    /// The id columns the select starts with (the row's own and its parents').
-    id_columns: &'a [&'a str],
-    columns: &'a [(&'a str, Kind)],
-    /// Which id column names the run or trial a bad row takes with it.
-    owner: usize,
-    /// Rows whose id column `.0` is one of `.1` (a refused run or trial) are not copied.
-    skip: Option<(usize, &'a HashSet<i64>)>,
+/// One selected trial: (trial id, run id, its UUID, its run's UUID, its run's host), the
+/// texts shortened on the server.
+struct Selected {
+    trial: i64,
+    run: i64,
+    uuid: Option<String>,
+    run_uuid: Option<String>,
+    host: Option<String>,
 }
 
-/// Streams `sql` (its first columns `copy.id_columns`, then `copy.columns`) into `INSERT INTO
-/// table`, each row checked against the store's rules first; returns the rows written and the
-/// owners (run or trial ids) of the rows refused, each with its first violation.
-fn copy_table(
-    client: &mut postgres::Client,
-    conn: &rusqlite::Connection,
-    sql: &str,
-    ids: &[i64],
-    copy: &TableCopy<'_>,
-) -> anyhow::Result<(u64, HashMap<i64, Violation>)> {
-    let table = copy.table;
-    let insert = format!(
-        "INSERT INTO {table} ({}, {}) VALUES ({})",
-        copy.id_columns.join(", "),
-        names(copy.columns),
-        (1..=copy.id_columns.len() + copy.columns.len())
-            .map(|i| format!("?{i}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut stmt = conn.prepare(&insert)?;
-    let param: [&(dyn ToSql + Sync); 1] = [&ids];
-    let mut rows = client
-        .query_raw(sql, param)
-        .map_err(|e| anyhow!("reading {table}: {}", describe(&e)))?;
-    let (mut n, mut refused) = (0, HashMap::new());
-    while let Some(row) = rows.next().map_err(db_err(table))? {
-        let mut id_cells = Vec::with_capacity(copy.id_columns.len());
-        for i in 0..copy.id_columns.len() {
-            id_cells.push(row.try_get::<_, i64>(i).map_err(db_err(table))?);
+/// The runs and trials (server ids) left out, each with its first violation.
+#[derive(Debug, Default)]
+struct Bad {
+    runs: HashMap<i64, Violation>,
+    trials: HashMap<i64, Violation>,
+}
+
+impl Bad {
+    fn refused(&self, selected: &[Selected], source: &str) -> Vec<Refused> {
+        let mut out = Vec::new();
+        for s in selected {
+            let v = self.trials.get(&s.trial).or_else(|| self.runs.get(&s.run));
+            if let Some(v) = v {
+                out.push(Refused {
+                    source: source.to_string(),
+                    host: s.host.clone().unwrap_or_else(|| "?".into()),
+                    run: s.run_uuid.clone().unwrap_or_else(|| s.run.to_string()),
+                    trial: Some(s.uuid.clone().unwrap_or_else(|| s.trial.to_string())),
+                    field: v.field.clone(),
+                    problem: v.problem.clone(),
+                });
+            }
         }
-        if copy.skip.is_some_and(|(i, bad)| bad.contains(&id_cells[i])) {
-            continue;
-        }
-        let mut cells = Vec::with_capacity(copy.columns.len());
-        for (j, (_, kind)) in copy.columns.iter().enumerate() {
-            cells.push(
-                Cell::from_server(&row, copy.id_columns.len() + j, *kind).map_err(db_err(table))?,
-            );
-        }
-        let named: Vec<(&str, &dyn rusqlite::ToSql)> = copy
-            .columns
-            .iter()
-            .zip(&cells)
-            .map(|((name, _), cell)| (*name, cell as &dyn rusqlite::ToSql))
-            .collect();
-        if let Err(v) = validate::check_values(table, &named) {
-            refused.entry(id_cells[copy.owner]).or_insert(v);
-            continue;
-        }
-        let all: Vec<Cell> = id_cells
-            .iter()
-            .map(|&id| Cell::Int(Some(id)))
-            .chain(cells)
-            .collect();
-        stmt.execute(rusqlite::params_from_iter(all.iter()))
-            .with_context(|| format!("writing {table}"))?;
-        n += 1;
+        out
     }
-    Ok((n, refused))
 }
 
-/// Copies the selection into `store`, leaving out what breaks the store's rules; returns the
-/// trials selected and what was left out.
-fn copy_selection(
-    client: &mut postgres::Client,
-    store: &Store,
-    req: &FetchRequest<'_>,
-    source: &str,
-) -> anyhow::Result<(usize, Vec<Refused>)> {
+/// The trials the request selects, oldest id first; none is an error naming the selection.
+fn select(client: &mut postgres::Client, req: &FetchRequest<'_>) -> anyhow::Result<Vec<Selected>> {
     let selected = client
         .query(
             "SELECT t.id, t.run_id, left(t.uuid, 64), left(r.uuid, 64), left(r.host, 64) \
@@ -201,78 +176,175 @@ fn copy_selection(
              fetched"
         );
     }
-    let trial_ids: Vec<i64> = selected.iter().map(|r| r.get(0)).collect();
-    let mut run_ids: Vec<i64> = selected.iter().map(|r| r.get(1)).collect();
+    Ok(selected
+        .iter()
+        .map(|r| {
+            let text = |i: usize| r.try_get::<_, Option<String>>(i).ok().flatten();
+            Selected {
+                trial: r.get(0),
+                run: r.get(1),
+                uuid: text(2),
+                run_uuid: text(3),
+                host: text(4),
+            }
+        })
+        .collect())
+}
+
+/// A server value as SQLite stores it.
+fn value(cell: Cell) -> Value {
+    match cell {
+        Cell::Int(Some(n)) => Value::Integer(n),
+        Cell::Real(Some(f)) => Value::Real(f),
+        Cell::Text(Some(t)) => Value::Text(t),
+        Cell::Bool(Some(b)) => Value::Integer(i64::from(b)),
+        Cell::Int(None) | Cell::Real(None) | Cell::Text(None) | Cell::Bool(None) => Value::Null,
+    }
+}
+
+/// Streams `sql` (one `$1` parameter, `ids`; its first column the row's parent id, then
+/// `columns`), checks each row against the store's rules and hands the good ones to `each`
+/// as (parent id, values with the parent first); returns the parents of the bad rows, each
+/// with its first violation. Rows of a parent in `skip` are not read further.
+fn stream(
+    client: &mut postgres::Client,
+    table: &str,
+    sql: &str,
+    ids: &[i64],
+    columns: &[(&str, Kind)],
+    skip: &dyn Fn(i64) -> bool,
+    mut each: impl FnMut(i64, Vec<Value>) -> rusqlite::Result<()>,
+) -> anyhow::Result<HashMap<i64, Violation>> {
+    let param: [&(dyn ToSql + Sync); 1] = [&ids];
+    let mut rows = client
+        .query_raw(sql, param)
+        .map_err(|e| anyhow!("reading {table}: {}", describe(&e)))?;
+    let mut bad = HashMap::new();
+    while let Some(row) = rows.next().map_err(db_err(table))? {
+        let parent: i64 = row.try_get(0).map_err(db_err(table))?;
+        if skip(parent) || bad.contains_key(&parent) {
+            continue;
+        }
+        let mut cells = Vec::with_capacity(columns.len());
+        for (j, (_, kind)) in columns.iter().enumerate() {
+            cells.push(Cell::from_server(&row, 1 + j, *kind).map_err(db_err(table))?);
+        }
+        let named: Vec<(&str, &dyn rusqlite::ToSql)> = columns
+            .iter()
+            .zip(&cells)
+            .map(|((name, _), cell)| (*name, cell as &dyn rusqlite::ToSql))
+            .collect();
+        if let Err(v) = validate::check_values(table, &named) {
+            bad.insert(parent, v);
+            continue;
+        }
+        let mut values = Vec::with_capacity(cells.len() + 1);
+        values.push(Value::Integer(parent));
+        values.extend(cells.into_iter().map(value));
+        each(parent, values).with_context(|| format!("writing {table}"))?;
+    }
+    Ok(bad)
+}
+
+/// The column names of a sink: the parent column, then `columns`.
+fn sink_columns(parent: &str, columns: &[(&str, Kind)]) -> Vec<String> {
+    std::iter::once(parent.to_string())
+        .chain(columns.iter().map(|(n, _)| n.to_string()))
+        .collect()
+}
+
+/// Row counts of the local tables a fetch writes.
+fn counts(conn: &rusqlite::Connection, tables: &[&str]) -> rusqlite::Result<Vec<i64>> {
+    tables
+        .iter()
+        .map(|t| conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0)))
+        .collect()
+}
+
+/// One copy of the selection into `store`, in one transaction, leaving out what `bad` holds
+/// and what breaks the store's rules (added to `bad`). Returns the tables' row counts before
+/// and after, or None (the transaction rolled back) when a child table's bad row came after
+/// its trial or run was written: then the caller copies again.
+fn copy_selection(
+    client: &mut postgres::Client,
+    store: &Store,
+    selected: &[Selected],
+    bad: &mut Bad,
+) -> anyhow::Result<Option<Vec<TableCount>>> {
+    let trial_ids: Vec<i64> = selected.iter().map(|s| s.trial).collect();
+    let mut run_ids: Vec<i64> = selected.iter().map(|s| s.run).collect();
     run_ids.sort_unstable();
     run_ids.dedup();
 
     let conn = store.sqlite();
     let tx = conn.unchecked_transaction()?;
-    let (_, mut bad_runs) = copy_table(
+    let mut tables = vec!["runs", "trials", RUN_PROVENANCE.name];
+    tables.extend(TRIAL_TABLES.iter().map(|t| t.name));
+    let before = counts(&tx, &tables)?;
+
+    // Runs: a bad one is left out before it is written, its trials with it.
+    let run_cols: Vec<String> = RUN_COLUMNS.iter().map(|(n, _)| n.to_string()).collect();
+    let skip_runs: HashSet<i64> = bad.runs.keys().copied().collect();
+    let mut sink = ParentSink::new(&tx, "runs", &run_cols, None)?;
+    let found = stream(
         client,
-        &tx,
+        "runs",
         &format!(
-            "SELECT r.id, {} FROM edgebench.runs r WHERE r.id = ANY($1)",
+            "SELECT r.id, {} FROM edgebench.runs r WHERE r.id = ANY($1) ORDER BY r.id",
             server_selects("runs", RUN_COLUMNS, "r")
         ),
         &run_ids,
-        &TableCopy {
-            table: "runs",
-            id_columns: &["id"],
-            columns: RUN_COLUMNS,
-            owner: 0,
-            skip: None,
+        RUN_COLUMNS,
+        &|id| skip_runs.contains(&id),
+        |id, mut values| {
+            values.remove(0);
+            sink.push(id, values, None)
         },
     )?;
-    let skipped: HashSet<i64> = bad_runs.keys().copied().collect();
-    let (_, bad) = copy_table(
+    bad.runs.extend(found);
+    let runs = std::mem::take(&mut sink.map);
+    drop(sink);
+
+    let trial_cols = sink_columns("run_id", TRIAL_COLUMNS);
+    let skip_trials: HashSet<i64> = bad.trials.keys().copied().collect();
+    let mut sink = ParentSink::new(&tx, "trials", &trial_cols, Some("run_id"))?;
+    let found = stream(
         client,
-        &tx,
+        "trials",
         &format!(
-            "SELECT x.run_id, {} FROM edgebench.run_provenance x WHERE x.run_id = ANY($1)",
-            server_selects(RUN_PROVENANCE.name, RUN_PROVENANCE.columns, "x")
-        ),
-        &run_ids,
-        &TableCopy {
-            table: RUN_PROVENANCE.name,
-            id_columns: &["run_id"],
-            columns: RUN_PROVENANCE.columns,
-            owner: 0,
-            skip: Some((0, &skipped)),
-        },
-    )?;
-    for (run, v) in bad {
-        bad_runs.entry(run).or_insert(v);
-    }
-    let runs_skipped: HashSet<i64> = bad_runs.keys().copied().collect();
-    let (_, mut bad_trials) = copy_table(
-        client,
-        &tx,
-        &format!(
-            "SELECT t.id, t.run_id, {} FROM edgebench.trials t WHERE t.id = ANY($1)",
+            "SELECT t.id, t.run_id, {} FROM edgebench.trials t WHERE t.id = ANY($1) ORDER BY t.id",
             server_selects("trials", TRIAL_COLUMNS, "t")
         ),
         &trial_ids,
-        &TableCopy {
-            table: "trials",
-            id_columns: &["id", "run_id"],
-            columns: TRIAL_COLUMNS,
-            owner: 0,
-            skip: Some((1, &runs_skipped)),
+        &[&[("run_id", Kind::Int)], TRIAL_COLUMNS].concat(),
+        &|id| skip_trials.contains(&id),
+        |id, mut values| {
+            values.remove(0);
+            sink.push(id, values, Some(&runs))
         },
     )?;
-    // The trials of a refused run are left out with it.
-    for r in &selected {
-        let (trial, run): (i64, i64) = (r.get(0), r.get(1));
-        if let Some(v) = bad_runs.get(&run) {
-            bad_trials.entry(trial).or_insert_with(|| v.clone());
-        }
-    }
-    for table in TRIAL_TABLES {
-        let skipped: HashSet<i64> = bad_trials.keys().copied().collect();
-        let (_, bad) = copy_table(
+    bad.trials.extend(found);
+    let trials = std::mem::take(&mut sink.map);
+    drop(sink);
+
+    // The child tables: a bad row here comes after its parent went in.
+    let mut late = false;
+    let children: Vec<(&Table, &IdMap, &[i64])> =
+        std::iter::once((&RUN_PROVENANCE, &runs, &run_ids[..]))
+            .chain(TRIAL_TABLES.iter().map(|t| (t, &trials, &trial_ids[..])))
+            .collect();
+    for (table, parents, ids) in children {
+        let child = CHILD_TABLES
+            .iter()
+            .find(|c| c.name == table.name)
+            .ok_or_else(|| anyhow!("{} has no merge rule", table.name))?;
+        let cols = sink_columns(table.parent, table.columns);
+        let Some(mut sink) = ChildSink::new(&tx, child, &cols, parents)? else {
+            bail!("{} lacks its parent column", table.name);
+        };
+        let found = stream(
             client,
-            &tx,
+            table.name,
             &format!(
                 "SELECT x.{}, {} FROM edgebench.{} x WHERE x.{} = ANY($1)",
                 table.parent,
@@ -280,44 +352,39 @@ fn copy_selection(
                 table.name,
                 table.parent
             ),
-            &trial_ids,
-            &TableCopy {
-                table: table.name,
-                id_columns: &[table.parent],
-                columns: table.columns,
-                owner: 0,
-                skip: Some((0, &skipped)),
-            },
+            ids,
+            table.columns,
+            &|id| !parents.contains_key(&id),
+            |_, values| sink.push(values),
         )?;
-        for (trial, v) in bad {
-            bad_trials.entry(trial).or_insert(v);
+        if !found.is_empty() {
+            late = true;
+            let into = match table.parent {
+                "run_id" => &mut bad.runs,
+                _ => &mut bad.trials,
+            };
+            for (id, v) in found {
+                into.entry(id).or_insert(v);
+            }
         }
     }
-    // A trial refused for a child row was written before that row was seen: out it goes, its
-    // other rows with it (foreign keys cascade).
-    for trial in bad_trials.keys() {
-        tx.execute("DELETE FROM trials WHERE id = ?1", [trial])?;
+    if late {
+        // Dropped without commit: rolled back.
+        return Ok(None);
     }
-    for run in bad_runs.keys() {
-        tx.execute("DELETE FROM runs WHERE id = ?1", [run])?;
-    }
+    let after = counts(&tx, &tables)?;
     tx.commit()?;
-    let mut refused = Vec::new();
-    for r in &selected {
-        let (trial, run): (i64, i64) = (r.get(0), r.get(1));
-        if let Some(v) = bad_trials.get(&trial) {
-            let text = |i: usize| r.try_get::<_, Option<String>>(i).ok().flatten();
-            refused.push(Refused {
-                source: source.to_string(),
-                host: text(4).unwrap_or_else(|| "?".into()),
-                run: text(3).unwrap_or_else(|| run.to_string()),
-                trial: Some(text(2).unwrap_or_else(|| trial.to_string())),
-                field: v.field.clone(),
-                problem: v.problem.clone(),
-            });
-        }
-    }
-    Ok((trial_ids.len(), refused))
+    Ok(Some(
+        tables
+            .iter()
+            .zip(before.iter().zip(&after))
+            .map(|(t, (b, a))| TableCount {
+                table: t.to_string(),
+                before: *b,
+                after: *a,
+            })
+            .collect(),
+    ))
 }
 
 /// What to do about a permission error: the role lacks SELECT on the schema's tables.
