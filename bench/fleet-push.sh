@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Times `edgebench push` into a throwaway PostgreSQL on loopback:
-#   1. one board database of ITERATIONS iterations and POWER power samples;
+# Times `edgebench push` and `edgebench fetch` against a throwaway PostgreSQL on loopback:
+#   1. one board database of ITERATIONS iterations and POWER power samples pushed; the same
+#      iteration and power rows loaded by PostgreSQL's own binary `\copy` into a fresh schema
+#      (printed: push / COPY, the share of COPY's rate push reaches); then fetched back into a
+#      new SQLite file (rows/s), its counts checked against the board's;
 #   2. BOARDS processes pushing distinct board databases at once (the same totals split over
 #      the boards), then checks that the server's row counts equal the sum of the boards'.
 # Usage: bench/fleet-push.sh [ITERATIONS=1000000] [POWER=5000000] [BOARDS=50] [TRIALS=100]
@@ -36,7 +39,7 @@ cleanup() { kill -INT "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf 
 trap cleanup EXIT
 for _ in $(seq 100); do psql -h "$work/pg" -p "$port" -U postgres -Atqc 'SELECT 1' >/dev/null 2>&1 && break; sleep 0.2; done
 sql() { psql -h "$work/pg" -p "$port" -U postgres -d "$1" -X -Atqc "$2"; }
-sql postgres "CREATE DATABASE one" && sql postgres "CREATE DATABASE fleet"
+sql postgres "CREATE DATABASE one" && sql postgres "CREATE DATABASE fleet" && sql postgres "CREATE DATABASE raw"
 
 # A real board file (one idle trial), grown to TRIALS trials with synthetic rows.
 (cd "$work" && env -u EDGEBENCH_DB "$BIN" -q run --workload idle --duration 1s --db seed.db >/dev/null)
@@ -94,6 +97,31 @@ rows=$((ITER + POWER))
 python3 -c "s=$end-$start; print(f'wall {s:.2f} s, {$rows/s:,.0f} iteration+power rows/s')"
 echo "local:  $(counts "$work/board.db")"
 echo "server: $(server_counts one)"
+push_s=$(python3 -c "print($end-$start)")
+
+# PostgreSQL's own binary COPY of the same iteration and power rows, into a fresh schema.
+"$BIN" -q fleet init "postgres://postgres@127.0.0.1:$port/raw?sslmode=disable" >/dev/null
+for t in iterations power_samples; do
+    psql -h "$work/pg" -p "$port" -U postgres -d one -X -q \
+        -c "\\copy edgebench.$t TO '$work/$t.bin' WITH (FORMAT binary)"
+done
+start=$(date +%s.%N)
+psql -h "$work/pg" -p "$port" -U postgres -d raw -X -q -v ON_ERROR_STOP=1 \
+    -c "\\copy edgebench.iterations FROM '$work/iterations.bin' WITH (FORMAT binary)" \
+    -c "\\copy edgebench.power_samples FROM '$work/power_samples.bin' WITH (FORMAT binary)"
+end=$(date +%s.%N)
+python3 -c "s=$end-$start; p=$push_s; print(f'binary \\\\copy: wall {s:.2f} s, {$rows/s:,.0f} rows/s; push / COPY = {s/p:.2f}')"
+
+echo "== fetch of that board into a new SQLite file"
+start=$(date +%s.%N)
+"$BIN" -q fetch "postgres://postgres@127.0.0.1:$port/one?sslmode=disable" --into "$work/fetched.db" >/dev/null
+end=$(date +%s.%N)
+python3 -c "s=$end-$start; print(f'wall {s:.2f} s, {$rows/s:,.0f} iteration+power rows/s')"
+echo "fetched: $(counts "$work/fetched.db")"
+if [ "$(counts "$work/fetched.db")" != "$(counts "$work/board.db")" ]; then
+    echo "MISMATCH after fetch" >&2
+    exit 1
+fi
 
 echo "== $BOARDS boards at once: $ITER iterations and $POWER power samples in all"
 files=()

@@ -379,17 +379,6 @@ fn a_server_with_a_newer_schema_is_refused() {
     );
 }
 
-/// Median of `v` (sorted copy), as percentile_cont(0.5).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 #[test]
 fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
     let server = PgServer::start(Auth::Trust);
@@ -426,7 +415,8 @@ fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
         Connection::open(&nano)
             .unwrap()
             .execute(
-                "UPDATE trials SET started_at = '2025-03-01T00:00:00Z' WHERE run_id = ?1",
+                "UPDATE trials SET started_at = '2025-03-01T00:00:00Z', params = '{\"x\": 1}' \
+                 WHERE run_id = ?1",
                 [run],
             )
             .unwrap();
@@ -438,35 +428,37 @@ fn views_fetch_with_filters_and_local_tools_on_the_fetched_file() {
         server.count("views", "SELECT count(*) FROM edgebench.trial_summary"),
         local_count(&nano, "trials") + local_count(&tx2, "trials")
     );
-    // board_workload_summary and gpu_cpu_speedup from the nano's own rows.
-    let c = Connection::open(&nano).unwrap();
-    let tpis = |device: &str| -> Vec<f64> {
-        c.prepare(
-            "SELECT time_per_image_s FROM trials WHERE net = 'alexnet' AND batch = 1 \
-             AND device = ?1 AND status = 'ok'",
-        )
-        .unwrap()
-        .query_map([device], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    // board_workload_summary and gpu_cpu_speedup as `results --json` sums up the nano's
+    // repetitions of each key.
+    let nano_rows = results(dir.path(), &nano);
+    let repeat = |device: &str| {
+        nano_rows
+            .iter()
+            .find(|r| r["net"] == "alexnet" && r["batch"] == 1 && r["device"] == device)
+            .unwrap()["repeat"]
+            .clone()
     };
-    let (cpu, gpu) = (median(tpis("cpu")), median(tpis("cuda")));
-    let all_cuda: i64 = c
-        .query_row(
-            "SELECT count(*) FROM trials WHERE net = 'alexnet' AND batch = 1 AND device = 'cuda'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let (cpu, gpu) = (
+        repeat("cpu")["time_per_item_s"]["median"].as_f64().unwrap(),
+        repeat("cuda")["time_per_item_s"]["median"]
+            .as_f64()
+            .unwrap(),
+    );
+    let all_cuda = nano_rows
+        .iter()
+        .filter(|r| r["net"] == "alexnet" && r["batch"] == 1 && r["device"] == "cuda")
+        .count();
     let row = server.psql(
         "views",
-        "SELECT trials, trials_ok, median_time_per_image_s FROM edgebench.board_workload_summary \
+        "SELECT trials, trials_ok, median_time_per_item_s FROM edgebench.board_workload_summary \
          WHERE host = 'nano' AND net = 'alexnet' AND device = 'cuda' AND batch = 1",
     );
     let f: Vec<&str> = row.split('|').collect();
-    assert_eq!(f[0].parse::<i64>().unwrap(), all_cuda);
-    assert_eq!(f[1].parse::<usize>().unwrap(), tpis("cuda").len());
+    assert_eq!(f[0].parse::<usize>().unwrap(), all_cuda);
+    assert_eq!(
+        f[1].parse::<u64>().unwrap(),
+        repeat("cuda")["n"].as_u64().unwrap()
+    );
     assert!((f[2].parse::<f64>().unwrap() - gpu).abs() < 1e-12, "{row}");
     let speedup: f64 = server
         .psql(
@@ -1479,4 +1471,281 @@ fn fetch_streams_into_the_target_with_no_copy_on_the_way_and_merges_into_what_it
         .filter(|n| !n.starts_with("all.db"))
         .collect();
     assert!(names.is_empty(), "{names:?}");
+}
+
+/// A board's file with a trial of every workload beside [`full_board`]'s cnn trials, each as
+/// its workload stores it: mlp (samples, two repetitions), ops (executions), exec (an engine's
+/// command), idle (no batch), with times and energies set.
+fn every_workload_board(path: &Path, host: &str) {
+    full_board(path, host);
+    let c = Connection::open(path).unwrap();
+    let cols: Vec<String> = c
+        .prepare("SELECT name FROM pragma_table_info('trials') WHERE name NOT IN ('id', 'uuid')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let list = cols.join(", ");
+    let source: i64 = c
+        .query_row(
+            "SELECT min(id) FROM trials WHERE status = 'ok' AND energy_j IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
+        .or_else(|_| c.query_row("SELECT min(id) FROM trials", [], |r| r.get(0)))
+        .unwrap();
+    for (k, (workload, net, device, batch, params, repetition, tpi_s, e_j)) in [
+        (
+            "mlp",
+            "mlp",
+            "cpu",
+            64,
+            r#"{"size":"small","style":"tensors"}"#,
+            1,
+            0.02,
+            0.64,
+        ),
+        (
+            "mlp",
+            "mlp",
+            "cpu",
+            64,
+            r#"{"size":"small","style":"tensors"}"#,
+            2,
+            0.03,
+            0.96,
+        ),
+        (
+            "mlp",
+            "mlp",
+            "cuda",
+            64,
+            r#"{"size":"small","style":"autograd"}"#,
+            1,
+            0.01,
+            0.32,
+        ),
+        (
+            "ops",
+            "add",
+            "cpu",
+            0,
+            r#"{"bytes":1048576,"dtype":"f32","op":"add"}"#,
+            1,
+            0.004,
+            0.02,
+        ),
+        (
+            "exec",
+            "alexnet",
+            "cpu",
+            8,
+            r#"{"command":["caffe"],"engine":"caffe"}"#,
+            1,
+            0.8,
+            4.0,
+        ),
+        (
+            "exec",
+            "alexnet",
+            "cpu",
+            8,
+            r#"{"command":["tf"],"engine":"tensorflow"}"#,
+            1,
+            0.6,
+            3.0,
+        ),
+        ("idle", "idle", "board", 0, "{}", 1, 1.0, 2.5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.execute(
+            &format!(
+                "INSERT INTO trials (uuid, {list}) SELECT ?1, {list} FROM trials WHERE id = ?2"
+            ),
+            rusqlite::params![format!("{workload}-{k:04}-{host}"), source],
+        )
+        .unwrap();
+        let id = c.last_insert_rowid();
+        c.execute(
+            "UPDATE trials SET workload = ?2, net = ?3, device = ?4, batch = ?5, params = ?6, \
+             repetition = ?7, time_per_iteration_s = ?8, energy_per_image_j = ?9, \
+             energy_j = ?9 * iterations_done, time_per_image_s = CASE WHEN ?5 > 0 \
+             THEN ?8 / ?5 END, started_at = '2025-02-0' || (?7 + 1) || 'T00:00:00Z' \
+             WHERE id = ?1",
+            rusqlite::params![id, workload, net, device, batch, params, repetition, tpi_s, e_j],
+        )
+        .unwrap();
+    }
+}
+
+/// A timestamp as Unix seconds, from RFC 3339 text (`Z` or `+00:00`).
+fn instant(text: &str) -> f64 {
+    let t = text.replace("+00:00", "Z").replace(' ', "T");
+    humantime::parse_rfc3339_weak(t.trim_end_matches('Z'))
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Whether a view's value equals `results --json`'s.
+fn same(view: &serde_json::Value, results: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (view, results) {
+        (Value::Number(a), Value::Number(b)) => {
+            let (a, b) = (a.as_f64().unwrap(), b.as_f64().unwrap());
+            (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-12)
+        }
+        (Value::String(a), Value::String(b)) if a.len() >= 19 && a.as_bytes()[4] == b'-' => {
+            a == b || (instant(a) - instant(b)).abs() < 1e-3
+        }
+        (a, b) => a == b,
+    }
+}
+
+/// Every row of `sql` (one JSON object per row) from the server.
+fn view_rows(server: &PgServer, db: &str, view: &str) -> Vec<serde_json::Value> {
+    let text = server.psql(
+        db,
+        &format!("SELECT coalesce(json_agg(v), '[]') FROM edgebench.{view} v"),
+    );
+    serde_json::from_str::<serde_json::Value>(&text)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Every column of every view, for every trial of every workload of a pushed board, equals
+/// what `results --json` says of the same trial or key: the views use its definitions.
+#[test]
+fn every_view_column_equals_results_json_for_every_workload() {
+    let server = PgServer::start(Auth::Trust);
+    let url = server.database("agree", "postgres");
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("board.db");
+    every_workload_board(&db, "orin");
+    pg::push_with_env(&url, &db, &env(dir.path())).unwrap();
+    let results = results(dir.path(), &db);
+    let by_uuid: HashMap<&str, &serde_json::Value> = results
+        .iter()
+        .map(|r| (r["trial_id"].as_str().unwrap(), r))
+        .collect();
+    let version: String = Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT max(edgebench_version) FROM runs", [], |r| r.get(0))
+        .unwrap();
+
+    // trial_summary: a row per trial, each column as results has it.
+    let trials = view_rows(&server, "agree", "trial_summary");
+    assert_eq!(trials.len(), results.len());
+    let mut workloads = std::collections::BTreeSet::new();
+    let mut group_of: HashMap<String, String> = HashMap::new();
+    for row in &trials {
+        let uuid = row["trial_uuid"].as_str().unwrap();
+        let r = by_uuid[uuid];
+        workloads.insert(r["workload"].as_str().unwrap().to_string());
+        for (column, value) in row.as_object().unwrap() {
+            let expected = match column.as_str() {
+                "trial_uuid" => r["trial_id"].clone(),
+                "run_uuid" => r["run_id"].clone(),
+                "iterations_done" => r["iterations"].clone(),
+                "edgebench_version" => serde_json::Value::from(version.clone()),
+                // The parameters, each a key of the results row.
+                "params" => {
+                    for (k, v) in value.as_object().unwrap() {
+                        assert_eq!(&r[k], v, "{uuid}: params.{k}");
+                    }
+                    continue;
+                }
+                "engine" => r.get("engine").cloned().unwrap_or(serde_json::Value::Null),
+                other => r
+                    .get(other)
+                    .unwrap_or_else(|| panic!("trial_summary.{other} is not in results --json"))
+                    .clone(),
+            };
+            assert!(
+                same(value, &expected),
+                "trial_summary.{column} of {} trial {uuid}: view {value}, results {expected}",
+                r["workload"]
+            );
+        }
+        let key = [
+            "host", "workload", "params", "net", "device", "batch", "epochs", "images", "dataset",
+        ]
+        .map(|k| row[k].to_string())
+        .join("|");
+        group_of.insert(uuid.to_string(), key);
+    }
+    for w in ["cnn", "mlp", "ops", "exec", "idle"] {
+        assert!(
+            workloads.contains(w),
+            "{w} missing from the fixture: {workloads:?}"
+        );
+    }
+
+    // board_workload_summary: a row per (host, key), its figures those of results' `repeat`.
+    let summary = view_rows(&server, "agree", "board_workload_summary");
+    let keys: std::collections::HashSet<&String> = group_of.values().collect();
+    assert_eq!(summary.len(), keys.len(), "{summary:#?}");
+    for row in &summary {
+        let key = [
+            "host", "workload", "params", "net", "device", "batch", "epochs", "images", "dataset",
+        ]
+        .map(|k| row[k].to_string())
+        .join("|");
+        let members: Vec<&serde_json::Value> = results
+            .iter()
+            .filter(|r| group_of[r["trial_id"].as_str().unwrap()] == key)
+            .collect();
+        assert!(!members.is_empty(), "{key}");
+        let repeat = &members[0]["repeat"];
+        let figure = |name: &str, stat: &str| repeat[name].get(stat).cloned().unwrap_or_default();
+        for (column, expected) in [
+            ("trials", serde_json::Value::from(members.len())),
+            ("trials_ok", repeat["n"].clone()),
+            (
+                "median_time_per_item_s",
+                figure("time_per_item_s", "median"),
+            ),
+            (
+                "mean_energy_per_item_j",
+                figure("energy_per_item_j", "mean"),
+            ),
+            ("mean_edp_per_item_js", figure("edp_per_item_js", "mean")),
+            ("item", members[0]["item"].clone()),
+            (
+                "engine",
+                members[0].get("engine").cloned().unwrap_or_default(),
+            ),
+        ] {
+            assert!(
+                same(&row[column], &expected),
+                "board_workload_summary.{column} of {key}: view {}, results {expected}",
+                row[column]
+            );
+        }
+    }
+    // Caffe and TensorFlow stay apart, and so do the MLP's styles.
+    let exec_rows = summary.iter().filter(|r| r["workload"] == "exec").count();
+    assert_eq!(exec_rows, 2, "{summary:#?}");
+
+    // gpu_cpu_speedup: CPU over GPU median time per item of the same key.
+    for row in view_rows(&server, "agree", "gpu_cpu_speedup") {
+        let (cpu, gpu) = (
+            row["cpu_time_per_item_s"].as_f64().unwrap(),
+            row["gpu_time_per_item_s"].as_f64().unwrap(),
+        );
+        assert!(
+            same(&row["speedup"], &serde_json::Value::from(cpu / gpu)),
+            "{row}"
+        );
+        assert_eq!(
+            row["workload"], "cnn",
+            "only cnn has both devices here: {row}"
+        );
+    }
 }

@@ -70,3 +70,105 @@ ALTER TABLE edgebench.trial_output ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own_host ON edgebench.trial_output
     USING (edgebench.may_write_trial(current_user, trial_id))
     WITH CHECK (edgebench.may_write_trial(current_user, trial_id));
+
+-- The views, from the same definitions as `results --json`: each trial's item (`image` for
+-- cnn, exec and idle, `sample` for mlp, `execution` for ops), its time, energy and EDP per
+-- item from the stored per-trial columns (`energy_per_image_j` holds energy per iteration
+-- for a workload whose items are not images: divided by the items of an iteration, and no
+-- energy per image for it), and keys that hold each workload's parameters and the engine.
+DROP VIEW edgebench.gpu_cpu_speedup;
+DROP VIEW edgebench.board_workload_summary;
+DROP VIEW edgebench.trial_summary;
+
+CREATE VIEW edgebench.trial_summary AS
+WITH itemised AS (
+    SELECT t.*, i.item,
+           CASE i.item
+               WHEN 'image' THEN CASE WHEN t.batch > 0 THEN t.batch END
+               WHEN 'sample' THEN greatest(t.batch, 1)
+               ELSE 1
+           END AS items_per_iteration
+    FROM edgebench.trials t
+    CROSS JOIN LATERAL (SELECT CASE t.workload WHEN 'mlp' THEN 'sample'
+                                               WHEN 'ops' THEN 'execution'
+                                               ELSE 'image' END AS item) i
+), per_item AS (
+    SELECT x.*,
+           CASE x.item WHEN 'image' THEN x.time_per_image_s
+                ELSE x.time_per_iteration_s / coalesce(x.items_per_iteration, 1) END
+               AS time_per_item_s,
+           CASE x.item WHEN 'image' THEN x.energy_per_image_j
+                ELSE x.energy_per_image_j / coalesce(x.items_per_iteration, 1) END
+               AS energy_per_item_j
+    FROM itemised x
+)
+SELECT r.host, r.board, r.uuid AS run_uuid, p.uuid AS trial_uuid, p.workload,
+       p.params ->> 'engine' AS engine, p.params, p.net, p.device, p.batch, p.epochs, p.images,
+       p.dataset, p.repetition, p.status, p.started_at, p.ended_at, p.iterations_done, p.item,
+       p.items_per_iteration, p.time_per_item_s, p.energy_per_item_j,
+       p.energy_per_item_j * p.time_per_item_s AS edp_per_item_js, p.time_per_image_s,
+       p.images_per_s, p.time_per_iteration_s, p.energy_j,
+       CASE p.item WHEN 'image' THEN p.energy_per_image_j END AS energy_per_image_j,
+       p.avg_power_w, p.edp_js, p.gflop_per_s, p.swap_pressure, p.throttled,
+       r.edgebench_version
+FROM per_item p
+JOIN edgebench.runs r ON r.id = p.run_id;
+
+-- Per board and trial key (as `results --json` groups repetitions: the host, the workload
+-- with its parameters, net, device, batch, epochs, images, dataset): trials, and over the
+-- newest ok trial of each repetition the median time and mean energy per item.
+CREATE VIEW edgebench.board_workload_summary AS
+WITH newest_ok AS (
+    SELECT DISTINCT ON (host, workload, params, net, device, batch, epochs, images, dataset,
+                        repetition) *
+    FROM edgebench.trial_summary
+    WHERE status = 'ok'
+    ORDER BY host, workload, params, net, device, batch, epochs, images, dataset, repetition,
+             started_at DESC, trial_uuid DESC
+), ok AS (
+    SELECT host, workload, params, net, device, batch, epochs, images, dataset,
+           count(*) AS trials_ok,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY time_per_item_s) AS median_time_per_item_s,
+           avg(energy_per_item_j) AS mean_energy_per_item_j,
+           avg(edp_per_item_js) AS mean_edp_per_item_js
+    FROM newest_ok
+    GROUP BY host, workload, params, net, device, batch, epochs, images, dataset
+)
+SELECT s.host, max(s.board) AS board, s.workload, max(s.engine) AS engine, s.params, s.net,
+       s.device, s.batch, s.epochs, s.images, s.dataset, max(s.item) AS item,
+       count(*) AS trials, coalesce(max(ok.trials_ok), 0) AS trials_ok,
+       max(ok.median_time_per_item_s) AS median_time_per_item_s,
+       max(ok.mean_energy_per_item_j) AS mean_energy_per_item_j,
+       max(ok.mean_edp_per_item_js) AS mean_edp_per_item_js,
+       max(s.started_at) AS last_started_at
+FROM edgebench.trial_summary s
+LEFT JOIN ok USING (host, workload, params, net, device, batch, epochs, images, dataset)
+GROUP BY s.host, s.workload, s.params, s.net, s.device, s.batch, s.epochs, s.images, s.dataset;
+
+-- CPU over GPU (`cuda`, the device name the boards record) median time per item, per board
+-- and key: the same workload, engine and parameters (an external command's own text aside).
+CREATE VIEW edgebench.gpu_cpu_speedup AS
+SELECT c.host, c.board, c.workload, c.engine, c.params - 'command' AS params, c.net, c.batch,
+       c.epochs, c.images, c.dataset, c.item,
+       c.median_time_per_item_s AS cpu_time_per_item_s,
+       g.median_time_per_item_s AS gpu_time_per_item_s,
+       c.median_time_per_item_s / NULLIF(g.median_time_per_item_s, 0) AS speedup
+FROM edgebench.board_workload_summary c
+JOIN edgebench.board_workload_summary g
+  ON g.host = c.host AND g.workload = c.workload
+ AND g.engine IS NOT DISTINCT FROM c.engine
+ AND g.params - 'command' = c.params - 'command'
+ AND g.net = c.net AND g.batch = c.batch AND g.epochs = c.epochs AND g.images = c.images
+ AND g.dataset = c.dataset
+WHERE c.device = 'cpu' AND g.device = 'cuda'
+  AND c.median_time_per_item_s IS NOT NULL AND g.median_time_per_item_s IS NOT NULL;
+
+-- A reader role made before this schema version keeps its views.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'edgebench_reader') THEN
+        GRANT SELECT ON edgebench.trial_summary, edgebench.board_workload_summary,
+            edgebench.gpu_cpu_speedup TO edgebench_reader;
+    END IF;
+END
+$$;
