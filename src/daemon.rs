@@ -337,7 +337,7 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
         schedule
     );
     // The endpoint lives as long as the daemon; `[metrics] listen` is read at start only.
-    let metrics = Metrics::for_host(&host, config.power.board.as_deref());
+    let metrics = runner::live_metrics(&config, &host);
     let _server = server::start_or_log(&config.metrics.listen, &metrics);
     // With a server to push to, the backlog is known from the start (what the ledger lacks;
     // nothing before the first sweep writes the database) and grows as trials end.

@@ -576,7 +576,7 @@ fn run(
     let abort = Arc::new(AtomicBool::new(false));
     watch_interrupts(&stop, &abort, host)?;
     tracing::info!("config: {origin}");
-    let metrics = edgebench::metrics::Metrics::for_host(host, config.power.board.as_deref());
+    let metrics = runner::live_metrics(&config, host);
     // Held until the sweep returns; refused before anything is written.
     let _server = match &args.metrics {
         Some(addr) => Some(

@@ -24,7 +24,6 @@ use crate::host::HostPaths;
 use crate::memory::{MemoryObserver, MemorySample};
 use crate::power::{LiveSink, Reading};
 use crate::provenance::{ClockObserver, ClockState};
-use crate::store::TrialStatus;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,15 +41,6 @@ pub const TOTAL_RAIL: &str = "total";
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
-/// The statuses a trial ends with (every one but `running`).
-const ENDED: [TrialStatus; 6] = [
-    TrialStatus::Ok,
-    TrialStatus::Failed,
-    TrialStatus::Oom,
-    TrialStatus::Crashed,
-    TrialStatus::Interrupted,
-    TrialStatus::SkippedMemory,
-];
 type CounterF = Counter<f64, AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -368,19 +358,6 @@ impl Metrics {
             "1, labelled with the edgebench version",
             build_info,
         );
-        // Every counter's series exist at 0 before anything happens, so that the first trial
-        // of a workload is an increase.
-        for workload in crate::workloads::names() {
-            drop(iterations_total.get_or_create(&Workload {
-                workload: workload.clone(),
-            }));
-            for status in ENDED {
-                drop(trials_total.get_or_create(&WorkloadStatus {
-                    workload: workload.clone(),
-                    status: status.as_str().to_string(),
-                }));
-            }
-        }
         let metrics = Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -402,6 +379,23 @@ impl Metrics {
         };
         metrics.read_memory();
         metrics
+    }
+
+    /// Makes the iteration counter of every workload of `workloads`, and the trial counter of
+    /// each with every status of `ended`, at 0: so the first trial of a workload is an
+    /// increase from the first scrape on. Called before the metrics are served.
+    pub fn count_from_zero(&self, workloads: &[String], ended: &[&str]) {
+        for workload in workloads {
+            drop(self.inner.iterations_total.get_or_create(&Workload {
+                workload: workload.clone(),
+            }));
+            for status in ended {
+                drop(self.inner.trials_total.get_or_create(&WorkloadStatus {
+                    workload: workload.clone(),
+                    status: status.to_string(),
+                }));
+            }
+        }
     }
 
     /// Available memory and swap in use from procfs, when the metrics have one.
@@ -459,13 +453,6 @@ impl Metrics {
         let iterations = self.inner.iterations_total.get_or_create_owned(&Workload {
             workload: labels.workload.clone(),
         });
-        // A workload outside the registry (none today) still counts its first trial.
-        for status in ENDED {
-            drop(self.inner.trials_total.get_or_create(&WorkloadStatus {
-                workload: labels.workload.clone(),
-                status: status.as_str().to_string(),
-            }));
-        }
         TrialMetrics {
             metrics: self.clone(),
             labels,

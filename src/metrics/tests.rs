@@ -1,5 +1,5 @@
 use super::server::{start_or_log, MetricsServer};
-use super::{Format, Identity, Metrics, TrialLabelValues, ENDED, SCOPE_RAIL, TOTAL_RAIL};
+use super::{Format, Identity, Metrics, TrialLabelValues, SCOPE_RAIL, TOTAL_RAIL};
 use crate::memory::procfs::MemInfo;
 use crate::memory::MemorySample;
 use crate::power::Reading;
@@ -10,11 +10,14 @@ use std::io::{Read, Write};
 /// The identity of the metrics of these tests.
 const IDENTITY: &str = "host=\"lab-1\",board=\"orin-nx\"";
 
+/// Metrics as a sweep makes them: every workload's counters at 0.
 fn metrics() -> Metrics {
-    Metrics::new(&Identity {
+    let m = Metrics::new(&Identity {
         host: "lab-1".into(),
         board: "orin-nx".into(),
-    })
+    });
+    m.count_from_zero(&crate::workloads::names(), &crate::runner::ended_statuses());
+    m
 }
 
 /// `series` (name and its own labels) as written, with the identity labels first.
@@ -334,24 +337,29 @@ fn every_series_names_its_host_and_board_and_odd_names_are_made_safe() {
 
 #[test]
 fn counters_exist_at_zero_for_every_workload_and_ended_status_before_any_trial() {
-    let text = metrics().encode();
+    let config = crate::config::Config::default();
+    let host = crate::host::HostPaths::default();
+    let text = crate::runner::live_metrics(&config, &host).encode();
+    let ended = crate::runner::ended_statuses();
+    assert_eq!(ended.len(), TrialStatus::ALL.len() - 1);
+    assert!(!ended.contains(&"running"));
+    let ours = |series: &str| {
+        let (name, labels) = series.split_once('{').unwrap();
+        text.lines().find_map(|l| {
+            let (s, v) = l.rsplit_once(' ')?;
+            (s.starts_with(&format!("{name}{{host=")) && s.ends_with(&format!(",{labels}")))
+                .then(|| v.parse::<f64>().unwrap())
+        })
+    };
     for workload in crate::workloads::names() {
         let it = format!("edgebench_iterations_total{{workload=\"{workload}\"}}");
-        assert_eq!(value(&text, &it), Some(0.0), "{it} in\n{text}");
-        for status in ENDED {
-            let t = format!(
-                "edgebench_trials_total{{workload=\"{workload}\",status=\"{}\"}}",
-                status.as_str()
-            );
-            assert_eq!(value(&text, &t), Some(0.0), "{t} in\n{text}");
+        assert_eq!(ours(&it), Some(0.0), "{it} in\n{text}");
+        for status in &ended {
+            let t =
+                format!("edgebench_trials_total{{workload=\"{workload}\",status=\"{status}\"}}");
+            assert_eq!(ours(&t), Some(0.0), "{t} in\n{text}");
         }
     }
-    // Every status but `running` is an end.
-    let ended: Vec<TrialStatus> = TrialStatus::ALL
-        .into_iter()
-        .filter(|s| *s != TrialStatus::Running)
-        .collect();
-    assert_eq!(ended, ENDED.to_vec());
 }
 
 #[test]

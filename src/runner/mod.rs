@@ -106,6 +106,23 @@ fn refused(error: impl Into<anyhow::Error>) -> SweepError {
 
 /// A whole sweep: preflight and the power sensors (refused before the database is touched),
 /// the database's sweep lock, the store, then the run. Returns with the lock released.
+/// The statuses a trial ends with: every one but `running`.
+pub fn ended_statuses() -> Vec<&'static str> {
+    TrialStatus::ALL
+        .into_iter()
+        .filter(|s| *s != TrialStatus::Running)
+        .map(TrialStatus::as_str)
+        .collect()
+}
+
+/// The live metrics of this host's sweeps: every series labelled with its host and board
+/// (`power.board` forces one), every workload's counters at 0 from the first scrape.
+pub fn live_metrics(config: &Config, host: &HostPaths) -> Metrics {
+    let metrics = Metrics::for_host(host, config.power.board.as_deref());
+    metrics.count_from_zero(&workloads::names(), &ended_statuses());
+    metrics
+}
+
 pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     let config = req.config;
     let prepared = preflight(config, req.host).map_err(refused)?;
