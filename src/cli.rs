@@ -308,7 +308,7 @@ pub(crate) struct RunArgs {
     /// ops: operators, comma separated: add,mul,dot,scalar,sigmoid,tanh.
     #[arg(long, value_delimiter = ',')]
     pub op: Option<Vec<String>>,
-    /// ops: megabytes each op touches, comma separated (e.g. 2,8,32).
+    /// ops: mebibytes (MiB) each op touches, comma separated (e.g. 2,8,32).
     #[arg(long, value_delimiter = ',')]
     pub mb: Option<Vec<f64>>,
     /// Image folder (one subfolder per class); default: the built-in synthetic set.

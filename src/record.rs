@@ -102,6 +102,43 @@ pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
         .collect()
 }
 
+/// The measured window of a trial: from the first measured (post-warm-up) record's start to
+/// the last one's end, gaps between steps included (a board spends that time on the work
+/// too). Energy is integrated over exactly this window, and time per item and EDP are its
+/// length over the items it holds, so energy per item / time per item is the window's mean
+/// power. The median step time stays a figure of its own (`time_per_item_median_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MeasuredWindow {
+    pub from_ns: i64,
+    pub to_ns: i64,
+    /// Iterations inside it, counting the steps a record stands for ([`steps_covered`]).
+    pub steps: usize,
+}
+
+impl MeasuredWindow {
+    /// The window of `records` after `warmup` leading ones; None without a measured record.
+    pub fn of(records: &[IterationRecord], warmup: usize) -> Option<MeasuredWindow> {
+        let measured = records.get(warmup..).filter(|m| !m.is_empty())?;
+        let steps = steps_covered(records)[warmup..].iter().sum();
+        Some(MeasuredWindow {
+            from_ns: measured.first()?.t_start_ns,
+            to_ns: measured.last()?.t_end_ns,
+            steps,
+        })
+    }
+
+    /// Its length in seconds (0 for a window whose clock went backwards).
+    pub fn duration_s(&self) -> f64 {
+        (self.to_ns - self.from_ns).max(0) as f64 * 1e-9
+    }
+
+    /// Mean seconds per item: the window over `items_per_step` x its steps; None without items.
+    pub fn time_per_item_s(&self, items_per_step: usize) -> Option<f64> {
+        let items = items_per_step.checked_mul(self.steps).filter(|&n| n > 0)?;
+        Some(self.duration_s() / items as f64)
+    }
+}
+
 /// JSON has no NaN: serde_json writes it as `null`, which reads back as NaN here.
 fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
@@ -138,15 +175,27 @@ pub struct Metrics {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+impl Metrics {
+    /// Records the trial's [`MeasuredWindow`] as `window_s` (its length) and `window_steps`
+    /// (the iterations in it), null without one: what time per item and EDP rest on.
+    pub fn set_window(&mut self, window: Option<MeasuredWindow>) {
+        self.extra
+            .insert("window_s".into(), window.map(|w| w.duration_s()).into());
+        self.extra
+            .insert("window_steps".into(), window.map(|w| w.steps).into());
+    }
+}
+
 /// What one item of a workload's work is, so every figure "per item" says per what: an image
 /// of a CNN (edgebench's or an external engine's), a sample of the MLP, an execution of an
-/// operator.
+/// operator, a one-second tick of the board at rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkItem {
     Image,
     Sample,
     Execution,
+    Tick,
 }
 
 impl WorkItem {
@@ -155,6 +204,7 @@ impl WorkItem {
         match workload {
             "mlp" => WorkItem::Sample,
             "ops" => WorkItem::Execution,
+            "idle" => WorkItem::Tick,
             _ => WorkItem::Image,
         }
     }
@@ -165,6 +215,7 @@ impl WorkItem {
             WorkItem::Image => "img",
             WorkItem::Sample => "sample",
             WorkItem::Execution => "exec",
+            WorkItem::Tick => "tick",
         }
     }
 
@@ -173,6 +224,41 @@ impl WorkItem {
             WorkItem::Image => "image",
             WorkItem::Sample => "sample",
             WorkItem::Execution => "execution",
+            WorkItem::Tick => "tick",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(step: usize, from_ms: i64, to_ms: i64) -> IterationRecord {
+        IterationRecord {
+            step,
+            epoch: 0,
+            loss: f64::NAN,
+            lr: f64::NAN,
+            data_s: 0.0,
+            step_s: (to_ms - from_ms) as f64 * 1e-3,
+            t_start_ns: from_ms * 1_000_000,
+            t_end_ns: to_ms * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn the_window_spans_the_measured_records_gaps_included() {
+        // Warm-up 0..100 ms; measured steps 200..300 and 500..600 with a 200 ms gap between.
+        let records = [rec(0, 0, 100), rec(1, 200, 300), rec(2, 500, 600)];
+        let w = MeasuredWindow::of(&records, 1).unwrap();
+        assert_eq!((w.from_ns, w.to_ns, w.steps), (200_000_000, 600_000_000, 2));
+        assert!((w.duration_s() - 0.4).abs() < 1e-12);
+        // Two steps of 4 items: 0.4 s over 8 items, not the 0.1 s median step over 4.
+        assert!((w.time_per_item_s(4).unwrap() - 0.05).abs() < 1e-12);
+        assert_eq!(w.time_per_item_s(0), None);
+        assert_eq!(MeasuredWindow::of(&records, 3), None);
+        // A record standing for several logged steps counts them.
+        let logged = [rec(0, 0, 100), rec(20, 100, 200), rec(40, 200, 300)];
+        assert_eq!(MeasuredWindow::of(&logged, 1).unwrap().steps, 40);
     }
 }

@@ -8,7 +8,7 @@
 //! filled in.
 
 use super::sampler::{RailSeries, Samples};
-use crate::record::IterationRecord;
+use crate::record::{IterationRecord, MeasuredWindow};
 
 const NS: f64 = 1e-9;
 
@@ -190,8 +190,9 @@ pub fn mean_total_power(samples: &Samples, a: i64, b: i64) -> Option<f64> {
 /// What a trial cost, over its measured (post-warm-up) iterations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialEnergy {
-    /// From the first measured iteration's start to the last one's end (includes the data
-    /// loading between steps: the board spent that energy on training too).
+    /// The [`MeasuredWindow`]'s length: from the first measured iteration's start to the last
+    /// one's end (includes the data loading between steps: the board spent that energy on
+    /// training too).
     pub duration_s: f64,
     /// Energy over the time the sensors measured; with a gap it leaves the gap out.
     pub energy_j: f64,
@@ -219,10 +220,9 @@ pub struct TrialEnergy {
     pub incomplete: bool,
 }
 
-/// The measured interval of a trial: first measured iteration's start to the last one's end.
+/// The measured interval of a trial: its [`MeasuredWindow`], the one window of its time too.
 fn measured_interval(iterations: &[IterationRecord], warmup: usize) -> Option<(i64, i64)> {
-    let measured = iterations.get(warmup..).filter(|m| !m.is_empty())?;
-    Some((measured.first()?.t_start_ns, measured.last()?.t_end_ns))
+    MeasuredWindow::of(iterations, warmup).map(|w| (w.from_ns, w.to_ns))
 }
 
 /// Seconds of a trial's measured interval without any total-rail measurement at all, for a
@@ -249,10 +249,8 @@ pub fn trial_energy(
     batch: usize,
     baseline_w: Option<f64>,
 ) -> Option<TrialEnergy> {
-    let (a, b) = measured_interval(iterations, warmup)?;
-    let measured_steps: usize = crate::record::steps_covered(iterations)[warmup..]
-        .iter()
-        .sum();
+    let window = MeasuredWindow::of(iterations, warmup)?;
+    let (a, b, measured_steps) = (window.from_ns, window.to_ns, window.steps);
     let total = total_measured(samples, a, b)?;
     let (energy_j, gap_ns) = (total.joules, total.gap_ns);
     // A total rail without any measurement leaves no total to give.

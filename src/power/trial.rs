@@ -34,6 +34,28 @@ impl PowerMonitor {
         batch: usize,
         baseline: Option<&Baseline>,
     ) -> TrialPowerRecord {
+        self.assess_trial_advising(
+            samples,
+            iterations,
+            warmup,
+            batch,
+            baseline,
+            "more images (--images) or epochs (--epochs)",
+        )
+    }
+
+    /// [`PowerMonitor::assess_trial`], the warning about too few readings saying how to
+    /// measure longer in the workload's own terms (`longer`, e.g. "more iterations
+    /// (--iterations)").
+    pub fn assess_trial_advising(
+        &self,
+        samples: &Samples,
+        iterations: &[IterationRecord],
+        warmup: usize,
+        batch: usize,
+        baseline: Option<&Baseline>,
+        longer: &str,
+    ) -> TrialPowerRecord {
         let e = energy::trial_energy(
             samples,
             iterations,
@@ -77,8 +99,8 @@ impl PowerMonitor {
             tracing::warn!(
                 "a trial measured {:.2} s with only {updates} sensor update(s) (the sensor \
                  refreshes every {:.0} ms): its energy rests on too few readings and is \
-                 flagged power_low_samples. Measure at least {:.1} s per trial: more images \
-                 (--images) or epochs (--epochs). Warned once per run.",
+                 flagged power_low_samples. Measure at least {:.1} s per trial: {longer}. \
+                 Warned once per run.",
                 e.duration_s,
                 self.sensor_period.as_secs_f64() * 1e3,
                 MIN_SENSOR_UPDATES as f64 * self.sensor_period.as_secs_f64()

@@ -34,6 +34,7 @@ pub(crate) struct KeyAggregate {
     pub(crate) time_per_iteration_s: Option<Spread>,
     pub(crate) energy_per_item_j: Option<Spread>,
     pub(crate) energy_j: Option<Spread>,
+    pub(crate) avg_power_w: Option<Spread>,
     pub(crate) edp_js: Option<Spread>,
     pub(crate) edp_per_item_js: Option<Spread>,
     /// A time or energy figure's coefficient of variation is above [`SPREAD_CV`]. EDP is left
@@ -73,17 +74,120 @@ fn ok_repetitions(rows: &[ResultRow]) -> (Vec<Group>, HashMap<Group, BTreeMap<us
     (order, repetitions)
 }
 
-/// The repetitions of every key, for figures: a point stands for its key's mean with the 95 %
-/// confidence interval as its error bar.
+/// The repetitions of every key, for figures and tables: a point stands for its key's mean
+/// with the 95 % confidence interval as its error bar, a table's cell for the mean ± CI.
 pub struct Repetitions<'a> {
     by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>>,
+    /// Every repetition run of each key, by index: its newest `ok` trial, else its newest.
+    run_by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>>,
 }
 
 impl<'a> Repetitions<'a> {
     pub fn of(rows: &'a [ResultRow]) -> Repetitions<'a> {
+        let mut run_by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>> = HashMap::new();
+        for row in rows {
+            let slot = run_by_group.entry(group_of(row)).or_default();
+            match slot.get(&row.repetition) {
+                Some(kept) if kept.status == TrialStatus::Ok && row.status != TrialStatus::Ok => {}
+                _ => {
+                    slot.insert(row.repetition, row);
+                }
+            }
+        }
         Repetitions {
             by_group: ok_repetitions(rows).1,
+            run_by_group,
         }
+    }
+
+    /// A table's cell of `value` for `row`'s key: with two or more `ok` repetitions measuring
+    /// it, "mean ± CI half-width" over them (scaled); else the row's own value, or `-`.
+    pub(crate) fn cell(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+        scale: f64,
+        digits: usize,
+    ) -> String {
+        self.cell_shown(row, value, |v| format!("{:.digits$}", v * scale))
+    }
+
+    /// [`Repetitions::cell`] with each number shown by `show` (scientific notation, say).
+    pub(crate) fn cell_shown(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+        show: impl Fn(f64) -> String,
+    ) -> String {
+        match self
+            .spread(row, &value)
+            .filter(|s| s.n >= 2)
+            .and_then(|s| Some((s.mean, s.ci95_half()?)))
+        {
+            Some((mean, half)) => format!("{} ± {}", show(mean), show(half)),
+            None => value(row).map_or_else(|| "-".into(), show),
+        }
+    }
+
+    /// "n ok / N run" of `row`'s key, naming the repetitions that did not end `ok` and how
+    /// they ended, e.g. `2 ok / 3 run (3: failed)`.
+    pub(crate) fn runs_cell(&self, row: &ResultRow) -> String {
+        let Some(runs) = self.run_by_group.get(&group_of(row)) else {
+            return "-".into();
+        };
+        let ok = runs
+            .values()
+            .filter(|r| r.status == TrialStatus::Ok)
+            .count();
+        let failed: Vec<String> = runs
+            .iter()
+            .filter(|(_, r)| r.status != TrialStatus::Ok)
+            .map(|(rep, r)| format!("{rep}: {}", r.status))
+            .collect();
+        match failed.is_empty() {
+            true => format!("{ok} ok / {} run", runs.len()),
+            false => format!("{ok} ok / {} run ({})", runs.len(), failed.join(", ")),
+        }
+    }
+
+    /// The flags of `row`'s key: every flag of its `ok` repetitions (of the row itself when
+    /// none is `ok`), each once, then `SPREAD` when its time or energy varies more than
+    /// [`SPREAD_CV`] between them.
+    pub(crate) fn flags(&self, row: &ResultRow) -> Vec<String> {
+        let ok: Vec<&ResultRow> = self
+            .by_group
+            .get(&group_of(row))
+            .map(|reps| reps.values().copied().collect())
+            .unwrap_or_default();
+        let of: Vec<&ResultRow> = match ok.is_empty() {
+            true => vec![row],
+            false => ok.clone(),
+        };
+        let mut flags: Vec<String> = Vec::new();
+        for r in of {
+            for f in crate::render::flags::trial_flags(r) {
+                if !flags.iter().any(|g| *g == f) {
+                    flags.push(f.into_owned());
+                }
+            }
+        }
+        let figure = |f: fn(&ResultRow) -> Option<f64>| {
+            stats::spread(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+        };
+        let spread = [
+            figure(|r| r.time_per_item_s),
+            figure(|r| r.time_per_iteration_s),
+            figure(|r| r.energy_per_item_j),
+            figure(|r| r.energy_j),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.cv)
+        .any(|cv| cv > SPREAD_CV);
+        if spread {
+            flags.push("SPREAD".into());
+        }
+        flags
     }
 
     /// `value` of `row` as a figure draws it: with two or more `ok` repetitions of its key
@@ -173,12 +277,86 @@ pub(crate) fn aggregate(rows: &[ResultRow]) -> Vec<KeyAggregate> {
                 time_per_iteration_s,
                 energy_per_item_j,
                 energy_j,
+                avg_power_w: figure(|r| r.avg_power_w),
                 edp_js: figure(|r| r.edp_js),
                 edp_per_item_js: figure(|r| r.edp_per_item_js),
                 spread_flag,
             }
         })
         .collect()
+}
+
+/// A figure of a trial, for the means file.
+type Figure = fn(&ResultRow) -> Option<f64>;
+
+/// The figures the means file gives per key, by their `results --json` names.
+const MEAN_FIGURES: [(&str, Figure); 8] = [
+    ("time_per_item_s", |r| r.time_per_item_s),
+    ("time_per_iteration_s", |r| r.time_per_iteration_s),
+    ("energy_j", |r| r.energy_j),
+    ("avg_power_w", |r| r.avg_power_w),
+    ("energy_per_item_j", |r| r.energy_per_item_j),
+    ("edp_js", |r| r.edp_js),
+    ("edp_per_item_js", |r| r.edp_per_item_js),
+    ("window_s", |r| {
+        r.metrics.get("window_s").and_then(|v| v.as_f64())
+    }),
+];
+
+/// The means file of `rows` (`means_<machine>.csv`): one line per (host, key, figure) with
+/// the key's runs and the figure's n, mean, median, sd, 95 % CI and CV over its `ok`
+/// repetitions (empty cells where fewer than two measured it).
+pub(crate) fn means_csv(rows: &[ResultRow]) -> anyhow::Result<Vec<u8>> {
+    let repetitions = Repetitions::of(rows);
+    let mut records: Vec<Vec<String>> = vec![[
+        "#host",
+        "workload",
+        "label",
+        "device",
+        "batch",
+        "params",
+        "runs",
+        "figure",
+        "n",
+        "mean",
+        "median",
+        "sd",
+        "ci95_low",
+        "ci95_high",
+        "cv",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let mut seen = std::collections::HashSet::new();
+    for row in rows {
+        if !seen.insert(group_of(row)) {
+            continue;
+        }
+        for (figure, value) in MEAN_FIGURES {
+            let Some(s) = repetitions.spread(row, value) else {
+                continue;
+            };
+            let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+            records.push(vec![
+                row.host.clone(),
+                row.workload.to_string(),
+                crate::render::select::label(row),
+                row.device.clone(),
+                row.batch.to_string(),
+                row.params_text.clone(),
+                repetitions.runs_cell(row),
+                figure.to_string(),
+                s.n.to_string(),
+                s.mean.to_string(),
+                s.median.to_string(),
+                opt(s.sd),
+                opt(s.ci95_low),
+                opt(s.ci95_high),
+                opt(s.cv),
+            ]);
+        }
+    }
+    crate::render::table::csv_bytes(records, crate::render::table::LineEnd::Lf)
 }
 
 /// [`aggregate`] indexed by group.
@@ -263,6 +441,67 @@ mod tests {
         let mut other = row(8, 1, TrialStatus::Ok, 1.0);
         other.host = "nano".into();
         assert_eq!(aggregate(&[rows[0].clone(), other]).len(), 2);
+    }
+
+    #[test]
+    fn table_cells_give_a_repeated_keys_mean_and_its_runs() {
+        let mut rows = vec![
+            row(8, 1, TrialStatus::Ok, 1.0),
+            row(8, 2, TrialStatus::Ok, 3.0),
+            row(8, 3, TrialStatus::Failed, 50.0),
+            row(16, 1, TrialStatus::Ok, 5.0),
+        ];
+        rows[1].power_low_samples = Some(4);
+        let reps = Repetitions::of(&rows);
+        let latest = &rows[2];
+        // J of the two ok repetitions (100 and 300): the mean ± t(0.975, 1) x sd / sqrt(2).
+        let half = stats::t95(1) * (20000.0f64).sqrt() / 2f64.sqrt();
+        assert_eq!(
+            reps.cell(latest, |r| r.energy_j, 1.0, 1),
+            format!("200.0 ± {half:.1}")
+        );
+        assert_eq!(reps.runs_cell(latest), "2 ok / 3 run (3: failed)");
+        // The ok repetitions' flags, not the failed one's error; their spread.
+        assert_eq!(reps.flags(latest), ["FEW_READINGS(4)", "SPREAD"]);
+        // A single repetition: its own value, no SPREAD.
+        assert_eq!(reps.cell(&rows[3], |r| r.energy_j, 1.0, 1), "500.0");
+        assert_eq!(reps.runs_cell(&rows[3]), "1 ok / 1 run");
+        assert!(reps.flags(&rows[3]).is_empty());
+    }
+
+    #[test]
+    fn the_means_file_gives_each_keys_figures_over_its_ok_repetitions() {
+        let rows = [
+            row(8, 1, TrialStatus::Ok, 1.0),
+            row(8, 2, TrialStatus::Ok, 3.0),
+            row(8, 3, TrialStatus::Failed, 50.0),
+        ];
+        let text = String::from_utf8(means_csv(&rows).unwrap()).unwrap();
+        let energy = text
+            .lines()
+            .find(|l| l.contains(",energy_j,"))
+            .unwrap_or_else(|| panic!("{text}"));
+        let cells: Vec<&str> = energy.split(',').collect();
+        // host, workload, label, device, batch, params, runs, figure, n, mean, median, sd...
+        assert_eq!(
+            cells[..9],
+            [
+                "tx2",
+                "cnn",
+                "alexnet",
+                "cpu",
+                "8",
+                "{}",
+                "2 ok / 3 run (3: failed)",
+                "energy_j",
+                "2"
+            ]
+        );
+        assert_eq!(cells[9].parse::<f64>().unwrap(), 200.0);
+        let sd: f64 = cells[11].parse().unwrap();
+        assert!((sd - 20000f64.sqrt()).abs() < 1e-9, "{energy}");
+        // No power was measured: no line for it.
+        assert!(!text.contains(",avg_power_w,"), "{text}");
     }
 
     #[test]

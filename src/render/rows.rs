@@ -1,8 +1,9 @@
 //! A workload's trials as a CSV file, `<workload>_<machine>_<engine>.csv` (`edgebench` for what
 //! edgebench computes itself, the framework for `exec`, e.g. `exec_tx1_caffe.csv`): one row per
-//! trial key (the latest `ok` trial, else the latest, as the studies' files choose), with the
-//! common figures (for `exec` also `net` and `batch`, which tell its trials apart) and then the
-//! workload's own parameters and metrics as columns, in the names `results --json` uses.
+//! trial key and repetition (`repetition`; the latest `ok` trial of it, else the latest, as the
+//! studies' files choose), with the common figures (for `exec` also `net` and `batch`, which
+//! tell its trials apart) and then the workload's own parameters and metrics as columns, in
+//! the names `results --json` uses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::files::{file_name_part, write_atomic};
-use super::select::{engine_of, latest, OWN};
+use super::select::{engine_of, latest_per_key, OWN};
 use super::table::{csv_bytes, LineEnd};
 use crate::store::ResultRow;
 
@@ -19,6 +20,7 @@ pub const COMMON: &[&str] = &[
     "host",
     "device",
     "status",
+    "repetition",
     "iterations",
     "time_per_iteration_s",
     "time_per_iteration_spread_s",
@@ -48,7 +50,11 @@ fn cell(v: Option<&Value>) -> String {
 
 /// The file's bytes for one workload's rows (oldest first).
 pub(crate) fn csv_text(rows: &[&ResultRow]) -> anyhow::Result<Vec<u8>> {
-    let rows = latest(rows);
+    let rows: Vec<&ResultRow> =
+        latest_per_key(rows.iter().copied(), |r| Some((r.key(), r.repetition)))
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect();
     let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
     let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     let mut columns: Vec<String> = COMMON.iter().map(|c| c.to_string()).collect();
@@ -145,6 +151,42 @@ mod tests {
             Some("128974848")
         );
         assert_eq!(label(&a), "mlp tensors small");
+    }
+
+    #[test]
+    fn every_repetition_is_a_row_of_its_own() {
+        let rep = |repetition: usize, status: TrialStatus, secs: f64| ResultRow {
+            repetition,
+            ..mlp_row("tensors", status, secs)
+        };
+        let rows = [
+            rep(1, TrialStatus::Ok, 0.5),
+            rep(2, TrialStatus::Ok, 0.6),
+            rep(3, TrialStatus::Failed, 9.0),
+            // Repetition 2 run again: its latest ok trial stands for it.
+            rep(2, TrialStatus::Ok, 0.7),
+        ];
+        let refs: Vec<&ResultRow> = rows.iter().collect();
+        let text = String::from_utf8(csv_text(&refs).unwrap()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let header: Vec<&str> = lines[0].trim_start_matches('#').split(',').collect();
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let cells = |i: usize, c: &str| lines[i].split(',').nth(col(c)).unwrap().to_string();
+        assert_eq!(
+            (1..4)
+                .map(|i| (
+                    cells(i, "repetition"),
+                    cells(i, "status"),
+                    cells(i, "time_per_iteration_s")
+                ))
+                .collect::<Vec<_>>(),
+            [
+                ("1".into(), "ok".into(), "0.5".into()),
+                ("2".into(), "ok".into(), "0.7".into()),
+                ("3".into(), "failed".into(), "9.0".into())
+            ]
+        );
     }
 
     #[test]

@@ -62,7 +62,7 @@ pub fn engine_of(r: &ResultRow) -> Option<String> {
 }
 
 /// A short name for a trial of any workload, e.g. `alexnet`, `mlp tensors small`,
-/// `add f32 32MB`.
+/// `add f32 32MiB`.
 pub fn label(r: &ResultRow) -> String {
     let param = |k: &str| match r.params.get(k) {
         Some(Value::String(s)) => Some(s.clone()),
@@ -77,7 +77,7 @@ pub fn label(r: &ResultRow) -> String {
         ),
         "ops" => {
             let size = match param("mb") {
-                Some(mb) => format!("{mb}MB"),
+                Some(mb) => format!("{mb}MiB"),
                 None => format!(
                     "{}x{}x{}",
                     param("m").unwrap_or_default(),

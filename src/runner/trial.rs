@@ -12,7 +12,7 @@ use crate::memory::{cgroup, MemorySampler, Watch};
 use crate::metrics::{Metrics, TrialLabelValues};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
-use crate::record::IterationRecord;
+use crate::record::{IterationRecord, MeasuredWindow, WorkItem};
 use crate::stats;
 use crate::store::{MemoryColumns, Store, TrialStatus, TrialSummary};
 use crate::worker::WorkerMessage;
@@ -35,9 +35,11 @@ pub(super) fn run_one(
     let planned = trial.iterations;
     let workload = trial.job.workload()?;
     // A command's step count is known only when it ends (planned 0): its warm-up is settled then.
+    let configured_warmup =
+        workload.warmup_iterations(&trial.job, ctx.config.sweep.warmup_iterations);
     let warmup = match planned {
-        0 => ctx.config.sweep.warmup_iterations,
-        n => stats::effective_warmup(ctx.config.sweep.warmup_iterations, n),
+        0 => configured_warmup,
+        n => stats::effective_warmup(configured_warmup, n),
     };
     let trial_id = store.begin_repetition(
         run_id,
@@ -311,9 +313,9 @@ pub(super) fn run_one(
 
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
-    let times = trial
-        .items_per_iteration
-        .and_then(|items| stats::time_summary(&step_s, warmup, items));
+    // What the trial's own records said its items were counts before the plan's guess.
+    let items_per_iteration = conclusion.items_per_iteration.or(trial.items_per_iteration);
+    let times = items_per_iteration.and_then(|items| stats::time_summary(&step_s, warmup, items));
     let warmup = match planned {
         0 => stats::effective_warmup(warmup, iterations.len()),
         _ => warmup,
@@ -374,8 +376,9 @@ pub(super) fn run_one(
         time_per_image_s: times.as_ref().map(|t| t.time_per_image_s),
         time_per_image_spread_s: times.as_ref().map(|t| t.time_per_image_spread_s),
         images_per_s: times.as_ref().map(|t| t.images_per_s),
-        loss_first: losses.first().copied(),
-        loss_last: losses.last().copied(),
+        // A workload without a loss (an operator, the board at rest) stores none.
+        loss_first: losses.first().copied().filter(|_| workload.records_loss()),
+        loss_last: losses.last().copied().filter(|_| workload.records_loss()),
         loss_anomaly: loss_anomaly.is_some(),
         metrics: workload.metrics(&trial.job, measured),
     };
@@ -401,6 +404,9 @@ pub(super) fn run_one(
         },
         &mut summary.metrics,
     );
+    summary
+        .metrics
+        .set_window(MeasuredWindow::of(span, span_warmup));
     if let Some((stdout_tail, stderr_tail)) = &conclusion.output {
         store.record_output(trial_id, stdout_tail, stderr_tail)?;
     }
@@ -414,11 +420,16 @@ pub(super) fn run_one(
         // a count the workload says (iterations, or none for a command's unknown batch).
         let items = match &whole_command {
             Some(_) => 0,
-            None => trial
-                .items_per_iteration
-                .unwrap_or_else(|| workload.items_without_count()),
+            None => items_per_iteration.unwrap_or_else(|| workload.items_without_count()),
         };
-        let record = m.assess_trial(&samples, span, span_warmup, items, baseline.as_ref());
+        let record = m.assess_trial_advising(
+            &samples,
+            span,
+            span_warmup,
+            items,
+            baseline.as_ref(),
+            workload.longer_trial_advice(),
+        );
         if let crate::power::TrialPowerRecord::Measured(p) = &record {
             let per_work = workload.energy_metrics(&trial.job, measured.len(), p.energy_j);
             summary.metrics.extra.extend(per_work);
@@ -437,7 +448,11 @@ pub(super) fn run_one(
             trial.label,
             step_s.len(),
             match (&times, summary.metrics.time_per_iteration_s) {
-                (Some(t), _) => format!("{:.2} ms/img", t.time_per_image_s * 1e3),
+                (Some(t), _) => format!(
+                    "{:.2} ms/{}",
+                    t.time_per_image_s * 1e3,
+                    WorkItem::of_workload(&trial.key.workload).unit()
+                ),
                 (None, Some(s)) => format!("{:.2} ms/iteration", s * 1e3),
                 (None, None) => "no measured iterations".into(),
             },

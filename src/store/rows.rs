@@ -66,8 +66,19 @@ pub struct ResultRow {
     pub net: String,
     pub device: String,
     pub batch: usize,
+    /// The key's epochs and images as stored; `results --json` gives [`ResultRow::epochs_json`]
+    /// and [`ResultRow::images_json`] under these names.
+    #[serde(skip)]
     pub epochs: usize,
+    #[serde(skip)]
     pub images: usize,
+    /// Epochs over the data set: null where the workload has none (an MLP's iterations are
+    /// `iterations_planned`, its samples `n`; an operator; the board at rest; a log).
+    #[serde(rename = "epochs")]
+    pub epochs_json: Option<usize>,
+    /// Images of the data set: null where the workload has none.
+    #[serde(rename = "images")]
+    pub images_json: Option<usize>,
     pub dataset: String,
     /// Which repetition of its key the trial is, from 1 (`[sweep] repeat`; schema v9).
     pub repetition: usize,
@@ -96,13 +107,17 @@ pub struct ResultRow {
     /// Items in one iteration: the batch of images, the MLP's N samples, 1 execution; null
     /// when an external command's batch is not known.
     pub items_per_iteration: Option<usize>,
-    /// Median step time per item.
+    /// Mean time per item over the trial's measured window (`window_s` over the items in
+    /// it); trials recorded without a window give the median step's.
     pub time_per_item_s: Option<f64>,
-    /// Energy of the measured iterations per item.
+    /// Energy of the measured window per item.
     pub energy_per_item_j: Option<f64>,
     /// EDP per unit of work (`energy_per_item_j` × `time_per_item_s`): comparable across
     /// trials of different lengths, unlike the trial's `edp_js`.
     pub edp_per_item_js: Option<f64>,
+    /// Median step time per item, and the steps' interquartile range per item.
+    pub time_per_item_median_s: Option<f64>,
+    pub time_per_item_iqr_s: Option<f64>,
     pub swap_pressure: Option<bool>,
     pub peak_rss_bytes: Option<i64>,
     /// The most GPU memory the trial's process had allocated at once (schema v8); None on
@@ -158,33 +173,73 @@ pub struct ResultRow {
 }
 
 impl ResultRow {
-    /// Fills the `*_per_item_*` figures from the stored ones. The `energy_per_image_j` column
+    /// Fills the `*_per_item_*` figures from the stored ones. Time and energy per item are the
+    /// measured window's (`window_s`, `window_steps` of the metrics) over the items in it, so
+    /// their ratio is the window's mean power; a trial stored without a window keeps the
+    /// median step time and the stored energy per iteration. The `energy_per_image_j` column
     /// holds energy per iteration for workloads without images (their power record counts
-    /// iterations), so theirs is divided by the items of an iteration and left out as "per
-    /// image".
+    /// iterations), so theirs is left out as "per image".
     pub(crate) fn derive_per_item(&mut self) {
         let item = WorkItem::of_workload(&self.workload);
+        // A command's step lines say their images (`images=B`), which count before its batch.
+        let logged_images = self
+            .metrics
+            .get("images_per_step")
+            .and_then(|v| v.as_u64())
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0);
         let per_iteration = match item {
-            WorkItem::Image => (self.batch > 0).then_some(self.batch),
+            WorkItem::Image => logged_images.or((self.batch > 0).then_some(self.batch)),
             WorkItem::Sample => Some(self.batch.max(1)),
-            WorkItem::Execution => Some(1),
+            WorkItem::Execution | WorkItem::Tick => Some(1),
         };
-        let (time, energy) = match item {
-            WorkItem::Image => (self.time_per_image_s, self.energy_per_image_j),
-            WorkItem::Sample | WorkItem::Execution => {
-                let per_iteration_energy = self.energy_per_image_j.take();
-                let n = per_iteration.unwrap_or(1) as f64;
-                (
-                    self.time_per_iteration_s.map(|t| t / n),
-                    per_iteration_energy.map(|e| e / n),
-                )
+        let n = per_iteration.unwrap_or(1) as f64;
+        let (median, iqr, stored_energy) = match item {
+            WorkItem::Image => (
+                self.time_per_image_s,
+                self.time_per_image_spread_s,
+                self.energy_per_image_j,
+            ),
+            WorkItem::Sample | WorkItem::Execution | WorkItem::Tick => (
+                self.time_per_iteration_s.map(|t| t / n),
+                self.time_per_iteration_spread_s.map(|t| t / n),
+                self.energy_per_image_j.take().map(|e| e / n),
+            ),
+        };
+        let number = |key: &str| self.metrics.get(key).and_then(|v| v.as_f64());
+        let window_items = number("window_steps")
+            .zip(per_iteration)
+            .map(|(steps, n)| steps * n as f64)
+            .filter(|&items| items > 0.0);
+        let (time, energy) = match (number("window_s"), window_items) {
+            (Some(window_s), Some(items)) => {
+                (Some(window_s / items), self.energy_j.map(|e| e / items))
             }
+            _ => (median, stored_energy),
         };
+        // Only CNN training and the commands given them have epochs and images: the other
+        // workloads' keys hold placeholders there, and a log does not say.
+        let given = |key: &str| match self.workload.as_str() {
+            "cnn" => true,
+            "exec" => {
+                let imported = self
+                    .metrics
+                    .get("imported_log")
+                    .is_some_and(|l| !l.is_null());
+                // Trials recorded before commands said so keep the sweep's values.
+                !imported && self.metrics.get(key).is_none_or(|g| g != false)
+            }
+            _ => false,
+        };
+        self.epochs_json = given("given_epochs").then_some(self.epochs);
+        self.images_json = given("given_images").then_some(self.images);
         self.item = Some(item);
         self.items_per_iteration = per_iteration;
         self.time_per_item_s = time;
         self.energy_per_item_j = energy;
         self.edp_per_item_js = energy.zip(time).map(|(e, t)| e * t);
+        self.time_per_item_median_s = median;
+        self.time_per_item_iqr_s = iqr;
     }
 
     pub fn key(&self) -> TrialKey {

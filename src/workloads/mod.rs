@@ -89,6 +89,11 @@ pub(crate) trait Workload: Sync {
     /// a step boundary when `stop` is set.
     fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd>;
 
+    /// Leading iterations of `job` left out of the measurement, given the sweep's `--warmup`.
+    fn warmup_iterations(&self, _job: &Job, configured: usize) -> usize {
+        configured
+    }
+
     /// Whether its iterations carry a loss, so a NaN or rising one is an anomaly.
     fn records_loss(&self) -> bool {
         true
@@ -129,6 +134,12 @@ pub(crate) trait Workload: Sync {
         _trial: &Recorded<'_>,
         _metrics: &mut Metrics,
     ) {
+    }
+
+    /// How a user makes this workload's trials measure longer, for the warning about a trial
+    /// too short for the power sensor.
+    fn longer_trial_advice(&self) -> &'static str {
+        "more images (--images) or epochs (--epochs)"
     }
 
     /// Items per iteration for energy per item when the plan gave none.
@@ -205,6 +216,9 @@ pub struct Conclusion {
     pub whole: Option<IterationRecord>,
     /// Tails of the trial's standard output and error, kept with the trial.
     pub output: Option<(String, String)>,
+    /// Items per iteration the trial's own records gave (a command's step lines), which
+    /// count before the plan's.
+    pub items_per_iteration: Option<usize>,
 }
 
 /// A trial's records as the runner holds them when it completes the metrics.

@@ -783,6 +783,49 @@ fn import_logs_refuses_bad_input_naming_it_and_writes_nothing() {
     assert_eq!(fixtures::db::table_counts(&db), before);
 }
 
+/// A log holding a killed run and a full one appended is refused naming its line, never
+/// spliced; a log cut off in its last line is imported with a warning.
+#[test]
+fn a_log_of_two_runs_is_refused_and_a_cut_off_log_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, db) = (tmp.path(), tmp.path().join("results.db"));
+    let full = caffe_log(1.0, 0.25, [6.9, 6.8, 6.7, 6.6]);
+    // The killed run: its header and first display line (lines 1 to 7).
+    let killed: String = full.lines().take(7).map(|l| format!("{l}\n")).collect();
+    for (parser, name, text, says) in [
+        (
+            "caffe",
+            "train_alexnet_GPU_016.log",
+            format!("{killed}{full}"),
+            "train_alexnet_GPU_016.log: line 12: a second run starts here",
+        ),
+        (
+            "tensorflow",
+            "train_alexnet_CPU_001.log",
+            format!("{}{}", tensorflow_log(1.0), tensorflow_log(0.5)),
+            "train_alexnet_CPU_001.log: line 6: a second run starts here",
+        ),
+    ] {
+        let logs = dir.join(parser);
+        folder(&logs, &[(name, text)]);
+        let out = import(dir, &logs, parser, parser, &db);
+        assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "should say {says:?}: {err}");
+    }
+    assert!(!db.exists(), "a refused import created the database");
+
+    let cut = dir.join("cut");
+    let text = full.trim_end().rsplit_once('\n').unwrap().0.to_string() + "\nI1222 14:0";
+    folder(&cut, &[("train_alexnet_GPU_016.log", text)]);
+    let out = ok(import(dir, &cut, "caffe", "caffe", &db));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no end of line: the log was cut off"),
+        "{err}"
+    );
+}
+
 /// The edgebench files byte for byte as before any import, and a pair of files per engine.
 #[test]
 fn export_csv_writes_the_studies_files_for_every_engine() {

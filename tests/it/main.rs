@@ -20,4 +20,5 @@ mod provenance;
 mod report;
 mod store;
 mod sync;
+mod window;
 mod workloads;

@@ -398,6 +398,8 @@ fn results_json_has_every_key() {
         "time_per_item_s",
         "energy_per_item_j",
         "edp_per_item_js",
+        "time_per_item_median_s",
+        "time_per_item_iqr_s",
         "swap_pressure",
         "peak_rss_bytes",
         // schema v8

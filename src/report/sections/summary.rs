@@ -24,6 +24,22 @@ impl Section for Summary {
         "summary"
     }
 
+    /// With repeated keys, the means file: each key's figures over its `ok` repetitions.
+    fn csv(
+        &self,
+        _store: &Store,
+        rows: &[ResultRow],
+        dir: &std::path::Path,
+        machine: &str,
+    ) -> anyhow::Result<Vec<std::path::PathBuf>> {
+        if !rows.iter().any(|r| r.repetition > 1) {
+            return Ok(Vec::new());
+        }
+        let path = dir.join(format!("means_{machine}.csv"));
+        crate::render::files::write_atomic(&path, aggregate::means_csv(rows)?)?;
+        Ok(vec![path])
+    }
+
     fn write(
         &self,
         _rows: &[ResultRow],

@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::render::aggregate::Repetitions;
 use crate::render::figures::{loss_by_batch, loss_plot};
 use crate::render::files::safe_name;
-use crate::render::flags::trial_flags;
 use crate::render::fmt::{fmt, sci, training_speedups};
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::latest_per_key;
@@ -164,10 +163,13 @@ pub(crate) fn loss_series(
     loss_by_batch(store, trials)
 }
 
-pub(crate) const TABLE_HEADER: [&str; 13] = [
+/// `ms/image` is the mean over the measured window (the time `J/image` and EDP rest on);
+/// the median step and its IQR per image follow.
+pub(crate) const TABLE_HEADER: [&str; 14] = [
     "batch",
     "status",
     "ms/image",
+    "median ms",
     "± IQR ms",
     "images/s",
     "GPU/CPU",
@@ -193,11 +195,16 @@ pub(crate) fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> 
     by.into_iter()
         .map(|((net, device), rs)| Table {
             title: format!("{net} on {device} — {host}"),
-            header: with_mean_column(TABLE_HEADER.to_vec(), repeated, 3, || "mean ± CI95 ms"),
+            header: with_mean_column(
+                with_mean_column(TABLE_HEADER.to_vec(), repeated, 3, || "mean ± CI95 ms"),
+                repeated,
+                2,
+                || "runs",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
-                    let flags = trial_flags(r);
+                    let flags = repetitions.flags(r);
                     let speedup = (r.device == "cuda")
                         .then(|| sp.get(&(r.host.clone(), r.net.clone(), r.batch)))
                         .flatten()
@@ -205,20 +212,22 @@ pub(crate) fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> 
                     let row = vec![
                         r.batch.to_string(),
                         r.status.to_string(),
-                        fmt(ok_value(r, r.time_per_image_s), 1e3, 3),
+                        fmt(ok_value(r, r.time_per_item_s), 1e3, 3),
+                        fmt(ok_value(r, r.time_per_item_median_s), 1e3, 3),
                         fmt(ok_value(r, r.time_per_image_spread_s), 1e3, 3),
                         fmt(ok_value(r, r.images_per_s), 1.0, 2),
                         fmt(speedup, 1.0, 2),
-                        fmt(r.energy_per_image_j, 1.0, 4),
-                        fmt(r.edp_js, 1.0, 4),
-                        sci(r.edp_per_item_js),
+                        repetitions.cell(r, |r| r.energy_per_item_j, 1.0, 4),
+                        repetitions.cell(r, |r| r.edp_js, 1.0, 4),
+                        repetitions.cell_shown(r, |r| r.edp_per_item_js, |v| sci(Some(v))),
                         format!("{}/{}", r.iterations, r.iterations_planned),
                         fmt(r.peak_rss_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
                         fmt(r.peak_gpu_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
                         flags.join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_image_s, 1e3, 3);
-                    with_mean_column(row, repeated, 3, mean)
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
+                    let row = with_mean_column(row, repeated, 3, mean);
+                    with_mean_column(row, repeated, 2, || repetitions.runs_cell(r))
                 })
                 .collect(),
         })

@@ -23,7 +23,7 @@ use regex::Regex;
 use super::command::ExecParams;
 use super::parse::{LogEvent, Parser, StepTracker, TrackedStep};
 use crate::provenance::Provenance;
-use crate::record::{IterationRecord, Metrics};
+use crate::record::{IterationRecord, MeasuredWindow, Metrics};
 use crate::stats;
 use crate::store::{
     ImportOutcome, ImportedTrial, LoggedText, RunInfo, Store, TrialKey, TrialStatus, TrialSummary,
@@ -124,18 +124,27 @@ pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
             }
         };
         let parser = Parser::from_name(parser_name)?;
-        match read_log(BufReader::with_capacity(LOG_BUFFER, file), parser) {
-            Ok((iterations, _)) if iterations.is_empty() => problems.push(format!(
+        match read_log_to_end(BufReader::with_capacity(LOG_BUFFER, file), parser) {
+            Ok(read) if read.iterations.is_empty() => problems.push(format!(
                 "{name}: no {parser_name} step line with a time (is --parser right?)"
             )),
-            Ok((iterations, untimed_lines)) => logs.push(ImportedLog {
-                path,
-                net,
-                device,
-                batch,
-                iterations,
-                untimed_lines,
-            }),
+            Ok(read) => {
+                if let Some(line) = read.cut_off_line {
+                    tracing::warn!(
+                        "{name}: line {line}, the last, has no end of line: the log was cut \
+                         off (a run killed while it wrote, or a copy of a running log), and \
+                         that line may be too; its run is imported as far as it goes"
+                    );
+                }
+                logs.push(ImportedLog {
+                    path,
+                    net,
+                    device,
+                    batch,
+                    iterations: read.iterations,
+                    untimed_lines: read.untimed,
+                })
+            }
             Err(e) => problems.push(format!("{name}: {e:#}")),
         }
     }
@@ -313,6 +322,15 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
         engine: engine.to_string(),
         command: Vec::new(),
     };
+    let mut metrics = Metrics {
+        time_per_iteration_s: median,
+        time_per_iteration_spread_s: iqr,
+        // Each record's time is per iteration, over the iterations it stands for.
+        total_time_s: (!records.is_empty()).then(|| super::total_time_s(&records, 0)),
+        gflop_per_s: None,
+        extra,
+    };
+    metrics.set_window(MeasuredWindow::of(&records, 0));
     ImportedTrial {
         key: TrialKey {
             workload: "exec".into(),
@@ -334,14 +352,7 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
             loss_first: losses.first().copied(),
             loss_last: losses.last().copied(),
             loss_anomaly: stats::loss_anomaly(&losses).is_some(),
-            metrics: Metrics {
-                time_per_iteration_s: median,
-                time_per_iteration_spread_s: iqr,
-                // Each record's time is per iteration, over the iterations it stands for.
-                total_time_s: (!records.is_empty()).then(|| super::total_time_s(&records, 0)),
-                gflop_per_s: None,
-                extra,
-            },
+            metrics,
         },
         iterations: records,
         power_note: POWER_NOTE.to_string(),
@@ -372,8 +383,28 @@ fn glog_ns(line: &str) -> Option<i64> {
 /// a time: what is kept is its step records and the line being parsed. Lines end at `\n` or
 /// `\r` (progress bars redraw with `\r`), bytes that are not UTF-8 read as U+FFFD, and lines
 /// are numbered from 1 in that sense for errors.
-pub fn read_log(mut log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
+pub fn read_log(log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
+    read_log_to_end(log, parser).map(|read| (read.iterations, read.untimed))
+}
+
+/// What [`read_log_to_end`] read.
+#[derive(Debug)]
+pub struct LogRead {
+    pub iterations: Vec<TrackedStep>,
+    /// Step lines without a time to give.
+    pub untimed: usize,
+    /// The number of a last line that has text but no end of line: the log was cut off (a
+    /// run killed while it wrote, a copy taken while it ran), and that line may be too.
+    pub cut_off_line: Option<usize>,
+}
+
+/// [`read_log`], saying whether the last line was cut off. A second run appended to the log
+/// (a killed run, then another) is refused, naming the line where it starts: a solver header
+/// or `Starting Session` after the first, or an iteration counter that goes back.
+pub fn read_log_to_end(mut log: impl BufRead, parser: Parser) -> Result<LogRead> {
     let mut lines = LogLines::new(parser);
+    // Whether the last line read has text but no end of line.
+    let mut cut_off = false;
     let mut chunk = Vec::new();
     let mut number = 0usize;
     // Whether the next byte starts a line: an empty log, or one ending in `\n`, ends with an
@@ -406,8 +437,13 @@ pub fn read_log(mut log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedSte
         for segment in body.split(|&b| b == b'\r') {
             feed(segment)?;
         }
+        cut_off = !at_line_start && body.last().is_some_and(|&b| b != b'\r');
     }
-    Ok((lines.iterations, lines.untimed))
+    Ok(LogRead {
+        iterations: lines.iterations,
+        untimed: lines.untimed,
+        cut_off_line: cut_off.then_some(number),
+    })
 }
 
 /// The state of [`read_log`] between lines.
@@ -423,7 +459,12 @@ struct LogLines {
     last_step: Option<usize>,
     iterations: Vec<TrackedStep>,
     untimed: usize,
+    /// Whether a run's start (a solver header, `Starting Session`) was read.
+    run_started: bool,
 }
+
+/// Lines a framework writes once as a run starts: Caffe's solver header, TF-Slim's session.
+const RUN_STARTS: [&str; 2] = ["] Solving ", "Starting Session"];
 
 impl LogLines {
     fn new(parser: Parser) -> LogLines {
@@ -437,6 +478,7 @@ impl LogLines {
             last_step: None,
             iterations: Vec::new(),
             untimed: 0,
+            run_started: false,
         }
     }
 
@@ -455,9 +497,30 @@ impl LogLines {
             self.last_stamp = Some(ns);
             ns.saturating_sub(*self.origin.get_or_insert(ns))
         });
+        if let Some(start) = RUN_STARTS.iter().find(|start| line.contains(**start)) {
+            if self.run_started || !self.iterations.is_empty() {
+                bail!(
+                    "a second run starts here ('{}' again after {} iteration record(s)): the \
+                     log holds two runs; split it into one log per run, or keep the one to import",
+                    start.trim_start_matches("] "),
+                    self.iterations.len()
+                );
+            }
+            self.run_started = true;
+        }
         let Some(event) = self.parser.parse(line)? else {
             return Ok(());
         };
+        if let (LogEvent::Step(s), Some(last)) = (&event, self.last_step) {
+            if s.step < last {
+                bail!(
+                    "a second run starts here (the iteration counter goes back from {last} to \
+                     {}): the log holds two runs; split it into one log per run, or keep the \
+                     one to import",
+                    s.step
+                );
+            }
+        }
         // Caffe prints a step's learning rate just after its loss line: the rate of that step
         // (the running tracker can only give it to the steps after).
         if let (LogEvent::LearningRate { step, lr }, Some(last)) =
@@ -525,6 +588,41 @@ I1222 14:03:25.600000  2471 solver.cpp:315] Optimization Done.
             std::fs::write(dir.path().join(name), text).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn a_log_holding_two_runs_is_refused_at_the_line_the_second_starts() {
+        // A killed run (iterations 0 to 4 logged, lines 1 to 8), then a run appended: its
+        // solver header is line 10.
+        let killed: String = caffe_log(16, 2.0).lines().take(8).map(|l| format!("{l}\n")).collect();
+        let both = format!("{killed}{}{}", "Log file created at: 2017/12/22 15:00:00\n", "I1222 15:00:00.500000  2471 solver.cpp:289] Solving AlexNet\n");
+        let err = format!("{:#}", read_log(both.as_bytes(), Parser::from_name("caffe").unwrap()).unwrap_err());
+        assert!(err.starts_with("line 10: a second run starts here"), "{err}");
+        assert!(err.contains("Solving"), "{err}");
+        // Without a header, the counter going back gives it away.
+        let restarted = format!("{killed}I1222 15:00:01.000000  2471 solver.cpp:218] Iteration 0 (0 iter/s, 0.5s/2 iters), loss = 6.9\n");
+        let err = format!("{:#}", read_log(restarted.as_bytes(), Parser::from_name("caffe").unwrap()).unwrap_err());
+        assert!(err.starts_with("line 9: a second run starts here") && err.contains("from 4 to 0"), "{err}");
+        // TF-Slim: a second session.
+        let tf = "INFO:tensorflow:Starting Session.\n\
+                  INFO:tensorflow:global step 10: loss = 6.9 (0.500 sec/step)\n\
+                  INFO:tensorflow:Starting Session.\n\
+                  INFO:tensorflow:global step 10: loss = 6.9 (0.500 sec/step)\n";
+        let err = format!("{:#}", read_log(tf.as_bytes(), Parser::from_name("tensorflow").unwrap()).unwrap_err());
+        assert!(err.starts_with("line 3: a second run starts here"), "{err}");
+        // One run, its final line repeating the last step: read as before.
+        assert!(read_log(caffe_log(16, 2.0).as_bytes(), Parser::from_name("caffe").unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_last_line_without_its_end_is_reported_cut_off() {
+        let parser = || Parser::from_name("edgebench").unwrap();
+        let whole: &[u8] = b"EDGEBENCH step=1 loss=3 time=0.5\nEDGEBENCH step=2 loss=2 time=0.5\n";
+        assert_eq!(read_log_to_end(whole, parser()).unwrap().cut_off_line, None);
+        let cut: &[u8] = b"EDGEBENCH step=1 loss=3 time=0.5\nEDGEBENCH step=2 loss=2 time=0.5";
+        let read = read_log_to_end(cut, parser()).unwrap();
+        assert_eq!(read.cut_off_line, Some(2));
+        assert_eq!(read.iterations.len(), 2);
     }
 
     #[test]

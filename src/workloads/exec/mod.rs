@@ -16,7 +16,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
-use parse::Parser;
+use parse::{Parser, TrackedStep};
 
 use crate::config::Config;
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
@@ -82,13 +82,17 @@ impl Workload for Exec {
     }
 
     fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> Result<JobEnd> {
-        let outcome = run(&job.fields()?, stop, emit)?;
+        let (outcome, images) = run_counting_images(&job.fields()?, stop, emit)?;
+        let mut value = serde_json::to_value(&outcome)?;
+        if let serde_json::Value::Object(map) = &mut value {
+            map.insert(IMAGES_PER_STEP.into(), images.into());
+        }
         Ok(JobEnd {
             end: match outcome.end {
                 command::CommandEnd::Interrupted => TrialEnd::Stopped,
                 _ => TrialEnd::Completed,
             },
-            outcome: Some(serde_json::to_value(&outcome)?),
+            outcome: Some(value),
         })
     }
 
@@ -99,7 +103,9 @@ impl Workload for Exec {
     /// The command's end decides the status; its whole span measures a command that logged no
     /// step.
     fn conclude(&self, job: &Job, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion {
-        let (Some(outcome), Ok(job)) = (outcome_of(outcome), job.fields::<ExecJob>()) else {
+        let (Some(raw), Some(outcome), Ok(job)) =
+            (outcome, outcome_of(outcome), job.fields::<ExecJob>())
+        else {
             return Conclusion::default();
         };
         let timeout = job.timeout_s.map(Duration::from_secs_f64);
@@ -122,6 +128,7 @@ impl Workload for Exec {
                 t_end_ns: outcome.ended_ns,
             }),
             output: Some((outcome.stdout_tail, outcome.stderr_tail)),
+            items_per_iteration: images_per_step(Some(raw)),
         }
     }
 
@@ -134,6 +141,18 @@ impl Workload for Exec {
         trial: &Recorded<'_>,
         metrics: &mut Metrics,
     ) {
+        if let Ok(job) = job.fields::<ExecJob>() {
+            metrics
+                .extra
+                .insert("given_epochs".into(), job.given_epochs.into());
+            metrics
+                .extra
+                .insert("given_images".into(), job.given_images.into());
+        }
+        metrics.extra.insert(
+            IMAGES_PER_STEP.into(),
+            images_per_step(outcome).into(),
+        );
         match outcome_of(outcome) {
             Some(outcome) => {
                 metrics.extra.extend(extra_metrics(&outcome));
@@ -157,6 +176,11 @@ impl Workload for Exec {
         }
     }
 
+    fn longer_trial_advice(&self) -> &'static str {
+        "more steps of the command (its own iteration count, or {iterations} with a larger \
+         --images or --epochs)"
+    }
+
     /// A command whose batch is not known has no items.
     fn items_without_count(&self) -> usize {
         0
@@ -167,6 +191,40 @@ impl Workload for Exec {
             let _ = command::signal_group(pgid, libc::SIGKILL);
         }
     }
+}
+
+/// The key of a command's outcome and of its trial's metrics: the images of one step, as
+/// every step line that says (`images=B`) said; null when none says or they disagree.
+pub const IMAGES_PER_STEP: &str = "images_per_step";
+
+fn images_per_step(outcome: Option<&serde_json::Value>) -> Option<usize> {
+    outcome?
+        .get(IMAGES_PER_STEP)?
+        .as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n > 0)
+}
+
+/// [`run`], and the images per step its step lines gave: the one count every line that gives
+/// one agrees on; None when none gives one or two disagree.
+pub fn run_counting_images(
+    job: &ExecJob,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&IterationRecord) -> Result<Control>,
+) -> Result<(CommandOutcome, Option<usize>)> {
+    // None: no line said; Some(None): lines disagreed.
+    let mut said: Option<Option<usize>> = None;
+    let outcome = run_steps(job, stop, &mut |step| {
+        if let Some(n) = step.images {
+            said = match said {
+                None => Some(Some(n)),
+                Some(Some(m)) if m == n => Some(Some(m)),
+                _ => Some(None),
+            };
+        }
+        emit(&step.record)
+    })?;
+    Ok((outcome, said.flatten()))
 }
 
 fn outcome_of(outcome: Option<&serde_json::Value>) -> Option<CommandOutcome> {
@@ -194,6 +252,12 @@ pub struct ExecJob {
     /// The account the command runs as (`[[exec]] user`); None: the worker's own.
     #[serde(default)]
     pub user: Option<String>,
+    /// Whether the command was given the sweep point's epochs and images (through its
+    /// placeholders): a trial's `epochs` and `images` are null when it was not.
+    #[serde(default)]
+    pub given_epochs: bool,
+    #[serde(default)]
+    pub given_images: bool,
 }
 
 fn default_grace_s() -> f64 {
@@ -243,6 +307,14 @@ pub fn expand_sweep(
             }
             let steps_per_epoch = (point.batch > 0 && point.images >= point.batch)
                 .then(|| point.images / point.batch);
+            // A value is given when changing it changes the command ({iterations} too).
+            let changes = |change: fn(&mut SweepValues)| -> Result<bool> {
+                let mut other = point.clone();
+                change(&mut other);
+                Ok(entry.expand(&other)? != command)
+            };
+            let given_epochs = changes(|p| p.epochs += 1)?;
+            let given_images = changes(|p| p.images = p.images * 2 + p.batch.max(1))?;
             jobs.push((
                 point.clone(),
                 ExecJob {
@@ -253,6 +325,8 @@ pub fn expand_sweep(
                     steps_per_epoch,
                     grace_s: grace.as_secs_f64(),
                     user: entry.user.clone(),
+                    given_epochs,
+                    given_images,
                 },
             ));
             seen.push((point, command));
@@ -345,6 +419,15 @@ pub fn run(
     stop: &AtomicBool,
     emit: &mut dyn FnMut(&IterationRecord) -> Result<Control>,
 ) -> Result<CommandOutcome> {
+    run_steps(job, stop, &mut |step| emit(&step.record))
+}
+
+/// [`run`], handing over each step line's whole record.
+fn run_steps(
+    job: &ExecJob,
+    stop: &AtomicBool,
+    emit: &mut dyn FnMut(&TrackedStep) -> Result<Control>,
+) -> Result<CommandOutcome> {
     let parser = job.parser.as_deref().map(Parser::from_name).transpose()?;
     let timeout = match job.timeout_s {
         Some(t) if !(t.is_finite() && t > 0.0) => {
@@ -369,7 +452,7 @@ pub fn run(
             .map(command::RunAs::resolve)
             .transpose()?,
     };
-    command::run_command(&spec, parser, stop, &mut |step| emit(&step.record))
+    command::run_command(&spec, parser, stop, emit)
 }
 
 pub use crate::record::steps_covered;
@@ -542,6 +625,8 @@ mod tests {
             steps_per_epoch: None,
             grace_s: 1.0,
             user: None,
+            given_epochs: false,
+            given_images: false,
         };
         let mut losses = Vec::new();
         let outcome = run(&job, &AtomicBool::new(false), &mut |r| {

@@ -15,7 +15,6 @@ use crate::record::IterationRecord;
 use crate::render::aggregate::Repetitions;
 use crate::render::figures::{loss_by_batch, loss_plot};
 use crate::render::files::{file_name_part, safe_name, write_atomic};
-use crate::render::flags::trial_flags;
 use crate::render::fmt::{fmt, sci, speedups as gpu_over_cpu};
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::{engine_of, latest_per_key, OWN};
@@ -156,12 +155,14 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         out.push(Table {
             title: format!("Engine {engine} — {host}"),
             header: with_mean_column(
+                with_mean_column(
                 vec![
                     "net",
                     "device",
                     "batch",
                     "status",
                     "ms/image",
+                    "median ms",
                     "± IQR ms",
                     "images/s",
                     "GPU/CPU",
@@ -176,6 +177,10 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 5,
                 || "mean ± CI95 ms",
             ),
+                repeated,
+                4,
+                || "runs",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
@@ -184,20 +189,32 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         .then(|| sp.get(&(engine.to_string(), r.net.clone(), r.batch)))
                         .flatten()
                         .copied();
-                    let flags = trial_flags(r);
+                    let flags = repetitions.flags(r);
+                    // Energy as the key's mean where repeated; why there is none otherwise.
+                    let mean_energy = |value: fn(&ResultRow) -> Option<f64>, digits: usize| {
+                        match value(r) {
+                            Some(_) => repetitions.cell(r, value, 1.0, digits),
+                            None => energy(r, None, digits),
+                        }
+                    };
                     let row = vec![
                         r.net.clone(),
                         r.device.clone(),
                         r.batch.to_string(),
                         r.status.to_string(),
-                        fmt(ok(r.time_per_image_s), 1e3, 3),
+                        fmt(ok(r.time_per_item_s), 1e3, 3),
+                        fmt(ok(r.time_per_item_median_s), 1e3, 3),
                         fmt(ok(r.time_per_image_spread_s), 1e3, 3),
                         fmt(ok(r.images_per_s), 1.0, 2),
                         fmt(speedup, 1.0, 2),
-                        energy(r, r.energy_per_image_j, 4),
-                        energy(r, r.edp_js, 4),
+                        mean_energy(|r| r.energy_per_item_j, 4),
+                        mean_energy(|r| r.edp_js, 4),
                         match r.edp_per_item_js {
-                            Some(_) => sci(r.edp_per_item_js),
+                            Some(_) => repetitions.cell_shown(
+                                r,
+                                |r| r.edp_per_item_js,
+                                |v| sci(Some(v)),
+                            ),
                             None => energy(r, None, 0),
                         },
                         // A command's step count is not known ahead (planned 0).
@@ -211,8 +228,9 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         },
                         flags.join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_image_s, 1e3, 3);
-                    with_mean_column(row, repeated, 5, mean)
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
+                    let row = with_mean_column(row, repeated, 5, mean);
+                    with_mean_column(row, repeated, 4, || repetitions.runs_cell(r))
                 })
                 .collect(),
         });

@@ -86,6 +86,15 @@ impl Workload for Idle {
         false
     }
 
+    fn longer_trial_advice(&self) -> &'static str {
+        "a longer rest (--duration)"
+    }
+
+    /// Nothing warms up at rest: the whole duration asked for is measured.
+    fn warmup_iterations(&self, _job: &Job, _configured: usize) -> usize {
+        0
+    }
+
     fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
         let idle = Idle::config(input.config).expect("checked with the config");
         let ticks = idle.duration.0.as_secs().max(1) as usize;

@@ -442,6 +442,10 @@ impl super::Workload for MlpStudy {
             Err(_) => super::step_metrics(measured),
         }
     }
+
+    fn longer_trial_advice(&self) -> &'static str {
+        "more iterations (--iterations, mlp.iterations) or a larger size (--size)"
+    }
 }
 
 /// The `[mlp]` table and `sweep.devices` as planned trials (device, then size, then style).

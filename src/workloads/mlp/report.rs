@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::render::aggregate::Repetitions;
-use crate::render::flags::trial_flags;
 use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::{latest, num, text};
@@ -65,13 +64,14 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         out.push(Table {
             title: format!("MLP study on {device} — {host}"),
             header: with_mean_column(
+                with_mean_column(
                 vec![
                     "size",
                     "style",
                     "status",
                     "ms/iteration",
                     "± IQR ms",
-                    "total s",
+                    "window s",
                     "GFLOP/s",
                     "J",
                     "W",
@@ -84,6 +84,10 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 repeated,
                 4,
                 || "mean ± CI95 ms",
+            ),
+                repeated,
+                3,
+                || "runs",
             ),
             rows: rs
                 .iter()
@@ -99,18 +103,19 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         r.status.to_string(),
                         fmt(r.time_per_iteration_s, 1e3, 2),
                         fmt(r.time_per_iteration_spread_s, 1e3, 2),
-                        fmt(r.total_time_s, 1.0, 2),
+                        repetitions.cell(r, |r| num(r, "window_s").or(r.total_time_s), 1.0, 2),
                         fmt(r.gflop_per_s, 1.0, 2),
-                        fmt(r.energy_j, 1.0, 2),
-                        fmt(r.avg_power_w, 1.0, 2),
-                        fmt(r.energy_per_item_j, 1e3, 4),
-                        fmt(r.edp_js, 1.0, 2),
+                        repetitions.cell(r, |r| r.energy_j, 1.0, 2),
+                        repetitions.cell(r, |r| r.avg_power_w, 1.0, 2),
+                        repetitions.cell(r, |r| r.energy_per_item_j, 1e3, 4),
+                        repetitions.cell(r, |r| r.edp_js, 1.0, 2),
                         fmt(ratio(|x| x.time_per_iteration_s), 1.0, 2),
                         fmt(ratio(|x| x.edp_js), 1.0, 2),
-                        trial_flags(r).join("; "),
+                        repetitions.flags(r).join("; "),
                     ];
                     let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 2);
-                    with_mean_column(row, repeated, 4, mean)
+                    let row = with_mean_column(row, repeated, 4, mean);
+                    with_mean_column(row, repeated, 3, || repetitions.runs_cell(r))
                 })
                 .collect(),
         });

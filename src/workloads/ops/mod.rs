@@ -196,7 +196,7 @@ pub const MAX_MB: f64 = 1024.0 * 1024.0;
 /// arrays; dot takes square n×n matrices (3n² elements).
 pub fn shape_for_mb(op: Op, dtype: Dtype, mb: f64) -> Result<Shape> {
     if !(mb.is_finite() && mb > 0.0 && mb <= MAX_MB) {
-        bail!("op size {mb} MB: give the megabytes the op touches, a number in (0, {MAX_MB}]");
+        bail!("op size {mb} MiB: give the mebibytes the op touches, a number in (0, {MAX_MB}]");
     }
     let elements = mb * (1u64 << 20) as f64 / dtype.size_bytes() as f64;
     let shape = match op {
@@ -209,7 +209,7 @@ pub fn shape_for_mb(op: Op, dtype: Dtype, mb: f64) -> Result<Shape> {
     Ok(shape)
 }
 
-/// One `--mb` entry: a number of MiB (`32`, `32mb`), or a shape: `MxNxK` for dot, a count of
+/// One `--mb` entry: a number of MiB (`32`, `32mb`, `32MiB`), or a shape: `MxNxK` for dot, a count of
 /// elements or `RxC` (rows × columns) for the elementwise ops. Returns the shape and the MiB
 /// asked for (None for a shape).
 pub fn parse_size(op: Op, dtype: Dtype, text: &str) -> Result<(Shape, Option<f64>)> {
@@ -234,14 +234,19 @@ pub fn parse_size(op: Op, dtype: Dtype, text: &str) -> Result<(Shape, Option<f64
         };
         let bytes = counts(op, dtype, shape).bytes as f64;
         if bytes / (1u64 << 20) as f64 > MAX_MB {
-            bail!("op size {text:?} touches more than {MAX_MB} MB");
+            bail!("op size {text:?} touches more than {MAX_MB} MiB");
         }
         return Ok((shape, None));
     }
-    let number = t.strip_suffix("mb").unwrap_or(&t).trim();
+    // Sizes are MiB however they are written.
+    let number = ["mib", "mb"]
+        .iter()
+        .find_map(|unit| t.strip_suffix(unit))
+        .unwrap_or(&t)
+        .trim();
     let mb: f64 = number.parse().with_context(|| {
         format!(
-            "op size {text:?}: give megabytes (e.g. 32) or a shape (MxNxK for dot, RxC otherwise)"
+            "op size {text:?}: give mebibytes (e.g. 32) or a shape (MxNxK for dot, RxC otherwise)"
         )
     })?;
     Ok((shape_for_mb(op, dtype, mb)?, Some(mb)))
@@ -393,10 +398,10 @@ impl OpsJob {
         }
     }
 
-    /// For progress lines: `add f32 32 MB` or `dot f32 1024x1024x1024`.
+    /// For progress lines: `add f32 32 MiB` or `dot f32 1024x1024x1024`.
     pub fn label(&self) -> String {
         let size = match (self.mb, self.shape) {
-            (Some(mb), _) => format!("{mb} MB"),
+            (Some(mb), _) => format!("{mb} MiB"),
             (None, shape) => shape.to_string(),
         };
         format!(
@@ -502,6 +507,7 @@ pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
                 if device == DeviceKind::Cpu {
                     job.engine = engine;
                 }
+                job.warmup = config.sweep.warmup_iterations;
                 job.min_executions = o.min_executions;
                 job.min_time_s = o.min_time_s;
                 job.seed = config.train.seed;
@@ -562,6 +568,20 @@ impl super::Workload for Ops {
             Ok(job) => metrics(&job, measured),
             Err(_) => super::step_metrics(measured),
         }
+    }
+
+    /// An operator has no loss.
+    fn records_loss(&self) -> bool {
+        false
+    }
+
+    fn longer_trial_advice(&self) -> &'static str {
+        "a longer minimum time per operator (ops.min_time_s, at least 10 sensor periods)"
+    }
+
+    /// The job's own warm-up executions, which its timed loop leaves out.
+    fn warmup_iterations(&self, job: &super::Job, configured: usize) -> usize {
+        job.fields::<OpsJob>().map_or(configured, |job| job.warmup)
     }
 
     fn energy_metrics(
@@ -720,9 +740,9 @@ fn timed_loop(
         let record = IterationRecord {
             step,
             epoch: 0,
-            // An op has no loss; a constant keeps the loss checks quiet.
-            loss: 0.0,
-            lr: 0.0,
+            // An op has no loss nor learning rate: stored as NULL.
+            loss: f64::NAN,
+            lr: f64::NAN,
             data_s: 0.0,
             step_s: (t_end_ns - t_start_ns) as f64 * 1e-9,
             t_start_ns,
@@ -839,6 +859,10 @@ mod tests {
             (dot, Some(12.0))
         );
         assert_eq!(
+            parse_size(Op::Dot, Dtype::F32, "12MiB").unwrap(),
+            (dot, Some(12.0))
+        );
+        assert_eq!(
             parse_size(Op::Dot, Dtype::F32, "64x32x16").unwrap(),
             (
                 Shape::Matrix {
@@ -906,8 +930,8 @@ mod tests {
         }
     }
 
-    /// config/ops.toml is the whole study in one run: add and mul over 6 to 96 MB, dot over
-    /// 5 to 65 MB, the others over 2 MB to 1 GB in powers of two.
+    /// config/ops.toml is the whole study in one run: add and mul over 6 to 96 MiB, dot over
+    /// 5 to 65 MiB, the others over 2 MiB to 1 GiB in powers of two.
     #[test]
     fn the_shipped_config_runs_the_whole_study() {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/ops.toml"));
@@ -923,6 +947,14 @@ mod tests {
             (Op::Tanh, doubling(2.0, 10)),
         ];
         assert_eq!(sizes_by_op(&c), study);
+        // Every trial measures at least 10 updates of a JetPack 5/6 INA3221 (140 ms): none is
+        // flagged FEW_READINGS for being too short.
+        let ina3221_s = 0.140;
+        assert!(
+            c.ops.min_time_s >= crate::power::MIN_SENSOR_UPDATES as f64 * ina3221_s,
+            "min_time_s {}",
+            c.ops.min_time_s
+        );
         // What the run records as its config reads back the same.
         let again = crate::config::Config::from_toml(&c.to_toml(), path).unwrap();
         assert_eq!(again.ops, c.ops);
@@ -931,11 +963,11 @@ mod tests {
     #[test]
     fn bad_sizes_and_names_are_refused_naming_what_to_give() {
         for (op, text, says) in [
-            (Op::Add, "0", "megabytes"),
-            (Op::Add, "-3", "megabytes"),
-            (Op::Add, "nan", "megabytes"),
-            (Op::Add, "2000000", "megabytes"),
-            (Op::Add, "lots", "give megabytes"),
+            (Op::Add, "0", "mebibytes"),
+            (Op::Add, "-3", "mebibytes"),
+            (Op::Add, "nan", "mebibytes"),
+            (Op::Add, "2000000", "mebibytes"),
+            (Op::Add, "lots", "give mebibytes"),
             (Op::Dot, "64x0x3", "positive integer"),
             (Op::Dot, "64x64", "MxNxK"),
             (Op::Sigmoid, "2x3x4", "rows x columns"),

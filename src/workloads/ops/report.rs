@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::render::aggregate::Repetitions;
-use crate::render::flags::trial_flags;
 use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, Series};
 use crate::render::select::{latest, num, text};
@@ -58,12 +57,14 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         out.push(Table {
             title: format!("Operators on {device} — {host}"),
             header: with_mean_column(
+                with_mean_column(
                 vec![
                     "op",
                     "status",
                     "dtype",
                     "MiB",
                     "ms/execution",
+                    "median ms",
                     "GFLOP/s",
                     "GB/s",
                     "FLOP/byte",
@@ -80,6 +81,10 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                 5,
                 || "mean ± CI95 ms",
             ),
+                repeated,
+                2,
+                || "runs",
+            ),
             rows: rs
                 .iter()
                 .map(|r| {
@@ -88,7 +93,8 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         r.status.to_string(),
                         text(r, "dtype"),
                         text(r, "mb"),
-                        fmt(r.time_per_iteration_s, 1e3, 3),
+                        fmt(r.time_per_item_s, 1e3, 3),
+                        fmt(r.time_per_item_median_s, 1e3, 3),
                         fmt(r.gflop_per_s, 1.0, 2),
                         fmt(num(r, "gbyte_per_s"), 1.0, 2),
                         fmt(num(r, "intensity_flop_per_byte"), 1.0, 3),
@@ -96,19 +102,20 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(num(r, "pct_peak_bandwidth"), 1.0, 1),
                         fmt(num(r, "pct_measured_peak_flops"), 1.0, 1),
                         fmt(num(r, "pct_measured_peak_bandwidth"), 1.0, 1),
-                        fmt(r.energy_per_item_j, 1e3, 4),
-                        fmt(num(r, "joule_per_gflop"), 1.0, 4),
-                        fmt(num(r, "joule_per_gbyte"), 1.0, 4),
+                        repetitions.cell(r, |r| r.energy_per_item_j, 1e3, 4),
+                        repetitions.cell(r, |r| num(r, "joule_per_gflop"), 1.0, 4),
+                        repetitions.cell(r, |r| num(r, "joule_per_gbyte"), 1.0, 4),
                         {
-                            let mut f = trial_flags(r);
+                            let mut f = repetitions.flags(r);
                             if above_memory_roof(r) {
                                 f.insert(0, "CACHE".into());
                             }
                             f.join("; ")
                         },
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 3);
-                    with_mean_column(row, repeated, 5, mean)
+                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
+                    let row = with_mean_column(row, repeated, 5, mean);
+                    with_mean_column(row, repeated, 2, || repetitions.runs_cell(r))
                 })
                 .collect(),
         });
@@ -118,17 +125,14 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 
 /// The operator study's figures per device (stems `ops_mflops_<device>`, `ops_peak_<device>`):
 /// MFLOP/s and % of the peak FLOP/s of each op (one line per op and dtype) against its size in
-/// MB, both logarithmic; a trial that did not finish is in the no-value row.
+/// MiB, both logarithmic; a trial that did not finish is in the no-value row.
 pub(crate) fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let ops: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == super::KIND).collect();
     let ops = latest(&ops);
     let repetitions = Repetitions::of(rows);
-    // A GEMM's size is its three f32 matrices; the other ops name theirs.
+    // A GEMM given as a shape: the MiB its three matrices take (the bytes it moves).
     let size_mb = |r: &ResultRow| {
-        num(r, "mb").or_else(|| {
-            let (m, n, k) = (num(r, "m")?, num(r, "n")?, num(r, "k")?);
-            Some((m * k + k * n + m * n) * 4.0 / 1e6)
-        })
+        num(r, "mb").or_else(|| num(r, "bytes").map(|b| b / (1u64 << 20) as f64))
     };
     let pct =
         |r: &ResultRow| num(r, "pct_peak_flops").or_else(|| num(r, "pct_measured_peak_flops"));
@@ -159,7 +163,7 @@ pub(crate) fn ops_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
         };
         let plot = |title: String, y_desc: &str, series: Vec<Series>, caption: &str| Plot {
             title,
-            x_desc: "size (MB, log)".into(),
+            x_desc: "size (MiB, log)".into(),
             y_desc: y_desc.into(),
             x_axis: Axis::Log(10.0),
             y_axis: Axis::Log(10.0),
@@ -272,7 +276,7 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
             series.push(Series {
                 label: match sizes.is_empty() {
                     true => name,
-                    false => format!("{name} ({} MB)", sizes.join(", ")),
+                    false => format!("{name} ({} MiB)", sizes.join(", ")),
                 },
                 points: pts
                     .into_iter()
@@ -295,7 +299,7 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
                     x,
                     y,
                     format!(
-                        "{} {} MB: {:.0} % of memory bandwidth (cache)",
+                        "{} {} MiB: {:.0} % of memory bandwidth (cache)",
                         text(r, "op"),
                         text(r, "mb"),
                         num(r, "pct_measured_peak_bandwidth").unwrap_or(f64::NAN)
@@ -310,7 +314,7 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
             .filter_map(|r| {
                 let (x, y) = point(r)?;
                 let mb = text(r, "mb");
-                (mb != "-").then(|| (x, y, format!("{mb} MB")))
+                (mb != "-").then(|| (x, y, format!("{mb} MiB")))
             })
             .collect();
         let stem = match dtype.as_str() {
@@ -428,7 +432,7 @@ mod tests {
             labels[1].starts_with("measured bandwidth roof"),
             "{labels:?}"
         );
-        assert_eq!(&labels[2..], ["add (8 MB)", "dot (8 MB)"]);
+        assert_eq!(&labels[2..], ["add (8 MiB)", "dot (8 MiB)"]);
         let compute = plot.series[0].line();
         assert!(compute.iter().all(|&(_, y)| (y - 50.0).abs() < 1e-9));
         assert_eq!(plot.series[3].line(), vec![(100.0, 40.0)]);
@@ -456,7 +460,7 @@ mod tests {
             "{labels:?}"
         );
         assert_eq!(f64_plot.highlights.len(), 1);
-        assert!(f64_plot.highlights[0].2.starts_with("scalar 8 MB: 180 %"));
+        assert!(f64_plot.highlights[0].2.starts_with("scalar 8 MiB: 180 %"));
         let t = tables("tx2", &rows);
         let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();
         let flags: Vec<&str> = t[0].rows.iter().map(|r| r[col("flags")].as_str()).collect();
