@@ -665,6 +665,8 @@ where
     } else {
         (if y0 == 0.0 { 0.0 } else { y0 - ypad }, y1 + ypad)
     };
+    // Where a whisker whose lower end a log axis cannot show (<= 0) stops, open.
+    let open_floor = if missing { rule_y } else { y0 };
 
     let xt: Vec<f64> = if plot.x_categories.is_empty() {
         let mut t = ticks(xa.back(x0), xa.back(x1), xa);
@@ -810,17 +812,26 @@ where
             let x = xa.fwd(p.x);
             match shown(p, ya) {
                 Ok(y) => {
-                    if let Some((lo, hi)) = p.err.filter(|(l, h)| ya.usable(*l) && ya.usable(*h)) {
-                        let (lo, hi) = (fy_val(lo), fy_val(hi));
+                    // A lower end a log axis cannot show (<= 0) runs to the axis' floor and
+                    // ends open (a chevron, no cap): clipped, never dropped.
+                    if let Some((lo, hi)) = p.err.filter(|(_, h)| ya.usable(*h)) {
+                        let open = !ya.usable(lo);
+                        let (lo, hi) = (if open { open_floor } else { fy_val(lo) }, fy_val(hi));
                         let whisker = colour.stroke_width(1);
                         chart
                             .plotting_area()
                             .draw(&PathElement::new(vec![(x, lo), (x, hi)], whisker))?;
-                        for end in [lo, hi] {
-                            chart.plotting_area().draw(
-                                &(EmptyElement::at((x, end))
-                                    + PathElement::new(vec![(-4, 0), (4, 0)], whisker)),
-                            )?;
+                        let cap = |end: f64| {
+                            EmptyElement::at((x, end))
+                                + PathElement::new(vec![(-4, 0), (4, 0)], whisker)
+                        };
+                        chart.plotting_area().draw(&cap(hi))?;
+                        match open {
+                            true => chart.plotting_area().draw(
+                                &(EmptyElement::at((x, lo))
+                                    + PathElement::new(vec![(-4, -5), (0, 0), (4, -5)], whisker)),
+                            )?,
+                            false => chart.plotting_area().draw(&cap(lo))?,
                         }
                     }
                     if !s.markers {
@@ -915,6 +926,12 @@ where
         keys.push((
             Key::Text,
             "whiskers: 95 % confidence interval of the mean over repetitions".into(),
+        ));
+    }
+    if all().any(|p| p.err.is_some_and(|(lo, _)| !ya.usable(lo))) {
+        keys.push((
+            Key::Text,
+            "open whisker end (v): the interval reaches 0 or below, off the log axis".into(),
         ));
     }
     draw_legend(&legend_area, &keys)?;
@@ -1131,6 +1148,32 @@ mod tests {
         assert_eq!(b.matches(blue).count(), a.matches(blue).count() + 3);
         assert!(b.contains(">\n30\n<") && !a.contains(">\n30\n<"), "{b}");
         assert!(b.contains("whiskers"));
+    }
+
+    #[test]
+    fn a_log_axis_whisker_reaching_zero_is_clipped_open_never_dropped() {
+        let mut p = pt(4.0, Some(10.0), Mark::Ok);
+        p.err = Some((-2.0, 22.0));
+        let plot = Plot {
+            y_axis: Axis::Log(10.0),
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![pt(1.0, Some(5.0), Mark::Ok), p],
+                markers: true,
+            }],
+            ..Default::default()
+        };
+        let svg = String::from_utf8(render(&plot, Format::Svg).unwrap()).unwrap();
+        // The whisker, its upper cap and the open end's chevron in the series' colour.
+        let blue = "stroke=\"#0072B2\"";
+        let mut without = plot.clone();
+        without.series[0].points[1].err = None;
+        let plain = String::from_utf8(render(&without, Format::Svg).unwrap()).unwrap();
+        assert_eq!(svg.matches(blue).count(), plain.matches(blue).count() + 3);
+        assert!(
+            svg.contains("open whisker end"),
+            "legend lacks the open end"
+        );
     }
 
     #[test]
