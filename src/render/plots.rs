@@ -807,7 +807,17 @@ where
                     .draw(&series_marker(shape_of(i), line[k], colour, true))?;
             }
         }
-        chart.draw_series(LineSeries::new(line, colour.stroke_width(2)))?;
+        // The line breaks where the series has a point without a value (a batch that ran
+        // out of memory): it never runs straight across what was not measured.
+        let gaps: Vec<f64> = s
+            .points
+            .iter()
+            .filter(|p| xa.usable(p.x) && shown(p, ya).is_err())
+            .map(|p| xa.fwd(p.x))
+            .collect();
+        for segment in broken_at(&line, &gaps).into_iter().filter(|r| r.len() > 1) {
+            chart.draw_series(LineSeries::new(segment, colour.stroke_width(2)))?;
+        }
         for p in s.points.iter().filter(|p| xa.usable(p.x)) {
             let x = xa.fwd(p.x);
             match shown(p, ya) {
@@ -937,6 +947,25 @@ where
     draw_legend(&legend_area, &keys)?;
     root.present()?;
     Ok(())
+}
+
+/// `line` (in x order) cut into the runs between `gaps`: two neighbours with a gap's x
+/// between them are not joined.
+fn broken_at(line: &[(f64, f64)], gaps: &[f64]) -> Vec<Vec<(f64, f64)>> {
+    let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+    for &p in line {
+        match runs.last_mut() {
+            Some(run)
+                if !run
+                    .last()
+                    .is_some_and(|q| gaps.iter().any(|&g| q.0 < g && g < p.0)) =>
+            {
+                run.push(p)
+            }
+            _ => runs.push(vec![p]),
+        }
+    }
+    runs
 }
 
 /// The legend rows in `area`, in the largest font (13 down to 9) at which they all fit; rows
@@ -1148,6 +1177,43 @@ mod tests {
         assert_eq!(b.matches(blue).count(), a.matches(blue).count() + 3);
         assert!(b.contains(">\n30\n<") && !a.contains(">\n30\n<"), "{b}");
         assert!(b.contains("whiskers"));
+    }
+
+    #[test]
+    fn a_line_breaks_where_a_point_has_no_value() {
+        let line = [(1.0, 5.0), (2.0, 6.0), (8.0, 7.0), (16.0, 8.0)];
+        // Batch 4 ran out of memory: 2 and 8 are not joined.
+        assert_eq!(
+            broken_at(&line, &[4.0]),
+            [vec![(1.0, 5.0), (2.0, 6.0)], vec![(8.0, 7.0), (16.0, 8.0)]]
+        );
+        assert_eq!(broken_at(&line, &[]), [line.to_vec()]);
+        // A missing point beyond the ends breaks nothing.
+        assert_eq!(broken_at(&line, &[32.0]), [line.to_vec()]);
+        let plot = |middle: Mark| Plot {
+            series: vec![Series {
+                label: "a".into(),
+                points: vec![
+                    pt(1.0, Some(5.0), Mark::Ok),
+                    pt(2.0, Some(6.0), middle),
+                    pt(4.0, Some(7.0), Mark::Ok),
+                ],
+                markers: true,
+            }],
+            ..Default::default()
+        };
+        let lines = |m: Mark| {
+            let svg = String::from_utf8(render(&plot(m), Format::Svg).unwrap()).unwrap();
+            svg.lines()
+                .filter(|l| l.contains("<polyline") && l.contains("stroke=\"#0072B2\""))
+                .count()
+        };
+        // Measured throughout: one line; batch 2 out of memory: no line joins 1 and 4.
+        assert_eq!(
+            lines(Mark::Oom),
+            lines(Mark::Ok) - 1,
+            "a line runs across batch 2"
+        );
     }
 
     #[test]
