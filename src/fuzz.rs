@@ -87,6 +87,7 @@ pub fn exec_log(data: &[u8]) {
         batch: 1,
         iterations,
         untimed_lines: 0,
+        ran: None,
     };
     let trial = imported_trial(&log, "fuzz", "2025-01-01T00:00:00Z");
     if let Err(v) = trial.check() {

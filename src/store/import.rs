@@ -24,6 +24,9 @@ pub struct ImportedTrial {
     pub summary: TrialSummary,
     /// Stored as `trials.power_note`; the power columns stay NULL (nothing was sampled).
     pub power_note: String,
+    /// When the logged run started, by the log's own clock (`summary.ended_at` its end);
+    /// None for a log without dates: the trial is then dated when it is imported.
+    pub started_at: Option<String>,
     /// Each iteration's loss and time as the log wrote them (`iterations.loss_text`,
     /// `step_s_text`), in the order of `iterations`; may be empty.
     pub(crate) logged: Vec<LoggedText>,
@@ -211,8 +214,8 @@ fn write(
             .execute(params![run_id, k, v])?;
     }
     for trial in new.iter().map(|&i| &trials[i]) {
-        // Nothing ran here: the trial starts and ends when the import writes it.
-        let at = &trial.summary.ended_at;
+        // Dated by the log where it says when it ran, else when the import writes it.
+        let at = trial.started_at.as_ref().unwrap_or(&trial.summary.ended_at);
         let trial_id = insert_trial(tx, run_id, &trial.key, 1, 0, 0, at)?;
         write_summary(tx, trial_id, &trial.summary)?;
         tx.prepare_cached("UPDATE trials SET iterations_done = ?2, power_note = ?3 WHERE id = ?1")?
@@ -299,6 +302,7 @@ mod tests {
                 metrics: Metrics::default(),
             },
             power_note: "imported log: no power measured".into(),
+            started_at: None,
             logged: Vec::new(),
         }
     }

@@ -824,6 +824,17 @@ fn a_log_of_two_runs_is_refused_and_a_cut_off_log_warned_about() {
         err.contains("has no end of line: the log was cut off"),
         "{err}"
     );
+    // Dated by the log (created 2017/12/22 14:03:20), the import's own time kept beside.
+    let rows = results(dir, &db);
+    let r = &rows[0];
+    let date = |k: &str| {
+        r[k].as_str()
+            .unwrap_or_else(|| panic!("{k}: {r}"))
+            .to_string()
+    };
+    assert!(date("started_at").starts_with("2017-12-22T14:03:2"), "{r}");
+    assert!(date("ended_at").starts_with("2017-12-22T14:0"), "{r}");
+    assert!(!date("imported_at").starts_with("2017"), "{r}");
 }
 
 /// The edgebench files byte for byte as before any import, and a pair of files per engine.

@@ -61,6 +61,10 @@ pub struct ImportedLog {
     /// Step lines that had neither a timestamp nor a time of their own, so no step time: left
     /// out of `iterations`.
     pub untimed_lines: usize,
+    /// When the run's first iteration started and its last ended, by the log's own dates
+    /// (glog's `Log file created at:` line and its timestamps), in the board's local time
+    /// (a log names no zone); None for a log without dates.
+    pub ran: Option<(String, String)>,
 }
 
 /// (net, device, batch) from a log's file name; None when the name is not a study log's.
@@ -141,6 +145,7 @@ pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
                     net,
                     device,
                     batch,
+                    ran: read.ran(),
                     iterations: read.iterations,
                     untimed_lines: read.untimed,
                 })
@@ -301,6 +306,10 @@ impl Prepared {
 
 /// The trial a log stands for.
 pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTrial {
+    let (started_at, ended_at) = match &log.ran {
+        Some((from, to)) => (Some(from.clone()), to.clone()),
+        None => (None, now.to_string()),
+    };
     let records: Vec<IterationRecord> = log.iterations.iter().map(|s| s.record).collect();
     let step_s: Vec<f64> = records.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = records.iter().map(|r| r.loss).collect();
@@ -310,6 +319,8 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
     // Not known from a log: the keys of a measured exec trial, null.
     extra.insert("exit_code".into(), serde_json::Value::Null);
     extra.insert("wall_time_s".into(), serde_json::Value::Null);
+    // When the log was read into the store; the trial is dated by the log where it can be.
+    extra.insert("imported_at".into(), now.into());
     extra.insert(
         "imported_log".into(),
         std::path::absolute(&log.path)
@@ -345,7 +356,7 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
         summary: TrialSummary {
             status: TrialStatus::Ok,
             error: None,
-            ended_at: now.to_string(),
+            ended_at,
             time_per_image_s: times.as_ref().map(|t| t.time_per_image_s),
             time_per_image_spread_s: times.as_ref().map(|t| t.time_per_image_spread_s),
             images_per_s: times.as_ref().map(|t| t.images_per_s),
@@ -356,6 +367,7 @@ pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTri
         },
         iterations: records,
         power_note: POWER_NOTE.to_string(),
+        started_at,
         logged: log
             .iterations
             .iter()
@@ -396,6 +408,25 @@ pub struct LogRead {
     /// The number of a last line that has text but no end of line: the log was cut off (a
     /// run killed while it wrote, a copy taken while it ran), and that line may be too.
     pub cut_off_line: Option<usize>,
+    /// The date and time glog's header gives (`Log file created at: 2017/12/22 14:03:20`),
+    /// where the records' instants count from.
+    pub created: Option<jiff::civil::DateTime>,
+}
+
+impl LogRead {
+    /// The first record's start and the last one's end as dates (`YYYY-MM-DDTHH:MM:SS.mmm`,
+    /// the log's local time), from its header's date; None without one.
+    pub fn ran(&self) -> Option<(String, String)> {
+        let created = self.created?;
+        let at = |ns: i64| -> Option<String> {
+            let when = created.checked_add(jiff::SignedDuration::from_nanos(ns)).ok()?;
+            Some(when.strftime("%Y-%m-%dT%H:%M:%S%.3f").to_string())
+        };
+        Some((
+            at(self.iterations.first()?.record.t_start_ns)?,
+            at(self.iterations.last()?.record.t_end_ns)?,
+        ))
+    }
 }
 
 /// [`read_log`], saying whether the last line was cut off. A second run appended to the log
@@ -443,6 +474,7 @@ pub fn read_log_to_end(mut log: impl BufRead, parser: Parser) -> Result<LogRead>
         iterations: lines.iterations,
         untimed: lines.untimed,
         cut_off_line: cut_off.then_some(number),
+        created: lines.created,
     })
 }
 
@@ -461,6 +493,8 @@ struct LogLines {
     untimed: usize,
     /// Whether a run's start (a solver header, `Starting Session`) was read.
     run_started: bool,
+    /// glog's header date, when the log has one.
+    created: Option<jiff::civil::DateTime>,
 }
 
 /// Lines a framework writes once as a run starts: Caffe's solver header, TF-Slim's session.
@@ -479,6 +513,7 @@ impl LogLines {
             iterations: Vec::new(),
             untimed: 0,
             run_started: false,
+            created: None,
         }
     }
 
@@ -497,6 +532,13 @@ impl LogLines {
             self.last_stamp = Some(ns);
             ns.saturating_sub(*self.origin.get_or_insert(ns))
         });
+        if let Some(date) = line.strip_prefix("Log file created at: ") {
+            // The first header dates the log (a second one is a second run, refused below).
+            if self.created.is_none() && self.iterations.is_empty() {
+                self.created =
+                    jiff::civil::DateTime::strptime("%Y/%m/%d %H:%M:%S", date.trim()).ok();
+            }
+        }
         if let Some(start) = RUN_STARTS.iter().find(|start| line.contains(**start)) {
             if self.run_started || !self.iterations.is_empty() {
                 bail!(
@@ -612,6 +654,24 @@ I1222 14:03:25.600000  2471 solver.cpp:315] Optimization Done.
         assert!(err.starts_with("line 3: a second run starts here"), "{err}");
         // One run, its final line repeating the last step: read as before.
         assert!(read_log(caffe_log(16, 2.0).as_bytes(), Parser::from_name("caffe").unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_glog_log_is_dated_by_its_header_and_timestamps() {
+        let read =
+            read_log_to_end(caffe_log(16, 2.0).as_bytes(), Parser::from_name("caffe").unwrap())
+                .unwrap();
+        // Instants count from the first timestamp (14:03:20); the records run from
+        // iteration 0's start to iteration 4's line at 14:03:25.
+        let (from, to) = read.ran().unwrap();
+        assert!(from.starts_with("2017-12-22T14:03:2"), "{from}");
+        assert_eq!(to, "2017-12-22T14:03:25.000");
+        let undated = read_log_to_end(
+            &b"EDGEBENCH step=1 loss=3 time=0.5\n"[..],
+            Parser::from_name("edgebench").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(undated.ran(), None);
     }
 
     #[test]
