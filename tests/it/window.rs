@@ -111,10 +111,27 @@ fn every_workload_gives_energy_and_time_over_one_window() {
         &["--workload", "ops", "--op", "sigmoid", "--mb", "1"],
     );
     let idle = run(d, &sys, &db, &["--workload", "idle", "--duration", "3s"]);
+    run(
+        d,
+        &sys,
+        &db,
+        &[
+            "--workload",
+            "infer",
+            "--model",
+            "alexnet",
+            "--min-queries",
+            "6",
+            "--min-duration",
+            "200ms",
+            "--warmup",
+            "1",
+        ],
+    );
 
     let rows = results(d, &db);
     let workloads: Vec<&str> = rows.iter().filter_map(|r| r["workload"].as_str()).collect();
-    for w in ["cnn", "exec", "mlp", "ops", "idle"] {
+    for w in ["cnn", "exec", "mlp", "ops", "idle", "infer"] {
         assert!(workloads.contains(&w), "no {w} trial in {workloads:?}");
     }
     for r in &rows {

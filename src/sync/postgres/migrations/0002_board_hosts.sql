@@ -87,26 +87,60 @@ CREATE VIEW edgebench.trial_summary AS
 WITH itemised AS (
     SELECT t.*, i.item,
            CASE i.item
-               WHEN 'image' THEN CASE WHEN t.batch > 0 THEN t.batch END
+               WHEN 'image' THEN coalesce(
+                   CASE WHEN jsonb_typeof(t.metrics -> 'images_per_step') = 'number'
+                             AND (t.metrics ->> 'images_per_step')::numeric > 0
+                        THEN (t.metrics ->> 'images_per_step')::numeric::bigint END,
+                   CASE WHEN t.batch > 0 THEN t.batch END)
                WHEN 'sample' THEN greatest(t.batch, 1)
                ELSE 1
-           END AS items_per_iteration
+           END AS items_per_iteration,
+           -- Only CNN training and the commands given them have epochs and images.
+           CASE t.workload
+               WHEN 'cnn' THEN true
+               WHEN 'exec' THEN coalesce(t.metrics -> 'imported_log', 'null'::jsonb) = 'null'::jsonb
+                                AND coalesce(t.metrics -> 'given_epochs', 'true'::jsonb) <> 'false'::jsonb
+               ELSE false
+           END AS epochs_given,
+           CASE t.workload
+               WHEN 'cnn' THEN true
+               WHEN 'exec' THEN coalesce(t.metrics -> 'imported_log', 'null'::jsonb) = 'null'::jsonb
+                                AND coalesce(t.metrics -> 'given_images', 'true'::jsonb) <> 'false'::jsonb
+               ELSE false
+           END AS images_given,
+           CASE WHEN jsonb_typeof(t.metrics -> 'window_s') = 'number'
+                THEN (t.metrics ->> 'window_s')::float8 END AS window_s,
+           CASE WHEN jsonb_typeof(t.metrics -> 'window_steps') = 'number'
+                THEN (t.metrics ->> 'window_steps')::float8 END AS window_steps
     FROM edgebench.trials t
     CROSS JOIN LATERAL (SELECT CASE t.workload WHEN 'mlp' THEN 'sample'
                                                WHEN 'ops' THEN 'execution'
+                                               WHEN 'idle' THEN 'tick'
                                                ELSE 'image' END AS item) i
-), per_item AS (
+), windowed AS (
     SELECT x.*,
-           CASE x.item WHEN 'image' THEN x.time_per_image_s
+           CASE WHEN x.window_s IS NOT NULL AND x.window_steps * x.items_per_iteration > 0
+                THEN x.window_steps * x.items_per_iteration END AS window_items
+    FROM itemised x
+), per_item AS (
+    -- As `results --json`: the measured window over its items; a trial stored without a
+    -- window keeps the median step time and the stored energy per iteration.
+    SELECT x.*,
+           CASE WHEN x.window_items IS NOT NULL THEN x.window_s / x.window_items
+                WHEN x.item = 'image' THEN x.time_per_image_s
                 ELSE x.time_per_iteration_s / coalesce(x.items_per_iteration, 1) END
                AS time_per_item_s,
-           CASE x.item WHEN 'image' THEN x.energy_per_image_j
+           CASE WHEN x.window_items IS NOT NULL THEN x.energy_j / x.window_items
+                WHEN x.item = 'image' THEN x.energy_per_image_j
                 ELSE x.energy_per_image_j / coalesce(x.items_per_iteration, 1) END
-               AS energy_per_item_j
-    FROM itemised x
+               AS energy_per_item_j,
+           CASE WHEN x.epochs_given THEN x.epochs END AS epochs_shown,
+           CASE WHEN x.images_given THEN x.images END AS images_shown
+    FROM windowed x
 )
 SELECT r.host, r.board, r.uuid AS run_uuid, p.uuid AS trial_uuid, p.workload,
-       p.params ->> 'engine' AS engine, p.params, p.net, p.device, p.batch, p.epochs, p.images,
+       p.params ->> 'engine' AS engine, p.params, p.net, p.device, p.batch,
+       p.epochs_shown AS epochs, p.images_shown AS images,
        p.dataset, p.repetition, p.status, p.started_at, p.ended_at, p.iterations_done, p.item,
        p.items_per_iteration, p.time_per_item_s, p.energy_per_item_j,
        p.energy_per_item_j * p.time_per_item_s AS edp_per_item_js, p.time_per_image_s,
@@ -145,7 +179,10 @@ SELECT s.host, max(s.board) AS board, s.workload, max(s.engine) AS engine, s.par
        max(ok.mean_edp_per_item_js) AS mean_edp_per_item_js,
        max(s.started_at) AS last_started_at
 FROM edgebench.trial_summary s
-LEFT JOIN ok USING (host, workload, params, net, device, batch, epochs, images, dataset)
+LEFT JOIN ok
+  ON ok.host = s.host AND ok.workload = s.workload AND ok.params = s.params AND ok.net = s.net
+ AND ok.device = s.device AND ok.batch = s.batch AND ok.epochs IS NOT DISTINCT FROM s.epochs
+ AND ok.images IS NOT DISTINCT FROM s.images AND ok.dataset = s.dataset
 GROUP BY s.host, s.workload, s.params, s.net, s.device, s.batch, s.epochs, s.images, s.dataset;
 
 -- CPU over GPU (`cuda`, the device name the boards record) median time per item, per board
@@ -161,7 +198,8 @@ JOIN edgebench.board_workload_summary g
   ON g.host = c.host AND g.workload = c.workload
  AND g.engine IS NOT DISTINCT FROM c.engine
  AND g.params - 'command' = c.params - 'command'
- AND g.net = c.net AND g.batch = c.batch AND g.epochs = c.epochs AND g.images = c.images
+ AND g.net = c.net AND g.batch = c.batch AND g.epochs IS NOT DISTINCT FROM c.epochs
+ AND g.images IS NOT DISTINCT FROM c.images
  AND g.dataset = c.dataset
 WHERE c.device = 'cpu' AND g.device = 'cuda'
   AND c.median_time_per_item_s IS NOT NULL AND g.median_time_per_item_s IS NOT NULL;
