@@ -75,8 +75,8 @@ CREATE POLICY own_host ON edgebench.trial_output
     WITH CHECK (edgebench.may_write_trial(current_user, trial_id));
 
 -- The views, from the same definitions as `results --json`: each trial's item (`image` for
--- cnn, exec and idle, `sample` for mlp, `execution` for ops), its time, energy and EDP per
--- item from the stored per-trial columns (`energy_per_image_j` holds energy per iteration
+-- cnn, exec and infer, `sample` for mlp, `execution` for ops, `tick` for idle), its time,
+-- energy and EDP per item from the stored per-trial columns (`energy_per_image_j` holds energy per iteration
 -- for a workload whose items are not images: divided by the items of an iteration, and no
 -- energy per image for it), and keys that hold each workload's parameters and the engine.
 DROP VIEW edgebench.gpu_cpu_speedup;
