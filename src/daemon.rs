@@ -112,11 +112,14 @@ async fn sweep(
             }
         };
         let status = |line: &str| notify(&[NotifyState::Status(line)]);
+        // Each sweep's own: a reloaded config may force another board.
+        let board = runner::board(&config, &host)?;
         runner::sweep(runner::SweepRequest {
             config: &config,
             force: false,
             retry_failed: false,
             host: &host,
+            board: &board,
             stop: &flag,
             abort: None,
             on_trial: Some(&status),
@@ -336,8 +339,9 @@ async fn daemon(config_path: PathBuf, host: HostPaths) -> anyhow::Result<i32> {
         config_path.display(),
         schedule
     );
-    // The endpoint lives as long as the daemon; `[metrics] listen` is read at start only.
-    let metrics = runner::live_metrics(&config, &host);
+    // The endpoint lives as long as the daemon; `[metrics] listen` and the board its series
+    // are labelled with are read at start only.
+    let metrics = runner::live_metrics(&host, &runner::board(&config, &host)?);
     let _server = server::start_or_log(&config.metrics.listen, &metrics);
     // With a server to push to, the backlog is known from the start (what the ledger lacks;
     // nothing before the first sweep writes the database) and grows as trials end.

@@ -279,7 +279,10 @@ fn dispatch(
                         .collect::<Result<_, store::StoreError>>()
                         .map_err(input)?
                 }
-                None => vec![("now".into(), edgebench::provenance::capture(host))],
+                None => {
+                    let board = edgebench::board::detect(host);
+                    vec![("now".into(), edgebench::provenance::capture(host, &board))]
+                }
             };
             if json {
                 let map: std::collections::BTreeMap<_, _> = recorded.into_iter().collect();
@@ -297,8 +300,15 @@ fn dispatch(
             threads,
             json,
         } => {
-            let report = edgebench::workloads::ops::peaks::report(host, &device, threads, true)
-                .map_err(usage)?;
+            let board = edgebench::board::detect(host);
+            let report = edgebench::workloads::ops::peaks::report(
+                host,
+                board.profile,
+                &device,
+                threads,
+                true,
+            )
+            .map_err(usage)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
@@ -576,7 +586,8 @@ fn run(
     let abort = Arc::new(AtomicBool::new(false));
     watch_interrupts(&stop, &abort, host)?;
     tracing::info!("config: {origin}");
-    let metrics = runner::live_metrics(&config, host);
+    let board = runner::board(&config, host).map_err(usage)?;
+    let metrics = runner::live_metrics(host, &board);
     // Held until the sweep returns; refused before anything is written.
     let _server = match &args.metrics {
         Some(addr) => Some(
@@ -598,6 +609,7 @@ fn run(
         force: args.force,
         retry_failed: args.retry_failed,
         host,
+        board: &board,
         stop: &stop,
         abort: Some(&abort),
         on_trial: None,

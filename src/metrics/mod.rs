@@ -20,6 +20,7 @@
 
 pub mod server;
 
+use crate::board::BoardProfile;
 use crate::host::HostPaths;
 use crate::memory::{MemoryObserver, MemorySample};
 use crate::power::{LiveSink, Reading};
@@ -101,16 +102,12 @@ pub struct Identity {
 const MAX_IDENTITY_LABEL: usize = 64;
 
 impl Identity {
-    /// This host's: the host name from procfs, the board profile `forced` names or the one
-    /// detected from the device tree.
-    pub fn of(host: &HostPaths, forced: Option<&str>) -> Identity {
-        let board = match crate::board::select(host, forced) {
-            Ok(d) => d.profile.name.clone(),
-            Err(_) => crate::board::detect(host).profile.name.clone(),
-        };
+    /// This host's: the host name from procfs and the name of `board`, the profile its sweeps
+    /// run with.
+    pub fn of(host: &HostPaths, board: &BoardProfile) -> Identity {
         Identity {
             host: host.hostname(),
-            board,
+            board: board.name.clone(),
         }
     }
 
@@ -260,8 +257,8 @@ pub struct Metrics {
 impl Metrics {
     /// This host's metrics ([`Identity::of`]), available memory read from its procfs at each
     /// scrape.
-    pub fn for_host(host: &HostPaths, forced_board: Option<&str>) -> Metrics {
-        Metrics::build(&Identity::of(host, forced_board), Some(host.clone()))
+    pub fn for_host(host: &HostPaths, board: &BoardProfile) -> Metrics {
+        Metrics::build(&Identity::of(host, board), Some(host.clone()))
     }
 
     /// Every metric registered, each series labelled with `identity`,

@@ -337,9 +337,9 @@ fn every_series_names_its_host_and_board_and_odd_names_are_made_safe() {
 
 #[test]
 fn counters_exist_at_zero_for_every_workload_and_ended_status_before_any_trial() {
-    let config = crate::config::Config::default();
     let host = crate::host::HostPaths::default();
-    let text = crate::runner::live_metrics(&config, &host).encode();
+    let board = crate::board::detect(&host);
+    let text = crate::runner::live_metrics(&host, &board).encode();
     let ended = crate::runner::ended_statuses();
     assert_eq!(ended.len(), TrialStatus::ALL.len() - 1);
     assert!(!ended.contains(&"running"));
@@ -412,7 +412,7 @@ fn available_memory_is_read_from_procfs_at_each_scrape() {
         procfs: dir.path().to_path_buf(),
         ..crate::host::HostPaths::default()
     };
-    let m = Metrics::for_host(&host, Some("generic"));
+    let m = Metrics::for_host(&host, crate::board::generic());
     let first = m.encode();
     let ours = |text: &str, name: &str| {
         text.lines()

@@ -4,7 +4,7 @@
 use super::monitor::PowerMonitor;
 use super::rails::{choose_total, resolve_scope};
 use super::{hwmon, ina226, marker, rapl, PowerSource};
-use crate::board::{self, Detection};
+use crate::board::Detection;
 use crate::config::{PowerConfig, PowerScope};
 use crate::host::HostPaths;
 use serde::Serialize;
@@ -208,10 +208,13 @@ impl PowerMonitor {
         })
     }
 
-    /// For `run --power`: board from the config or detection, then discovery; no usable sensor
-    /// (or a configured one that fails) is an error listing what was probed.
-    pub fn for_run(host: &HostPaths, cfg: &PowerConfig) -> anyhow::Result<PowerMonitor> {
-        let board = board::select(host, cfg.board.as_deref())?;
+    /// For `run --power` on `board` (the sweep's profile, forced or detected): discovery; no
+    /// usable sensor (or a configured one that fails) is an error listing what was probed.
+    pub fn for_run(
+        host: &HostPaths,
+        cfg: &PowerConfig,
+        board: Detection,
+    ) -> anyhow::Result<PowerMonitor> {
         let d = Self::discover(host, cfg, board)?;
         match d.monitor {
             Some(mut m) if d.errors.is_empty() => {
@@ -262,13 +265,12 @@ fn no_sensor_message(probed: &[Probe], errors: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::config::{Ina226Config, PowerConfig};
-    use crate::power::hwmon::fixtures::{self, host};
-    use crate::power::PowerMonitor;
+    use crate::power::hwmon::fixtures;
 
     #[test]
     fn no_sensor_lists_every_place_probed() {
         let root = tempfile::tempdir().unwrap();
-        let err = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default())
+        let err = fixtures::for_run(root.path(), &PowerConfig::default())
             .err()
             .unwrap()
             .to_string();
@@ -290,7 +292,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+        let err = fixtures::for_run(root.path(), &cfg)
             .err()
             .unwrap()
             .to_string();
@@ -326,7 +328,7 @@ mod tests {
                 }),
                 ..Default::default()
             };
-            let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+            let err = fixtures::for_run(root.path(), &cfg)
                 .err()
                 .unwrap()
                 .to_string();

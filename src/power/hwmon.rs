@@ -393,6 +393,17 @@ pub(crate) mod fixtures {
         }
     }
 
+    /// [`PowerMonitor::for_run`] on the tree at `root`, on the board `cfg` forces or the tree
+    /// detects as (as a sweep resolves it).
+    pub(crate) fn for_run(
+        root: &Path,
+        cfg: &crate::config::PowerConfig,
+    ) -> anyhow::Result<crate::power::PowerMonitor> {
+        let host = host(root);
+        let board = crate::board::select(&host, cfg.board.as_deref())?;
+        crate::power::PowerMonitor::for_run(&host, cfg, board)
+    }
+
     pub(crate) fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();

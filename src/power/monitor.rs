@@ -152,10 +152,8 @@ impl PowerMonitor {
 mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::PowerConfig;
-    use crate::power::hwmon::fixtures::{self, host};
-    use crate::power::{
-        energy, trial_energy, PowerMonitor, PowerSource, Reading, TrialPowerRecord,
-    };
+    use crate::power::hwmon::fixtures;
+    use crate::power::{energy, trial_energy, PowerSource, Reading, TrialPowerRecord};
     use crate::record::IterationRecord;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
@@ -172,7 +170,7 @@ mod tests {
                 ("VDD_SOC", 5000, 400),
             ],
         );
-        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         assert_eq!(m.board.profile.name, "orin-nx");
         assert_eq!(m.total.len(), 1);
         assert_eq!(m.total[0].1, "VDD_IN");
@@ -198,7 +196,7 @@ mod tests {
     fn a_lost_sensor_is_probed_again_and_its_readings_resume() {
         let root = tempfile::tempdir().unwrap();
         fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
-        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         let dev = root.path().join("bus/i2c/drivers/ina3221/1-0040/hwmon");
         let ms = |n| Duration::from_millis(n);
         let h = m.start();
@@ -301,7 +299,7 @@ mod tests {
     fn the_run_warning_counts_only_trials_marked_power_incomplete() {
         let root = tempfile::tempdir().unwrap();
         fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
-        let mut m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let mut m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         let (fail, reads) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicUsize::new(0)),

@@ -274,7 +274,7 @@ mod tests {
                 scope,
                 ..Default::default()
             };
-            PowerMonitor::for_run(&host(root.path()), &cfg).unwrap()
+            fixtures::for_run(root.path(), &cfg).unwrap()
         };
         let mean = |m: &PowerMonitor| {
             let h = m.start();
@@ -315,7 +315,7 @@ mod tests {
             scope: Some(PowerScope::Board),
             ..Default::default()
         };
-        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+        let err = fixtures::for_run(root.path(), &cfg)
             .err()
             .unwrap()
             .to_string();
@@ -340,7 +340,7 @@ mod tests {
             scope: Some(PowerScope::Board),
             ..Default::default()
         };
-        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+        let err = fixtures::for_run(root.path(), &cfg)
             .err()
             .unwrap()
             .to_string();
@@ -356,7 +356,7 @@ mod tests {
             total: vec!["VDD_IN".into()],
             ..Default::default()
         };
-        let m = PowerMonitor::for_run(&host(root.path()), &cfg).unwrap();
+        let m = fixtures::for_run(root.path(), &cfg).unwrap();
         assert_eq!(m.scope, PowerScope::Board);
     }
 
@@ -386,14 +386,14 @@ mod tests {
             "{:?}",
             r.warnings
         );
-        let m = PowerMonitor::for_run(&host(root.path()), &PowerConfig::default()).unwrap();
+        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         assert_eq!(m.sensor_period, hwmon::INA238_PERIOD);
         // Module scope asked for explicitly: nothing on Thor measures the module alone.
         let cfg = PowerConfig {
             scope: Some(PowerScope::Module),
             ..Default::default()
         };
-        let err = PowerMonitor::for_run(&host(root.path()), &cfg)
+        let err = fixtures::for_run(root.path(), &cfg)
             .err()
             .unwrap()
             .to_string();

@@ -167,12 +167,12 @@ fn temperatures(p: &mut Provenance, state: &ClockState, phase: &str) {
     }
 }
 
-/// Everything known about the host now, at the start of a run.
-pub fn capture(host: &HostPaths) -> Provenance {
+/// Everything known about the host now, at the start of a run on `board` (the profile the run
+/// uses, forced or detected).
+pub fn capture(host: &HostPaths, board: &board::Detection) -> Provenance {
     let mut p = Provenance::default();
-    let detection = board::detect(host);
-    p.set("board", detection.profile.name.clone());
-    p.set("board.detected_by", detection.how.clone());
+    p.set("board", board.profile.name.clone());
+    p.set("board.detected_by", board.how.clone());
     p.set_opt("board.model", board::device_tree_model(host));
     let l4t = read(&host.root("etc/nv_tegra_release"));
     p.set_opt("l4t", l4t.as_deref().and_then(parse_l4t));
@@ -186,8 +186,8 @@ pub fn capture(host: &HostPaths) -> Provenance {
     p.set_opt("kernel.version", read(&host.proc("sys/kernel/version")));
     p.set_opt("cpu.online", read(&host.sys("devices/system/cpu/online")));
     let state = read_state(host);
-    // Detection falls back to the generic profile only when the board is not recognised.
-    if l4t.is_some() || detection.profile.name != "generic" {
+    // The generic profile is a host that is no Jetson (a Jetson forced to it still has L4T).
+    if l4t.is_some() || board.profile.name != "generic" {
         p.set_opt("jetson_clocks", jetson_clocks(&state));
     }
     clock_entries(&mut p, &state, "start");

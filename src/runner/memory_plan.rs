@@ -3,6 +3,7 @@
 //! estimate is checked against; and the two judgements made with it, before a trial (does it
 //! fit?) and after (did swap spoil it?).
 
+use crate::board::BoardProfile;
 use crate::config::{Config, DeviceKind};
 use crate::host::HostPaths;
 use crate::memory::procfs::ProcReader;
@@ -10,7 +11,12 @@ use crate::memory::{assess, cgroup, estimate, MemoryReport, MemorySample, SwapTh
 use crate::workloads::PlannedTrial;
 use std::time::Duration;
 
-pub(super) fn plan(config: &Config, host: &HostPaths) -> anyhow::Result<MemoryPlan> {
+/// The memory plan of a sweep of `config` on `board` (the sweep's one resolved profile).
+pub(super) fn plan(
+    config: &Config,
+    host: &HostPaths,
+    board: &BoardProfile,
+) -> anyhow::Result<MemoryPlan> {
     let limit = config.memory.limit_bytes();
     let swaps = ProcReader::new(host).swaps();
     let swap_devices = if swaps.is_empty() {
@@ -26,12 +32,9 @@ pub(super) fn plan(config: &Config, host: &HostPaths) -> anyhow::Result<MemoryPl
             .collect();
         format!("swap on {}", list.join(", "))
     };
-    // An unknown forced name is the power monitor's to refuse; here the device tree decides.
-    let board = crate::board::select(host, config.power.board.as_deref())
-        .unwrap_or_else(|_| crate::board::detect(host));
     Ok(MemoryPlan {
         swap_devices,
-        gpu_integrated: board.profile.gpu_integrated,
+        gpu_integrated: board.gpu_integrated,
         limit,
         swap_limit: config.memory.swap_limit_bytes(),
         // Without --mem-limit a cgroup is still worth having (it attributes OOM kills to the
@@ -211,8 +214,10 @@ mod tests {
         workloads::plan(&prepared.plan_input(&c, &HostPaths::default())).remove(0)
     }
 
+    /// The plan on the board `config` forces, else the one `host` detects as.
     fn memory_plan(config: &Config, host: &HostPaths) -> MemoryPlan {
-        plan(config, host).unwrap()
+        let board = crate::runner::board(config, host).unwrap();
+        plan(config, host, board.profile).unwrap()
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod memory_plan;
 mod trial;
 mod worker_process;
 
+use crate::board::Detection;
 use crate::config::{Config, DeviceKind};
 use crate::host::{self, HostPaths};
 use crate::memory::cgroup;
@@ -48,6 +49,7 @@ struct RunRequest<'a> {
     force: bool,
     retry_failed: bool,
     host: &'a HostPaths,
+    board: &'a Detection,
     stop: &'a AtomicBool,
     abort: Option<&'a AtomicBool>,
     on_trial: Option<&'a (dyn Fn(&str) + Sync)>,
@@ -66,6 +68,9 @@ pub struct SweepRequest<'a> {
     /// Rerun trials that ended failed, oom, crashed or skipped_memory.
     pub retry_failed: bool,
     pub host: &'a HostPaths,
+    /// The board the sweep runs on ([`board`]): its provenance, the CUDA check, the memory
+    /// plan, power discovery and the workload's preparation all use this one.
+    pub board: &'a Detection,
     /// Set by SIGINT/SIGTERM: the current trial stops at the next iteration boundary.
     pub stop: &'a AtomicBool,
     /// Set by a second SIGINT/SIGTERM: the current trial ends now (its worker and whatever
@@ -115,19 +120,28 @@ pub fn ended_statuses() -> Vec<&'static str> {
         .collect()
 }
 
-/// The live metrics of this host's sweeps: every series labelled with its host and board
-/// (`power.board` forces one), every workload's counters at 0 from the first scrape.
-pub fn live_metrics(config: &Config, host: &HostPaths) -> Metrics {
-    let metrics = Metrics::for_host(host, config.power.board.as_deref());
+/// The board a sweep of `config` runs on: the profile `--board` / `power.board` names, else
+/// the one detected from the device tree. Resolved once, before anything else, and handed to
+/// everything that depends on it; an unknown name is bad input.
+pub fn board(config: &Config, host: &HostPaths) -> anyhow::Result<Detection> {
+    crate::board::select(host, config.power.board.as_deref())
+}
+
+/// The live metrics of this host's sweeps: every series labelled with its host and `board`,
+/// every workload's counters at 0 from the first scrape.
+pub fn live_metrics(host: &HostPaths, board: &Detection) -> Metrics {
+    let metrics = Metrics::for_host(host, board.profile);
     metrics.count_from_zero(&workloads::names(), &ended_statuses());
     metrics
 }
 
 pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     let config = req.config;
-    let prepared = preflight(config, req.host).map_err(refused)?;
+    let prepared = preflight(config, req.host, req.board).map_err(refused)?;
     let power = match config.power.enabled {
-        true => Some(PowerMonitor::for_run(req.host, &config.power).map_err(refused)?),
+        true => Some(
+            PowerMonitor::for_run(req.host, &config.power, req.board.clone()).map_err(refused)?,
+        ),
         false => None,
     };
     let db = config.db_path();
@@ -163,6 +177,7 @@ pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
             force: req.force,
             retry_failed: req.retry_failed,
             host: req.host,
+            board: req.board,
             stop: req.stop,
             abort: req.abort,
             on_trial: req.on_trial,
@@ -208,13 +223,12 @@ fn now() -> String {
 
 /// `--device cuda` on a board whose GPU candle cannot use is refused with the reason,
 /// before a build without the `cuda` feature would only say "rebuild".
-fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
-    let detected = crate::board::detect(host);
-    match crate::board::cuda_obstacle(detected.profile, crate::board::installed_cuda(host)) {
+fn cuda_on_this_board(board: &Detection, host: &HostPaths) -> anyhow::Result<()> {
+    match crate::board::cuda_obstacle(board.profile, crate::board::installed_cuda(host)) {
         Some(why) => anyhow::bail!(
-            "--device cuda cannot work on this board ({}, detected by {}): {why}",
-            detected.profile.description,
-            detected.how
+            "--device cuda cannot work on this board ({}, {}): {why}",
+            board.profile.description,
+            board.how
         ),
         None => Ok(()),
     }
@@ -222,7 +236,7 @@ fn cuda_on_this_board(host: &HostPaths) -> anyhow::Result<()> {
 
 /// Everything that can be refused before a byte is written: the devices, the data set, and a
 /// memory cgroup when `--mem-limit` asks for one.
-pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
+pub fn preflight(config: &Config, host: &HostPaths, board: &Detection) -> anyhow::Result<Prepared> {
     let workload = workloads::by_kind(&config.sweep.workload).map_err(anyhow::Error::msg)?;
     let candle_devices = match workload.computes_on_devices() {
         true => &config.sweep.devices[..],
@@ -230,14 +244,14 @@ pub fn preflight(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> 
     };
     for device in candle_devices {
         if *device == DeviceKind::Cuda {
-            cuda_on_this_board(host)?;
+            cuda_on_this_board(board, host)?;
         }
         crate::train::device(*device)?;
     }
     if let Some(limit) = config.memory.limit_bytes() {
         cgroup::check(host, limit)?;
     }
-    workload.prepare(config, host)
+    workload.prepare(config, host, board.profile)
 }
 
 fn progress_bar(enabled: bool) -> Option<ProgressBar> {
@@ -282,7 +296,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
             store.path().display()
         );
     }
-    let memory = memory_plan::plan(config, req.host)?;
+    let memory = memory_plan::plan(config, req.host, req.board.profile)?;
     if let Some(parent) = &memory.parent {
         let stale = cgroup::remove_stale(parent, req.host);
         if stale.cgroups > 0 {
@@ -357,7 +371,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     })?;
     outcome.run_id = Some(run_id);
     outcome.run_uuid = Some(uuid);
-    let mut facts = provenance::capture(req.host);
+    let mut facts = provenance::capture(req.host, req.board);
     facts.0.extend(prepared.provenance_items());
     store.record_provenance(run_id, &facts)?;
     if let Some(m) = req.power {

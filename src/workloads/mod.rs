@@ -15,6 +15,7 @@
 //! [`Job`] is the envelope the worker receives; the registry below is the one list of
 //! workloads, so nothing else (runner, worker, config) names one.
 
+use crate::board::BoardProfile;
 use crate::config::{Config, ConfigError};
 use crate::host::HostPaths;
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
@@ -77,8 +78,13 @@ pub(crate) trait Workload: Sync {
     }
 
     /// What the sweep checks and measures once before anything is written (a data set's
-    /// identity, roofs); an error refuses the sweep.
-    fn prepare(&self, _config: &Config, _host: &HostPaths) -> anyhow::Result<Prepared> {
+    /// identity, roofs) on `board`, the sweep's board profile; an error refuses the sweep.
+    fn prepare(
+        &self,
+        _config: &Config,
+        _host: &HostPaths,
+        _board: &BoardProfile,
+    ) -> anyhow::Result<Prepared> {
         Ok(Prepared::default())
     }
 
@@ -376,10 +382,14 @@ pub fn check_config(config: &Config, origin: &str) -> Result<(), ConfigError> {
 
 /// Opens the data set, checks the operators, measures the roofs: whatever the sweep's workload
 /// needs before anything is written.
-pub fn prepare(config: &Config, host: &HostPaths) -> anyhow::Result<Prepared> {
+pub fn prepare(
+    config: &Config,
+    host: &HostPaths,
+    board: &BoardProfile,
+) -> anyhow::Result<Prepared> {
     by_kind(&config.sweep.workload)
         .map_err(anyhow::Error::msg)?
-        .prepare(config, host)
+        .prepare(config, host, board)
 }
 
 /// Every trial of the sweep's workload, in the order it runs them.

@@ -7,6 +7,7 @@ mod fixtures;
 
 mod annex_c;
 mod architecture;
+mod board;
 mod cli;
 mod daemon;
 mod exec;

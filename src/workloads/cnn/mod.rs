@@ -31,7 +31,12 @@ impl Workload for Cnn {
         KIND
     }
 
-    fn prepare(&self, config: &Config, _host: &HostPaths) -> anyhow::Result<Prepared> {
+    fn prepare(
+        &self,
+        config: &Config,
+        _host: &HostPaths,
+        _board: &crate::board::BoardProfile,
+    ) -> anyhow::Result<Prepared> {
         Ok(Prepared {
             dataset: DataSpec::of(config).open(config.sweep.images)?.identity(),
             ..Prepared::default()

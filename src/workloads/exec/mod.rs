@@ -72,6 +72,7 @@ impl Workload for Exec {
         &self,
         config: &Config,
         _host: &crate::host::HostPaths,
+        _board: &crate::board::BoardProfile,
     ) -> Result<super::Prepared> {
         jobs(config)?;
         Ok(super::Prepared::default())

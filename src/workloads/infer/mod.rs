@@ -442,7 +442,12 @@ impl Workload for Infer {
 
     /// Reads and checks every ONNX file and builds its graph once, so an unsupported operator
     /// or a bad file refuses the sweep before anything is written.
-    fn prepare(&self, config: &Config, _host: &HostPaths) -> anyhow::Result<Prepared> {
+    fn prepare(
+        &self,
+        config: &Config,
+        _host: &HostPaths,
+        _board: &crate::board::BoardProfile,
+    ) -> anyhow::Result<Prepared> {
         let sweep = InferSweep::of(config).map_err(anyhow::Error::msg)?;
         let mut prepared = InferPrepared::default();
         for model in &sweep.models {

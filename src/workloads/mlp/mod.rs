@@ -418,6 +418,7 @@ impl super::Workload for MlpStudy {
         &self,
         config: &crate::config::Config,
         _host: &crate::host::HostPaths,
+        _board: &crate::board::BoardProfile,
     ) -> anyhow::Result<super::Prepared> {
         jobs(config).map_err(anyhow::Error::msg)?;
         Ok(super::Prepared::default())

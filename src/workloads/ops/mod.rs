@@ -537,12 +537,19 @@ impl super::Workload for Ops {
         &self,
         config: &crate::config::Config,
         host: &crate::host::HostPaths,
+        board: &crate::board::BoardProfile,
     ) -> Result<super::Prepared> {
         let jobs = jobs(config)?;
         // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
         let dgemm = jobs.iter().any(|j| j.dtype == Dtype::F64);
         tracing::info!("measuring the peaks (GEMM, STREAM) the operators are judged against");
-        let report = peaks::report(host, &config.sweep.devices, config.train.threads, dgemm)?;
+        let report = peaks::report(
+            host,
+            board,
+            &config.sweep.devices,
+            config.train.threads,
+            dgemm,
+        )?;
         Ok(super::Prepared {
             provenance: report.provenance_items(),
             state: Some(std::sync::Arc::new(report)),

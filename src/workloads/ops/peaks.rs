@@ -368,15 +368,16 @@ impl DevicePeaks {
     }
 }
 
-/// Theoretical and measured peaks of each of `devices` on this host: the measurements run on
-/// `threads` threads (0 = all cores); the f64 GEMM only with `dgemm`.
+/// Theoretical (of `profile`, the host's board) and measured peaks of each of `devices` on
+/// this host: the measurements run on `threads` threads (0 = all cores); the f64 GEMM only
+/// with `dgemm`.
 pub fn report(
     host: &HostPaths,
+    profile: &BoardProfile,
     devices: &[DeviceKind],
     threads: usize,
     dgemm: bool,
 ) -> Result<PeaksReport> {
-    let profile = crate::board::detect(host).profile;
     let sizes = PeakSizes {
         dgemm,
         ..PeakSizes::for_host(host)
