@@ -1,4 +1,4 @@
-//! Command-line definitions (clap). Parsing only; main.rs dispatches.
+//! Command-line definitions (clap). Parsing only; main.rs dispatches to `cmd/`.
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -183,37 +183,40 @@ pub(crate) enum Command {
     #[command(hide = true)]
     Worker,
     /// Time training steps of one net and print forward/backward time per layer.
-    Profile {
-        #[arg(long, default_value = "alexnet")]
-        net: String,
-        #[arg(long, default_value_t = 32, value_parser = bounded(1, edgebench::config::MAX_BATCH))]
-        batch: usize,
-        /// Timed steps (after one warm-up step).
-        #[arg(long, default_value_t = 3, value_parser = bounded(1, 100_000))]
-        steps: usize,
-        /// Use candle's conv2d instead of edgebench's GEMM convolution (for comparison).
-        #[arg(long)]
-        candle_conv: bool,
-        /// cpu, or cuda (a build with the `cuda` feature); stage times on a GPU wait for it.
-        #[arg(long, default_value = "cpu")]
-        device: String,
-        /// Print only `RESULT net=.. batch=.. median_s_per_image=..` after the steps.
-        #[arg(long)]
-        quick: bool,
-        /// CPU threads (0 = all cores).
-        #[arg(long, default_value_t = 0, value_parser = bounded(0, edgebench::config::MAX_THREADS))]
-        threads: usize,
-        /// On CUDA, let f32 convolutions and matrix products use TF32 tensor cores (PyTorch's
-        /// default for convolutions); without it they are strict fp32.
-        #[arg(long)]
-        tf32: bool,
-    },
+    Profile(ProfileArgs),
     /// Measure this machine's single-precision GEMM peak (GFLOP/s), for `bench/compare.sh`.
     #[command(hide = true)]
     BenchSgemm {
         #[arg(long, default_value_t = 2048, value_parser = bounded(1, 16_384))]
         size: usize,
     },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ProfileArgs {
+    #[arg(long, default_value = "alexnet")]
+    pub net: String,
+    #[arg(long, default_value_t = 32, value_parser = bounded(1, edgebench::config::MAX_BATCH))]
+    pub batch: usize,
+    /// Timed steps (after one warm-up step).
+    #[arg(long, default_value_t = 3, value_parser = bounded(1, 100_000))]
+    pub steps: usize,
+    /// Use candle's conv2d instead of edgebench's GEMM convolution (for comparison).
+    #[arg(long)]
+    pub candle_conv: bool,
+    /// cpu, or cuda (a build with the `cuda` feature); stage times on a GPU wait for it.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Print only `RESULT net=.. batch=.. median_s_per_image=..` after the steps.
+    #[arg(long)]
+    pub quick: bool,
+    /// CPU threads (0 = all cores).
+    #[arg(long, default_value_t = 0, value_parser = bounded(0, edgebench::config::MAX_THREADS))]
+    pub threads: usize,
+    /// On CUDA, let f32 convolutions and matrix products use TF32 tensor cores (PyTorch's
+    /// default for convolutions); without it they are strict fp32.
+    #[arg(long)]
+    pub tf32: bool,
 }
 
 /// A usize flag that must lie in `min..=max`; clap names the flag and the range on a miss.

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan", "worker"],
     &["runner", "report", "sync"],
     &["daemon"],
-    &["main", "cli", "fuzz"],
+    &["main", "cli", "cmd", "fuzz"],
 ];
 
 fn layer(module: &str) -> Option<usize> {
