@@ -1,0 +1,443 @@
+//! The 8 x 12 NEON microkernel (aarch64), its narrow edge kernels and the panel transpose
+//! that packs A (and a B stored transposed).
+
+use super::Microkernel;
+
+// aarch64, for the Jetson boards' cores: Cortex-A57 (32 KiB L1d, 2 MiB L2 shared by four
+// cores), Carmel (64 KiB L1d, 2 MiB L2 per pair of cores, 4 MiB L3) and Cortex-A78AE (64 KiB
+// L1d, 256 KiB L2 per core, 2 MiB L3 per cluster of four). Chosen from those sizes; no ARM
+// machine has timed them.
+
+/// BLIS's Cortex-A57 shape, 8 x 12: three 4-lane vectors of B. Its 24 accumulators take
+/// v8..v31, and one step's 8 values of A and 12 of B take five of the remaining eight
+/// registers: 24 FMAs per 5 vector loads.
+pub(super) struct Neon;
+
+impl Microkernel<8, 12> for Neon {
+    /// A KC x NR panel of B (12 KiB) and a KC x MR panel of A (8 KiB) together take under two
+    /// thirds of the A57's 32 KiB L1d (under a third of 64 KiB).
+    const KC: usize = 256;
+    /// MC x KC floats (128 KiB) take half of an A78AE core's 256 KiB L2 and a quarter of an A57
+    /// core's share of its 2 MiB, with room for the B panels streaming through.
+    const MC: usize = 128;
+    /// KC x NC floats (1020 KiB, 85 whole panels), shared by all threads from the A57's L2 or
+    /// the A78AE's L3, next to four cores' A blocks (512 KiB).
+    const NC: usize = 1020;
+    /// 1 MiB: one full block, or several depth blocks of a narrow B as one group, within the
+    /// same share of L2 or L3.
+    const PACKED_B_FLOATS: usize = 1 << 18;
+
+    fn available() -> bool {
+        std::arch::is_aarch64_feature_detected!("neon")
+    }
+
+    unsafe fn transpose_rows(rows: [&[f32]; 8], dst: &mut [f32]) {
+        transpose_rows_neon(&rows, dst)
+    }
+
+    unsafe fn kernel(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { neon_kernel(kc, a, b, c, ldc, overwrite) }
+    }
+
+    /// A last panel of up to 4 or 8 wanted columns computes one or two vectors per row, not
+    /// three: GoogLeNet's 7x7 and 14x14 maps (49 and 196 columns) leave 1 and 4.
+    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+        // SAFETY: as the caller promises.
+        unsafe {
+            match cols.div_ceil(4) {
+                1 => neon_edge_kernel::<1>(kc, a, b, tile),
+                2 => neon_edge_kernel::<2>(kc, a, b, tile),
+                _ => neon_kernel(kc, a, b, tile, 12, true),
+            }
+        }
+    }
+}
+
+/// `dst[p * R + i] = rows[i][p]`, four depths and four rows at a time by 4 x 4 register
+/// transposes and full-vector stores, rather than R strided scalar stores per depth: an A panel
+/// (R = 8) from its rows, or a B panel (R = 12) from the columns of a B stored transposed.
+pub(super) fn transpose_rows_neon<const R: usize>(rows: &[&[f32]; R], dst: &mut [f32]) {
+    use std::arch::aarch64::*;
+    let kc = dst.len() / R;
+    assert!(R.is_multiple_of(4) && rows.iter().all(|row| row.len() == kc));
+    let body = kc - kc % 4;
+    for p in (0..body).step_by(4) {
+        for i in (0..R).step_by(4) {
+            // SAFETY: p + 4 <= kc floats in every row, and dst holds kc x R floats; NEON is
+            // part of the aarch64 baseline.
+            unsafe {
+                let r0 = vld1q_f32(rows[i].as_ptr().add(p));
+                let r1 = vld1q_f32(rows[i + 1].as_ptr().add(p));
+                let r2 = vld1q_f32(rows[i + 2].as_ptr().add(p));
+                let r3 = vld1q_f32(rows[i + 3].as_ptr().add(p));
+                // Pairs of rows interleaved: (r0[0], r1[0], r0[2], r1[2]) and so on, then the
+                // 64-bit halves of two pairs make one column of the four rows.
+                let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
+                let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+                let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
+                let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+                let out = dst.as_mut_ptr().add(p * R + i);
+                vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
+                vst1q_f32(out.add(R), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out.add(2 * R), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+                vst1q_f32(out.add(3 * R), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+            }
+        }
+    }
+    for p in body..kc {
+        for (i, row) in rows.iter().enumerate() {
+            dst[p * R + i] = row[p];
+        }
+    }
+}
+
+/// `$op` (fmla or fmul) by lane, as assembly text: for each position, accumulator `v$acc`
+/// (+)= B's vector `v$b` times lane `$lane` of A's `v$a`.
+macro_rules! neon_by_lane {
+    ($op:literal, [$($acc:literal),*], [$($b:literal),*], [$($a:literal),*], [$($lane:literal),*]) => {
+        concat!($($op, " v", $acc, ".4s, v", $b, ".4s, v", $a, ".s[", $lane, "]\n",)*)
+    };
+}
+
+/// One step of the NEON microkernel, as assembly text: the step's 8 values of A in `$lo` (rows
+/// 0-3) and `$hi` (rows 4-7) times its row of B, loaded here into v4, v5, v6 with one
+/// three-register load, added into the accumulators by `fmla` (or written to them by `fmul`),
+/// row i of C in v(8 + 3i)..v(10 + 3i).
+macro_rules! neon_step {
+    ($op:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], #48\n",
+            neon_by_lane!(
+                $op,
+                [
+                    "8", "9", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19", "20",
+                    "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31"
+                ],
+                [
+                    "4", "5", "6", "4", "5", "6", "4", "5", "6", "4", "5", "6", "4", "5", "6", "4",
+                    "5", "6", "4", "5", "6", "4", "5", "6"
+                ],
+                [
+                    $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi,
+                    $hi, $hi, $hi, $hi, $hi, $hi, $hi, $hi
+                ],
+                [
+                    "0", "0", "0", "1", "1", "1", "2", "2", "2", "3", "3", "3", "0", "0", "0", "1",
+                    "1", "1", "2", "2", "2", "3", "3", "3"
+                ]
+            ),
+        )
+    };
+}
+
+/// The eight rows of the tile, as assembly text: `$row` expanded with each row's three
+/// accumulators.
+macro_rules! neon_rows {
+    ($row:ident) => {
+        concat!(
+            $row!(8, 9, 10),
+            $row!(11, 12, 13),
+            $row!(14, 15, 16),
+            $row!(17, 18, 19),
+            $row!(20, 21, 22),
+            $row!(23, 24, 25),
+            $row!(26, 27, 28),
+            $row!(29, 30, 31),
+        )
+    };
+}
+
+/// Adds a row of C (at `{cp}`, which then moves to the next row) into its accumulators.
+macro_rules! neon_add_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "ld1 {{v0.4s, v1.4s, v2.4s}}, [{cp}], {ldc}\n",
+            "fadd v",
+            $x,
+            ".4s, v",
+            $x,
+            ".4s, v0.4s\n",
+            "fadd v",
+            $y,
+            ".4s, v",
+            $y,
+            ".4s, v1.4s\n",
+            "fadd v",
+            $z,
+            ".4s, v",
+            $z,
+            ".4s, v2.4s\n",
+        )
+    };
+}
+
+/// Stores a row's accumulators to C (at `{c}`, which then moves to the next row).
+macro_rules! neon_store_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        concat!(
+            "st1 {{v",
+            $x,
+            ".4s, v",
+            $y,
+            ".4s, v",
+            $z,
+            ".4s}}, [{c}], {ldc}\n"
+        )
+    };
+}
+
+/// Fetches a row of C (at `{cp}`, which then moves to the next row) into L1: 48 bytes, in one
+/// or two cache lines.
+macro_rules! neon_prefetch_row {
+    ($x:literal, $y:literal, $z:literal) => {
+        "prfm pldl1keep, [{cp}]\nprfum pldl1keep, [{cp}, #44]\nadd {cp}, {cp}, {ldc}\n"
+    };
+}
+
+/// C[0..8][0..12] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
+/// A panel (kc x 8, column by column) and a packed B panel (kc x 12, row by row): 24 4-lane
+/// accumulators, each step one 8-float column of A and one 12-float row of B, three FMAs per
+/// element of A (by lane, without a broadcast).
+///
+/// # Safety
+/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for
+/// reads and writes.
+unsafe fn neon_kernel(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    overwrite: bool,
+) {
+    // The loop in assembly, as on x86_64: the 24 accumulators and the step's five operands
+    // take 29 of the 32 vector registers, and code generated from intrinsics tends to spill
+    // with that many live values. Only base ASIMD instructions: a Cortex-A57 runs them.
+    // SAFETY: the loop reads kc x 8 floats from a and kc x 12 from b (the panels' sizes),
+    // writes only registers, then reads (unless overwrite) and writes the 8 x 12 tile of c;
+    // prefetches do not fault.
+    unsafe {
+        std::arch::asm!(
+            // The tile of C is read (or written) after kc steps: fetching it now hides a miss
+            // behind the loop instead of stalling at its end.
+            "mov {cp}, {c}",
+            neon_rows!(neon_prefetch_row),
+            // The first step multiplies into the accumulators instead of zeroing them and
+            // adding (kc >= 1, the caller's promise): 24 instructions fewer per tile.
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            neon_step!("fmul", "0", "1"),
+            "sub {k}, {k}, #1",
+            // Four steps per iteration, then the remaining ones one at a time.
+            "and {r}, {k}, #3",
+            "lsr {k}, {k}, #2",
+            "cbz {k}, 4f",
+            "2:",
+            // A streams from L2 (a new panel every tile), two cache lines per iteration; the
+            // B panel stays in L1. Multi-register loads: A for two steps in one (v0-v3), each
+            // step's B in one, so 96 FMAs take 6 loads (pairs and singles would take 12).
+            "prfm pldl1keep, [{a}, #256]",
+            "prfm pldl1keep, [{a}, #320]",
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            neon_step!("fmla", "0", "1"),
+            neon_step!("fmla", "2", "3"),
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            neon_step!("fmla", "0", "1"),
+            neon_step!("fmla", "2", "3"),
+            "subs {k}, {k}, #1",
+            "b.ne 2b",
+            "4:",
+            "cbz {r}, 3f",
+            "5:",
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            neon_step!("fmla", "0", "1"),
+            "subs {r}, {r}, #1",
+            "b.ne 5b",
+            "3:",
+            "cbnz {overwrite}, 6f",
+            "mov {cp}, {c}",
+            neon_rows!(neon_add_row),
+            "6:",
+            neon_rows!(neon_store_row),
+            a = inout(reg) a => _,
+            b = inout(reg) b => _,
+            k = inout(reg) kc => _,
+            r = out(reg) _,
+            c = inout(reg) c => _,
+            cp = out(reg) _,
+            ldc = in(reg) ldc * 4,
+            overwrite = in(reg) overwrite as usize,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
+            out("v5") _, out("v6") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _,
+            out("v12") _, out("v13") _, out("v14") _, out("v15") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            options(nostack),
+        );
+    }
+}
+
+/// Eight `$op` (fmla or fmul) of the edge kernel: `$acc` (rows 0-7) += (or =) the vector
+/// `v$b` of B times lane r of A's rows 0-3 (`v$lo`) and 4-7 (`v$hi`).
+macro_rules! neon_edge_step {
+    ($op:literal, $b:literal, $lo:literal, $hi:literal, [$($acc:literal),*]) => {
+        neon_by_lane!($op, [$($acc),*], [$b, $b, $b, $b, $b, $b, $b, $b],
+            [$lo, $lo, $lo, $lo, $hi, $hi, $hi, $hi], ["0", "1", "2", "3", "0", "1", "2", "3"])
+    };
+}
+
+/// The edge kernel's loop around its steps, as one `asm!`: `$first` (the first step, which
+/// multiplies), then pairs of steps (`$pair`, A for both in v0-v3), a last single step
+/// (`$single`) when kc - 1 is odd, and `$store`, which writes the 8 rows (12 floats apart).
+macro_rules! neon_edge_asm {
+    (($a:expr, $b:expr, $kc:expr, $tile:expr), first: [$($first:expr),*], pair: [$($pair:expr),*],
+     single: [$($single:expr),*], store: [$($store:expr),*]) => {
+        std::arch::asm!(
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            $($first,)*
+            "sub {k}, {k}, #1",
+            "and {r}, {k}, #1",
+            "lsr {k}, {k}, #1",
+            "cbz {k}, 4f",
+            "2:",
+            "ld1 {{v0.4s, v1.4s, v2.4s, v3.4s}}, [{a}], #64",
+            $($pair,)*
+            "subs {k}, {k}, #1",
+            "b.ne 2b",
+            "4:",
+            "cbz {r}, 3f",
+            "ld1 {{v0.4s, v1.4s}}, [{a}], #32",
+            $($single,)*
+            "3:",
+            $($store,)*
+            a = inout(reg) $a => _,
+            b = inout(reg) $b => _,
+            k = inout(reg) $kc => _,
+            r = out(reg) _,
+            c = inout(reg) $tile => _,
+            bs = in(reg) 48usize,
+            out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _, out("v5") _,
+            out("v16") _, out("v17") _, out("v18") _, out("v19") _,
+            out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+            out("v24") _, out("v25") _, out("v26") _, out("v27") _,
+            out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+            options(nostack),
+        )
+    };
+}
+
+/// One step of the one-vector edge kernel: B's vector in `$b`, rows 0-7 in v16-v23 (`even`)
+/// or v24-v31 (`odd`).
+macro_rules! neon_edge1 {
+    ($op:literal, even, $b:literal, $lo:literal, $hi:literal) => {
+        neon_edge_step!(
+            $op,
+            $b,
+            $lo,
+            $hi,
+            ["16", "17", "18", "19", "20", "21", "22", "23"]
+        )
+    };
+    ($op:literal, odd, $b:literal, $lo:literal, $hi:literal) => {
+        neon_edge_step!(
+            $op,
+            $b,
+            $lo,
+            $hi,
+            ["24", "25", "26", "27", "28", "29", "30", "31"]
+        )
+    };
+}
+
+/// One step of the two-vector edge kernel: B's row in v4, v5, row i in v(16 + 2i), v(17 + 2i).
+macro_rules! neon_edge2 {
+    ($op:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "ld1 {{v4.4s, v5.4s}}, [{b}], {bs}\n",
+            neon_edge_step!(
+                $op,
+                "4",
+                $lo,
+                $hi,
+                ["16", "18", "20", "22", "24", "26", "28", "30"]
+            ),
+            neon_edge_step!(
+                $op,
+                "5",
+                $lo,
+                $hi,
+                ["17", "19", "21", "23", "25", "27", "29", "31"]
+            ),
+        )
+    };
+}
+
+/// The first `V` (1 or 2) four-column vectors of the NEON tile, overwritten into `tile` (row
+/// stride 12): 8 or 16 fmla per step where the whole tile takes 24. One vector of columns keeps
+/// two sets of eight accumulators (even and odd steps), so that consecutive FMAs into one
+/// register do not wait on each other.
+///
+/// # Safety
+/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; `tile` is valid for 8 x 12 floats.
+unsafe fn neon_edge_kernel<const V: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    tile: *mut f32,
+) {
+    // SAFETY: the loops read kc x 8 floats from a and the first 4 V of each 12-float row of b,
+    // and write the first 4 V columns of the tile's 8 rows.
+    unsafe {
+        if V == 1 {
+            neon_edge_asm!(
+                (a, b, kc, tile),
+                first: [
+                    "ld1 {{v4.4s}}, [{b}], {bs}",
+                    neon_edge1!("fmul", even, "4", "0", "1"),
+                    "movi v24.16b, #0", "movi v25.16b, #0", "movi v26.16b, #0", "movi v27.16b, #0",
+                    "movi v28.16b, #0", "movi v29.16b, #0", "movi v30.16b, #0", "movi v31.16b, #0"
+                ],
+                pair: [
+                    "ld1 {{v4.4s}}, [{b}], {bs}",
+                    "ld1 {{v5.4s}}, [{b}], {bs}",
+                    neon_edge1!("fmla", even, "4", "0", "1"),
+                    neon_edge1!("fmla", odd, "5", "2", "3")
+                ],
+                single: ["ld1 {{v4.4s}}, [{b}], {bs}", neon_edge1!("fmla", even, "4", "0", "1")],
+                store: [
+                    "fadd v16.4s, v16.4s, v24.4s", "fadd v17.4s, v17.4s, v25.4s",
+                    "fadd v18.4s, v18.4s, v26.4s", "fadd v19.4s, v19.4s, v27.4s",
+                    "fadd v20.4s, v20.4s, v28.4s", "fadd v21.4s, v21.4s, v29.4s",
+                    "fadd v22.4s, v22.4s, v30.4s", "fadd v23.4s, v23.4s, v31.4s",
+                    "st1 {{v16.4s}}, [{c}], {bs}", "st1 {{v17.4s}}, [{c}], {bs}",
+                    "st1 {{v18.4s}}, [{c}], {bs}", "st1 {{v19.4s}}, [{c}], {bs}",
+                    "st1 {{v20.4s}}, [{c}], {bs}", "st1 {{v21.4s}}, [{c}], {bs}",
+                    "st1 {{v22.4s}}, [{c}], {bs}", "st1 {{v23.4s}}, [{c}], {bs}"
+                ]
+            );
+        } else {
+            // Sixteen independent sums.
+            neon_edge_asm!(
+                (a, b, kc, tile),
+                first: [neon_edge2!("fmul", "0", "1")],
+                pair: [neon_edge2!("fmla", "0", "1"), neon_edge2!("fmla", "2", "3")],
+                single: [neon_edge2!("fmla", "0", "1")],
+                store: [
+                    "st1 {{v16.4s, v17.4s}}, [{c}], {bs}", "st1 {{v18.4s, v19.4s}}, [{c}], {bs}",
+                    "st1 {{v20.4s, v21.4s}}, [{c}], {bs}", "st1 {{v22.4s, v23.4s}}, [{c}], {bs}",
+                    "st1 {{v24.4s, v25.4s}}, [{c}], {bs}", "st1 {{v26.4s, v27.4s}}, [{c}], {bs}",
+                    "st1 {{v28.4s, v29.4s}}, [{c}], {bs}", "st1 {{v30.4s, v31.4s}}, [{c}], {bs}"
+                ]
+            );
+        }
+    }
+}
