@@ -33,15 +33,6 @@ impl From<&str> for WorkloadKind {
     }
 }
 
-/// The name, where text is wanted (file names, labels, SQL).
-impl std::ops::Deref for WorkloadKind {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
 impl std::fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -187,8 +178,9 @@ impl Metrics {
 }
 
 /// What one item of a workload's work is, so every figure "per item" says per what: an image
-/// of a CNN (edgebench's or an external engine's), a sample of the MLP, an execution of an
-/// operator, a one-second tick of the board at rest.
+/// of a CNN (edgebench's or an external engine's), a sample of the MLP or of an inference
+/// query, an execution of an operator, a one-second tick of the board at rest. Each workload
+/// names its own (`WorkloadProfile::items` in `workloads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkItem {
@@ -199,16 +191,6 @@ pub enum WorkItem {
 }
 
 impl WorkItem {
-    /// The item of a trial of `workload` (`results --json`'s `workload`).
-    pub fn of_workload(workload: &str) -> WorkItem {
-        match workload {
-            "mlp" => WorkItem::Sample,
-            "ops" => WorkItem::Execution,
-            "idle" => WorkItem::Tick,
-            _ => WorkItem::Image,
-        }
-    }
-
     /// The name as a unit, as in "ms/img".
     pub fn unit(self) -> &'static str {
         match self {

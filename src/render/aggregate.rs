@@ -404,7 +404,7 @@ mod tests {
             params_text: "{}".into(),
             ..Default::default()
         };
-        r.derive_per_item();
+        crate::workloads::describe(std::slice::from_mut(&mut r));
         r
     }
 

@@ -51,9 +51,7 @@ pub(crate) fn speedups<'a, K: Eq + Hash>(
 /// (host, label, batch): the label is the net, or `ENGINE NET` for another framework's trials
 /// (whose commands differ per device).
 pub(crate) fn training_speedups(rows: &[ResultRow]) -> HashMap<(String, String, usize), f64> {
-    speedups(
-        rows.iter()
-            .filter(|r| r.workload == "cnn" || r.workload == "exec"),
-        |r| (r.host.clone(), label(r), r.batch),
-    )
+    speedups(rows.iter().filter(|r| r.engine.is_some()), |r| {
+        (r.host.clone(), label(r), r.batch)
+    })
 }

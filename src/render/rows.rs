@@ -58,8 +58,12 @@ pub(crate) fn csv_text(rows: &[&ResultRow]) -> anyhow::Result<Vec<u8>> {
     let params: BTreeSet<&String> = rows.iter().flat_map(|r| r.params.keys()).collect();
     let metrics: BTreeSet<&String> = rows.iter().flat_map(|r| r.metrics.keys()).collect();
     let mut columns: Vec<String> = COMMON.iter().map(|c| c.to_string()).collect();
-    if rows.iter().any(|r| r.workload == "exec") {
-        // A command's trials differ by net and batch, which its parameters do not hold.
+    if rows
+        .iter()
+        .any(|r| r.engine.as_deref().is_some_and(|e| e != OWN))
+    {
+        // Another framework's trials (a command's) differ by net and batch, which their
+        // parameters do not hold.
         columns.splice(1..1, ["net".to_string()]);
         let after_device = columns
             .iter()
@@ -114,7 +118,7 @@ mod tests {
         let params: serde_json::Map<String, Value> =
             serde_json::from_str(&format!(r#"{{"style":"{style}","size":"small","n":64}}"#))
                 .unwrap();
-        ResultRow {
+        let mut row = ResultRow {
             workload: "mlp".into(),
             net: "mlp".into(),
             device: "cpu".into(),
@@ -125,7 +129,9 @@ mod tests {
             params_text: serde_json::to_string(&params).unwrap(),
             params,
             ..Default::default()
-        }
+        };
+        crate::workloads::describe(std::slice::from_mut(&mut row));
+        row
     }
 
     #[test]
@@ -194,7 +200,7 @@ mod tests {
         let exec = |engine: &str, net: &str, batch: usize| {
             let params: serde_json::Map<String, Value> =
                 serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
-            ResultRow {
+            let mut row = ResultRow {
                 workload: "exec".into(),
                 net: net.into(),
                 device: "cuda".into(),
@@ -204,7 +210,9 @@ mod tests {
                 params_text: serde_json::to_string(&params).unwrap(),
                 params,
                 ..Default::default()
-            }
+            };
+            crate::workloads::describe(std::slice::from_mut(&mut row));
+            row
         };
         let rows = [
             exec("caffe", "alexnet", 16),

@@ -48,54 +48,17 @@ pub(crate) fn latest<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
 /// The engine of edgebench's own trainer.
 pub const OWN: &str = "edgebench";
 
-/// The engine a trial measures: `edgebench` for the CNN training, the `engine` parameter of
-/// an external command's trial; None for the other workloads (MLP study, operators).
+/// The engine a trial measures, as its workload names it ([`ResultRow::engine`]):
+/// `edgebench` for the CNN training, the framework of an external command's trial; None for
+/// workloads that train no net.
 pub fn engine_of(r: &ResultRow) -> Option<String> {
-    match r.workload.as_str() {
-        "cnn" => Some(OWN.to_string()),
-        "exec" => Some(match r.params.get("engine") {
-            Some(Value::String(e)) if !e.is_empty() => e.clone(),
-            _ => "exec".to_string(),
-        }),
-        _ => None,
-    }
+    r.engine.clone()
 }
 
-/// A short name for a trial of any workload, e.g. `alexnet`, `mlp tensors small`,
-/// `add f32 32MiB`.
+/// A short name for a trial of any workload, as its workload names it ([`ResultRow::label`]),
+/// e.g. `alexnet`, `mlp tensors small`, `add f32 32MiB`.
 pub fn label(r: &ResultRow) -> String {
-    let param = |k: &str| match r.params.get(k) {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    match r.workload.as_str() {
-        "mlp" => format!(
-            "mlp {} {}",
-            param("style").unwrap_or_default(),
-            param("size").unwrap_or_default()
-        ),
-        "ops" => {
-            let size = match param("mb") {
-                Some(mb) => format!("{mb}MiB"),
-                None => format!(
-                    "{}x{}x{}",
-                    param("m").unwrap_or_default(),
-                    param("n").unwrap_or_default(),
-                    param("k").unwrap_or_default()
-                ),
-            };
-            format!(
-                "{} {} {size}",
-                param("op").unwrap_or_default(),
-                param("dtype").unwrap_or_default()
-            )
-        }
-        "exec" => format!("{} {}", param("engine").unwrap_or_default(), r.net)
-            .trim_end()
-            .to_string(),
-        _ => r.net.clone(),
-    }
+    r.label.clone()
 }
 
 /// A parameter or metric of a trial as a number.

@@ -214,7 +214,7 @@ pub fn build(
     compare: bool,
     trace: Option<&str>,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let rows = store.results()?;
+    let rows = crate::workloads::results(store)?;
     if rows.is_empty() {
         bail!(
             "{} has no trials; run `edgebench run` (or merge a board's database) first",

@@ -14,10 +14,11 @@ use crate::store::{ResultRow, Store};
 /// returns their paths, edgebench's loss and times files first, then each other engine's,
 /// then each other workload's.
 pub fn export_csv(store: &Store, out_dir: &Path, machine: &str) -> anyhow::Result<Vec<PathBuf>> {
-    export_csv_rows(store, store.results()?, out_dir, machine)
+    export_csv_rows(store, crate::workloads::results(store)?, out_dir, machine)
 }
 
-/// [`export_csv`] for some of the store's trials (e.g. one host's, for `edgebench report`).
+/// [`export_csv`] for some of the store's trials (e.g. one host's, for `edgebench report`),
+/// described by their workloads ([`crate::workloads::describe`]).
 pub fn export_csv_rows(
     store: &Store,
     rows: Vec<ResultRow>,

@@ -192,7 +192,7 @@ pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     if let Err(lost) = store.check_still_at_path() {
         return Err(lost_database(&store, lost).into());
     }
-    outcome.results = latest_for_keys(store.results()?, &outcome.keys);
+    outcome.results = latest_for_keys(workloads::results(&store)?, &outcome.keys);
     Ok(outcome)
 }
 
@@ -238,7 +238,7 @@ fn cuda_on_this_board(board: &Detection, host: &HostPaths) -> anyhow::Result<()>
 /// memory cgroup when `--mem-limit` asks for one.
 pub fn preflight(config: &Config, host: &HostPaths, board: &Detection) -> anyhow::Result<Prepared> {
     let workload = workloads::by_kind(&config.sweep.workload).map_err(anyhow::Error::msg)?;
-    let candle_devices = match workload.computes_on_devices() {
+    let candle_devices = match workload.profile().computes_on_devices {
         true => &config.sweep.devices[..],
         false => &[][..],
     };
@@ -394,7 +394,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
     }
     let bar = progress_bar(
         std::io::stderr().is_terminal()
-            && workloads::by_kind(&config.sweep.workload).is_ok_and(|w| w.shows_progress()),
+            && workloads::by_kind(&config.sweep.workload).is_ok_and(|w| w.profile().shows_progress),
     );
     let total = plan.to_run.len();
     for (k, trial) in plan.to_run.iter().enumerate() {

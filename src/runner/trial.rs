@@ -12,7 +12,7 @@ use crate::memory::{cgroup, MemorySampler, Watch};
 use crate::metrics::{Metrics, TrialLabelValues};
 use crate::power::{Baseline, PowerMonitor};
 use crate::provenance::{self, ClockWatcher};
-use crate::record::{IterationRecord, MeasuredWindow, WorkItem};
+use crate::record::{IterationRecord, MeasuredWindow};
 use crate::stats;
 use crate::store::{MemoryColumns, Store, TrialStatus, TrialSummary};
 use crate::worker::WorkerMessage;
@@ -34,6 +34,7 @@ pub(super) fn run_one(
 ) -> anyhow::Result<TrialStatus> {
     let planned = trial.iterations;
     let workload = trial.job.workload()?;
+    let profile = workload.profile();
     // A command's step count is known only when it ends (planned 0): its warm-up is settled then.
     let configured_warmup =
         workload.warmup_iterations(&trial.job, ctx.config.sweep.warmup_iterations);
@@ -129,7 +130,7 @@ pub(super) fn run_one(
         Some(Err(_)) | None => None,
         Some(Ok(cg)) => Some(cg),
     };
-    let watch = match workload.watches_tree() {
+    let watch = match profile.watches_tree {
         true => Watch::Tree(pid),
         false => Watch::Process(pid),
     };
@@ -357,8 +358,8 @@ pub(super) fn run_one(
     store.record_gpu_memory(trial_id, peak_gpu_bytes)?;
     store.record_clocks(trial_id, &clocks)?;
 
-    let loss_anomaly = workload
-        .records_loss()
+    let loss_anomaly = profile
+        .records_loss
         .then(|| stats::loss_anomaly(&losses))
         .flatten();
     if let Some(why) = &loss_anomaly {
@@ -377,8 +378,8 @@ pub(super) fn run_one(
         time_per_image_spread_s: times.as_ref().map(|t| t.time_per_image_spread_s),
         images_per_s: times.as_ref().map(|t| t.images_per_s),
         // A workload without a loss (an operator, the board at rest) stores none.
-        loss_first: losses.first().copied().filter(|_| workload.records_loss()),
-        loss_last: losses.last().copied().filter(|_| workload.records_loss()),
+        loss_first: losses.first().copied().filter(|_| profile.records_loss),
+        loss_last: losses.last().copied().filter(|_| profile.records_loss),
         loss_anomaly: loss_anomaly.is_some(),
         metrics: workload.metrics(&trial.job, measured),
     };
@@ -420,7 +421,7 @@ pub(super) fn run_one(
         // a count the workload says (iterations, or none for a command's unknown batch).
         let items = match &whole_command {
             Some(_) => 0,
-            None => items_per_iteration.unwrap_or_else(|| workload.items_without_count()),
+            None => items_per_iteration.unwrap_or_else(|| profile.items_without_count()),
         };
         let record = m.assess_trial_advising(
             &samples,
@@ -428,7 +429,7 @@ pub(super) fn run_one(
             span_warmup,
             items,
             baseline.as_ref(),
-            workload.longer_trial_advice(),
+            profile.longer_trial_advice,
         );
         if let crate::power::TrialPowerRecord::Measured(p) = &record {
             let per_work = workload.energy_metrics(&trial.job, measured.len(), p.energy_j);
@@ -451,7 +452,7 @@ pub(super) fn run_one(
                 (Some(t), _) => format!(
                     "{:.2} ms/{}",
                     t.time_per_image_s * 1e3,
-                    WorkItem::of_workload(&trial.key.workload).unit()
+                    profile.items.item.unit()
                 ),
                 (None, Some(s)) => format!("{:.2} ms/iteration", s * 1e3),
                 (None, None) => "no measured iterations".into(),

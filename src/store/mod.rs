@@ -39,7 +39,7 @@ pub use merge::{merge, MergeReport, Refused, TableCount};
 pub(crate) use merge::{ChildSink, IdMap, ParentSink, CHILD_TABLES};
 pub use pushed::FinalTrial;
 pub(crate) use rows::LoggedText;
-pub use rows::{MemoryColumns, ResultRow, RunInfo, TrialKey, TrialSummary};
+pub use rows::{MemoryColumns, PerIteration, ResultRow, RowItems, RunInfo, TrialKey, TrialSummary};
 pub use schema::SCHEMA_VERSION;
 pub use snapshot::snapshot;
 pub use status::TrialStatus;

@@ -79,7 +79,10 @@ impl Store {
         Ok(rows)
     }
 
-    /// One row per trial, ordered by run start time, then trial row id.
+    /// One row per trial, ordered by run start time, then trial row id: what the database
+    /// holds. What the trial's workload says of it (its item and the figures per item, its
+    /// label and engine) is left to `workloads::describe` (`workloads::results` reads and
+    /// describes).
     pub fn results(&self) -> Result<Vec<ResultRow>> {
         let mut st = self
             .conn
@@ -167,6 +170,8 @@ impl Store {
                 total_time_s: r.get("total_time_s")?,
                 gflop_per_s: r.get("gflop_per_s")?,
                 metrics: json_object(r, "metrics")?,
+                label: String::new(),
+                engine: None,
             })
         })?;
         let mut rows = self.fill_memory(rows)?;
@@ -198,7 +203,6 @@ impl Store {
                 .power_samples
                 .and(row.power_scope.as_ref())
                 .map(|_| row.power_low_samples.is_some());
-            row.derive_per_item();
         }
         Ok(rows)
     }

@@ -101,8 +101,9 @@ pub struct ResultRow {
     /// Joules per image; null for workloads whose items are not images (`item`).
     pub energy_per_image_j: Option<f64>,
     pub edp_js: Option<f64>,
-    /// What one item of the trial's work is: `image` (cnn, exec), `sample` (mlp), `execution`
-    /// (ops); the `*_per_item_*` figures count these.
+    /// What one item of the trial's work is: `image` (cnn, exec), `sample` (mlp, infer),
+    /// `execution` (ops), `tick` (idle); the `*_per_item_*` figures count these. Null for a
+    /// workload this build does not know.
     pub item: Option<WorkItem>,
     /// Items in one iteration: the batch of images, the MLP's N samples, 1 execution; null
     /// when an external command's batch is not known.
@@ -164,6 +165,16 @@ pub struct ResultRow {
     /// The workload's other figures (`trials.metrics`), each a key of the row.
     #[serde(flatten)]
     pub metrics: serde_json::Map<String, serde_json::Value>,
+    /// A short name of the trial for tables and figures (e.g. `alexnet`, `mlp tensors
+    /// small`), from its workload; empty until the workloads describe the row. Not part of
+    /// the JSON.
+    #[serde(skip)]
+    pub label: String,
+    /// The engine that trained the trial's net (`edgebench`, or another framework), from its
+    /// workload; None for workloads that train no net, and until the workloads describe the
+    /// row. Not part of the JSON.
+    #[serde(skip)]
+    pub engine: Option<String>,
     /// `trials.params` as stored, for the resume key; not part of the JSON.
     #[serde(skip)]
     pub params_text: String,
@@ -172,15 +183,38 @@ pub struct ResultRow {
     pub trial_rowid: i64,
 }
 
+/// How a workload's trials count their items: what [`ResultRow::derive_per_item`] needs to
+/// know of the workload, which declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowItems {
+    pub item: WorkItem,
+    pub per_iteration: PerIteration,
+    /// Whether its trials run epochs over a data set of images, so the key's epochs and
+    /// images are the trial's (unless its metrics say the command was given none).
+    pub over_dataset: bool,
+}
+
+/// How many items one iteration holds, and how the runner stored time and energy for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerIteration {
+    /// The batch (or the images a command's step lines give, `images_per_step`), counted in
+    /// the per-image columns; unknown for a command whose batch is not known.
+    Batch,
+    /// The batch, with the stored time and energy per iteration.
+    BatchPerIteration,
+    /// One item per iteration, stored per iteration.
+    One,
+}
+
 impl ResultRow {
-    /// Fills the `*_per_item_*` figures from the stored ones. Time and energy per item are the
-    /// measured window's (`window_s`, `window_steps` of the metrics) over the items in it, so
-    /// their ratio is the window's mean power; a trial stored without a window keeps the
-    /// median step time and the stored energy per iteration. The `energy_per_image_j` column
-    /// holds energy per iteration for workloads without images (their power record counts
-    /// iterations), so theirs is left out as "per image".
-    pub(crate) fn derive_per_item(&mut self) {
-        let item = WorkItem::of_workload(&self.workload);
+    /// Fills the `*_per_item_*` figures from the stored ones, as the trial's workload counts
+    /// its `items`. Time and energy per item are the measured window's (`window_s`,
+    /// `window_steps` of the metrics) over the items in it, so their ratio is the window's
+    /// mean power; a trial stored without a window keeps the median step time and the stored
+    /// energy per iteration. The `energy_per_image_j` column holds energy per iteration for
+    /// workloads that do not count a batch (their power record counts iterations), so theirs
+    /// is left out as "per image".
+    pub(crate) fn derive_per_item(&mut self, items: RowItems) {
         // A command's step lines say their images (`images=B`), which count before its batch.
         let logged_images = self
             .metrics
@@ -188,19 +222,19 @@ impl ResultRow {
             .and_then(|v| v.as_u64())
             .and_then(|n| usize::try_from(n).ok())
             .filter(|&n| n > 0);
-        let per_iteration = match item {
-            WorkItem::Image => logged_images.or((self.batch > 0).then_some(self.batch)),
-            WorkItem::Sample => Some(self.batch.max(1)),
-            WorkItem::Execution | WorkItem::Tick => Some(1),
+        let per_iteration = match items.per_iteration {
+            PerIteration::Batch => logged_images.or((self.batch > 0).then_some(self.batch)),
+            PerIteration::BatchPerIteration => Some(self.batch.max(1)),
+            PerIteration::One => Some(1),
         };
         let n = per_iteration.unwrap_or(1) as f64;
-        let (median, iqr, stored_energy) = match item {
-            WorkItem::Image => (
+        let (median, iqr, stored_energy) = match items.per_iteration {
+            PerIteration::Batch => (
                 self.time_per_image_s,
                 self.time_per_image_spread_s,
                 self.energy_per_image_j,
             ),
-            WorkItem::Sample | WorkItem::Execution | WorkItem::Tick => (
+            PerIteration::BatchPerIteration | PerIteration::One => (
                 self.time_per_iteration_s.map(|t| t / n),
                 self.time_per_iteration_spread_s.map(|t| t / n),
                 self.energy_per_image_j.take().map(|e| e / n),
@@ -217,23 +251,20 @@ impl ResultRow {
             }
             _ => (median, stored_energy),
         };
-        // Only CNN training and the commands given them have epochs and images: the other
-        // workloads' keys hold placeholders there, and a log does not say.
-        let given = |key: &str| match self.workload.as_str() {
-            "cnn" => true,
-            "exec" => {
-                let imported = self
-                    .metrics
-                    .get("imported_log")
-                    .is_some_and(|l| !l.is_null());
-                // Trials recorded before commands said so keep the sweep's values.
-                !imported && self.metrics.get(key).is_none_or(|g| g != false)
-            }
-            _ => false,
+        // Only trials over a data set have epochs and images: the other workloads' keys hold
+        // placeholders there. An imported log does not say them, nor does a command its
+        // metrics say was given none (trials recorded before commands said so keep the
+        // sweep's values).
+        let imported = self
+            .metrics
+            .get("imported_log")
+            .is_some_and(|l| !l.is_null());
+        let given = |key: &str| {
+            items.over_dataset && !imported && self.metrics.get(key).is_none_or(|g| g != false)
         };
         self.epochs_json = given("given_epochs").then_some(self.epochs);
         self.images_json = given("given_images").then_some(self.images);
-        self.item = Some(item);
+        self.item = Some(items.item);
         self.items_per_iteration = per_iteration;
         self.time_per_item_s = time;
         self.energy_per_item_j = energy;

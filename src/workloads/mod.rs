@@ -9,8 +9,11 @@
 //!   stopping at a step boundary when `stop` is set;
 //! - **metrics**: [`Metrics`] from the measured iterations (median and IQR step time, total
 //!   time, GFLOP/s where counted, and figures of its own);
-//! - with defaults: its options and config section, checks, what the runner watches, how an
-//!   end is classified.
+//! - **profile** ([`WorkloadProfile`]): its item, whether it records a loss, computes on
+//!   the sweep's devices, shows progress, has its process tree watched; its **checks** and
+//!   how its rows are **named** (label, engine);
+//! - with defaults: its options and config section, preparation, energy figures, how an end
+//!   is classified.
 //!
 //! [`Job`] is the envelope the worker receives; the registry below is the one list of
 //! workloads, so nothing else (runner, worker, config) names one.
@@ -20,7 +23,7 @@ use crate::config::{Config, ConfigError};
 use crate::host::HostPaths;
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::stats;
-use crate::store::{TrialKey, TrialStatus};
+use crate::store::{PerIteration, ResultRow, RowItems, Store, TrialKey, TrialStatus};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -47,11 +50,60 @@ registry! {
 /// Where a workload's iterations go, one call per step.
 pub type Emit<'a> = &'a mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>;
 
-/// What a workload provides to the sweep, the worker, the runner and the report. Only
-/// [`Workload::kind`], [`Workload::plan`] and [`Workload::run`] have no default.
+/// What is constant about a workload, for the runner and the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkloadProfile {
+    /// What one item of its work is and how its trials count them, for the figures per item.
+    pub items: RowItems,
+    /// Whether its iterations carry a loss, so a NaN or rising one is an anomaly.
+    pub records_loss: bool,
+    /// Whether `sweep.devices` are devices this process computes on (checked before the
+    /// sweep), rather than names a command gives its own framework.
+    pub computes_on_devices: bool,
+    /// Whether a progress bar may share the terminal with the trials.
+    pub shows_progress: bool,
+    /// Whether the runner watches the worker's whole process tree (a command's children), not
+    /// only the worker.
+    pub watches_tree: bool,
+    /// How a user makes its trials measure longer, for the warning about a trial too short
+    /// for the power sensor.
+    pub longer_trial_advice: &'static str,
+}
+
+impl WorkloadProfile {
+    /// Items per iteration for energy per item when the plan gave none: a trial that counts a
+    /// batch and was planned without one (a command's unknown batch) has none, the others one
+    /// per iteration.
+    pub fn items_without_count(&self) -> usize {
+        match self.items.per_iteration {
+            PerIteration::Batch => 0,
+            PerIteration::BatchPerIteration | PerIteration::One => 1,
+        }
+    }
+}
+
+/// How tables and figures name a trial of a workload ([`Workload::names`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowNames {
+    /// A short name, e.g. `alexnet`, `mlp tensors small`, `add f32 32MiB`.
+    pub label: String,
+    /// The engine that trained the trial's net (`edgebench`, or another framework); None for
+    /// a workload that trains no net.
+    pub engine: Option<String>,
+}
+
+/// What a workload provides to the sweep, the worker, the runner and the report. What would
+/// be wrong for another workload has no default: its name, profile, checks, plan, run and how
+/// its rows are named.
 pub(crate) trait Workload: Sync {
     /// Its name in `--workload`, the config, the database and JSON.
     fn kind(&self) -> WorkloadKind;
+
+    /// What is constant about it.
+    fn profile(&self) -> WorkloadProfile;
+
+    /// How tables and figures name a trial of it.
+    fn names(&self, row: &ResultRow) -> RowNames;
 
     /// Options `edgebench run` takes for this workload, each written into the workload's config
     /// section under the option's id (`section.key`), e.g. `idle.duration` for `--duration`.
@@ -60,22 +112,8 @@ pub(crate) trait Workload: Sync {
     }
 
     /// Checks the config for this workload before anything is written; the message names the
-    /// key and its flag. By default the sweep's nets are CNN models and its batches fit its
-    /// images.
-    fn check(&self, config: &Config) -> Result<(), String> {
-        check_image_sweep(config)
-    }
-
-    /// Whether `sweep.devices` are devices this process computes on (checked before the
-    /// sweep), rather than names a command gives its own framework.
-    fn computes_on_devices(&self) -> bool {
-        true
-    }
-
-    /// Whether a progress bar may share the terminal with the trials.
-    fn shows_progress(&self) -> bool {
-        true
-    }
+    /// key and its flag.
+    fn check(&self, config: &Config) -> Result<(), String>;
 
     /// What the sweep checks and measures once before anything is written (a data set's
     /// identity, roofs) on `board`, the sweep's board profile; an error refuses the sweep.
@@ -98,17 +136,6 @@ pub(crate) trait Workload: Sync {
     /// Leading iterations of `job` left out of the measurement, given the sweep's `--warmup`.
     fn warmup_iterations(&self, _job: &Job, configured: usize) -> usize {
         configured
-    }
-
-    /// Whether its iterations carry a loss, so a NaN or rising one is an anomaly.
-    fn records_loss(&self) -> bool {
-        true
-    }
-
-    /// Whether the runner watches the worker's whole process tree (a command's children), not
-    /// only the worker.
-    fn watches_tree(&self) -> bool {
-        false
     }
 
     /// The trial's figures from its measured iterations (warm-up excluded).
@@ -140,17 +167,6 @@ pub(crate) trait Workload: Sync {
         _trial: &Recorded<'_>,
         _metrics: &mut Metrics,
     ) {
-    }
-
-    /// How a user makes this workload's trials measure longer, for the warning about a trial
-    /// too short for the power sensor.
-    fn longer_trial_advice(&self) -> &'static str {
-        "more images (--images) or epochs (--epochs)"
-    }
-
-    /// Items per iteration for energy per item when the plan gave none.
-    fn items_without_count(&self) -> usize {
-        1
     }
 
     /// Its part of the report (tables, figures, CSV files); none by default, and its trials
@@ -411,7 +427,37 @@ pub fn end_abruptly() {
     }
 }
 
-/// The default [`Workload::check`]: the sweep's nets are CNN models and its batches divide
+/// Rows as the store holds them completed with what their workloads say: the item and the
+/// figures per item, the label and the engine. A row of a workload this build does not know
+/// keeps its net as its label and no item; a row already described is left as it is.
+pub fn describe(rows: &mut [ResultRow]) {
+    for row in rows.iter_mut().filter(|r| r.item.is_none()) {
+        match by_kind(&row.workload) {
+            Ok(workload) => {
+                row.derive_per_item(workload.profile().items);
+                let names = workload.names(row);
+                row.label = names.label;
+                row.engine = names.engine;
+            }
+            Err(_) => row.label = row.net.clone(),
+        }
+    }
+}
+
+/// Every trial of the store, described ([`describe`]).
+pub fn results(store: &Store) -> crate::store::Result<Vec<ResultRow>> {
+    let mut rows = store.results()?;
+    describe(&mut rows);
+    Ok(rows)
+}
+
+/// The profile of the workload of that name, if this build knows it.
+pub fn profile(kind: &WorkloadKind) -> Option<WorkloadProfile> {
+    by_kind(kind).ok().map(|w| w.profile())
+}
+
+/// The [`Workload::check`] of the workloads that train over the sweep's image data set (and
+/// of those that read its nets and batches alike): the sweep's nets are CNN models and its batches divide
 /// its images into at most [`crate::config::MAX_ITERATIONS`] iterations.
 pub fn check_image_sweep(config: &Config) -> Result<(), String> {
     use crate::config::{MAX_BATCH, MAX_ITERATIONS};

@@ -673,3 +673,92 @@ fn the_module_scan_sees_what_it_must() {
         vec![s(&["a", "b", "c", "a"]), s(&["c", "d", "c"])]
     );
 }
+
+/// The string literals of `code` compared with something (`== "x"`, `"x" !=`, `.eq("x")`) or
+/// matched as a pattern (`"x" =>`, `"x" | "y" =>`), with the line each is on. Raw strings and
+/// char literals are not names.
+fn compared_literals(code: &str) -> Vec<(String, usize)> {
+    let class = classify(code);
+    let b = code.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if class[i] != Class::Str {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && class[i] == Class::Str {
+            i += 1;
+        }
+        if b[start] != b'"' || i < start + 2 {
+            continue;
+        }
+        let literal = &code[start + 1..i - 1];
+        let before = code[..start].trim_end();
+        let after = code[i..].trim_start();
+        let compared = before.ends_with("==")
+            || before.ends_with("!=")
+            || before.ends_with(".eq(")
+            || after.starts_with("==")
+            || after.starts_with("!=")
+            || after.starts_with("=>")
+            || (after.starts_with('|') && !after.starts_with("||"));
+        if compared {
+            let line = code[..start].matches('\n').count() + 1;
+            out.push((literal.to_string(), line));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_workload_name_is_compared_outside_its_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let names = edgebench::workloads::names();
+    assert!(names.len() >= 5, "{names:?}");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).unwrap();
+        let own = rel
+            .strip_prefix("workloads")
+            .ok()
+            .and_then(|r| r.components().next())
+            .filter(|_| rel.components().count() > 2)
+            .map(|c| c.as_os_str().to_string_lossy().into_owned());
+        for (literal, line) in compared_literals(&code_of(file)) {
+            if names.contains(&literal) && own.as_deref() != Some(literal.as_str()) {
+                wrong.push(format!("{}:{line}: \"{literal}\"", rel.display()));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "workload names compared as strings outside their folders (let the workload say \
+         what the comparison asks, e.g. in its profile or `names`):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_comparison_scan_sees_what_it_must() {
+    let code = "if r.workload == \"mlp\" { }\n\
+        match w.as_str() { \"ops\" => 1, \"cnn\" | \"exec\" => 2, _ => 3 }\n\
+        let k = WorkloadKind::named(\"idle\"); let u = |_| \"infer\"; // == \"cnn\"\n\
+        let e = \"exec\" != x; let q = x.eq(\"cnn\"); let c = '\"'; let r = r#\"ops\"# == y;\n";
+    let found: Vec<(String, usize)> = compared_literals(code);
+    let want: Vec<(String, usize)> = [
+        ("mlp", 1),
+        ("ops", 2),
+        ("cnn", 2),
+        ("exec", 2),
+        ("exec", 4),
+        ("cnn", 4),
+    ]
+    .iter()
+    .map(|(n, l)| (n.to_string(), *l))
+    .collect();
+    assert_eq!(found, want);
+}

@@ -77,22 +77,26 @@ fn mean_ci(s: Option<&Spread>, scale: f64, d: usize) -> String {
 /// The widest cell of the text table, in characters; a longer one ends in `…`.
 pub(crate) const MAX_CELL: usize = 60;
 
-/// Renders one line per trial, aligned in columns.
+/// Renders one line per trial, aligned in columns, each described by its workload.
 pub fn table(rows: &[ResultRow]) -> String {
+    let mut rows = rows.to_vec();
+    crate::workloads::describe(&mut rows);
+    let rows = rows.as_slice();
     let speedup = training_speedups(rows);
     // Energy columns only when some trial was measured with --power.
     let energy = rows.iter().any(|r| r.energy_j.is_some());
     // Per image where every trial's item is one; else each cell names its item.
-    let all_images = rows
-        .iter()
-        .all(|r| WorkItem::of_workload(&r.workload) == WorkItem::Image);
+    let all_images = rows.iter().all(|r| r.item == Some(WorkItem::Image));
     let (time_header, energy_header, edp_item_header) = match all_images {
         true => ("ms/img", "J/img", "EDP/img J·s"),
         false => ("ms/item", "J/item", "EDP/item J·s"),
     };
     let per_item = |v: String, r: &ResultRow| match (all_images, v.as_str()) {
         (true, _) | (false, "-") => v,
-        (false, _) => format!("{v}/{}", WorkItem::of_workload(&r.workload).unit()),
+        (false, _) => match r.item {
+            Some(item) => format!("{v}/{}", item.unit()),
+            None => v,
+        },
     };
     let aggregates = aggregate::by_group(rows);
     // Repetition columns only when some key has two measured repetitions: a sweep without
@@ -367,7 +371,7 @@ mod tests {
             params,
             ..Default::default()
         };
-        r.derive_per_item();
+        crate::workloads::describe(std::slice::from_mut(&mut r));
         r
     }
 

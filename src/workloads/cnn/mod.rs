@@ -5,13 +5,17 @@
 
 pub mod report;
 
-use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, Workload};
+use super::{
+    check_image_sweep, Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, RowNames, Workload,
+    WorkloadProfile,
+};
 use crate::host::HostPaths;
 use crate::config::{Config, DeviceKind};
 use crate::memory::estimate;
 use crate::models;
-use crate::record::{Control, IterationRecord, TrialEnd, WorkloadKind};
-use crate::store::TrialKey;
+use crate::record::{Control, IterationRecord, TrialEnd, WorkItem, WorkloadKind};
+use crate::render::select::OWN;
+use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use crate::train::{self, data::Dataset, TrialSpec};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -29,6 +33,33 @@ impl Workload for Cnn {
 
     fn kind(&self) -> WorkloadKind {
         KIND
+    }
+
+    fn profile(&self) -> WorkloadProfile {
+        WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Image,
+                per_iteration: PerIteration::Batch,
+                over_dataset: true,
+            },
+            records_loss: true,
+            computes_on_devices: true,
+            shows_progress: true,
+            watches_tree: false,
+            longer_trial_advice: "more images (--images) or epochs (--epochs)",
+        }
+    }
+
+    /// Its net, trained by edgebench itself.
+    fn names(&self, row: &ResultRow) -> RowNames {
+        RowNames {
+            label: row.net.clone(),
+            engine: Some(OWN.to_string()),
+        }
+    }
+
+    fn check(&self, config: &Config) -> Result<(), String> {
+        check_image_sweep(config)
     }
 
     fn prepare(

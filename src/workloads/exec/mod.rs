@@ -20,8 +20,12 @@ use parse::{Parser, TrackedStep};
 
 use crate::config::Config;
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
-use crate::store::TrialStatus;
-use super::{Conclusion, Emit, Job, JobEnd, PlanInput, PlannedTrial, Recorded, Workload};
+use crate::record::WorkItem;
+use crate::store::{PerIteration, ResultRow, RowItems, TrialStatus};
+use super::{
+    Conclusion, Emit, Job, JobEnd, PlanInput, PlannedTrial, Recorded, RowNames, Workload,
+    WorkloadProfile,
+};
 use crate::store::TrialKey;
 
 pub const KIND: WorkloadKind = WorkloadKind::named("exec");
@@ -57,15 +61,41 @@ impl Workload for Exec {
         }
     }
 
-    /// A command uses the device with its own framework (PyTorch on a TX2's GPU, which candle
-    /// cannot drive); the device only names its trials.
-    fn computes_on_devices(&self) -> bool {
-        false
+    /// A command trains a CNN over images, its batch counted when known. It uses the device
+    /// with its own framework (PyTorch on a TX2's GPU, which candle cannot drive), so the
+    /// device only names its trials; its own output goes to the terminal, where a bar would
+    /// fight with it; its children are watched with it.
+    fn profile(&self) -> WorkloadProfile {
+        WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Image,
+                per_iteration: PerIteration::Batch,
+                over_dataset: true,
+            },
+            records_loss: true,
+            computes_on_devices: false,
+            shows_progress: false,
+            watches_tree: true,
+            longer_trial_advice: "more steps of the command (its own iteration count, or \
+                                  {iterations} with a larger --images or --epochs)",
+        }
     }
 
-    /// A command's own output goes to the terminal: a bar would fight with it.
-    fn shows_progress(&self) -> bool {
-        false
+    /// The framework and the net it trains, e.g. `caffe alexnet`.
+    fn names(&self, row: &ResultRow) -> RowNames {
+        let engine = match row.params.get("engine") {
+            Some(serde_json::Value::String(e)) if !e.is_empty() => e.clone(),
+            _ => KIND.as_str().to_string(),
+        };
+        let named = match row.params.get("engine") {
+            Some(serde_json::Value::String(e)) => e.clone(),
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => String::new(),
+        };
+        RowNames {
+            label: format!("{named} {}", row.net).trim_end().to_string(),
+            engine: Some(engine),
+        }
     }
 
     fn prepare(
@@ -95,10 +125,6 @@ impl Workload for Exec {
             },
             outcome: Some(value),
         })
-    }
-
-    fn watches_tree(&self) -> bool {
-        true
     }
 
     /// The command's end decides the status; its whole span measures a command that logged no
@@ -175,16 +201,6 @@ impl Workload for Exec {
                 metrics.extra.insert("wall_time_s".into(), serde_json::Value::Null);
             }
         }
-    }
-
-    fn longer_trial_advice(&self) -> &'static str {
-        "more steps of the command (its own iteration count, or {iterations} with a larger \
-         --images or --epochs)"
-    }
-
-    /// A command whose batch is not known has no items.
-    fn items_without_count(&self) -> usize {
-        0
     }
 
     fn end_abruptly(&self) {

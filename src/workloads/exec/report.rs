@@ -469,7 +469,7 @@ mod tests {
     fn exec_row(engine: &str, device: &str, batch: usize, tpi: Option<f64>) -> ResultRow {
         let params: serde_json::Map<String, Value> =
             serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
-        ResultRow {
+        described(ResultRow {
             workload: "exec".into(),
             net: "alexnet".into(),
             device: device.into(),
@@ -479,12 +479,17 @@ mod tests {
             params_text: serde_json::to_string(&params).unwrap(),
             params,
             ..Default::default()
-        }
+        })
+    }
+
+    fn described(mut row: ResultRow) -> ResultRow {
+        crate::workloads::describe(std::slice::from_mut(&mut row));
+        row
     }
 
     #[test]
     fn energy_plots_only_where_an_engine_was_measured() {
-        let cnn = ResultRow {
+        let cnn = described(ResultRow {
             workload: "cnn".into(),
             net: "alexnet".into(),
             device: "cpu".into(),
@@ -495,7 +500,7 @@ mod tests {
             energy_per_image_j: Some(0.5),
             edp_js: Some(20.0),
             ..Default::default()
-        };
+        });
         let imported = exec_row("caffe", "cpu", 16, Some(0.2));
         let stems = |rows: &[ResultRow]| -> Vec<String> {
             plots("tx1", rows).into_iter().map(|(s, _)| s).collect()
@@ -505,13 +510,14 @@ mod tests {
             stems(&[cnn.clone(), imported.clone()]),
             ["time_per_image_engines"]
         );
-        let mut measured = ResultRow {
+        // Described again with its energy.
+        let measured = described(ResultRow {
             energy_j: Some(4.0),
             energy_per_image_j: Some(0.25),
             edp_js: Some(8.0),
+            item: None,
             ..exec_row("torch", "cpu", 16, Some(0.05))
-        };
-        measured.derive_per_item();
+        });
         let rows = [cnn, imported, measured];
         assert_eq!(
             stems(&rows),
@@ -535,14 +541,14 @@ mod tests {
 
     #[test]
     fn engines_of_each_workload() {
-        let cnn = ResultRow {
+        let cnn = described(ResultRow {
             workload: "cnn".into(),
             ..Default::default()
-        };
-        let mlp = ResultRow {
+        });
+        let mlp = described(ResultRow {
             workload: "mlp".into(),
             ..Default::default()
-        };
+        });
         assert_eq!(engine_of(&cnn).as_deref(), Some("edgebench"));
         assert_eq!(engine_of(&mlp), None);
         let caffe = exec_row("caffe", "cpu", 1, None);

@@ -3,11 +3,11 @@
 //! temperatures, which the runner records around every trial, are the board's idle baseline in
 //! its current power mode, in the same tables as the other workloads.
 
-use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, Workload};
+use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, RowNames, Workload, WorkloadProfile};
 use crate::clock::monotonic_ns;
 use crate::config::{Config, Timeout};
-use crate::record::{Control, IterationRecord, TrialEnd, WorkloadKind};
-use crate::store::TrialKey;
+use crate::record::{Control, IterationRecord, TrialEnd, WorkItem, WorkloadKind};
+use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -77,17 +77,27 @@ impl Workload for Idle {
         Idle::config(config).map(|_| ())
     }
 
-    /// Nothing computes.
-    fn computes_on_devices(&self) -> bool {
-        false
+    /// One tick a second, and nothing computes.
+    fn profile(&self) -> WorkloadProfile {
+        WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Tick,
+                per_iteration: PerIteration::One,
+                over_dataset: false,
+            },
+            records_loss: false,
+            computes_on_devices: false,
+            shows_progress: true,
+            watches_tree: false,
+            longer_trial_advice: "a longer rest (--duration)",
+        }
     }
 
-    fn records_loss(&self) -> bool {
-        false
-    }
-
-    fn longer_trial_advice(&self) -> &'static str {
-        "a longer rest (--duration)"
+    fn names(&self, row: &ResultRow) -> RowNames {
+        RowNames {
+            label: row.net.clone(),
+            engine: None,
+        }
     }
 
     /// Nothing warms up at rest: the whole duration asked for is measured.

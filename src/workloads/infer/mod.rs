@@ -18,12 +18,14 @@ pub mod engine;
 pub mod export;
 pub mod report;
 
-use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, Workload};
+use super::{
+    Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, RowNames, Workload, WorkloadProfile,
+};
 use crate::clock::monotonic_ns;
 use crate::config::{Config, DeviceKind, Timeout, MAX_BATCH, MAX_ITERATIONS};
 use crate::host::HostPaths;
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
-use crate::store::TrialKey;
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkItem, WorkloadKind};
+use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use anyhow::Context as _;
 use engine::{Loaded, ModelRef};
 use rand::rngs::StdRng;
@@ -436,8 +438,29 @@ impl Workload for Infer {
         InferSweep::of(config).map(|_| ())
     }
 
-    fn records_loss(&self) -> bool {
-        false
+    /// A query holds its batch of samples, counted like a CNN's images.
+    fn profile(&self) -> WorkloadProfile {
+        WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Sample,
+                per_iteration: PerIteration::Batch,
+                over_dataset: false,
+            },
+            records_loss: false,
+            computes_on_devices: true,
+            shows_progress: true,
+            watches_tree: false,
+            longer_trial_advice: "more measured queries (--min-queries) or a longer minimum \
+                                  (--min-duration)",
+        }
+    }
+
+    /// Its model.
+    fn names(&self, row: &ResultRow) -> RowNames {
+        RowNames {
+            label: row.net.clone(),
+            engine: None,
+        }
     }
 
     /// Reads and checks every ONNX file and builds its graph once, so an unsupported operator

@@ -21,8 +21,8 @@ pub use model::{Gradients, Mlp, MyRelu};
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
-use crate::store::TrialKey;
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkItem, WorkloadKind};
+use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -444,8 +444,39 @@ impl super::Workload for MlpStudy {
         }
     }
 
-    fn longer_trial_advice(&self) -> &'static str {
-        "more iterations (--iterations, mlp.iterations) or a larger size (--size)"
+    /// Its iteration is one pass over N samples (`batch`), timed per iteration.
+    fn profile(&self) -> super::WorkloadProfile {
+        super::WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Sample,
+                per_iteration: PerIteration::BatchPerIteration,
+                over_dataset: false,
+            },
+            records_loss: true,
+            computes_on_devices: true,
+            shows_progress: true,
+            watches_tree: false,
+            longer_trial_advice: "more iterations (--iterations, mlp.iterations) or a larger \
+                                  size (--size)",
+        }
+    }
+
+    /// `mlp STYLE SIZE`, e.g. `mlp tensors small`.
+    fn names(&self, row: &ResultRow) -> super::RowNames {
+        let param = |k: &str| match row.params.get(k) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => String::new(),
+        };
+        super::RowNames {
+            label: format!("{KIND} {} {}", param("style"), param("size")),
+            engine: None,
+        }
+    }
+
+    /// The sweep's nets and batches are checked as the CNN's.
+    fn check(&self, config: &crate::config::Config) -> Result<(), String> {
+        super::check_image_sweep(config)
     }
 }
 

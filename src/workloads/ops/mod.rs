@@ -36,8 +36,8 @@ pub use execute::{candle_operands, execute_candle, execute_native, Operands};
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
-use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
-use crate::store::TrialKey;
+use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkItem, WorkloadKind};
+use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -577,13 +577,52 @@ impl super::Workload for Ops {
         }
     }
 
-    /// An operator has no loss.
-    fn records_loss(&self) -> bool {
-        false
+    /// One execution per iteration, and an operator has no loss.
+    fn profile(&self) -> super::WorkloadProfile {
+        super::WorkloadProfile {
+            items: RowItems {
+                item: WorkItem::Execution,
+                per_iteration: PerIteration::One,
+                over_dataset: false,
+            },
+            records_loss: false,
+            computes_on_devices: true,
+            shows_progress: true,
+            watches_tree: false,
+            longer_trial_advice: "a longer minimum time per operator (ops.min_time_s, at least \
+                                  10 sensor periods)",
+        }
     }
 
-    fn longer_trial_advice(&self) -> &'static str {
-        "a longer minimum time per operator (ops.min_time_s, at least 10 sensor periods)"
+    /// `OP DTYPE SIZE`, e.g. `add f32 32MiB` or `matmul f32 64x64x64`.
+    fn names(&self, row: &ResultRow) -> super::RowNames {
+        let param = |k: &str| match row.params.get(k) {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let size = match param("mb") {
+            Some(mb) => format!("{mb}MiB"),
+            None => format!(
+                "{}x{}x{}",
+                param("m").unwrap_or_default(),
+                param("n").unwrap_or_default(),
+                param("k").unwrap_or_default()
+            ),
+        };
+        super::RowNames {
+            label: format!(
+                "{} {} {size}",
+                param("op").unwrap_or_default(),
+                param("dtype").unwrap_or_default()
+            ),
+            engine: None,
+        }
+    }
+
+    /// The sweep's nets and batches are checked as the CNN's.
+    fn check(&self, config: &crate::config::Config) -> std::result::Result<(), String> {
+        super::check_image_sweep(config)
     }
 
     /// The job's own warm-up executions, which its timed loop leaves out.
