@@ -253,12 +253,20 @@ fn dispatch(
             db,
             out,
             format,
+            figure_width,
+            figure_captions,
             compare,
             trace,
         } => {
             // Opening checks the whole file: a report reads every row.
             let store = Store::open_readonly(&db).map_err(input)?;
-            for path in report::build::build(&store, &out, format, compare, trace.as_deref())? {
+            let figures = report::plots::FigureOptions {
+                width_in: figure_width,
+                caption_inside: figure_captions,
+            };
+            let written =
+                report::build::build(&store, &out, (format, &figures), compare, trace.as_deref())?;
+            for path in written {
                 println!("wrote {}", path.display());
             }
             Ok(0)
