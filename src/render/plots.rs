@@ -807,6 +807,9 @@ struct Wanted {
     clear: f64,
     size: (f64, f64),
     above_left: bool,
+    /// Only next to the point, never away from it with a leader line (a line's label: a
+    /// leader from a line's end reads as one more line).
+    near_only: bool,
 }
 
 /// A label placed: its box, and the leader line drawn to it when it sits away from its point.
@@ -874,7 +877,12 @@ fn place(
             }
         };
         let mut found = None;
-        'search: for (k, step) in STEPS.iter().enumerate() {
+        let steps = if wnt.near_only {
+            &STEPS[..2]
+        } else {
+            &STEPS[..]
+        };
+        'search: for (k, step) in steps.iter().enumerate() {
             for clear_of_lines in [true, false] {
                 for dir in dirs {
                     let r = candidate(wnt.clear + step, dir);
@@ -1229,6 +1237,7 @@ pub(crate) fn layout(plot: &Plot, opts: &FigureOptions) -> anyhow::Result<Layout
                     clear: RING_PT + 0.5,
                     size: text_box(&t),
                     above_left: false,
+                    near_only: false,
                 },
             ));
             whose.push((Key::Number(n), n));
@@ -1248,6 +1257,7 @@ pub(crate) fn layout(plot: &Plot, opts: &FigureOptions) -> anyhow::Result<Layout
                     clear: 1.5,
                     size: text_box(&r.label),
                     above_left: true,
+                    near_only: true,
                 },
             ));
             whose.push((Key::Reference(i), i));
@@ -1262,6 +1272,7 @@ pub(crate) fn layout(plot: &Plot, opts: &FigureOptions) -> anyhow::Result<Layout
                     clear: MARKER_PT + 1.0,
                     size: text_box(t),
                     above_left: false,
+                    near_only: false,
                 },
             ));
             whose.push((Key::Text, n));
@@ -2057,7 +2068,9 @@ mod tests {
             // Every label is somewhere: in the data, or listed in the legend.
             let svg = String::from_utf8(render_with(&plot, Format::Svg, &opts).unwrap()).unwrap();
             let placed = lay.labels.len();
-            let listed = lay.unlabelled.len() + lay.numbered.iter().filter(|n| !**n).count();
+            let listed = lay.unlabelled.len()
+                + lay.numbered.iter().filter(|n| !**n).count()
+                + lay.ref_labelled.iter().filter(|l| !**l).count();
             let wanted = plot.point_labels.len() + plot.highlights.len() + 1;
             assert_eq!(placed + listed, wanted, "{width_in} in");
             assert_eq!(
@@ -2090,6 +2103,7 @@ mod tests {
                 clear: 3.0,
                 size: (30.0, 9.0),
                 above_left: false,
+                near_only: false,
             })
             .collect();
         let mut obstacles = vec![Rect::around((100.0, 100.0), 2.7)];
