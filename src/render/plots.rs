@@ -742,6 +742,9 @@ impl Scale {
     }
 }
 
+/// A line segment's ends, in points.
+type Segment = ((f64, f64), (f64, f64));
+
 /// A box in points, y down.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Rect {
@@ -827,7 +830,7 @@ pub(crate) struct Placed {
 fn place(
     wanted: &[Wanted],
     obstacles: &mut Vec<Rect>,
-    lines: &[((f64, f64), (f64, f64))],
+    lines: &[Segment],
     bounds: Rect,
 ) -> Vec<Option<Placed>> {
     const RIGHT: [(i32, i32); 8] = [
@@ -1161,7 +1164,7 @@ pub(crate) fn layout(plot: &Plot, opts: &FigureOptions) -> anyhow::Result<Layout
     // What the labels keep clear of: every marker and ring; and, where they can, the lines.
     let fy_val = |v: f64| ya.fwd(sc(v));
     let mut kinds: Vec<Mark> = Vec::new();
-    let mut lines: Vec<((f64, f64), (f64, f64))> = Vec::new();
+    let mut lines: Vec<Segment> = Vec::new();
     for (i, s) in plot.series.iter().enumerate() {
         let line: Vec<(f64, f64)> = s
             .line()
@@ -1682,7 +1685,7 @@ where
                 let style = REFERENCE.stroke_width(s.stroke(REF_PT));
                 match plot.reference_lines[i].dashed {
                     true => root.draw(&plotters::element::DashedPathElement::new(
-                        key_line.into_iter(),
+                        key_line,
                         s.px(3.0),
                         s.px(2.0),
                         style,
