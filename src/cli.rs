@@ -162,10 +162,19 @@ pub(crate) enum Command {
         db: PathBuf,
         #[arg(long)]
         out: PathBuf,
-        /// Plot files: svg with a PDF of each beside it (for a paper), or png (960x620
+        /// Plot files: svg with a PDF of each beside it (for a paper), or png (300 dpi
         /// bitmaps, text in the bundled DejaVu Sans).
         #[arg(long, value_enum, default_value_t = edgebench::report::plots::Format::Svg)]
         format: edgebench::report::plots::Format,
+        /// Printed width of every figure, inches (3.5: a paper's column, 7: a page); text
+        /// prints at 8-9 pt at that width.
+        #[arg(long, value_name = "INCHES", default_value_t = edgebench::report::plots::DEFAULT_WIDTH_IN,
+              value_parser = edgebench::report::plots::parse_width)]
+        figure_width: f64,
+        /// Also draw each figure's caption into the figure (it is always in
+        /// <figure>.caption.txt and summary.html).
+        #[arg(long)]
+        figure_captions: bool,
         /// Also draw every host on shared plots (DIR/compare/).
         #[arg(long)]
         compare: bool,

@@ -112,9 +112,11 @@ fn dispatch(
             db,
             out,
             format,
+            figure_width,
+            figure_captions,
             compare,
             trace,
-        } => cmd::report::run(&db, &out, format, compare, trace.as_deref()),
+        } => cmd::report::run(&db, &out, format, figure_width, figure_captions, compare, trace.as_deref()),
         Command::Provenance { db, json } => cmd::provenance::run(db.as_deref(), json, host),
         Command::Peaks {
             device,

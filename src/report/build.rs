@@ -7,10 +7,12 @@
 //! `loss_<net>_<device>.svg`, `energy_per_image.svg` and `edp.svg` (when energy was measured);
 //! `OUT/compare/time_per_image.svg` and `speedup.svg` with `--compare`; `power_trace_<id>.svg`
 //! with `--trace`. Every `.svg` has a `.pdf` of the same drawing beside it, for a paper. With
-//! `--format png` every plot is a `.png` instead, drawn the same way. A figure without a point
-//! is not drawn. Each figure's caption (what it shows; host, board, power mode, power scope and
-//! the trials' dates) is written under it, and under its `<figure>` in `summary.html`, which
-//! links every file of the host's report.
+//! `--format png` every plot is a `.png` instead, drawn the same way. Figures are drawn at
+//! their printed width (`--figure-width`, 3.5 in by default). A figure without a point is not
+//! drawn. Each figure's caption (what it shows; host, board, power mode, power scope and the
+//! trials' dates) is written beside it, `<figure>.caption.txt`, and under its `<figure>` in
+//! `summary.html`, which links every file of the host's report; `--figure-captions` draws it
+//! into the figure too.
 //! Trials of the MLP and operator workloads get their own tables in the summaries
 //! ([`crate::workloads::mlp::report`], [`crate::workloads::ops::report`]) and CSV files
 //! (`<workload>_<host>_edgebench.csv`). Other frameworks' trials (`edgebench exec`,
@@ -34,7 +36,7 @@ use anyhow::bail;
 use super::csv::export_csv_rows;
 use crate::render::files::{without_empty_files, write_atomic};
 use crate::render::flags::FLAGS_LEGEND;
-use crate::render::plots::{self, Format, Plot};
+use crate::render::plots::{self, FigureOptions, Format, Plot};
 use crate::render::table::{html_escape, Table};
 use crate::render::{Context, Output};
 use crate::store::{ResultRow, Store};
@@ -182,7 +184,7 @@ pub(crate) fn where_when(store: &Store, rows: &[ResultRow]) -> String {
 fn draw_all(
     plots: Vec<(String, Plot)>,
     dir: &Path,
-    format: Format,
+    (format, options): (Format, &FigureOptions),
     context: &str,
 ) -> anyhow::Result<Vec<Figure>> {
     let mut out = Vec::new();
@@ -195,7 +197,7 @@ fn draw_all(
         let stem = crate::render::files::file_name_part(&stem);
         let image = dir.join(format!("{stem}.{}", format.extension()));
         std::fs::create_dir_all(dir)?;
-        let files = plots::draw(&plot, &image, format)?;
+        let files = plots::draw(&plot, &image, format, options)?;
         out.push(Figure {
             image,
             files,
@@ -210,7 +212,7 @@ fn draw_all(
 pub fn build(
     store: &Store,
     out: &Path,
-    format: Format,
+    (format, figures): (Format, &FigureOptions),
     compare: bool,
     trace: Option<&str>,
 ) -> anyhow::Result<Vec<PathBuf>> {
@@ -260,7 +262,12 @@ pub fn build(
             );
             section.write(&host_rows, &context, &mut parts)?;
         }
-        let figures = draw_all(parts.plots, &dir, format, &where_when(store, &host_rows))?;
+        let figures = draw_all(
+            parts.plots,
+            &dir,
+            (format, figures),
+            &where_when(store, &host_rows),
+        )?;
         let tables = parts.tables;
         let md = dir.join("summary.md");
         write_atomic(&md, markdown(host, &tables))?;
@@ -288,7 +295,7 @@ pub fn build(
         let figures = draw_all(
             plots,
             &out.join("compare"),
-            format,
+            (format, figures),
             &where_when(store, &rows),
         )?;
         written.extend(figures.into_iter().flat_map(|f| f.files));

@@ -7,7 +7,7 @@ use crate::common;
 use crate::common::{arg, run_edgebench};
 use crate::fixtures::db::{board_db, board_key, board_run, iter, key, run_info, summary, trial};
 use edgebench::report::export_csv;
-use edgebench::report::plots::PALETTE;
+use edgebench::report::plots::{self, PALETTE};
 use edgebench::store::{merge, MemoryColumns, Store};
 use rusqlite::Connection;
 
@@ -390,7 +390,8 @@ fn report_draws_png_plots_with_text() {
     let html = std::fs::read_to_string(png_out.join("tx2").join("summary.html")).unwrap();
     assert!(html.contains("<img src=\"time_per_image.png\""), "{html}");
 
-    let (w, h) = edgebench::report::plots::SIZE;
+    // A column's width at 300 dpi; as tall as the figure's legend needs.
+    let w = (plots::DEFAULT_WIDTH_IN * plots::PNG_DPI).round() as u32;
     for svg in plots {
         let path = png_out.join(svg.with_extension("png"));
         let bytes = std::fs::read(&path).unwrap();
@@ -398,17 +399,18 @@ fn report_draws_png_plots_with_text() {
         let img = image::load_from_memory_with_format(&bytes, image::ImageFormat::Png)
             .unwrap_or_else(|e| panic!("{path:?}: {e}"))
             .to_rgb8();
-        assert_eq!(img.dimensions(), (w, h), "{path:?}");
+        assert_eq!(img.width(), w, "{path:?}");
+        assert!(img.height() > w / 2, "{path:?}: {:?}", img.dimensions());
         let colours: std::collections::HashSet<[u8; 3]> = img.pixels().map(|p| p.0).collect();
         assert!(colours.len() >= 10, "{path:?}: {} colours", colours.len());
-        // Text: the caption across the top and the rotated y label along the left edge, where
+        // Text: the title across the top and the rotated y label along the left edge, where
         // nothing else is drawn.
         assert!(
-            dark_in(&img, 200..760, 0..40) > 100,
-            "{path:?}: no caption text"
+            dark_in(&img, w / 4..w * 3 / 4, 0..70) > 100,
+            "{path:?}: no title text"
         );
         assert!(
-            dark_in(&img, 0..35, 150..470) > 50,
+            dark_in(&img, 0..50, 300..550) > 50,
             "{path:?}: no y-axis label text"
         );
         // Every series colour of the SVG (lines and markers) is drawn in the PNG too.
@@ -655,8 +657,67 @@ fn report_figures_for_a_paper() {
     for f in files.iter().filter(|f| *f != "summary.html") {
         assert!(hrefs.contains(f), "{f} not linked from summary.html");
     }
+    // Each caption beside its figure, the same as under it in summary.html, not in the
+    // figure; a figure of a paper's column, its text at 8 to 9 pt.
+    for figure in html.split("<figure ").skip(1) {
+        let svg_name = &links(figure, "src")[0];
+        let caption = &figure[figure.find("<figcaption>").unwrap()..];
+        let svg = std::fs::read_to_string(d.join(svg_name)).unwrap();
+        let beside = std::fs::read_to_string(plots::caption_path(&d.join(svg_name))).unwrap();
+        let beside = beside
+            .trim_end()
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;");
+        assert!(
+            caption.contains(&beside),
+            "{svg_name}: {beside} vs {caption}"
+        );
+        assert!(
+            !svg.contains("jetson-orin-nano"),
+            "{svg_name}: caption drawn"
+        );
+        assert!(svg.contains("<svg width=\"252pt\""), "{svg_name}");
+    }
 
     browser_check(&d.join("summary.html"), srcs.len());
+
+    // A page's width, the caption drawn in as well; a width no page has is refused.
+    let wide = dir.path().join("wide");
+    let o = run_edgebench(
+        dir.path(),
+        &[
+            "report",
+            arg(&db),
+            "--out",
+            arg(&wide),
+            "--figure-width",
+            "7",
+            "--figure-captions",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let svg = std::fs::read_to_string(wide.join("orin").join("mlp_time.svg")).unwrap();
+    assert!(svg.contains("<svg width=\"504pt\""));
+    assert!(svg.contains("jetson-orin-nano"), "caption not drawn in");
+    let o = run_edgebench(
+        dir.path(),
+        &[
+            "report",
+            arg(&db),
+            "--out",
+            arg(&wide),
+            "--figure-width",
+            "35",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--figure-width") && err.contains("2 to 12 inches"),
+        "{err}"
+    );
 }
 
 /// Loads `page` in headless Chromium, 800 px wide (narrower than a figure), and asserts that

@@ -355,9 +355,7 @@ pub(crate) fn host_plots(
         out.push((
             "edp".to_string(),
             Plot {
-                title: format!(
-                    "Energy-delay product per image vs batch, {scope} (ringed: lowest per line) — {host}"
-                ),
+                title: format!("Energy-delay product per image vs batch, {scope} — {host}"),
                 x_desc: "batch size".into(),
                 y_desc: "EDP per image".into(),
                 y_unit: Unit::JouleSeconds,

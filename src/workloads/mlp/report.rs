@@ -125,7 +125,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
 
 /// The MLP study's figures (stems `mlp_time`, `mlp_energy`, `mlp_edp`): time per iteration,
 /// energy and EDP per size (in order of work), one line per style and device, so CPU and GPU
-/// sit side by side; energy and EDP only where measured.
+/// sit side by side; energy and EDP only where measured. Titles name the devices drawn.
 pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let mlp: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == super::KIND).collect();
     let mlp = latest(&mlp);
@@ -140,6 +140,7 @@ pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
     let mut names: Vec<String> = sizes.into_iter().map(|(_, n)| n).collect();
     let mut seen = BTreeSet::new();
     names.retain(|n| seen.insert(n.clone()));
+    let devices = device_names(mlp.iter().map(|r| r.device.as_str()));
     let figure = |stem: &str, what: &str, unit: Unit, value: fn(&ResultRow) -> Option<f64>| {
         let mut by: BTreeMap<(String, String), Vec<Point>> = BTreeMap::new();
         for r in &mlp {
@@ -167,7 +168,7 @@ pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
         (
             stem.to_string(),
             Plot {
-                title: format!("MLP study: {what} per size, CPU and GPU — {host}"),
+                title: format!("MLP study: {what} per size, {devices} — {host}"),
                 x_desc: "network size".into(),
                 y_desc: what.into(),
                 y_unit: unit,
@@ -193,6 +194,24 @@ pub(crate) fn mlp_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
         out.push(figure("mlp_edp", "EDP", Unit::JouleSeconds, |r| r.edp_js));
     }
     out
+}
+
+/// The devices of `devices` as a title names them, in order: `CPU`, `GPU` (cuda), others as
+/// written; "CPU and GPU".
+fn device_names<'a>(devices: impl Iterator<Item = &'a str>) -> String {
+    let names: BTreeSet<(u8, String)> = devices
+        .map(|d| match d {
+            "cpu" => (0, "CPU".to_string()),
+            "cuda" => (1, "GPU".to_string()),
+            other => (2, other.to_string()),
+        })
+        .collect();
+    let names: Vec<String> = names.into_iter().map(|(_, n)| n).collect();
+    match names.split_last() {
+        None => "no device".into(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -237,5 +256,27 @@ mod tests {
         assert_eq!(row[col("EDP CPU/GPU")], "16.00");
         // No ratio on the CPU's own rows.
         assert_eq!(t[0].rows[0][col("GPU/CPU")], "-");
+    }
+
+    #[test]
+    fn mlp_figure_titles_name_only_the_devices_drawn() {
+        let cpu = mlp_row("tensors", TrialStatus::Ok, 0.5);
+        let mut gpu = mlp_row("tensors", TrialStatus::Ok, 0.01);
+        gpu.device = "cuda".into();
+        let titles = |rows: &[ResultRow]| -> Vec<String> {
+            mlp_plots("tx2", rows)
+                .into_iter()
+                .map(|(_, p)| p.title)
+                .collect()
+        };
+        for t in titles(std::slice::from_ref(&cpu)) {
+            assert!(t.contains(", CPU — tx2") && !t.contains("GPU"), "{t}");
+        }
+        for t in titles(std::slice::from_ref(&gpu)) {
+            assert!(t.contains(", GPU — tx2") && !t.contains("CPU"), "{t}");
+        }
+        for t in titles(&[gpu, cpu]) {
+            assert!(t.contains(", CPU and GPU — tx2"), "{t}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::render::aggregate::Repetitions;
 use crate::render::fmt::fmt;
-use crate::render::plots::{Axis, Mark, Plot, Point, Series};
+use crate::render::plots::{Axis, Mark, Plot, Point, RefLine, Series};
 use crate::render::select::{latest, num, text};
 use crate::render::table::{with_mean_column, Table};
 use crate::render::{rows, Context, Output, Section};
@@ -250,13 +250,14 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
             "f64" => "DGEMM",
             _ => "SGEMM",
         };
-        let mut series = Vec::new();
+        let mut roofs = Vec::new();
         for (compute, bandwidth, what) in [
             (compute, bandwidth, "measured"),
             (compute_theory, bandwidth_theory, "theoretical"),
         ] {
-            series.extend(roof_lines(compute, bandwidth, lo, hi, what, gemm));
+            roofs.extend(roof_lines(compute, bandwidth, lo, hi, what, gemm));
         }
+        let mut series = Vec::new();
         let mut names: Vec<String> = rs.iter().map(|r| text(r, "op")).collect();
         names.sort();
         names.dedup();
@@ -330,6 +331,7 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
                 x_axis: Axis::Log(10.0),
                 y_axis: Axis::Log(10.0),
                 series,
+                reference_lines: roofs,
                 highlights,
                 point_labels,
                 caption: format!(
@@ -345,7 +347,7 @@ pub(crate) fn roofline_plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plo
 }
 
 /// The two lines of one roofline: the compute roof from the ridge point on, the bandwidth roof
-/// up to it; either left out when unknown (NaN).
+/// up to it; either left out when unknown (NaN). Theoretical roofs are dashed.
 fn roof_lines(
     compute: f64,
     bandwidth: f64,
@@ -353,19 +355,11 @@ fn roof_lines(
     hi: f64,
     what: &str,
     gemm: &str,
-) -> Vec<Series> {
-    let line = |label: String, pts: [(f64, f64); 2]| Series {
+) -> Vec<RefLine> {
+    let line = |label: String, pts: [(f64, f64); 2]| RefLine {
         label,
-        points: pts
-            .into_iter()
-            .map(|(x, y)| Point {
-                x,
-                y: Some(y),
-                mark: Mark::Ok,
-                err: None,
-            })
-            .collect(),
-        markers: false,
+        points: pts.to_vec(),
+        dashed: what != "measured",
     };
     let ridge = compute / bandwidth;
     let mut out = Vec::new();
@@ -425,17 +419,21 @@ mod tests {
         assert!(plots[0].1.highlights.is_empty());
         let (stem, plot) = &plots[0];
         assert_eq!(stem, "roofline_cpu");
-        let labels: Vec<&str> = plot.series.iter().map(|s| s.label.as_str()).collect();
-        assert_eq!(labels[0], "SGEMM roof 50.0 GFLOP/s");
+        let roofs: Vec<&str> = plot
+            .reference_lines
+            .iter()
+            .map(|r| r.label.as_str())
+            .collect();
+        assert_eq!(roofs[0], "SGEMM roof 50.0 GFLOP/s");
         // dot's bandwidth share implies 40 GB/s, add's 20: the roof is the higher one.
-        assert!(
-            labels[1].starts_with("measured bandwidth roof"),
-            "{labels:?}"
-        );
-        assert_eq!(&labels[2..], ["add (8 MiB)", "dot (8 MiB)"]);
-        let compute = plot.series[0].line();
+        assert!(roofs[1].starts_with("measured bandwidth roof"), "{roofs:?}");
+        // The roofs are lines, not data: no series, no marker; the measured ones solid.
+        assert!(plot.reference_lines.iter().all(|r| !r.dashed));
+        let labels: Vec<&str> = plot.series.iter().map(|s| s.label.as_str()).collect();
+        assert_eq!(labels, ["add (8 MiB)", "dot (8 MiB)"]);
+        let compute = &plot.reference_lines[0].points;
         assert!(compute.iter().all(|&(_, y)| (y - 50.0).abs() < 1e-9));
-        assert_eq!(plot.series[3].line(), vec![(100.0, 40.0)]);
+        assert_eq!(plot.series[1].line(), vec![(100.0, 40.0)]);
 
         // f64 ops get a roofline of their own under the DGEMM roof, beside the theoretical
         // roofs; an op above the memory roof is ringed and flagged.
@@ -453,11 +451,15 @@ mod tests {
         let stems: Vec<&str> = plots.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(stems, ["roofline_cpu", "roofline_cpu_f64"]);
         let f64_plot = &plots[1].1;
-        let labels: Vec<&str> = f64_plot.series.iter().map(|s| s.label.as_str()).collect();
-        assert_eq!(labels[0], "DGEMM roof 20.0 GFLOP/s", "{labels:?}");
+        let roofs: Vec<(&str, bool)> = f64_plot
+            .reference_lines
+            .iter()
+            .map(|r| (r.label.as_str(), r.dashed))
+            .collect();
+        assert_eq!(roofs[0], ("DGEMM roof 20.0 GFLOP/s", false), "{roofs:?}");
         assert!(
-            labels.contains(&"theoretical compute roof 40.0 GFLOP/s"),
-            "{labels:?}"
+            roofs.contains(&("theoretical compute roof 40.0 GFLOP/s", true)),
+            "{roofs:?}"
         );
         assert_eq!(f64_plot.highlights.len(), 1);
         assert!(f64_plot.highlights[0].2.starts_with("scalar 8 MiB: 180 %"));
