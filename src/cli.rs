@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[command(
     name = "edgebench",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("EDGEBENCH_GIT_COMMIT"), ", candle ", env!("EDGEBENCH_CANDLE_VERSION"), ")"),
-    about = "Benchmarks CNN training (AlexNet, GoogLeNet) on Jetson-class boards and Linux hosts"
+    about = "Benchmarks Jetson-class boards and Linux hosts: CNN training and inference, the MLP and operator studies, any framework's command, the idle board; time, memory and energy of every iteration, in SQLite"
 )]
 pub(crate) struct Cli {
     /// Root of sysfs (tests and containers point it elsewhere).

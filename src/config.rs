@@ -449,7 +449,7 @@ pub struct MemoryConfig {
     /// How often the memory sampler reads procfs.
     pub sample_interval_ms: u64,
     /// Swap verdict: the worker's own major faults per measured iteration that, with matching
-    /// swap-ins, mark a trial swap-spoiled (see README, "Memory").
+    /// swap-ins, mark a trial swap-spoiled (see docs/memory.md).
     pub major_faults_per_iteration: f64,
     /// Run trials predicted not to fit RAM + swap instead of recording `skipped_memory`.
     pub try_anyway: bool,

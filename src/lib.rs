@@ -1,6 +1,8 @@
-//! edgebench: a benchmark agent for Jetson-class boards. It runs workloads (today the CNN
-//! training of AlexNet and GoogLeNet on candle) while it samples power, memory and clocks,
-//! and logs every iteration to SQLite.
+//! edgebench: a benchmark agent for Jetson-class boards and Linux hosts. It runs workloads
+//! (CNN training and inference, the MLP and operator studies, any framework's training command,
+//! the idle board; `src/workloads/`, one folder each) while it samples power, memory and
+//! clocks, logs every iteration to SQLite, and turns the results into tables, CSV files and
+//! figures. `docs/architecture.md` walks through the layers and how to add a workload.
 //!
 //! Layers, each importing only from those below it:
 //!
@@ -10,8 +12,8 @@
 //! - `runner` (parent: lock, preflight, one worker process per trial, classification,
 //!   summary) over `plan` (config -> trials and resume keys) and `worker` (the child process
 //!   that runs one trial of one workload).
-//! - `workloads` (`cnn`: plan, estimate, run, summarise) over `train` and `models` (BVLC specs
-//!   -> candle graphs, on the `edgebench-kernels` crate).
+//! - `workloads` (each: config section, plan, run in the worker, metrics, report section) over
+//!   `train` and `models` (BVLC specs -> candle graphs, on the `edgebench-kernels` crate).
 //! - `render` (tables, figures, CSV files of the store's rows; the `Section` a workload's
 //!   report implements) over `store` (SQLite, one writer); reading the store only, `report`
 //!   (running every section) and `sync`.

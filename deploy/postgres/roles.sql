@@ -1,6 +1,6 @@
 -- The fleet's two group roles, made once by an administrator (a superuser, e.g.
 -- `sudo -u postgres psql DB -f deploy/postgres/roles.sql`) after `edgebench fleet init` has
--- created schema edgebench. Login roles join them (README, Fleet):
+-- created schema edgebench. Login roles join them (docs/fleet.md):
 --   edgebench_board:  one login role per board; it adds results and ends runs only under the
 --                     hosts edgebench.board_hosts lists for it, never reads results back nor
 --                     deletes them;

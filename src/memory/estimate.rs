@@ -7,8 +7,9 @@
 //! PARAM_COPIES covers weights, gradients, momentum and the transient copies of the backward
 //! pass; ACTIVATION_COPIES the forward outputs kept for backward (conv, bias and ReLU are one
 //! fused output) plus the gradients alive during backward. The constants were fitted to
-//! the peak RSS (VmHWM) of 4-iteration CPU trials of both nets at batch 1, 8 and 32 (README,
-//! "Memory"); one iteration is not enough, the allocator's peak still grows after the first.
+//! the peak RSS (VmHWM) of 4-iteration CPU trials of both nets at batch 1, 8 and 32
+//! (docs/memory.md, "Estimate"); one iteration is not enough, the allocator's peak still grows
+//! after the first.
 
 use crate::models::NetSpec;
 use serde::Serialize;

@@ -480,3 +480,93 @@ fn repeated_sweep_interleaves_repetitions_resumes_the_missing_and_aggregates() {
     let out = sweep("1");
     assert!(out.contains("0 trial(s) run, 2 already done"), "{out}");
 }
+
+/// `config/edgebench.toml` documents every section and key a user may set: the shared
+/// sections and each registered workload's own, live or commented out, and it loads and
+/// passes every workload's check as it stands.
+#[test]
+fn the_example_config_documents_every_section_and_key() {
+    use edgebench::config::Config;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("config/edgebench.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let config = Config::from_toml(&text, &path).unwrap_or_else(|e| panic!("{e}"));
+
+    // Each workload's section as its defaults write it; a workload added to the registry
+    // without an entry here fails the test until its section is documented.
+    let mut documented = toml::Table::try_from(Config::default()).unwrap();
+    for name in edgebench::workloads::names() {
+        let section = match name.as_str() {
+            // The sweep's own keys (nets, batches, epochs, images) are its parameters.
+            "cnn" => continue,
+            "exec" => toml::Value::try_from(edgebench::config::ExecEntry {
+                name: "pytorch".into(),
+                command: vec!["python3".into()],
+                parser: Some("edgebench".into()),
+                timeout: Some(edgebench::config::Timeout(std::time::Duration::from_secs(
+                    60,
+                ))),
+                user: Some("bench".into()),
+            })
+            .unwrap(),
+            "mlp" | "ops" => documented[&name].clone(),
+            "idle" => {
+                toml::Value::try_from(edgebench::workloads::idle::IdleConfig::default()).unwrap()
+            }
+            "infer" => {
+                toml::Value::try_from(edgebench::workloads::infer::InferConfig::default()).unwrap()
+            }
+            other => panic!("workload '{other}': document its section in config/edgebench.toml"),
+        };
+        let header = match name.as_str() {
+            "exec" => format!("[[{name}]]"),
+            _ => format!("[{name}]"),
+        };
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start_matches(['#', ' ']).starts_with(&header)),
+            "config/edgebench.toml has no {header} section"
+        );
+        assert!(
+            text.contains(&format!("| {name}")) || text.contains(&format!("= \"{name}\"")),
+            "config/edgebench.toml's sweep.workload does not list {name}"
+        );
+        documented.insert(name, section);
+    }
+
+    for (section, value) in &documented {
+        let Some(table) = value.as_table() else {
+            continue;
+        };
+        assert!(
+            text.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.starts_with(&format!("[{section}]")) || l.starts_with(&format!("[[{section}]]"))
+            }),
+            "config/edgebench.toml has no [{section}]"
+        );
+        for key in table.keys() {
+            let documented = text.lines().any(|l| {
+                let l = l.trim_start_matches(['#', ' ']);
+                l.strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+                    || l.starts_with(&format!("[{section}.{key}]"))
+            });
+            assert!(
+                documented,
+                "config/edgebench.toml does not document {section}.{key}"
+            );
+        }
+    }
+
+    // As it stands the file is a valid config for every workload that needs nothing more.
+    for name in edgebench::workloads::names() {
+        if name == "exec" {
+            continue; // its entries are commented out: there is no command to run by default
+        }
+        let mut c = config.clone();
+        c.sweep.workload = edgebench::workloads::parse_kind(&name).unwrap();
+        edgebench::workloads::check_config(&c, "config/edgebench.toml")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}

@@ -88,7 +88,7 @@ pub(crate) fn ensure(client: &mut postgres::Client) -> anyhow::Result<()> {
         tx.batch_execute(m.sql).map_err(|e| {
             anyhow::anyhow!(
                 "creating the server's edgebench schema v{}: {}; run `edgebench fleet init` as \
-                 the database owner (see README, Fleet)",
+                 the database owner (see docs/fleet.md)",
                 m.version,
                 describe(&e)
             )
