@@ -40,8 +40,9 @@ fn main() -> anyhow::Result<()> {
                 rate_hz,
                 ..Default::default()
             };
-            let m = PowerMonitor::for_run(&host, &cfg)?;
-            let metrics = edgebench::metrics::Metrics::for_host(&host, None);
+            let board = edgebench::board::select(&host, None)?;
+            let metrics = edgebench::metrics::Metrics::for_host(&host, board.profile);
+            let m = PowerMonitor::for_run(&host, &cfg, board)?;
             let (cpu0, t0) = (cpu_seconds(), Instant::now());
             let h = if live {
                 m.start_live(metrics.power_sinks(&m.rails_by_source(), m.scope.as_str()))
