@@ -30,6 +30,22 @@ pub struct PowerMonitor {
 }
 
 impl PowerMonitor {
+    /// How often a new reading of the total exists: the sensors' refresh, or the sampling
+    /// period where `power.rate_hz` samples the total's sources more slowly than they
+    /// refresh. Locks the sources: call it between recordings, never while one runs.
+    pub fn reading_period(&self) -> Duration {
+        self.sources
+            .iter()
+            .filter(|(src, _)| {
+                let name = src.lock().unwrap_or_else(|e| e.into_inner()).describe();
+                self.total.iter().any(|(s, _)| *s == name)
+            })
+            .map(|(_, sampling)| *sampling)
+            .chain(std::iter::once(self.sensor_period))
+            .max()
+            .unwrap_or_default()
+    }
+
     /// Drives the GPIO marker (if configured): high from the first measured iteration's start
     /// to the trial's end. A failure is logged, not fatal: the measurement itself is intact.
     pub fn mark(&self, high: bool) {

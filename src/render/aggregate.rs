@@ -56,52 +56,101 @@ impl KeyAggregate {
     }
 }
 
-/// The newest `ok` trial of each repetition of each (host, key) among `rows` (oldest first),
-/// and the groups in the order they first appear.
-fn ok_repetitions(rows: &[ResultRow]) -> (Vec<Group>, HashMap<Group, BTreeMap<usize, &ResultRow>>) {
-    let mut order: Vec<Group> = Vec::new();
-    let mut repetitions: HashMap<Group, BTreeMap<usize, &ResultRow>> = HashMap::new();
-    for row in rows {
-        let group = group_of(row);
-        let slot = repetitions.entry(group.clone()).or_insert_with(|| {
-            order.push(group);
-            BTreeMap::new()
-        });
-        if row.status == TrialStatus::Ok {
-            slot.insert(row.repetition, row);
-        }
-    }
-    (order, repetitions)
-}
-
-/// The repetitions of every key, for figures and tables: a point stands for its key's mean
-/// with the 95 % confidence interval as its error bar, a table's cell for the mean ± CI.
+/// The repetitions of every key, for tables and figures: a table's cell stands for its key's
+/// mean over the `ok` repetitions (± the 95 % confidence interval where the table shows one),
+/// a figure's point for the mean with the interval as its error bar.
 pub struct Repetitions<'a> {
+    /// The groups in the order they first appear.
+    order: Vec<Group>,
+    /// The `ok` repetitions of each key, by index: each one's newest `ok` trial.
     by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>>,
     /// Every repetition run of each key, by index: its newest `ok` trial, else its newest.
     run_by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>>,
 }
 
+/// Whether a time or energy figure of `ok` repetitions varies more than [`SPREAD_CV`]
+/// between them. EDP is left out: it multiplies the two, so its spread only repeats theirs.
+fn spread_flag(ok: &[&ResultRow]) -> bool {
+    let figure = |f: fn(&ResultRow) -> Option<f64>| {
+        stats::spread(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+    };
+    [
+        figure(|r| r.time_per_item_s),
+        figure(|r| r.time_per_iteration_s),
+        figure(|r| r.energy_per_item_j),
+        figure(|r| r.energy_j),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|s| s.cv)
+    .any(|cv| cv > SPREAD_CV)
+}
+
+/// The longest error text a runs cell quotes of a failed repetition.
+const RUN_ERROR_CHARS: usize = 80;
+
 impl<'a> Repetitions<'a> {
-    pub fn of(rows: &'a [ResultRow]) -> Repetitions<'a> {
+    /// The repetitions of `rows` (oldest first). A repetition run more than once (`--force`)
+    /// counts with its newest `ok` trial.
+    pub fn of(rows: impl IntoIterator<Item = &'a ResultRow>) -> Repetitions<'a> {
+        let mut order: Vec<Group> = Vec::new();
+        let mut by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>> = HashMap::new();
         let mut run_by_group: HashMap<Group, BTreeMap<usize, &'a ResultRow>> = HashMap::new();
         for row in rows {
-            let slot = run_by_group.entry(group_of(row)).or_default();
-            match slot.get(&row.repetition) {
+            let group = group_of(row);
+            let runs = run_by_group.entry(group.clone()).or_insert_with(|| {
+                order.push(group.clone());
+                BTreeMap::new()
+            });
+            match runs.get(&row.repetition) {
                 Some(kept) if kept.status == TrialStatus::Ok && row.status != TrialStatus::Ok => {}
                 _ => {
-                    slot.insert(row.repetition, row);
+                    runs.insert(row.repetition, row);
                 }
+            }
+            let ok = by_group.entry(group).or_default();
+            if row.status == TrialStatus::Ok {
+                ok.insert(row.repetition, row);
             }
         }
         Repetitions {
-            by_group: ok_repetitions(rows).1,
+            order,
+            by_group,
             run_by_group,
         }
     }
 
-    /// A table's cell of `value` for `row`'s key: with two or more `ok` repetitions measuring
-    /// it, "mean ± CI half-width" over them (scaled); else the row's own value, or `-`.
+    /// The `ok` repetitions of `row`'s key, in repetition order.
+    fn ok(&self, row: &ResultRow) -> Vec<&'a ResultRow> {
+        self.by_group
+            .get(&group_of(row))
+            .map(|reps| reps.values().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// `value` over the `ok` repetitions of `row`'s key that measured it: the one definition
+    /// of a key's figure every table, CSV file and figure reads.
+    pub(crate) fn spread(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+    ) -> Option<Spread> {
+        let values: Vec<f64> = self.ok(row).into_iter().filter_map(value).collect();
+        stats::spread(&values)
+    }
+
+    /// The mean of `value` over the `ok` repetitions of `row`'s key; None where none of them
+    /// measured it (or none ended `ok`).
+    pub(crate) fn mean(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+    ) -> Option<f64> {
+        self.spread(row, value).map(|s| s.mean)
+    }
+
+    /// A table's cell of `value` for `row`'s key with its interval: with two or more `ok`
+    /// repetitions measuring it "mean ± CI half-width" (scaled), with one its value, else `-`.
     pub(crate) fn cell(
         &self,
         row: &ResultRow,
@@ -119,18 +168,42 @@ impl<'a> Repetitions<'a> {
         value: impl Fn(&ResultRow) -> Option<f64>,
         show: impl Fn(f64) -> String,
     ) -> String {
-        match self
-            .spread(row, &value)
-            .filter(|s| s.n >= 2)
-            .and_then(|s| Some((s.mean, s.ci95_half()?)))
-        {
-            Some((mean, half)) => format!("{} ± {}", show(mean), show(half)),
-            None => value(row).map_or_else(|| "-".into(), show),
+        match self.spread(row, value) {
+            None => "-".into(),
+            Some(s) => match s.ci95_half().filter(|_| s.n >= 2) {
+                Some(half) => format!("{} ± {}", show(s.mean), show(half)),
+                None => show(s.mean),
+            },
         }
     }
 
-    /// "n ok / N run" of `row`'s key, naming the repetitions that did not end `ok` and how
-    /// they ended, e.g. `2 ok / 3 run (3: failed)`.
+    /// A table's cell of the mean of `value` over `row`'s key's `ok` repetitions, scaled,
+    /// without its interval; `-` where none measured it.
+    pub(crate) fn mean_cell(
+        &self,
+        row: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+        scale: f64,
+        digits: usize,
+    ) -> String {
+        self.mean(row, value)
+            .map_or_else(|| "-".into(), |v| format!("{:.digits$}", v * scale))
+    }
+
+    /// The ratio of two keys' means of `value` (`numerator`'s over `denominator`'s), each
+    /// over its own `ok` repetitions; None where either has none or the ratio is not finite.
+    pub(crate) fn ratio(
+        &self,
+        numerator: &ResultRow,
+        denominator: &ResultRow,
+        value: impl Fn(&ResultRow) -> Option<f64>,
+    ) -> Option<f64> {
+        let ratio = self.mean(numerator, &value)? / self.mean(denominator, &value)?;
+        ratio.is_finite().then_some(ratio)
+    }
+
+    /// "n ok / N run" of `row`'s key, naming each repetition that did not end `ok` and how it
+    /// ended, e.g. `2 ok / 3 run; repetition 3 failed: oom`.
     pub(crate) fn runs_cell(&self, row: &ResultRow) -> String {
         let Some(runs) = self.run_by_group.get(&group_of(row)) else {
             return "-".into();
@@ -139,52 +212,52 @@ impl<'a> Repetitions<'a> {
             .values()
             .filter(|r| r.status == TrialStatus::Ok)
             .count();
-        let failed: Vec<String> = runs
-            .iter()
-            .filter(|(_, r)| r.status != TrialStatus::Ok)
-            .map(|(rep, r)| format!("{rep}: {}", r.status))
-            .collect();
-        match failed.is_empty() {
-            true => format!("{ok} ok / {} run", runs.len()),
-            false => format!("{ok} ok / {} run ({})", runs.len(), failed.join(", ")),
+        let mut cell = format!("{ok} ok / {} run", runs.len());
+        for (rep, r) in runs.iter().filter(|(_, r)| r.status != TrialStatus::Ok) {
+            // A failure names its error (its first line); any other end is its status.
+            let error = r.error.as_deref().and_then(|e| e.lines().next());
+            let why = match (&r.status, error.map(str::trim)) {
+                (TrialStatus::Failed, Some(e)) if !e.is_empty() => {
+                    format!(": {}", crate::text::ellipsis(e, RUN_ERROR_CHARS))
+                }
+                (TrialStatus::Failed, _) => String::new(),
+                (status, _) => format!(": {status}"),
+            };
+            cell.push_str(&format!("; repetition {rep} failed{why}"));
         }
+        cell
     }
 
     /// The flags of `row`'s key: every flag of its `ok` repetitions (of the row itself when
     /// none is `ok`), each once, then `SPREAD` when its time or energy varies more than
     /// [`SPREAD_CV`] between them.
     pub(crate) fn flags(&self, row: &ResultRow) -> Vec<String> {
-        let ok: Vec<&ResultRow> = self
-            .by_group
-            .get(&group_of(row))
-            .map(|reps| reps.values().copied().collect())
-            .unwrap_or_default();
+        self.flags_with(row, |_| Vec::new())
+    }
+
+    /// [`Repetitions::flags`] with a workload's own flags of each trial (`own`) first.
+    pub(crate) fn flags_with(
+        &self,
+        row: &ResultRow,
+        own: impl Fn(&ResultRow) -> Vec<String>,
+    ) -> Vec<String> {
+        let ok = self.ok(row);
         let of: Vec<&ResultRow> = match ok.is_empty() {
             true => vec![row],
             false => ok.clone(),
         };
         let mut flags: Vec<String> = Vec::new();
         for r in of {
-            for f in crate::render::flags::trial_flags(r) {
-                if !flags.iter().any(|g| *g == f) {
-                    flags.push(f.into_owned());
+            let trial = crate::render::flags::trial_flags(r)
+                .into_iter()
+                .map(|f| f.into_owned());
+            for f in own(r).into_iter().chain(trial) {
+                if !flags.contains(&f) {
+                    flags.push(f);
                 }
             }
         }
-        let figure = |f: fn(&ResultRow) -> Option<f64>| {
-            stats::spread(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
-        };
-        let spread = [
-            figure(|r| r.time_per_item_s),
-            figure(|r| r.time_per_iteration_s),
-            figure(|r| r.energy_per_item_j),
-            figure(|r| r.energy_j),
-        ]
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.cv)
-        .any(|cv| cv > SPREAD_CV);
-        if spread {
+        if spread_flag(&ok) {
             flags.push("SPREAD".into());
         }
         flags
@@ -204,86 +277,42 @@ impl<'a> Repetitions<'a> {
             _ => (value(row), None),
         }
     }
-}
 
-impl Repetitions<'_> {
-    /// `value` over the `ok` repetitions of `row`'s key that measured it.
-    fn spread(&self, row: &ResultRow, value: impl Fn(&ResultRow) -> Option<f64>) -> Option<Spread> {
-        let values: Vec<f64> = self
-            .by_group
-            .get(&group_of(row))
-            .map(|reps| reps.values().filter_map(|r| value(r)).collect())
-            .unwrap_or_default();
-        stats::spread(&values)
-    }
-
-    /// Whether some key has two or more `ok` repetitions: tables add a mean ± CI column then.
+    /// Whether some key was run more than once: tables add the runs column then.
     pub(crate) fn any_repeated(&self) -> bool {
-        self.by_group.values().any(|reps| reps.len() >= 2)
+        self.run_by_group.values().any(|reps| reps.len() >= 2)
     }
 
-    /// "mean ± CI half-width (n)" of `value` over `row`'s key's `ok` repetitions, scaled, or
-    /// `-` with fewer than two.
-    pub(crate) fn mean_ci_cell(
-        &self,
-        row: &ResultRow,
-        value: impl Fn(&ResultRow) -> Option<f64>,
-        scale: f64,
-        digits: usize,
-    ) -> String {
-        match self
-            .spread(row, value)
-            .and_then(|s| Some((s.mean, s.ci95_half()?, s.n)))
-        {
-            Some((mean, half, n)) => format!(
-                "{:.digits$} ± {:.digits$} ({n})",
-                mean * scale,
-                half * scale
-            ),
-            None => "-".into(),
-        }
+    /// One aggregate per (host, key), in the order the keys first appear.
+    fn aggregates(&self) -> Vec<KeyAggregate> {
+        self.order
+            .iter()
+            .map(|group| {
+                let ok: Vec<&ResultRow> = self.by_group[group].values().copied().collect();
+                let figure = |f: fn(&ResultRow) -> Option<f64>| {
+                    stats::spread(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+                };
+                KeyAggregate {
+                    group: group.clone(),
+                    n: ok.len(),
+                    time_per_item_s: figure(|r| r.time_per_item_s),
+                    time_per_iteration_s: figure(|r| r.time_per_iteration_s),
+                    energy_per_item_j: figure(|r| r.energy_per_item_j),
+                    energy_j: figure(|r| r.energy_j),
+                    avg_power_w: figure(|r| r.avg_power_w),
+                    edp_js: figure(|r| r.edp_js),
+                    edp_per_item_js: figure(|r| r.edp_per_item_js),
+                    spread_flag: spread_flag(&ok),
+                }
+            })
+            .collect()
     }
 }
 
 /// One aggregate per (host, key) of `rows` (oldest first), in the order the keys first appear.
 /// A repetition run more than once (`--force`) counts with its newest `ok` trial.
 pub(crate) fn aggregate(rows: &[ResultRow]) -> Vec<KeyAggregate> {
-    let (order, repetitions) = ok_repetitions(rows);
-    order
-        .into_iter()
-        .map(|group| {
-            let ok: Vec<&ResultRow> = repetitions[&group].values().copied().collect();
-            let figure = |f: fn(&ResultRow) -> Option<f64>| {
-                stats::spread(&ok.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
-            };
-            let time_per_item_s = figure(|r| r.time_per_item_s);
-            let time_per_iteration_s = figure(|r| r.time_per_iteration_s);
-            let energy_per_item_j = figure(|r| r.energy_per_item_j);
-            let energy_j = figure(|r| r.energy_j);
-            let spread_flag = [
-                &time_per_item_s,
-                &time_per_iteration_s,
-                &energy_per_item_j,
-                &energy_j,
-            ]
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.cv)
-            .any(|cv| cv > SPREAD_CV);
-            KeyAggregate {
-                group,
-                n: ok.len(),
-                time_per_item_s,
-                time_per_iteration_s,
-                energy_per_item_j,
-                energy_j,
-                avg_power_w: figure(|r| r.avg_power_w),
-                edp_js: figure(|r| r.edp_js),
-                edp_per_item_js: figure(|r| r.edp_per_item_js),
-                spread_flag,
-            }
-        })
-        .collect()
+    Repetitions::of(rows).aggregates()
 }
 
 /// A figure of a trial, for the means file.
@@ -452,6 +481,7 @@ mod tests {
             row(16, 1, TrialStatus::Ok, 5.0),
         ];
         rows[1].power_low_samples = Some(4);
+        rows[2].error = Some("command exited with status 1\nits output".into());
         let reps = Repetitions::of(&rows);
         let latest = &rows[2];
         // J of the two ok repetitions (100 and 300): the mean ± t(0.975, 1) x sd / sqrt(2).
@@ -460,10 +490,27 @@ mod tests {
             reps.cell(latest, |r| r.energy_j, 1.0, 1),
             format!("200.0 ± {half:.1}")
         );
-        assert_eq!(reps.runs_cell(latest), "2 ok / 3 run (3: failed)");
+        assert_eq!(
+            reps.runs_cell(latest),
+            "2 ok / 3 run; repetition 3 failed: command exited with status 1"
+        );
+        // Every figure of the table is the key's mean, with or without its interval.
+        assert_eq!(reps.mean_cell(latest, |r| r.energy_j, 1.0, 1), "200.0");
+        assert_eq!(reps.mean(&rows[0], |r| r.time_per_image_s), Some(2.0));
         // The ok repetitions' flags, not the failed one's error; their spread.
         assert_eq!(reps.flags(latest), ["FEW_READINGS(4)", "SPREAD"]);
-        // A single repetition: its own value, no SPREAD.
+        // A single repetition: its own value, no SPREAD; a key without an ok one: no value.
+        let oom = ResultRow {
+            status: TrialStatus::Oom,
+            ..row(32, 1, TrialStatus::Ok, 1.0)
+        };
+        let with_oom = [rows.clone(), vec![oom.clone()]].concat();
+        let reps_oom = Repetitions::of(&with_oom);
+        assert_eq!(reps_oom.cell(&oom, |r| r.energy_j, 1.0, 1), "-");
+        assert_eq!(
+            reps_oom.runs_cell(&oom),
+            "0 ok / 1 run; repetition 1 failed: oom"
+        );
         assert_eq!(reps.cell(&rows[3], |r| r.energy_j, 1.0, 1), "500.0");
         assert_eq!(reps.runs_cell(&rows[3]), "1 ok / 1 run");
         assert!(reps.flags(&rows[3]).is_empty());
@@ -492,7 +539,7 @@ mod tests {
                 "cpu",
                 "8",
                 "{}",
-                "2 ok / 3 run (3: failed)",
+                "2 ok / 3 run; repetition 3 failed",
                 "energy_j",
                 "2"
             ]

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use super::aggregate::Repetitions;
 use super::select::label;
-use crate::store::{ResultRow, TrialStatus};
+use crate::store::ResultRow;
 
 /// `v` times `scale` with `digits` decimals, `-` when absent.
 pub(crate) fn fmt(v: Option<f64>, scale: f64, digits: usize) -> String {
@@ -17,16 +18,17 @@ pub(crate) fn sci(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.3e}")).unwrap_or_else(|| "-".into())
 }
 
-/// GPU-over-CPU speedup per `key`: the CPU trial's time per image over the CUDA trial's,
-/// where both are `ok` with a time and ran the same work (epochs, images, data set). Among
-/// trials of one key and work the last in `rows` counts.
+/// GPU-over-CPU speedup per `key`: the CPU key's mean time per image over the CUDA key's,
+/// each over its `ok` repetitions ([`Repetitions::mean`]), where both ran the same work
+/// (epochs, images, data set). Among keys of one `key` and work the last in `rows` counts.
 pub(crate) fn speedups<'a, K: Eq + Hash>(
     rows: impl IntoIterator<Item = &'a ResultRow> + Clone,
     key: impl Fn(&ResultRow) -> K,
 ) -> HashMap<K, f64> {
+    let repetitions = Repetitions::of(rows.clone());
     let time = |device: &str, r: &ResultRow| {
-        (r.device == device && r.status == TrialStatus::Ok)
-            .then_some(r.time_per_image_s)
+        (r.device == device)
+            .then(|| repetitions.mean(r, |r| r.time_per_image_s))
             .flatten()
     };
     let work = |r: &ResultRow| (r.epochs, r.images, r.dataset.clone());

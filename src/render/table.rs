@@ -32,7 +32,7 @@ impl Table {
     }
 
     /// Appends the table to an HTML page: its title as a heading, then the table, a row whose
-    /// status is not `ok` or that has flags marked `bad`.
+    /// status is not `ok`, that has flags or a repetition that failed marked `bad`.
     pub(crate) fn html(&self, s: &mut String) {
         let _ = writeln!(
             s,
@@ -40,17 +40,18 @@ impl Table {
             html_escape(&shown(&self.title))
         );
         for h in &self.header {
-            let _ = write!(s, "<th>{}</th>", html_escape(h));
+            let _ = write!(s, "<th>{}</th>", wrappable(h));
         }
         s.push_str("</tr>\n");
         let column = |name: &str| self.header.iter().position(|h| *h == name);
-        let (status, flags) = (column("status"), column("flags"));
+        let (status, flags, runs) = (column("status"), column("flags"), column("runs"));
         for r in &self.rows {
-            let bad =
-                status.is_some_and(|i| r[i] != "ok") || flags.is_some_and(|i| !r[i].is_empty());
+            let bad = status.is_some_and(|i| r[i] != "ok")
+                || flags.is_some_and(|i| !r[i].is_empty())
+                || runs.is_some_and(|i| r[i].contains(" failed"));
             s.push_str(if bad { "<tr class=\"bad\">" } else { "<tr>" });
             for c in r {
-                let _ = write!(s, "<td>{}</td>", html_escape(&shown(c)));
+                let _ = write!(s, "<td>{}</td>", wrappable(&shown(c)));
             }
             s.push_str("</tr>\n");
         }
@@ -58,9 +59,9 @@ impl Table {
     }
 }
 
-/// `cells` with, when keys were repeated, a mean ± CI cell inserted at `at` (a table's header
+/// `cells` with, when keys were repeated, the runs cell inserted at `at` (a table's header
 /// and each of its rows alike).
-pub(crate) fn with_mean_column<T>(
+pub(crate) fn with_runs_column<T>(
     mut cells: Vec<T>,
     repeated: bool,
     at: usize,
@@ -70,6 +71,14 @@ pub(crate) fn with_mean_column<T>(
         cells.insert(at.min(cells.len()), cell());
     }
     cells
+}
+
+/// A cell's text for a table that must fit a narrow page: escaped, a line may break after a
+/// `/` (`ms/iteration`, `3 ok / 3 run`) and a `±` stays with the half-width after it.
+fn wrappable(cell: &str) -> String {
+    html_escape(cell)
+        .replace('/', "/<wbr>")
+        .replace("± ", "±&nbsp;")
 }
 
 /// `s` with HTML's special characters escaped, for text and attribute values.
@@ -135,9 +144,9 @@ mod tests {
     }
 
     #[test]
-    fn a_mean_column_only_when_keys_repeat() {
-        assert_eq!(with_mean_column(vec![1, 2], false, 1, || 9), [1, 2]);
-        assert_eq!(with_mean_column(vec![1, 2], true, 1, || 9), [1, 9, 2]);
-        assert_eq!(with_mean_column(vec![1, 2], true, 5, || 9), [1, 2, 9]);
+    fn a_runs_column_only_when_keys_repeat() {
+        assert_eq!(with_runs_column(vec![1, 2], false, 1, || 9), [1, 2]);
+        assert_eq!(with_runs_column(vec![1, 2], true, 1, || 9), [1, 9, 2]);
+        assert_eq!(with_runs_column(vec![1, 2], true, 5, || 9), [1, 2, 9]);
     }
 }

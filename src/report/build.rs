@@ -59,7 +59,10 @@ fn markdown(host: &str, tables: &[Table]) -> String {
 
 const LEGEND: &str = "Time per image is the median step time / batch over the measured \
 iterations (warm-up excluded), ± the interquartile range / batch. A `-` is no value: the trial \
-did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured.";
+did not finish `ok` (oom, skipped_memory, failed, crashed, interrupted) or was not measured. \
+Where a key was run more than once (`runs`: repetitions ended `ok` / run, and how each other one \
+ended), every figure of its row is the mean over its `ok` repetitions, `±` the half-width of the \
+mean's 95 % confidence interval (Student's t), and its flags are those of any `ok` repetition.";
 
 /// A figure of the summary page: its image, the same drawing in other formats, its caption.
 pub(crate) struct Figure {
@@ -76,15 +79,19 @@ fn file_name(p: &Path) -> String {
 }
 
 /// The summary page: the tables, every figure with its caption under it, and a link to every
-/// file of the host's report. Images and wide tables are kept within the page's width.
+/// file of the host's report. Images and tables are kept within the page's width: a table's
+/// headers and cells wrap (an 800 px window holds every table edgebench writes), and one
+/// wider than the page would scroll inside its own box.
 fn html(host: &str, tables: &[Table], figures: &[Figure], files: &[PathBuf]) -> String {
     let host = crate::text::ellipsis(host, crate::render::table::MAX_CELL);
     let mut s = format!(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>edgebench: {0}</title>\n\
-         <style>body{{font-family:sans-serif;margin:8px}} table{{border-collapse:collapse}} \
-         td,th{{border:1px solid #999;padding:2px 6px;text-align:right}} \
+         <style>body{{font-family:sans-serif;margin:8px}} \
+         table{{border-collapse:collapse;font-size:12px}} \
+         td,th{{border:1px solid #999;padding:1px 3px;text-align:right;vertical-align:top}} \
+         th{{font-weight:normal;background:#eee}} \
          tr.bad td{{color:#a00}} div.table{{max-width:100%;overflow-x:auto}} \
          figure{{margin:1em 0}} figure img{{max-width:100%;height:auto}} \
          figcaption{{max-width:60em}} p{{max-width:60em}}</style></head><body>\n\

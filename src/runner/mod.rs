@@ -137,13 +137,14 @@ pub fn live_metrics(host: &HostPaths, board: &Detection) -> Metrics {
 
 pub fn sweep(req: SweepRequest<'_>) -> Result<RunOutcome, SweepError> {
     let config = req.config;
-    let prepared = preflight(config, req.host, req.board).map_err(refused)?;
+    let mut prepared = preflight(config, req.host, req.board).map_err(refused)?;
     let power = match config.power.enabled {
         true => Some(
             PowerMonitor::for_run(req.host, &config.power, req.board.clone()).map_err(refused)?,
         ),
         false => None,
     };
+    prepared.power_reading_period = power.as_ref().map(PowerMonitor::reading_period);
     let db = config.db_path();
     // A damaged, foreign or unwritable file is refused before its lock file is made beside it.
     Store::check_existing(&db).map_err(|e| match e.is_bad_input() {

@@ -296,6 +296,10 @@ pub struct Prepared {
     pub provenance: Vec<(String, String)>,
     /// What the workload keeps for planning (the roofs its trials are judged against).
     pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// How often the sweep's power sensor gives a new reading (the slowest source of the
+    /// total, or the sampling period when that is slower); None without `--power`. A workload
+    /// that chooses its own trial length measures at least enough readings.
+    pub power_reading_period: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Prepared {

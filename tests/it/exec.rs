@@ -1033,14 +1033,15 @@ fn report_shows_each_engine_with_its_speedup_and_unmeasured_energy() {
             })
             .collect()
     };
-    let caffe_rows = table("## Engine caffe — tx1");
+    // A table per device.
+    let cpu_rows = table("## Engine caffe on cpu — tx1");
+    let caffe_rows = table("## Engine caffe on cuda — tx1");
     let header = &caffe_rows[0];
     let col = |name: &str| header.iter().position(|h| h == name).unwrap();
-    assert_eq!(caffe_rows.len(), 1 + 1 + 3, "{md}");
-    let gpu = caffe_rows
-        .iter()
-        .find(|r| r[col("device")] == "cuda")
-        .unwrap();
+    assert_eq!(cpu_rows[0], *header);
+    assert_eq!(cpu_rows.len() + caffe_rows.len(), 2 * (1 + 1) + 3, "{md}");
+    assert_eq!(caffe_rows.len(), 1 + 1 + 1, "{md}");
+    let gpu = &caffe_rows[2];
     // The median step: 0.25 s per iteration of 16 images.
     assert_eq!(gpu[col("median ms")], "15.625");
     // The time: the measured window (the first, slower step included) over its images.
@@ -1057,7 +1058,7 @@ fn report_shows_each_engine_with_its_speedup_and_unmeasured_energy() {
     assert_eq!(gpu[col("J/image")], "not measured");
     assert_eq!(gpu[col("EDP J·s")], "not measured");
     assert_eq!(gpu[col("source")], "imported log");
-    let cpu32 = caffe_rows.iter().find(|r| r[col("batch")] == "32").unwrap();
+    let cpu32 = cpu_rows.iter().find(|r| r[col("batch")] == "32").unwrap();
     assert_eq!(cpu32[col("GPU/CPU")], "-");
 
     // Both engines' speedups side by side: edgebench's own (board_db: 0.2 / 0.01 = 20x).

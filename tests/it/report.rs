@@ -721,7 +721,8 @@ fn report_figures_for_a_paper() {
 }
 
 /// Loads `page` in headless Chromium, 800 px wide (narrower than a figure), and asserts that
-/// every image loaded and nothing is wider than the window.
+/// every image loaded, nothing is wider than the window, and every table fits its container
+/// (no table scrolls sideways inside the page).
 fn browser_check(page: &Path, images: usize) {
     let chromium = ["chromium", "chromium-browser"].into_iter().find(|c| {
         std::process::Command::new(c)
@@ -743,7 +744,14 @@ fn browser_check(page: &Path, images: usize) {
             .filter(e => !e.parentElement.closest('div.table'))\
             .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5)\
             .map(e => e.tagName);\
-        const v = {images: imgs.length, broken, wide,\
+        const tables = [...document.querySelectorAll('table')];\
+        const clipped = tables\
+            .filter(t => t.getBoundingClientRect().width > t.parentElement.clientWidth + 0.5\
+                || t.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5)\
+            .map(t => (t.parentElement.previousElementSibling || {}).textContent + ': ' +\
+                Math.round(t.getBoundingClientRect().width) + ' px in ' +\
+                t.parentElement.clientWidth + ' px');\
+        const v = {images: imgs.length, broken, wide, tables: tables.length, clipped,\
             scroll: document.documentElement.scrollWidth,\
             client: document.documentElement.clientWidth};\
         const pre = document.createElement('pre');\
@@ -790,9 +798,364 @@ fn browser_check(page: &Path, images: usize) {
         serde_json::json!([]),
         "elements wider than the window: {v}"
     );
+    assert!(v["tables"].as_u64().is_some_and(|n| n > 0), "no table: {v}");
+    assert_eq!(
+        v["clipped"],
+        serde_json::json!([]),
+        "tables wider than their place in an 800 px window: {v}"
+    );
     let width = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {v}"));
     assert!(
         width("scroll") <= width("client"),
         "the page scrolls sideways: {v}"
     );
+}
+
+/// The rows of the Markdown table titled `title` (its header first), each a list of cells.
+fn md_table(md: &str, title: &str) -> Vec<Vec<String>> {
+    let start = md
+        .find(&format!("## {title}"))
+        .unwrap_or_else(|| panic!("no table {title} in {md}"));
+    md[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("|---"))
+        .map(|l| {
+            l.trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// Mean and standard deviation (n - 1) of `values`, computed here rather than by edgebench.
+fn mean_sd(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// Student's t at 0.975 for 1 and 2 degrees of freedom.
+fn t975(dof: usize) -> f64 {
+    match dof {
+        1 => 12.706_204_736_174_707,
+        2 => 4.302_652_729_911_275,
+        _ => panic!("no t for {dof} degrees of freedom here"),
+    }
+}
+
+/// Asserts that `cell` shows the mean of `values` (scaled, `digits` decimals), with its 95 %
+/// confidence interval's half-width after ` ± ` when `ci`.
+fn assert_mean_cell(what: &str, cell: &str, values: &[f64], scale: f64, digits: i32, ci: bool) {
+    let (mean, sd) = mean_sd(values);
+    let tolerance = 0.5 * 10f64.powi(-digits) + 1e-9;
+    let (shown_mean, shown_half) = match cell.split_once(" ± ") {
+        Some((m, h)) => (m, Some(h)),
+        None => (cell, None),
+    };
+    let number = |s: &str| -> f64 {
+        s.parse()
+            .unwrap_or_else(|_| panic!("{what}: '{cell}' is no number (values {values:?})"))
+    };
+    assert!(
+        (number(shown_mean) - mean * scale).abs() <= tolerance,
+        "{what}: '{cell}' is not the mean {} of {values:?}",
+        mean * scale
+    );
+    match (ci, shown_half) {
+        (true, Some(h)) => {
+            let half = t975(values.len() - 1) * sd / (values.len() as f64).sqrt();
+            assert!(
+                (number(h) - half * scale).abs() <= tolerance,
+                "{what}: '{cell}' is not ± the CI half-width {} of {values:?}",
+                half * scale
+            );
+        }
+        (false, None) => {}
+        _ => panic!("{what}: '{cell}' (an interval expected: {ci})"),
+    }
+}
+
+/// A real `--repeat 3` sweep of each workload with a table of figures (the MLP study and the
+/// operators with --power on a prepared sensor, a command whose third run fails), then
+/// `edgebench report`: every figure of a repeated key's row is the mean over its `ok`
+/// repetitions as `results --json` gives them one by one (± the 95 % interval where the table
+/// shows one), the failed repetition is named, the flags are the repetitions', and
+/// summary.html shows the same cells and fits an 800 px window.
+#[test]
+fn repeated_sweep_report_cells_are_the_means_of_the_ok_repetitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sys = d.join("sys");
+    crate::fixtures::jetson::orin_nx_power(&sys);
+    let db = d.join("repeat.db");
+    let sweep = |args: &[&str]| {
+        let o = common::edgebench(d)
+            .args(args)
+            .args(["--repeat", "3", "--db", arg(&db)])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", common::describe(&o));
+    };
+    sweep(&[
+        "run",
+        "--workload",
+        "mlp",
+        "--style",
+        "tensors",
+        "--size",
+        "8x32x16x4",
+        "--iterations",
+        "6",
+        "--power",
+        "--sysfs",
+        arg(&sys),
+    ]);
+    let ops_config = d.join("ops.toml");
+    std::fs::write(
+        &ops_config,
+        "[ops]\nmin_executions = 3\nmin_time_s = 0.05\n",
+    )
+    .unwrap();
+    sweep(&[
+        "run",
+        "--config",
+        arg(&ops_config),
+        "--workload",
+        "ops",
+        "--op",
+        "add,dot",
+        "--mb",
+        "1",
+        "--power",
+        "--sysfs",
+        arg(&sys),
+    ]);
+    // A command that fails on its third run: a counter in a file.
+    let counter = d.join("runs");
+    let script = format!(
+        "n=$(cat {0} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {0}; \
+         if [ $n -eq 3 ]; then echo out of cheese >&2; exit 3; fi; \
+         for i in 0 1 2 3 4 5; do sleep 0.02; echo \"EDGEBENCH step=$i loss=$((9-i)) images=4\"; done",
+        arg(&counter)
+    );
+    let o = common::edgebench(d)
+        .args([
+            "exec",
+            "--name",
+            "script",
+            "--parser",
+            "edgebench",
+            "--net",
+            "alexnet",
+        ])
+        .args([
+            "--batch",
+            "4",
+            "--repeat",
+            "3",
+            "--db",
+            arg(&db),
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap().trim(),
+        "3",
+        "{}",
+        common::describe(&o)
+    );
+
+    let rows = common::results(d, &db);
+    let out = d.join("report");
+    let o = run_edgebench(d, &["report", arg(&db), "--out", arg(&out)]);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let host = rows[0]["host"].as_str().unwrap();
+    let page = out.join(edgebench::report::build::safe_name(host));
+    let md = std::fs::read_to_string(page.join("summary.md")).unwrap();
+    let html = std::fs::read_to_string(page.join("summary.html")).unwrap();
+
+    // The trials of one key, ok ones only, as results --json gives them.
+    let ok_trials = |matches: &dyn Fn(&serde_json::Value) -> bool| -> Vec<&serde_json::Value> {
+        rows.iter()
+            .filter(|r| matches(r) && r["status"] == "ok")
+            .collect()
+    };
+    let values = |trials: &[&serde_json::Value], key: &str| -> Vec<f64> {
+        trials
+            .iter()
+            .map(|r| r[key].as_f64().unwrap_or_else(|| panic!("no {key} in {r}")))
+            .collect()
+    };
+    // SPREAD exactly when a time or energy varies by more than 5 % between the repetitions.
+    let spread = |trials: &[&serde_json::Value]| {
+        [
+            "time_per_item_s",
+            "time_per_iteration_s",
+            "energy_per_item_j",
+            "energy_j",
+        ]
+        .iter()
+        .filter(|k| trials.iter().all(|r| r[**k].is_number()))
+        .any(|k| {
+            let (mean, sd) = mean_sd(&values(trials, *k));
+            sd / mean.abs() > 0.05
+        })
+    };
+    // The ok repetitions' FEW_READINGS flags are in the row's flags, and SPREAD as computed.
+    let check_flags = |what: &str, cell: &str, trials: &[&serde_json::Value]| {
+        for r in trials {
+            if let Some(n) = r["power_low_samples"].as_u64() {
+                assert!(
+                    cell.contains(&format!("FEW_READINGS({n})")),
+                    "{what}: {cell}"
+                );
+            }
+        }
+        assert_eq!(cell.contains("SPREAD"), spread(trials), "{what}: {cell}");
+    };
+    // Every row of a table in the page as in the Markdown, cell for cell (the page's cells
+    // may break after a `/` and keep `± x` together).
+    let page_text = html.replace("<wbr>", "").replace("&nbsp;", " ");
+    let in_html = |table: &[Vec<String>]| {
+        for row in table {
+            let tds: String = row.iter().map(|c| format!("<td>{c}</td>")).collect();
+            assert!(page_text.contains(&tds), "not in summary.html: {row:?}");
+        }
+    };
+
+    // The MLP study: one key, three ok repetitions.
+    let mlp = md_table(&md, &format!("MLP study on cpu — {host}"));
+    let col = |name: &str| mlp[0].iter().position(|h| h == name).unwrap();
+    assert_eq!(mlp.len(), 2, "{md}");
+    let row = &mlp[1];
+    let trials = ok_trials(&|r: &serde_json::Value| r["workload"] == "mlp");
+    assert_eq!(trials.len(), 3);
+    assert_eq!(row[col("runs")], "3 ok / 3 run");
+    for (column, key, scale, digits, ci) in [
+        ("ms/iteration", "time_per_iteration_s", 1e3, 2, true),
+        ("± IQR ms", "time_per_iteration_spread_s", 1e3, 2, false),
+        ("window s", "window_s", 1.0, 2, true),
+        ("GFLOP/s", "gflop_per_s", 1.0, 2, false),
+        ("J", "energy_j", 1.0, 2, true),
+        ("W", "avg_power_w", 1.0, 2, true),
+        ("mJ/sample", "energy_per_item_j", 1e3, 4, true),
+        ("EDP J·s", "edp_js", 1.0, 2, true),
+    ] {
+        assert_mean_cell(
+            &format!("mlp {column}"),
+            &row[col(column)],
+            &values(&trials, key),
+            scale,
+            digits,
+            ci,
+        );
+    }
+    check_flags("mlp", &row[col("flags")], &trials);
+    in_html(&mlp[1..]);
+
+    // The operators: two keys, each three ok repetitions, in two tables.
+    for (title, columns) in [
+        (
+            format!("Operators on cpu — {host}"),
+            &[
+                ("ms/execution", "time_per_item_s", 1e3, 3, true),
+                ("median ms", "time_per_item_median_s", 1e3, 3, false),
+                ("GFLOP/s", "gflop_per_s", 1.0, 2, false),
+                ("GB/s", "gbyte_per_s", 1.0, 2, false),
+                ("FLOP/byte", "intensity_flop_per_byte", 1.0, 3, false),
+            ][..],
+        ),
+        (
+            format!("Operators on cpu: share of peak and energy — {host}"),
+            &[
+                (
+                    "% measured FLOP/s",
+                    "pct_measured_peak_flops",
+                    1.0,
+                    1,
+                    false,
+                ),
+                (
+                    "% measured GB/s",
+                    "pct_measured_peak_bandwidth",
+                    1.0,
+                    1,
+                    false,
+                ),
+                ("mJ/execution", "energy_per_item_j", 1e3, 4, true),
+                ("J/GFLOP", "joule_per_gflop", 1.0, 4, true),
+                ("J/GB", "joule_per_gbyte", 1.0, 4, true),
+            ][..],
+        ),
+    ] {
+        let ops = md_table(&md, &title);
+        let col = |name: &str| ops[0].iter().position(|h| h == name).unwrap();
+        assert_eq!(ops.len(), 3, "{md}");
+        for row in &ops[1..] {
+            let op = row[col("op")].clone();
+            let trials = ok_trials(&|r: &serde_json::Value| {
+                r["workload"] == "ops" && r["op"] == op.as_str()
+            });
+            assert_eq!(trials.len(), 3, "{op}");
+            for &(column, key, scale, digits, ci) in columns {
+                assert_mean_cell(
+                    &format!("{op} {column}"),
+                    &row[col(column)],
+                    &values(&trials, key),
+                    scale,
+                    digits,
+                    ci,
+                );
+            }
+            if let Some(flags) = ops[0].iter().position(|h| h == "flags") {
+                assert_eq!(row[col("runs")], "3 ok / 3 run");
+                check_flags(&op, &row[flags], &trials);
+            }
+        }
+        in_html(&ops[1..]);
+    }
+
+    // The command: two ok repetitions of three, the third named as failed with its error.
+    let exec = md_table(&md, &format!("Engine script on cpu — {host}"));
+    let col = |name: &str| exec[0].iter().position(|h| h == name).unwrap();
+    assert_eq!(exec.len(), 2, "{md}");
+    let row = &exec[1];
+    let trials = ok_trials(&|r: &serde_json::Value| r["workload"] == "exec");
+    assert_eq!(trials.len(), 2);
+    assert_eq!(
+        row[col("runs")],
+        "2 ok / 3 run; repetition 3 failed: command exited with code 3; end of stderr:"
+    );
+    assert_eq!(row[col("status")], "ok");
+    assert_mean_cell(
+        "exec ms/image",
+        &row[col("ms/image")],
+        &values(&trials, "time_per_item_s"),
+        1e3,
+        3,
+        true,
+    );
+    assert_mean_cell(
+        "exec median ms",
+        &row[col("median ms")],
+        &values(&trials, "time_per_item_median_s"),
+        1e3,
+        3,
+        false,
+    );
+    // The row with a failed repetition is marked in the page.
+    let runs_td = format!("<td>{}</td>", row[col("runs")]);
+    let at = page_text.find(&runs_td).unwrap();
+    let tr = page_text[..at].rfind("<tr").unwrap();
+    assert!(page_text[tr..].starts_with("<tr class=\"bad\">"), "{html}");
+
+    browser_check(&page.join("summary.html"), html.matches("<img ").count());
 }

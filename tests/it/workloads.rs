@@ -569,4 +569,40 @@ fn the_example_config_documents_every_section_and_key() {
         edgebench::workloads::check_config(&c, "config/edgebench.toml")
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+
+/// A slow power sensor (an INA3221 refreshing every 100 ms): with --power every operator
+/// trial is measured for at least 12 of its readings, though `ops.min_time_s` asks for 50 ms,
+/// so none is FEW_READINGS; without --power the configured minimum stands.
+#[test]
+fn ops_trials_with_power_last_at_least_twelve_readings_of_a_slow_sensor() {
+    use crate::fixtures::jetson::{write, ORIN_NX_HWMON};
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    orin_nx_power(&sys);
+    write(&sys, &format!("{ORIN_NX_HWMON}/update_interval"), "100\n");
+    let config = dir.path().join("ops.toml");
+    std::fs::write(&config, "[ops]\nmin_executions = 2\nmin_time_s = 0.05\n").unwrap();
+    let sweep = |db: &std::path::Path, power: bool| {
+        let mut cmd = edgebench(dir.path());
+        cmd.args(["run", "--config"])
+            .arg(&config)
+            .args(["--workload", "ops", "--op", "add", "--mb", "1", "--sysfs"])
+            .arg(&sys)
+            .arg("--db")
+            .arg(db);
+        if power {
+            cmd.arg("--power");
+        }
+        ok(cmd.output().unwrap());
+        results(dir.path(), db).remove(0)
+    };
+    let r = sweep(&dir.path().join("power.db"), true);
+    let window = r["window_s"].as_f64().unwrap();
+    assert!(window >= 12.0 * 0.100, "{r}");
+    assert!(r["power_low_samples"].is_null(), "{r}");
+    assert!(r["energy_j"].as_f64().is_some(), "{r}");
+    // Without power nothing lengthens the trial: far shorter than 12 readings.
+    let r = sweep(&dir.path().join("plain.db"), false);
+    let window = r["window_s"].as_f64().unwrap();
+    assert!(window >= 0.05 && window < 1.0, "{r}");
 }

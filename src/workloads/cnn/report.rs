@@ -14,7 +14,7 @@ use crate::render::files::safe_name;
 use crate::render::fmt::{fmt, sci, training_speedups};
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::latest_per_key;
-use crate::render::table::{with_mean_column, Table};
+use crate::render::table::{with_runs_column, Table};
 use crate::render::{Context, Output, Section};
 use crate::store::{ResultRow, Store, TrialStatus};
 
@@ -32,11 +32,11 @@ impl Section for Cnn {
         out.plots.extend(host_plots(
             context.store,
             context.host,
+            rows,
             &picked,
             &repetitions,
         )?);
-        out.tables
-            .extend(tables(context.host, &picked, &repetitions));
+        out.tables.extend(tables(context.host, rows));
         Ok(())
     }
 
@@ -52,7 +52,7 @@ impl Section for Cnn {
                 &format!("{host}: "),
                 |r| r.time_per_image_s,
             ));
-            all_speedup.extend(speedup_series(&picked, host, &format!("{host}: ")));
+            all_speedup.extend(speedup_series(rows, &picked, host, &format!("{host}: ")));
         }
         vec![
             (
@@ -113,10 +113,15 @@ pub fn batch_series(
         .collect()
 }
 
-/// GPU-over-CPU speedup per net against batch; a point is swap-spoiled if either side is.
-pub(crate) fn speedup_series(picked: &Picked, host: &str, prefix: &str) -> Vec<Series> {
-    let rows: Vec<ResultRow> = picked.values().cloned().collect();
-    let sp = training_speedups(&rows);
+/// GPU-over-CPU speedup per net against batch (over the keys' repetitions among `rows`); a
+/// point is swap-spoiled if either side is.
+pub(crate) fn speedup_series(
+    rows: &[ResultRow],
+    picked: &Picked,
+    host: &str,
+    prefix: &str,
+) -> Vec<Series> {
+    let sp = training_speedups(rows);
     let mut by: BTreeMap<String, Vec<Point>> = BTreeMap::new();
     for ((net, device, batch), r) in picked {
         if device != "cuda" {
@@ -164,7 +169,8 @@ pub(crate) fn loss_series(
 }
 
 /// `ms/image` is the mean over the measured window (the time `J/image` and EDP rest on);
-/// the median step and its IQR per image follow.
+/// the median step and its IQR per image follow. Every figure is its key's mean over the `ok`
+/// repetitions; `ms/image` and the energies with their 95 % confidence interval.
 pub(crate) const TABLE_HEADER: [&str; 14] = [
     "batch",
     "status",
@@ -182,29 +188,25 @@ pub(crate) const TABLE_HEADER: [&str; 14] = [
     "flags",
 ];
 
-/// The CNN tables, one per (net, device); with repeated keys a column of the mean time per
-/// image and its 95 % confidence interval over the repetitions.
-pub(crate) fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> Vec<Table> {
+/// The CNN tables, one per (net, device) of `rows` (a host's, oldest first); with repeated
+/// keys a column of each key's runs.
+pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
+    let picked = pick(rows);
+    let repetitions = Repetitions::of(rows);
     let repeated = repetitions.any_repeated();
-    let rows: Vec<ResultRow> = picked.values().cloned().collect();
-    let sp = training_speedups(&rows);
+    let sp = training_speedups(rows);
     let mut by: BTreeMap<(String, String), Vec<&ResultRow>> = BTreeMap::new();
-    for ((net, device, _), r) in picked {
+    for ((net, device, _), r) in &picked {
         by.entry((net.clone(), device.clone())).or_default().push(r);
     }
+    let mib = |b: Option<i64>| b.map(|b| b as f64 / 1048576.0);
     by.into_iter()
         .map(|((net, device), rs)| Table {
             title: format!("{net} on {device} — {host}"),
-            header: with_mean_column(
-                with_mean_column(TABLE_HEADER.to_vec(), repeated, 3, || "mean ± CI95 ms"),
-                repeated,
-                2,
-                || "runs",
-            ),
+            header: with_runs_column(TABLE_HEADER.to_vec(), repeated, 2, || "runs"),
             rows: rs
                 .iter()
                 .map(|r| {
-                    let flags = repetitions.flags(r);
                     let speedup = (r.device == "cuda")
                         .then(|| sp.get(&(r.host.clone(), r.net.clone(), r.batch)))
                         .flatten()
@@ -212,22 +214,23 @@ pub(crate) fn tables(host: &str, picked: &Picked, repetitions: &Repetitions) -> 
                     let row = vec![
                         r.batch.to_string(),
                         r.status.to_string(),
-                        fmt(ok_value(r, r.time_per_item_s), 1e3, 3),
-                        fmt(ok_value(r, r.time_per_item_median_s), 1e3, 3),
-                        fmt(ok_value(r, r.time_per_image_spread_s), 1e3, 3),
-                        fmt(ok_value(r, r.images_per_s), 1.0, 2),
+                        repetitions.cell(r, |r| r.time_per_item_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.time_per_item_median_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.time_per_image_spread_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.images_per_s, 1.0, 2),
                         fmt(speedup, 1.0, 2),
                         repetitions.cell(r, |r| r.energy_per_item_j, 1.0, 4),
                         repetitions.cell(r, |r| r.edp_js, 1.0, 4),
                         repetitions.cell_shown(r, |r| r.edp_per_item_js, |v| sci(Some(v))),
-                        format!("{}/{}", r.iterations, r.iterations_planned),
-                        fmt(r.peak_rss_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
-                        fmt(r.peak_gpu_bytes.map(|b| b as f64), 1.0 / 1048576.0, 0),
-                        flags.join("; "),
+                        match repetitions.mean(r, |r| Some(r.iterations as f64)) {
+                            Some(n) => format!("{n:.0}/{}", r.iterations_planned),
+                            None => format!("{}/{}", r.iterations, r.iterations_planned),
+                        },
+                        repetitions.mean_cell(r, |r| mib(r.peak_rss_bytes), 1.0, 0),
+                        repetitions.mean_cell(r, |r| mib(r.peak_gpu_bytes), 1.0, 0),
+                        repetitions.flags(r).join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
-                    let row = with_mean_column(row, repeated, 3, mean);
-                    with_mean_column(row, repeated, 2, || repetitions.runs_cell(r))
+                    with_runs_column(row, repeated, 2, || repetitions.runs_cell(r))
                 })
                 .collect(),
         })
@@ -269,6 +272,7 @@ fn speedup_plot(title: &str, series: Vec<Series>) -> Plot {
 pub(crate) fn host_plots(
     store: &Store,
     host: &str,
+    rows: &[ResultRow],
     picked: &Picked,
     repetitions: &Repetitions,
 ) -> anyhow::Result<Vec<(String, Plot)>> {
@@ -280,7 +284,7 @@ pub(crate) fn host_plots(
             batch_series(picked, repetitions, "", |r| r.time_per_image_s),
         ),
     ));
-    let sp = speedup_series(picked, host, "");
+    let sp = speedup_series(rows, picked, host, "");
     if !sp.is_empty() {
         out.push((
             "speedup".to_string(),

@@ -19,7 +19,7 @@ use crate::render::fmt::{fmt, sci, speedups as gpu_over_cpu};
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::{engine_of, latest_per_key, OWN};
 use crate::render::studies::{engine_files, mean_step_s};
-use crate::render::table::{with_mean_column, Table};
+use crate::render::table::{with_runs_column, Table};
 use crate::render::{rows, Context, Output, Section};
 use crate::store::{ResultRow, Store, TrialStatus};
 use crate::workloads::exec::{steps_covered, total_time_s};
@@ -105,60 +105,50 @@ pub(crate) fn has_other_engines(rows: &[ResultRow]) -> bool {
     rows.iter().any(|r| engine_of(r).is_some_and(|e| e != OWN))
 }
 
-fn ok_time(r: &ResultRow) -> Option<f64> {
-    (r.status == TrialStatus::Ok)
-        .then_some(r.time_per_image_s)
-        .flatten()
-}
-
-/// GPU-over-CPU speedup per (engine, net, batch): the CPU's time per image over the GPU's,
-/// where both trials are `ok` with a time and ran the same work (epochs, images, data set).
-pub(crate) fn speedups(picked: &Picked) -> BTreeMap<(String, String, usize), f64> {
+/// GPU-over-CPU speedup per (engine, net, batch): the CPU's mean time per image over the
+/// GPU's, each over its key's `ok` repetitions among `rows`, where both ran the same work
+/// (epochs, images, data set).
+pub(crate) fn speedups(rows: &[ResultRow]) -> BTreeMap<(String, String, usize), f64> {
     let key = |r: &ResultRow| (engine_of(r).unwrap_or_default(), r.net.clone(), r.batch);
-    gpu_over_cpu(picked.values(), key)
+    gpu_over_cpu(rows.iter().filter(|r| engine_of(r).is_some()), key)
         .into_iter()
         // A GPU time of zero gives no ratio.
         .filter(|(_, s)| s.is_finite())
         .collect()
 }
 
-/// An energy figure, or why there is none: `not measured` for a trial without a power record
-/// (imported from a log, or run without --power).
-fn energy(r: &ResultRow, v: Option<f64>, digits: usize) -> String {
-    match v {
-        Some(v) => format!("{v:.digits$}"),
-        None if r.energy_j.is_none() => "not measured".into(),
-        None => "-".into(),
-    }
-}
-
 fn imported(r: &ResultRow) -> bool {
     r.metrics.get("imported_log").is_some_and(|v| !v.is_null())
 }
 
-/// One table per engine other than edgebench's (whose trials have the CNN tables), then the
-/// GPU-over-CPU speedup of every engine side by side; nothing when only edgebench ran.
+/// One table per engine other than edgebench's (whose trials have the CNN tables) and device,
+/// then the
+/// GPU-over-CPU speedup of every engine side by side; nothing when only edgebench ran. Every
+/// figure is its key's mean over the `ok` repetitions; the time and the energies with their
+/// 95 % confidence interval.
 pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     if !has_other_engines(rows) {
         return Vec::new();
     }
     let picked = pick(rows);
-    let sp = speedups(&picked);
+    let sp = speedups(rows);
     let repetitions = Repetitions::of(rows);
     let repeated = repetitions.any_repeated();
-    let mut by_engine: BTreeMap<&str, Vec<&ResultRow>> = BTreeMap::new();
-    for ((engine, ..), r) in &picked {
-        by_engine.entry(engine.as_str()).or_default().push(r);
+    // One table per engine and device, as the CNN tables are per net and device.
+    let mut by_engine: BTreeMap<(&str, &str), Vec<&ResultRow>> = BTreeMap::new();
+    for ((engine, _, device, _), r) in &picked {
+        by_engine
+            .entry((engine.as_str(), device.as_str()))
+            .or_default()
+            .push(r);
     }
     let mut out = Vec::new();
-    for (engine, rs) in by_engine.iter().filter(|(e, _)| **e != OWN) {
+    for ((engine, device), rs) in by_engine.iter().filter(|((e, _), _)| *e != OWN) {
         out.push(Table {
-            title: format!("Engine {engine} — {host}"),
-            header: with_mean_column(
-                with_mean_column(
+            title: format!("Engine {engine} on {device} — {host}"),
+            header: with_runs_column(
                 vec![
                     "net",
-                    "device",
                     "batch",
                     "status",
                     "ms/image",
@@ -174,63 +164,56 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     "flags",
                 ],
                 repeated,
-                5,
-                || "mean ± CI95 ms",
-            ),
-                repeated,
-                4,
+                3,
                 || "runs",
             ),
             rows: rs
                 .iter()
                 .map(|r| {
-                    let ok = |v: Option<f64>| (r.status == TrialStatus::Ok).then_some(v).flatten();
                     let speedup = (r.device == "cuda")
                         .then(|| sp.get(&(engine.to_string(), r.net.clone(), r.batch)))
                         .flatten()
                         .copied();
-                    let flags = repetitions.flags(r);
-                    // Energy as the key's mean where repeated; why there is none otherwise.
-                    let mean_energy = |value: fn(&ResultRow) -> Option<f64>, digits: usize| {
-                        match value(r) {
-                            Some(_) => repetitions.cell(r, value, 1.0, digits),
-                            None => energy(r, None, digits),
+                    // An energy as the key's mean; `not measured` where no trial of the key
+                    // had a power record (imported from a log, or run without --power).
+                    let energy = |value: fn(&ResultRow) -> Option<f64>, digits: usize| {
+                        match repetitions.mean(r, |r| r.energy_j) {
+                            None if r.energy_j.is_none() => "not measured".to_string(),
+                            _ if digits == 0 => {
+                                repetitions.cell_shown(r, value, |v| sci(Some(v)))
+                            }
+                            _ => repetitions.cell(r, value, 1.0, digits),
                         }
                     };
                     let row = vec![
                         r.net.clone(),
-                        r.device.clone(),
                         r.batch.to_string(),
                         r.status.to_string(),
-                        fmt(ok(r.time_per_item_s), 1e3, 3),
-                        fmt(ok(r.time_per_item_median_s), 1e3, 3),
-                        fmt(ok(r.time_per_image_spread_s), 1e3, 3),
-                        fmt(ok(r.images_per_s), 1.0, 2),
+                        repetitions.cell(r, |r| r.time_per_item_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.time_per_item_median_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.time_per_image_spread_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.images_per_s, 1.0, 2),
                         fmt(speedup, 1.0, 2),
-                        mean_energy(|r| r.energy_per_item_j, 4),
-                        mean_energy(|r| r.edp_js, 4),
-                        match r.edp_per_item_js {
-                            Some(_) => repetitions.cell_shown(
-                                r,
-                                |r| r.edp_per_item_js,
-                                |v| sci(Some(v)),
-                            ),
-                            None => energy(r, None, 0),
-                        },
+                        energy(|r| r.energy_per_item_j, 4),
+                        energy(|r| r.edp_js, 4),
+                        energy(|r| r.edp_per_item_js, 0),
                         // A command's step count is not known ahead (planned 0).
-                        match r.iterations_planned {
-                            0 => r.iterations.to_string(),
-                            planned => format!("{}/{planned}", r.iterations),
+                        {
+                            let n = repetitions
+                                .mean(r, |r| Some(r.iterations as f64))
+                                .map_or_else(|| r.iterations.to_string(), |n| format!("{n:.0}"));
+                            match r.iterations_planned {
+                                0 => n,
+                                planned => format!("{n}/{planned}"),
+                            }
                         },
                         match imported(r) {
                             true => "imported log".to_string(),
                             false => "measured".to_string(),
                         },
-                        flags.join("; "),
+                        repetitions.flags(r).join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
-                    let row = with_mean_column(row, repeated, 5, mean);
-                    with_mean_column(row, repeated, 4, || repetitions.runs_cell(r))
+                    with_runs_column(row, repeated, 3, || repetitions.runs_cell(r))
                 })
                 .collect(),
         });
@@ -252,7 +235,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     let time = |device: &str| {
                         picked
                             .get(&(engine.clone(), net.clone(), device.to_string(), *batch))
-                            .and_then(ok_time)
+                            .and_then(|r| repetitions.mean(r, |r| r.time_per_image_s))
                     };
                     vec![
                         engine.clone(),
@@ -335,7 +318,7 @@ pub(crate) fn plots(host: &str, rows: &[ResultRow]) -> Vec<(String, Plot)> {
              whose output gave no time is in the no-value row.",
         ),
     )];
-    let sp = speedups(&picked);
+    let sp = speedups(rows);
     if !sp.is_empty() {
         let mut by: BTreeMap<(&str, &str), Vec<Point>> = BTreeMap::new();
         for ((engine, net, batch), s) in &sp {
@@ -577,14 +560,15 @@ mod tests {
         });
         // Other images per epoch: not the same work.
         rows[4].images = 512;
-        let sp = speedups(&pick(&rows));
+        let sp = speedups(&rows);
         assert_eq!(sp.len(), 1, "{sp:?}");
         assert_eq!(sp[&("caffe".to_string(), "alexnet".to_string(), 16)], 8.0);
         let t = tables("tx1", &rows);
-        assert_eq!(t.len(), 3);
-        assert_eq!(t[0].title, "Engine caffe — tx1");
+        assert_eq!(t.len(), 4);
+        assert_eq!(t[0].title, "Engine caffe on cpu — tx1");
+        assert_eq!(t[1].title, "Engine caffe on cuda — tx1");
         assert_eq!(
-            t[2].rows,
+            t[3].rows,
             [["caffe", "alexnet", "16", "200.000", "25.000", "8.00"]]
         );
         let col = |name: &str| t[0].header.iter().position(|h| *h == name).unwrap();

@@ -7,11 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::render::aggregate::Repetitions;
-use crate::render::flags::trial_flags;
-use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::{latest, num, text};
-use crate::render::table::{with_mean_column, Table};
+use crate::render::table::{with_runs_column, Table};
 use crate::render::{rows, Context, Output, Section};
 use crate::store::{ResultRow, Store, TrialStatus};
 
@@ -55,7 +53,9 @@ impl Section for Infer {
 }
 
 /// Per device: model, scenario, batch, p50/p90/p99 ms, samples/s, mJ/inference, EDP per
-/// inference, flags; with `--repeat`, the mean ± 95 % CI of p50.
+/// inference, flags. Every figure is its key's mean over the `ok` repetitions; p50 and the
+/// energies with their 95 % confidence interval, and a column of each key's runs when a key
+/// was run more than once (`--repeat`).
 pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let infer: Vec<&ResultRow> = rows.iter().filter(|r| r.workload == super::KIND).collect();
     let infer = latest(&infer);
@@ -68,7 +68,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         .into_iter()
         .map(|device| Table {
             title: format!("Inference on {device} — {host}"),
-            header: with_mean_column(
+            header: with_runs_column(
                 vec![
                     "model",
                     "scenario",
@@ -84,36 +84,42 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     "flags",
                 ],
                 repeated,
-                6,
-                || "p50 mean ± CI95 ms",
+                4,
+                || "runs",
             ),
             rows: infer
                 .iter()
                 .filter(|r| r.device == device)
                 .map(|r| {
-                    let mut flags: Vec<String> =
-                        trial_flags(r).into_iter().map(|f| f.into_owned()).collect();
-                    match r.metrics.get("latency_bound_held").and_then(|v| v.as_bool()) {
-                        Some(true) => flags.push("p99 held".into()),
-                        Some(false) => flags.push("p99 OVER BOUND".into()),
-                        None => {}
+                    let mean = |key: &'static str, scale: f64, digits: usize| {
+                        repetitions.mean_cell(r, |r| num(r, key), scale, digits)
+                    };
+                    let mut flags = repetitions.flags_with(r, |r| {
+                        match r.metrics.get("latency_bound_held").and_then(|v| v.as_bool()) {
+                            Some(true) => vec!["p99 held".into()],
+                            Some(false) => vec!["p99 OVER BOUND".into()],
+                            None => Vec::new(),
+                        }
+                    });
+                    // The bound held only where every repetition held it.
+                    if flags.iter().any(|f| f == "p99 OVER BOUND") {
+                        flags.retain(|f| f != "p99 held");
                     }
                     let row = vec![
                         r.net.clone(),
                         text(r, "scenario"),
                         r.batch.to_string(),
                         r.status.to_string(),
-                        fmt(num(r, "queries"), 1.0, 0),
-                        fmt(num(r, "latency_p50_s"), 1e3, 3),
-                        fmt(num(r, "latency_p90_s"), 1e3, 3),
-                        fmt(num(r, "latency_p99_s"), 1e3, 3),
-                        fmt(num(r, "samples_per_s"), 1.0, 1),
-                        fmt(num(r, "energy_per_inference_j"), 1e3, 3),
-                        fmt(edp_per_inference(r), 1e6, 3),
+                        mean("queries", 1.0, 0),
+                        repetitions.cell(r, |r| num(r, "latency_p50_s"), 1e3, 3),
+                        mean("latency_p90_s", 1e3, 3),
+                        mean("latency_p99_s", 1e3, 3),
+                        mean("samples_per_s", 1.0, 1),
+                        repetitions.cell(r, |r| num(r, "energy_per_inference_j"), 1e3, 3),
+                        repetitions.cell(r, edp_per_inference, 1e6, 3),
                         flags.join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| num(r, "latency_p50_s"), 1e3, 3);
-                    with_mean_column(row, repeated, 6, mean)
+                    with_runs_column(row, repeated, 4, || repetitions.runs_cell(r))
                 })
                 .collect(),
         })

@@ -9,7 +9,7 @@ use crate::render::aggregate::Repetitions;
 use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, Series, Unit};
 use crate::render::select::{latest, num, text};
-use crate::render::table::{with_mean_column, Table};
+use crate::render::table::{with_runs_column, Table};
 use crate::render::{rows, Context, Output, Section};
 use crate::store::{ResultRow, Store, TrialStatus};
 
@@ -40,7 +40,9 @@ impl Section for Mlp {
 }
 
 /// The MLP study's tables for one host's rows: per device, time, rate and energy per (size,
-/// style), with the GPU/CPU speedup and EDP ratio where both devices ran the same trial.
+/// style), with the GPU/CPU speedup and EDP ratio where both devices ran the same trial. Every
+/// figure is its key's mean over the `ok` repetitions; time, J and EDP with their 95 %
+/// confidence interval.
 pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
@@ -63,8 +65,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         }
         out.push(Table {
             title: format!("MLP study on {device} — {host}"),
-            header: with_mean_column(
-                with_mean_column(
+            header: with_runs_column(
                 vec![
                     "size",
                     "style",
@@ -82,10 +83,6 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     "flags",
                 ],
                 repeated,
-                4,
-                || "mean ± CI95 ms",
-            ),
-                repeated,
                 3,
                 || "runs",
             ),
@@ -95,16 +92,17 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     let cpu = (device == "cuda" && r.status == TrialStatus::Ok)
                         .then(|| on_cpu(r))
                         .flatten();
-                    let ratio =
-                        |f: fn(&ResultRow) -> Option<f64>| cpu.and_then(|c| Some(f(c)? / f(r)?));
+                    let ratio = |f: fn(&ResultRow) -> Option<f64>| {
+                        cpu.and_then(|c| repetitions.ratio(c, r, f))
+                    };
                     let row = vec![
                         text(r, "size"),
                         text(r, "style"),
                         r.status.to_string(),
-                        fmt(r.time_per_iteration_s, 1e3, 2),
-                        fmt(r.time_per_iteration_spread_s, 1e3, 2),
+                        repetitions.cell(r, |r| r.time_per_iteration_s, 1e3, 2),
+                        repetitions.mean_cell(r, |r| r.time_per_iteration_spread_s, 1e3, 2),
                         repetitions.cell(r, |r| num(r, "window_s").or(r.total_time_s), 1.0, 2),
-                        fmt(r.gflop_per_s, 1.0, 2),
+                        repetitions.mean_cell(r, |r| r.gflop_per_s, 1.0, 2),
                         repetitions.cell(r, |r| r.energy_j, 1.0, 2),
                         repetitions.cell(r, |r| r.avg_power_w, 1.0, 2),
                         repetitions.cell(r, |r| r.energy_per_item_j, 1e3, 4),
@@ -113,9 +111,7 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         fmt(ratio(|x| x.edp_js), 1.0, 2),
                         repetitions.flags(r).join("; "),
                     ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_iteration_s, 1e3, 2);
-                    let row = with_mean_column(row, repeated, 4, mean);
-                    with_mean_column(row, repeated, 3, || repetitions.runs_cell(r))
+                    with_runs_column(row, repeated, 3, || repetitions.runs_cell(r))
                 })
                 .collect(),
         });

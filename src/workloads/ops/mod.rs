@@ -36,6 +36,7 @@ pub use execute::{candle_operands, execute_candle, execute_native, Operands};
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
+use crate::power::MIN_SENSOR_UPDATES;
 use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkItem, WorkloadKind};
 use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use anyhow::{bail, Context, Result};
@@ -643,12 +644,28 @@ impl super::Workload for Ops {
     }
 }
 
-/// The sweep's trials, each judged against the roofs measured for its device.
+/// Sensor readings a trial's measured time spans beyond the [`MIN_SENSOR_UPDATES`] its energy
+/// needs: the first and last reading may fall just outside the measured window.
+pub const READING_MARGIN: usize = 2;
+
+/// The shortest measured time per trial that gives its energy enough distinct sensor readings
+/// (`MIN_SENSOR_UPDATES` + [`READING_MARGIN`] periods of the sensor); None without power.
+pub fn min_time_for_power(reading_period: Option<std::time::Duration>) -> Option<f64> {
+    reading_period.map(|p| (MIN_SENSOR_UPDATES + READING_MARGIN) as f64 * p.as_secs_f64())
+}
+
+/// The sweep's trials, each judged against the roofs measured for its device; with power
+/// measured, each measured at least long enough for its energy to rest on
+/// [`MIN_SENSOR_UPDATES`] sensor readings, whatever `ops.min_time_s` says.
 pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+    let power_min_s = min_time_for_power(input.prepared.power_reading_period);
     jobs(input.config)
         .expect("checked by prepare")
         .into_iter()
         .map(|mut job| {
+            if let Some(min_s) = power_min_s.filter(|s| *s > job.min_time_s) {
+                job.min_time_s = min_s;
+            }
             let peaks = input
                 .prepared
                 .state
@@ -997,7 +1014,7 @@ mod tests {
         // flagged FEW_READINGS for being too short.
         let ina3221_s = 0.140;
         assert!(
-            c.ops.min_time_s >= crate::power::MIN_SENSOR_UPDATES as f64 * ina3221_s,
+            c.ops.min_time_s >= MIN_SENSOR_UPDATES as f64 * ina3221_s,
             "min_time_s {}",
             c.ops.min_time_s
         );
@@ -1194,6 +1211,31 @@ mod tests {
             assert_eq!(m.extra[key], serde_json::Value::Null, "{key}");
         }
         assert_eq!(metrics(&job, &[]), Metrics::default());
+    }
+
+    #[test]
+    fn with_power_every_trial_lasts_twelve_readings_of_the_sensor() {
+        let min_times = |configured: f64, period_ms: Option<u64>| -> Vec<f64> {
+            let mut c = crate::config::Config::default();
+            c.ops.min_time_s = configured;
+            let prepared = crate::workloads::Prepared {
+                power_reading_period: period_ms.map(std::time::Duration::from_millis),
+                ..Default::default()
+            };
+            let host = crate::host::HostPaths::default();
+            plan(&prepared.plan_input(&c, &host))
+                .iter()
+                .map(|t| t.job.fields::<OpsJob>().unwrap().min_time_s)
+                .collect()
+        };
+        // A 140 ms INA3221: 12 readings are 1.68 s, above the configured 0.5 s.
+        let with_power = min_times(0.5, Some(140));
+        assert!(!with_power.is_empty());
+        assert!(with_power.iter().all(|t| (t - 1.68).abs() < 1e-9), "{with_power:?}");
+        // A longer configured minimum stands; without power the configured one.
+        assert!(min_times(3.0, Some(140)).iter().all(|t| *t == 3.0));
+        assert!(min_times(0.5, None).iter().all(|t| *t == 0.5));
+        assert_eq!(min_time_for_power(None), None);
     }
 
     #[test]

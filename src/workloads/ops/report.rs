@@ -9,7 +9,7 @@ use crate::render::aggregate::Repetitions;
 use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, RefLine, Series};
 use crate::render::select::{latest, num, text};
-use crate::render::table::{with_mean_column, Table};
+use crate::render::table::{with_runs_column, Table};
 use crate::render::{rows, Context, Output, Section};
 use crate::store::{ResultRow, Store, TrialStatus};
 use serde_json::Value;
@@ -41,8 +41,10 @@ impl Section for Ops {
     }
 }
 
-/// The operator study's tables for one host's rows: per device, time, rate and energy per
-/// (op, size).
+/// The operator study's tables for one host's rows, two per device so that each fits a
+/// narrow page: time and rate per (op, size), then its shares of the peaks and its energy.
+/// Every figure is its key's mean over the `ok` repetitions; the time and the energies with
+/// their 95 % confidence interval.
 pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
     let of = |w: &str| -> Vec<&ResultRow> { rows.iter().filter(|r| r.workload == w).collect() };
     let mut out = Vec::new();
@@ -54,10 +56,12 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
         if rs.is_empty() {
             continue;
         }
+        let mean = |r: &ResultRow, key: &'static str, digits: usize| {
+            repetitions.mean_cell(r, |r| num(r, key), 1.0, digits)
+        };
         out.push(Table {
             title: format!("Operators on {device} — {host}"),
-            header: with_mean_column(
-                with_mean_column(
+            header: with_runs_column(
                 vec![
                     "op",
                     "status",
@@ -68,19 +72,8 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                     "GFLOP/s",
                     "GB/s",
                     "FLOP/byte",
-                    "% peak FLOP/s",
-                    "% peak GB/s",
-                    "% measured FLOP/s",
-                    "% measured GB/s",
-                    "mJ/execution",
-                    "J/GFLOP",
-                    "J/GB",
                     "flags",
                 ],
-                repeated,
-                5,
-                || "mean ± CI95 ms",
-            ),
                 repeated,
                 2,
                 || "runs",
@@ -93,29 +86,51 @@ pub(crate) fn tables(host: &str, rows: &[ResultRow]) -> Vec<Table> {
                         r.status.to_string(),
                         text(r, "dtype"),
                         text(r, "mb"),
-                        fmt(r.time_per_item_s, 1e3, 3),
-                        fmt(r.time_per_item_median_s, 1e3, 3),
-                        fmt(r.gflop_per_s, 1.0, 2),
-                        fmt(num(r, "gbyte_per_s"), 1.0, 2),
-                        fmt(num(r, "intensity_flop_per_byte"), 1.0, 3),
-                        fmt(num(r, "pct_peak_flops"), 1.0, 1),
-                        fmt(num(r, "pct_peak_bandwidth"), 1.0, 1),
-                        fmt(num(r, "pct_measured_peak_flops"), 1.0, 1),
-                        fmt(num(r, "pct_measured_peak_bandwidth"), 1.0, 1),
+                        repetitions.cell(r, |r| r.time_per_item_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.time_per_item_median_s, 1e3, 3),
+                        repetitions.mean_cell(r, |r| r.gflop_per_s, 1.0, 2),
+                        mean(r, "gbyte_per_s", 2),
+                        mean(r, "intensity_flop_per_byte", 3),
+                        repetitions
+                            .flags_with(r, |r| match above_memory_roof(r) {
+                                true => vec!["CACHE".into()],
+                                false => Vec::new(),
+                            })
+                            .join("; "),
+                    ];
+                    with_runs_column(row, repeated, 2, || repetitions.runs_cell(r))
+                })
+                .collect(),
+        });
+        out.push(Table {
+            title: format!("Operators on {device}: share of peak and energy — {host}"),
+            header: vec![
+                "op",
+                "dtype",
+                "MiB",
+                "% peak FLOP/s",
+                "% peak GB/s",
+                "% measured FLOP/s",
+                "% measured GB/s",
+                "mJ/execution",
+                "J/GFLOP",
+                "J/GB",
+            ],
+            rows: rs
+                .iter()
+                .map(|r| {
+                    vec![
+                        text(r, "op"),
+                        text(r, "dtype"),
+                        text(r, "mb"),
+                        mean(r, "pct_peak_flops", 1),
+                        mean(r, "pct_peak_bandwidth", 1),
+                        mean(r, "pct_measured_peak_flops", 1),
+                        mean(r, "pct_measured_peak_bandwidth", 1),
                         repetitions.cell(r, |r| r.energy_per_item_j, 1e3, 4),
                         repetitions.cell(r, |r| num(r, "joule_per_gflop"), 1.0, 4),
                         repetitions.cell(r, |r| num(r, "joule_per_gbyte"), 1.0, 4),
-                        {
-                            let mut f = repetitions.flags(r);
-                            if above_memory_roof(r) {
-                                f.insert(0, "CACHE".into());
-                            }
-                            f.join("; ")
-                        },
-                    ];
-                    let mean = || repetitions.mean_ci_cell(r, |r| r.time_per_item_s, 1e3, 3);
-                    let row = with_mean_column(row, repeated, 5, mean);
-                    with_mean_column(row, repeated, 2, || repetitions.runs_cell(r))
+                    ]
                 })
                 .collect(),
         });
