@@ -116,7 +116,15 @@ fn dispatch(
             figure_captions,
             compare,
             trace,
-        } => cmd::report::run(&db, &out, format, figure_width, figure_captions, compare, trace.as_deref()),
+        } => cmd::report::run(
+            &db,
+            &out,
+            format,
+            figure_width,
+            figure_captions,
+            compare,
+            trace.as_deref(),
+        ),
         Command::Provenance { db, json } => cmd::provenance::run(db.as_deref(), json, host),
         Command::Peaks {
             device,

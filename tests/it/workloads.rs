@@ -569,6 +569,7 @@ fn the_example_config_documents_every_section_and_key() {
         edgebench::workloads::check_config(&c, "config/edgebench.toml")
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
 
 /// A slow power sensor (an INA3221 refreshing every 100 ms): with --power every operator
 /// trial is measured for at least 12 of its readings, though `ops.min_time_s` asks for 50 ms,
