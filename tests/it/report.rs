@@ -1005,7 +1005,7 @@ fn repeated_sweep_report_cells_are_the_means_of_the_ok_repetitions() {
         .iter()
         .filter(|k| trials.iter().all(|r| r[**k].is_number()))
         .any(|k| {
-            let (mean, sd) = mean_sd(&values(trials, *k));
+            let (mean, sd) = mean_sd(&values(trials, k));
             sd / mean.abs() > 0.05
         })
     };

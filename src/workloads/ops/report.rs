@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::render::aggregate::Repetitions;
-use crate::render::fmt::fmt;
 use crate::render::plots::{Axis, Mark, Plot, Point, RefLine, Series};
 use crate::render::select::{latest, num, text};
 use crate::render::table::{with_runs_column, Table};
