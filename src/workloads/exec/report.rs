@@ -515,7 +515,7 @@ mod tests {
         assert_eq!(labels, ["edgebench alexnet cpu", "torch alexnet cpu"]);
         let t = tables("tx1", &rows);
         let col = |name: &str| t[1].header.iter().position(|h| *h == name).unwrap();
-        assert_eq!(t[1].title, "Engine torch — tx1");
+        assert_eq!(t[1].title, "Engine torch on cpu — tx1");
         assert_eq!(t[1].rows[0][col("J/image")], "0.2500");
         assert_eq!(t[1].rows[0][col("EDP J·s")], "8.0000");
         assert_eq!(t[1].rows[0][col("EDP/image J·s")], "1.250e-2");
