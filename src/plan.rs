@@ -53,10 +53,13 @@ mod tests {
 
     fn input<'a>(c: &'a Config, dataset: &str) -> PlanInput<'a> {
         // Leaked: a test's plan borrows them for the rest of the test.
-        let prepared = Box::leak(Box::new(crate::workloads::Prepared {
-            dataset: dataset.into(),
-            ..Default::default()
-        }));
+        let prepared = Box::leak(Box::new(crate::workloads::Prepared::of(
+            crate::workloads::cnn::Cnn,
+            crate::workloads::Preparation {
+                dataset: dataset.into(),
+                ..Default::default()
+            },
+        )));
         prepared.plan_input(c, Box::leak(Box::default()))
     }
 

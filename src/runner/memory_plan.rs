@@ -207,10 +207,13 @@ mod tests {
         c.sweep.nets = vec!["alexnet".into()];
         c.sweep.devices = vec![device];
         c.sweep.batches = vec![1];
-        let prepared = workloads::Prepared {
-            dataset: "synthetic".into(),
-            ..Default::default()
-        };
+        let prepared = crate::workloads::Prepared::of(
+            crate::workloads::cnn::Cnn,
+            crate::workloads::Preparation {
+                dataset: "synthetic".into(),
+                ..Default::default()
+            },
+        );
         workloads::plan(&prepared.plan_input(&c, &HostPaths::default())).remove(0)
     }
 

@@ -1,6 +1,7 @@
 //! Workloads: what a trial runs. A trial is (workload, device, parameters); each workload is
-//! one folder implementing [`Workload`], the contract the sweep, the worker, the runner and the
-//! reports rely on:
+//! one folder implementing [`TypedWorkload`] in its own types (its config section, what its
+//! plan works from, its job), which [`Workload`] erases once into the contract the sweep, the
+//! worker, the runner and the reports rely on:
 //!
 //! - **plan**: expand the sweep's config into trials, each with its resume key ([`TrialKey`]:
 //!   the common columns plus the workload's own parameters as a JSON object) and the memory it
@@ -12,8 +13,10 @@
 //! - **profile** ([`WorkloadProfile`]): its item, whether it records a loss, computes on
 //!   the sweep's devices, shows progress, has its process tree watched; its **checks** and
 //!   how its rows are **named** (label, engine);
-//! - with defaults: its options and config section, preparation, energy figures, how an end
-//!   is classified.
+//! - **prepare**: what the sweep checks and measures once before anything is written, handed
+//!   to its plan;
+//! - with defaults: its options, energy figures, its report, and for a workload whose trials
+//!   run a command of their own ([`RunsCommands`]), how the command's end decides the trial.
 //!
 //! [`Job`] is the envelope the worker receives; the registry below is the one list of
 //! workloads, so nothing else (runner, worker, config) names one.
@@ -92,12 +95,23 @@ pub struct RowNames {
     pub engine: Option<String>,
 }
 
-/// What a workload provides to the sweep, the worker, the runner and the report. What would
-/// be wrong for another workload has no default: its name, profile, checks, plan, run and how
-/// its rows are named.
-pub(crate) trait Workload: Sync {
+/// A workload in its own types: its config section, what its check and preparation hand to
+/// its plan, and its job. What would be wrong for another workload has no default: its name,
+/// profile, checks, preparation, plan, run and how its rows are named. [`Workload`] is this
+/// trait with the types erased, once, for every workload alike.
+pub(crate) trait TypedWorkload: Copy + Send + Sync + 'static {
+    /// Its config section (`[idle]`), read once the sweep runs this workload; [`NoSection`]
+    /// for a workload without one.
+    type Section: serde::de::DeserializeOwned + Default;
+    /// What [`TypedWorkload::check`] makes of the config, for [`TypedWorkload::prepare`].
+    type Checked;
+    /// What [`TypedWorkload::prepare`] found, for [`TypedWorkload::plan`].
+    type Plan: Send + Sync + 'static;
+    /// A trial's job as the worker receives it (one JSON object).
+    type Job: Serialize + serde::de::DeserializeOwned;
+
     /// Its name in `--workload`, the config, the database and JSON.
-    fn kind(&self) -> WorkloadKind;
+    const KIND: WorkloadKind;
 
     /// What is constant about it.
     fn profile(&self) -> WorkloadProfile;
@@ -111,58 +125,51 @@ pub(crate) trait Workload: Sync {
         Vec::new()
     }
 
-    /// Checks the config for this workload before anything is written; the message names the
-    /// key and its flag.
-    fn check(&self, config: &Config) -> Result<(), String>;
+    /// Checks the config and the workload's section before anything is written; the message
+    /// names the key and its flag.
+    fn check(&self, config: &Config, section: Self::Section) -> Result<Self::Checked, String>;
 
     /// What the sweep checks and measures once before anything is written (a data set's
     /// identity, roofs) on `board`, the sweep's board profile; an error refuses the sweep.
     fn prepare(
         &self,
-        _config: &Config,
-        _host: &HostPaths,
-        _board: &BoardProfile,
-    ) -> anyhow::Result<Prepared> {
-        Ok(Prepared::default())
-    }
+        config: &Config,
+        checked: Self::Checked,
+        host: &HostPaths,
+        board: &BoardProfile,
+    ) -> anyhow::Result<Preparation<Self::Plan>>;
 
     /// The sweep's trials, in the order they run, each with its resume key.
-    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial>;
+    fn plan(&self, input: &PlanInput<'_>, plan: &Self::Plan) -> Vec<PlannedTrial<Self::Job>>;
 
     /// Runs one trial in the worker process: one record per step through `emit`, stopping at
     /// a step boundary when `stop` is set.
-    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd>;
+    fn run(&self, job: Self::Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd>;
 
     /// Leading iterations of `job` left out of the measurement, given the sweep's `--warmup`.
-    fn warmup_iterations(&self, _job: &Job, configured: usize) -> usize {
+    fn warmup_iterations(&self, _job: &Self::Job, configured: usize) -> usize {
         configured
     }
 
     /// The trial's figures from its measured iterations (warm-up excluded).
-    fn metrics(&self, _job: &Job, measured: &[IterationRecord]) -> Metrics {
+    fn metrics(&self, _job: &Self::Job, measured: &[IterationRecord]) -> Metrics {
         step_metrics(measured)
     }
 
     /// Figures that need the trial's energy over its `measured` iterations (J/GFLOP).
     fn energy_metrics(
         &self,
-        _job: &Job,
+        _job: &Self::Job,
         _measured: usize,
         _energy_j: f64,
     ) -> serde_json::Map<String, serde_json::Value> {
         serde_json::Map::new()
     }
 
-    /// How the worker's own end report (`JobEnd::outcome`) shapes the trial: its status, a
-    /// span measured whole, output to keep. Nothing by default: the worker's end decides.
-    fn conclude(&self, _job: &Job, _outcome: Option<&serde_json::Value>, _oom: bool) -> Conclusion {
-        Conclusion::default()
-    }
-
-    /// Completes the trial's metrics once its iterations and outcome are known.
+    /// Completes the trial's metrics once its iterations and the worker's outcome are known.
     fn complete_metrics(
         &self,
-        _job: &Job,
+        _job: &Self::Job,
         _outcome: Option<&serde_json::Value>,
         _trial: &Recorded<'_>,
         _metrics: &mut Metrics,
@@ -175,9 +182,237 @@ pub(crate) trait Workload: Sync {
         None
     }
 
-    /// Ends at once what the trial started outside the worker (a command's process group),
-    /// in a worker whose parent is gone.
-    fn end_abruptly(&self) {}
+    /// How its trials run a command outside the worker's own code, for a workload whose do.
+    fn commands(&self) -> Option<&dyn RunsCommands<Self::Job>> {
+        None
+    }
+}
+
+/// A workload whose trials run a command of their own (a framework's process group): the
+/// command's end decides the trial, and a worker whose parent is gone ends the command.
+pub(crate) trait RunsCommands<J>: Sync {
+    /// How the worker's own end report (`JobEnd::outcome`) shapes the trial: its status, a
+    /// span measured whole, output to keep.
+    fn conclude(&self, job: &J, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion;
+
+    /// Ends at once what the trial started outside the worker, in a worker whose parent is
+    /// gone.
+    fn end_abruptly(&self);
+}
+
+/// The section of a workload that has none: whatever the config holds under its name is
+/// left alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NoSection;
+
+impl<'de> Deserialize<'de> for NoSection {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| NoSection)
+    }
+}
+
+/// What a workload's preparation found: what its plan needs, and what the run records.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Preparation<P> {
+    pub(crate) plan: P,
+    /// The identity of the data set the sweep draws from, else empty.
+    pub(crate) dataset: String,
+    /// Facts the run records with its provenance (measured roofs).
+    pub(crate) provenance: Vec<(String, String)>,
+}
+
+impl<P> Preparation<P> {
+    /// A preparation that found only what the plan needs.
+    pub(crate) fn of(plan: P) -> Preparation<P> {
+        Preparation {
+            plan,
+            dataset: String::new(),
+            provenance: Vec::new(),
+        }
+    }
+}
+
+/// What the sweep, the worker, the runner and the report see of a workload: a
+/// [`TypedWorkload`] with its types erased.
+pub(crate) trait Workload: Sync {
+    /// Its name in `--workload`, the config, the database and JSON.
+    fn kind(&self) -> WorkloadKind;
+
+    /// What is constant about it.
+    fn profile(&self) -> WorkloadProfile;
+
+    /// How tables and figures name a trial of it.
+    fn names(&self, row: &ResultRow) -> RowNames;
+
+    /// Options `edgebench run` takes for this workload.
+    fn options(&self) -> Vec<clap::Arg>;
+
+    /// Checks the config for this workload before anything is written; the message names the
+    /// key and its flag.
+    fn check(&self, config: &Config) -> Result<(), String>;
+
+    /// What the sweep checks and measures once before anything is written, with what its
+    /// plan needs; an error refuses the sweep.
+    fn prepare(
+        &self,
+        config: &Config,
+        host: &HostPaths,
+        board: &BoardProfile,
+    ) -> anyhow::Result<Prepared>;
+
+    /// Runs one trial in the worker process.
+    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd>;
+
+    /// Leading iterations of `job` left out of the measurement, given the sweep's `--warmup`.
+    fn warmup_iterations(&self, job: &Job, configured: usize) -> usize;
+
+    /// The trial's figures from its measured iterations (warm-up excluded).
+    fn metrics(&self, job: &Job, measured: &[IterationRecord]) -> Metrics;
+
+    /// Figures that need the trial's energy over its `measured` iterations (J/GFLOP).
+    fn energy_metrics(
+        &self,
+        job: &Job,
+        measured: usize,
+        energy_j: f64,
+    ) -> serde_json::Map<String, serde_json::Value>;
+
+    /// How the worker's own end report shapes the trial; nothing for a workload whose trials
+    /// run no command: the worker's end decides.
+    fn conclude(&self, job: &Job, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion;
+
+    /// Completes the trial's metrics once its iterations and outcome are known.
+    fn complete_metrics(
+        &self,
+        job: &Job,
+        outcome: Option<&serde_json::Value>,
+        trial: &Recorded<'_>,
+        metrics: &mut Metrics,
+    );
+
+    /// Its part of the report.
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>>;
+
+    /// Ends at once what the trial started outside the worker.
+    fn end_abruptly(&self);
+}
+
+impl<W: TypedWorkload> Workload for W {
+    fn kind(&self) -> WorkloadKind {
+        W::KIND
+    }
+
+    fn profile(&self) -> WorkloadProfile {
+        TypedWorkload::profile(self)
+    }
+
+    fn names(&self, row: &ResultRow) -> RowNames {
+        TypedWorkload::names(self, row)
+    }
+
+    fn options(&self) -> Vec<clap::Arg> {
+        TypedWorkload::options(self)
+    }
+
+    fn check(&self, config: &Config) -> Result<(), String> {
+        checked(self, config).map(|_| ())
+    }
+
+    fn prepare(
+        &self,
+        config: &Config,
+        host: &HostPaths,
+        board: &BoardProfile,
+    ) -> anyhow::Result<Prepared> {
+        let checked = checked(self, config).map_err(anyhow::Error::msg)?;
+        let preparation = TypedWorkload::prepare(self, config, checked, host, board)?;
+        Ok(Prepared::of(*self, preparation))
+    }
+
+    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
+        TypedWorkload::run(self, job.fields()?, stop, emit)
+    }
+
+    fn warmup_iterations(&self, job: &Job, configured: usize) -> usize {
+        job.fields().map_or(configured, |job| {
+            TypedWorkload::warmup_iterations(self, &job, configured)
+        })
+    }
+
+    fn metrics(&self, job: &Job, measured: &[IterationRecord]) -> Metrics {
+        match job.fields() {
+            Ok(job) => TypedWorkload::metrics(self, &job, measured),
+            Err(_) => step_metrics(measured),
+        }
+    }
+
+    fn energy_metrics(
+        &self,
+        job: &Job,
+        measured: usize,
+        energy_j: f64,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        match job.fields() {
+            Ok(job) => TypedWorkload::energy_metrics(self, &job, measured, energy_j),
+            Err(_) => serde_json::Map::new(),
+        }
+    }
+
+    fn conclude(&self, job: &Job, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion {
+        match (self.commands(), job.fields()) {
+            (Some(commands), Ok(job)) => commands.conclude(&job, outcome, oom),
+            _ => Conclusion::default(),
+        }
+    }
+
+    fn complete_metrics(
+        &self,
+        job: &Job,
+        outcome: Option<&serde_json::Value>,
+        trial: &Recorded<'_>,
+        metrics: &mut Metrics,
+    ) {
+        if let Ok(job) = job.fields() {
+            TypedWorkload::complete_metrics(self, &job, outcome, trial, metrics);
+        }
+    }
+
+    fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
+        TypedWorkload::report_section(self)
+    }
+
+    fn end_abruptly(&self) {
+        if let Some(commands) = self.commands() {
+            commands.end_abruptly();
+        }
+    }
+}
+
+/// The workload's section read from the config and checked with the rest of the config.
+fn checked<W: TypedWorkload>(workload: &W, config: &Config) -> Result<W::Checked, String> {
+    let section = config.section(W::KIND.as_str())?;
+    workload.check(config, section)
+}
+
+/// A workload's plan as its preparation left it, for the sweep's planning.
+pub(crate) trait PreparedPlan: Send + Sync {
+    /// The sweep's trials, their jobs in the worker's JSON.
+    fn trials(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial>;
+}
+
+struct TypedPlan<W: TypedWorkload> {
+    workload: W,
+    plan: W::Plan,
+}
+
+impl<W: TypedWorkload> PreparedPlan for TypedPlan<W> {
+    fn trials(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+        self.workload
+            .plan(input, &self.plan)
+            .into_iter()
+            .map(|trial| trial.erased(W::KIND))
+            .collect()
+    }
 }
 
 /// A trial's job as the worker receives it: the workload's name and its own fields, one JSON
@@ -252,11 +487,12 @@ pub struct Recorded<'a> {
     pub whole: Option<&'a IterationRecord>,
 }
 
-/// A trial as planned: its identity, its job, and what the runner needs before it starts.
+/// A trial as planned: its identity, its job (a workload's own type, then the worker's
+/// envelope), and what the runner needs before it starts.
 #[derive(Debug, Clone)]
-pub struct PlannedTrial {
+pub struct PlannedTrial<J = Job> {
     pub key: TrialKey,
-    pub job: Job,
+    pub job: J,
     /// How logs and progress name the trial, e.g. "alexnet cpu batch 32".
     pub label: String,
     /// Steps the trial plans to record.
@@ -269,6 +505,21 @@ pub struct PlannedTrial {
     /// Which run of its key this is, from 1: the workloads plan 1, the sweep's plan the
     /// others (`[sweep] repeat`).
     pub repetition: usize,
+}
+
+impl<J: Serialize> PlannedTrial<J> {
+    /// The trial with its job in the envelope the worker receives.
+    fn erased(self, workload: WorkloadKind) -> PlannedTrial {
+        PlannedTrial {
+            key: self.key,
+            job: Job::of(workload, &self.job),
+            label: self.label,
+            iterations: self.iterations,
+            items_per_iteration: self.items_per_iteration,
+            memory_estimate_bytes: self.memory_estimate_bytes,
+            repetition: self.repetition,
+        }
+    }
 }
 
 /// What planning needs beside the config: what [`Workload::prepare`] found.
@@ -294,8 +545,9 @@ pub struct Prepared {
     pub dataset: String,
     /// Facts the run records with its provenance (measured roofs).
     pub provenance: Vec<(String, String)>,
-    /// What the workload keeps for planning (the roofs its trials are judged against).
-    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// The workload's plan with what its preparation found (the roofs its trials are judged
+    /// against); none: the sweep plans no trial.
+    pub(crate) plan: Option<Arc<dyn PreparedPlan>>,
     /// How often the sweep's power sensor gives a new reading (the slowest source of the
     /// total, or the sampling period when that is slower); None without `--power`. A workload
     /// that chooses its own trial length measures at least enough readings.
@@ -312,6 +564,19 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
+    /// What `workload` prepared, ready to plan.
+    pub(crate) fn of<W: TypedWorkload>(workload: W, preparation: Preparation<W::Plan>) -> Prepared {
+        Prepared {
+            dataset: preparation.dataset,
+            provenance: preparation.provenance,
+            plan: Some(Arc::new(TypedPlan {
+                workload,
+                plan: preparation.plan,
+            })),
+            power_reading_period: None,
+        }
+    }
+
     pub fn plan_input<'a>(&'a self, config: &'a Config, host: &'a HostPaths) -> PlanInput<'a> {
         PlanInput {
             config,
@@ -414,9 +679,11 @@ pub fn prepare(
 
 /// Every trial of the sweep's workload, in the order it runs them.
 pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
-    by_kind(&input.config.sweep.workload)
-        .expect("checked with the config")
-        .plan(input)
+    input
+        .prepared
+        .plan
+        .as_ref()
+        .map_or_else(Vec::new, |plan| plan.trials(input))
 }
 
 /// The workloads' report sections, in registry order.

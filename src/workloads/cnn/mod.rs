@@ -6,8 +6,8 @@
 pub mod report;
 
 use super::{
-    check_image_sweep, Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, RowNames, Workload,
-    WorkloadProfile,
+    check_image_sweep, Emit, JobEnd, NoSection, PlanInput, PlannedTrial, Preparation, RowNames,
+    TypedWorkload, WorkloadProfile,
 };
 use crate::host::HostPaths;
 use crate::config::{Config, DeviceKind};
@@ -24,15 +24,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub const KIND: WorkloadKind = WorkloadKind::named("cnn");
 
 /// Train AlexNet/GoogLeNet over (net, device, batch).
+#[derive(Debug, Clone, Copy)]
 pub struct Cnn;
 
-impl Workload for Cnn {
+impl TypedWorkload for Cnn {
+    type Section = NoSection;
+    type Checked = ();
+    type Plan = ();
+    type Job = CnnJob;
+    const KIND: WorkloadKind = KIND;
+
     fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
         Some(Box::new(report::Cnn))
-    }
-
-    fn kind(&self) -> WorkloadKind {
-        KIND
     }
 
     fn profile(&self) -> WorkloadProfile {
@@ -58,28 +61,29 @@ impl Workload for Cnn {
         }
     }
 
-    fn check(&self, config: &Config) -> Result<(), String> {
+    fn check(&self, config: &Config, _section: NoSection) -> Result<(), String> {
         check_image_sweep(config)
     }
 
     fn prepare(
         &self,
         config: &Config,
+        _checked: (),
         _host: &HostPaths,
         _board: &crate::board::BoardProfile,
-    ) -> anyhow::Result<Prepared> {
-        Ok(Prepared {
+    ) -> anyhow::Result<Preparation<()>> {
+        Ok(Preparation {
             dataset: DataSpec::of(config).open(config.sweep.images)?.identity(),
-            ..Prepared::default()
+            ..Preparation::default()
         })
     }
 
-    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+    fn plan(&self, input: &PlanInput<'_>, _plan: &()) -> Vec<PlannedTrial<CnnJob>> {
         plan(input)
     }
 
-    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
-        run(&job.fields()?, stop, emit).map(JobEnd::from)
+    fn run(&self, job: CnnJob, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
+        run(&job, stop, emit).map(JobEnd::from)
     }
 }
 
@@ -158,7 +162,7 @@ pub fn key(job: &CnnJob, dataset: &str) -> TrialKey {
 }
 
 /// Every (net, device, batch) of a validated config, nets outermost as the studies ran them.
-pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial<CnnJob>> {
     let (config, s) = (input.config, &input.config.sweep);
     let mut trials = Vec::new();
     for net_name in &s.nets {
@@ -183,7 +187,7 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
                     items_per_iteration: Some(batch),
                     memory_estimate_bytes: estimate::estimate(net, batch).total_bytes,
                     repetition: 1,
-                    job: Job::of(KIND, &job),
+                    job,
                 });
             }
         }
@@ -213,6 +217,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workloads::Job;
 
     #[test]
     fn expands_in_study_order_with_iterations_and_keys() {
@@ -221,11 +226,14 @@ mod tests {
         c.sweep.batches = vec![4, 1];
         c.sweep.images = 8;
         c.sweep.epochs = 3;
-        let prepared = Prepared {
-            dataset: "synthetic".into(),
-            ..Prepared::default()
-        };
-        let trials = plan(&prepared.plan_input(&c, &HostPaths::default()));
+        let prepared = crate::workloads::Prepared::of(
+            crate::workloads::cnn::Cnn,
+            crate::workloads::Preparation {
+                dataset: "synthetic".into(),
+                ..Default::default()
+            },
+        );
+        let trials = crate::workloads::plan(&prepared.plan_input(&c, &HostPaths::default()));
         let order: Vec<(&str, usize)> = trials
             .iter()
             .map(|t| (t.key.net.as_str(), t.key.batch))
@@ -259,11 +267,14 @@ mod tests {
         c.sweep.devices = vec![DeviceKind::Cpu, DeviceKind::Cuda];
         c.sweep.batches = vec![2];
         c.train.tf32 = true;
-        let prepared = Prepared {
-            dataset: "synthetic".into(),
-            ..Prepared::default()
-        };
-        let trials = plan(&prepared.plan_input(&c, &HostPaths::default()));
+        let prepared = crate::workloads::Prepared::of(
+            crate::workloads::cnn::Cnn,
+            crate::workloads::Preparation {
+                dataset: "synthetic".into(),
+                ..Default::default()
+            },
+        );
+        let trials = crate::workloads::plan(&prepared.plan_input(&c, &HostPaths::default()));
         let tf32: Vec<(&str, bool, &str)> = trials
             .iter()
             .map(|t| {

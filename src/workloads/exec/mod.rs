@@ -23,28 +23,32 @@ use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::record::WorkItem;
 use crate::store::{PerIteration, ResultRow, RowItems, TrialStatus};
 use super::{
-    Conclusion, Emit, Job, JobEnd, PlanInput, PlannedTrial, Recorded, RowNames, Workload,
-    WorkloadProfile,
+    Conclusion, Emit, JobEnd, NoSection, PlanInput, PlannedTrial, Preparation, Recorded, RowNames,
+    RunsCommands, TypedWorkload, WorkloadProfile,
 };
 use crate::store::TrialKey;
 
 pub const KIND: WorkloadKind = WorkloadKind::named("exec");
 
 /// Any framework's training command over (net, device, batch) (`[[exec]]`).
+#[derive(Debug, Clone, Copy)]
 pub struct Exec;
 
-impl Workload for Exec {
+impl TypedWorkload for Exec {
+    type Section = NoSection;
+    type Checked = ();
+    /// Every trial's sweep point and job, expanded and checked once.
+    type Plan = Vec<(SweepValues, ExecJob)>;
+    type Job = ExecJob;
+    const KIND: WorkloadKind = KIND;
+
     fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
         Some(Box::new(report::Exec))
     }
 
-    fn kind(&self) -> WorkloadKind {
-        KIND
-    }
-
     /// A command's nets are whatever it trains and its batch (0: not known) fills `{batch}`:
     /// both only name its trials.
-    fn check(&self, config: &Config) -> std::result::Result<(), String> {
+    fn check(&self, config: &Config, _section: NoSection) -> std::result::Result<(), String> {
         if config.exec.is_empty() {
             return Err(
                 "the exec workload has no command: add an [[exec]] table (name, command, parser) \
@@ -101,19 +105,23 @@ impl Workload for Exec {
     fn prepare(
         &self,
         config: &Config,
+        _checked: (),
         _host: &crate::host::HostPaths,
         _board: &crate::board::BoardProfile,
-    ) -> Result<super::Prepared> {
-        jobs(config)?;
-        Ok(super::Prepared::default())
+    ) -> Result<Preparation<Vec<(SweepValues, ExecJob)>>> {
+        Ok(Preparation::of(jobs(config)?))
     }
 
-    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
-        plan(input)
+    fn plan(
+        &self,
+        _input: &PlanInput<'_>,
+        jobs: &Vec<(SweepValues, ExecJob)>,
+    ) -> Vec<PlannedTrial<ExecJob>> {
+        plan(jobs)
     }
 
-    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> Result<JobEnd> {
-        let (outcome, images) = run_counting_images(&job.fields()?, stop, emit)?;
+    fn run(&self, job: ExecJob, stop: &AtomicBool, emit: Emit<'_>) -> Result<JobEnd> {
+        let (outcome, images) = run_counting_images(&job, stop, emit)?;
         let mut value = serde_json::to_value(&outcome)?;
         if let serde_json::Value::Object(map) = &mut value {
             map.insert(IMAGES_PER_STEP.into(), images.into());
@@ -127,12 +135,57 @@ impl Workload for Exec {
         })
     }
 
+    /// A record may stand for several logged steps: the total counts them
+    /// ([`total_time_s`]); a command measured whole takes its wall time.
+    fn complete_metrics(
+        &self,
+        job: &ExecJob,
+        outcome: Option<&serde_json::Value>,
+        trial: &Recorded<'_>,
+        metrics: &mut Metrics,
+    ) {
+        metrics
+            .extra
+            .insert("given_epochs".into(), job.given_epochs.into());
+        metrics
+            .extra
+            .insert("given_images".into(), job.given_images.into());
+        metrics.extra.insert(
+            IMAGES_PER_STEP.into(),
+            images_per_step(outcome).into(),
+        );
+        match outcome_of(outcome) {
+            Some(outcome) => {
+                metrics.extra.extend(extra_metrics(&outcome));
+                if job.parser.as_deref() == Some("trtexec") {
+                    metrics
+                        .extra
+                        .extend(parse::trtexec_summary(&outcome.stdout_tail));
+                }
+                metrics.total_time_s = match trial.whole {
+                    Some(whole) => Some(whole.step_s),
+                    None => (!trial.measured.is_empty())
+                        .then(|| total_time_s(trial.iterations, trial.warmup)),
+                };
+            }
+            // The command never ran (it could not be started).
+            None => {
+                metrics.extra.insert("exit_code".into(), serde_json::Value::Null);
+                metrics.extra.insert("wall_time_s".into(), serde_json::Value::Null);
+            }
+        }
+    }
+
+    fn commands(&self) -> Option<&dyn RunsCommands<ExecJob>> {
+        Some(self)
+    }
+}
+
+impl RunsCommands<ExecJob> for Exec {
     /// The command's end decides the status; its whole span measures a command that logged no
     /// step.
-    fn conclude(&self, job: &Job, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion {
-        let (Some(raw), Some(outcome), Ok(job)) =
-            (outcome, outcome_of(outcome), job.fields::<ExecJob>())
-        else {
+    fn conclude(&self, job: &ExecJob, outcome: Option<&serde_json::Value>, oom: bool) -> Conclusion {
+        let (Some(raw), Some(outcome)) = (outcome, outcome_of(outcome)) else {
             return Conclusion::default();
         };
         let timeout = job.timeout_s.map(Duration::from_secs_f64);
@@ -156,50 +209,6 @@ impl Workload for Exec {
             }),
             output: Some((outcome.stdout_tail, outcome.stderr_tail)),
             items_per_iteration: images_per_step(Some(raw)),
-        }
-    }
-
-    /// A record may stand for several logged steps: the total counts them
-    /// ([`total_time_s`]); a command measured whole takes its wall time.
-    fn complete_metrics(
-        &self,
-        job: &Job,
-        outcome: Option<&serde_json::Value>,
-        trial: &Recorded<'_>,
-        metrics: &mut Metrics,
-    ) {
-        if let Ok(job) = job.fields::<ExecJob>() {
-            metrics
-                .extra
-                .insert("given_epochs".into(), job.given_epochs.into());
-            metrics
-                .extra
-                .insert("given_images".into(), job.given_images.into());
-        }
-        metrics.extra.insert(
-            IMAGES_PER_STEP.into(),
-            images_per_step(outcome).into(),
-        );
-        match outcome_of(outcome) {
-            Some(outcome) => {
-                metrics.extra.extend(extra_metrics(&outcome));
-                let parser = job.fields::<ExecJob>().ok().and_then(|j| j.parser);
-                if parser.as_deref() == Some("trtexec") {
-                    metrics
-                        .extra
-                        .extend(parse::trtexec_summary(&outcome.stdout_tail));
-                }
-                metrics.total_time_s = match trial.whole {
-                    Some(whole) => Some(whole.step_s),
-                    None => (!trial.measured.is_empty())
-                        .then(|| total_time_s(trial.iterations, trial.warmup)),
-                };
-            }
-            // The command never ran (it could not be started).
-            None => {
-                metrics.extra.insert("exit_code".into(), serde_json::Value::Null);
-                metrics.extra.insert("wall_time_s".into(), serde_json::Value::Null);
-            }
         }
     }
 
@@ -383,10 +392,9 @@ pub fn jobs(config: &Config) -> Result<Vec<(SweepValues, ExecJob)>> {
 
 /// The trials of the exec workload. The resume key is the engine and the expanded command
 /// with the sweep point's columns.
-pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
-    jobs(input.config)
-        .expect("checked by prepare")
-        .into_iter()
+pub fn plan(jobs: &[(SweepValues, ExecJob)]) -> Vec<PlannedTrial<ExecJob>> {
+    jobs.iter()
+        .cloned()
         .map(|(point, job)| {
             let label = format!(
                 "{} {}",
@@ -415,7 +423,7 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<PlannedTrial> {
                 items_per_iteration: (point.batch > 0).then_some(point.batch),
                 memory_estimate_bytes: 0,
                 repetition: 1,
-                job: Job::of(KIND, &job),
+                job,
             }
         })
         .collect()

@@ -3,7 +3,9 @@
 //! temperatures, which the runner records around every trial, are the board's idle baseline in
 //! its current power mode, in the same tables as the other workloads.
 
-use super::{Emit, Job, JobEnd, PlanInput, PlannedTrial, RowNames, Workload, WorkloadProfile};
+use super::{
+    Emit, JobEnd, PlanInput, PlannedTrial, Preparation, RowNames, TypedWorkload, WorkloadProfile,
+};
 use crate::clock::monotonic_ns;
 use crate::config::{Config, Timeout};
 use crate::record::{Control, IterationRecord, TrialEnd, WorkItem, WorkloadKind};
@@ -44,11 +46,11 @@ pub struct IdleJob {
 }
 
 /// The board at rest.
+#[derive(Debug, Clone, Copy)]
 pub struct Idle;
 
 impl Idle {
-    fn config(config: &Config) -> Result<IdleConfig, String> {
-        let idle: IdleConfig = config.section("idle")?;
+    fn config(idle: IdleConfig) -> Result<IdleConfig, String> {
         let d = idle.duration.0;
         if d < TICK || d > MAX_DURATION {
             return Err(format!(
@@ -60,10 +62,12 @@ impl Idle {
     }
 }
 
-impl Workload for Idle {
-    fn kind(&self) -> WorkloadKind {
-        KIND
-    }
+impl TypedWorkload for Idle {
+    type Section = IdleConfig;
+    type Checked = IdleConfig;
+    type Plan = IdleConfig;
+    type Job = IdleJob;
+    const KIND: WorkloadKind = KIND;
 
     fn options(&self) -> Vec<clap::Arg> {
         vec![clap::Arg::new("idle.duration")
@@ -73,8 +77,18 @@ impl Workload for Idle {
     }
 
     /// The sweep's nets and batches mean nothing at rest.
-    fn check(&self, config: &Config) -> Result<(), String> {
-        Idle::config(config).map(|_| ())
+    fn check(&self, _config: &Config, section: IdleConfig) -> Result<IdleConfig, String> {
+        Idle::config(section)
+    }
+
+    fn prepare(
+        &self,
+        _config: &Config,
+        checked: IdleConfig,
+        _host: &crate::host::HostPaths,
+        _board: &crate::board::BoardProfile,
+    ) -> anyhow::Result<Preparation<IdleConfig>> {
+        Ok(Preparation::of(checked))
     }
 
     /// One tick a second, and nothing computes.
@@ -101,12 +115,11 @@ impl Workload for Idle {
     }
 
     /// Nothing warms up at rest: the whole duration asked for is measured.
-    fn warmup_iterations(&self, _job: &Job, _configured: usize) -> usize {
+    fn warmup_iterations(&self, _job: &IdleJob, _configured: usize) -> usize {
         0
     }
 
-    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
-        let idle = Idle::config(input.config).expect("checked with the config");
+    fn plan(&self, _input: &PlanInput<'_>, idle: &IdleConfig) -> Vec<PlannedTrial<IdleJob>> {
         let ticks = idle.duration.0.as_secs().max(1) as usize;
         let job = IdleJob { ticks };
         vec![PlannedTrial {
@@ -125,12 +138,11 @@ impl Workload for Idle {
             items_per_iteration: None,
             memory_estimate_bytes: 0,
             repetition: 1,
-            job: Job::of(KIND, &job),
+            job,
         }]
     }
 
-    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
-        let job: IdleJob = job.fields()?;
+    fn run(&self, job: IdleJob, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
         for step in 0..job.ticks {
             if stop.load(Ordering::SeqCst) {
                 return Ok(TrialEnd::Stopped.into());
@@ -160,7 +172,7 @@ impl Workload for Idle {
 mod tests {
     use super::*;
     use crate::host::HostPaths;
-    use crate::workloads::Prepared;
+    use crate::workloads::{Job, Workload};
 
     #[test]
     fn one_trial_of_one_tick_per_second_from_the_section() {
@@ -169,9 +181,10 @@ mod tests {
             sections: vec![("idle".into(), "duration".into(), "3s".into())],
             ..Default::default()
         });
-        Idle.check(&c).unwrap();
-        let prepared = Prepared::default();
-        let trials = Idle.plan(&prepared.plan_input(&c, &HostPaths::default()));
+        Workload::check(&Idle, &c).unwrap();
+        let host = HostPaths::default();
+        let prepared = Workload::prepare(&Idle, &c, &host, crate::board::generic()).unwrap();
+        let trials = crate::workloads::plan(&prepared.plan_input(&c, &host));
         assert_eq!(trials.len(), 1);
         assert_eq!(trials[0].iterations, 3);
         assert_eq!(trials[0].key.workload, "idle");
@@ -186,19 +199,19 @@ mod tests {
             sections: vec![("idle".into(), "duration".into(), "25h".into())],
             ..Default::default()
         });
-        assert!(Idle.check(&c).unwrap_err().contains("--duration"));
+        assert!(Workload::check(&Idle, &c).unwrap_err().contains("--duration"));
         let c = Config::from_toml("[idle]
 duration = \"0s\"\n", "c.toml".as_ref()).unwrap();
-        assert!(Idle.check(&c).unwrap_err().contains("[idle]"));
+        assert!(Workload::check(&Idle, &c).unwrap_err().contains("[idle]"));
         let c = Config::from_toml("[idle]\nduratoin = \"5s\"\n", "c.toml".as_ref()).unwrap();
-        assert!(Idle.check(&c).unwrap_err().contains("duratoin"));
+        assert!(Workload::check(&Idle, &c).unwrap_err().contains("duratoin"));
     }
 
     #[test]
     fn a_stop_ends_the_rest_at_once() {
         let stop = AtomicBool::new(true);
         let job = Job::of(KIND, &IdleJob { ticks: 100 });
-        let end = Idle.run(&job, &stop, &mut |_| Ok(Control::Continue)).unwrap();
+        let end = Workload::run(&Idle, &job, &stop, &mut |_| Ok(Control::Continue)).unwrap();
         assert_eq!(end.end, TrialEnd::Stopped);
     }
 }

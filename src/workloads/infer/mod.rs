@@ -19,7 +19,7 @@ pub mod export;
 pub mod report;
 
 use super::{
-    Emit, Job, JobEnd, PlanInput, PlannedTrial, Prepared, RowNames, Workload, WorkloadProfile,
+    Emit, JobEnd, PlanInput, PlannedTrial, Preparation, RowNames, TypedWorkload, WorkloadProfile,
 };
 use crate::clock::monotonic_ns;
 use crate::config::{Config, DeviceKind, Timeout, MAX_BATCH, MAX_ITERATIONS};
@@ -34,7 +34,6 @@ use rand_distr::{Distribution, Exp};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 pub const KIND: WorkloadKind = WorkloadKind::named("infer");
@@ -201,7 +200,11 @@ pub struct InferSweep {
 
 impl InferSweep {
     pub fn of(config: &Config) -> Result<InferSweep, String> {
-        let c: InferConfig = config.section("infer")?;
+        InferSweep::checked(config, config.section("infer")?)
+    }
+
+    /// The `[infer]` section `c` checked with the sweep of `config`.
+    fn checked(config: &Config, c: InferConfig) -> Result<InferSweep, String> {
         let names = match &c.model {
             Some(words) => words.list(),
             None => config.sweep.nets.clone(),
@@ -379,19 +382,24 @@ impl InferJob {
     }
 }
 
-/// What `prepare` learnt of the ONNX files: the batch each fixes, if any.
-#[derive(Debug, Default)]
-struct InferPrepared {
+/// The checked `[infer]` section, and what `prepare` learnt of the ONNX files: the batch each
+/// fixes, if any.
+#[derive(Debug)]
+pub(crate) struct InferPrepared {
+    sweep: InferSweep,
     fixed_batch: BTreeMap<String, Option<usize>>,
 }
 
 /// The inference workload.
+#[derive(Debug, Clone, Copy)]
 pub struct Infer;
 
-impl Workload for Infer {
-    fn kind(&self) -> WorkloadKind {
-        KIND
-    }
+impl TypedWorkload for Infer {
+    type Section = InferConfig;
+    type Checked = InferSweep;
+    type Plan = InferPrepared;
+    type Job = InferJob;
+    const KIND: WorkloadKind = KIND;
 
     fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
         Some(Box::new(report::Infer))
@@ -434,8 +442,8 @@ impl Workload for Infer {
         ]
     }
 
-    fn check(&self, config: &Config) -> Result<(), String> {
-        InferSweep::of(config).map(|_| ())
+    fn check(&self, config: &Config, section: InferConfig) -> Result<InferSweep, String> {
+        InferSweep::checked(config, section)
     }
 
     /// A query holds its batch of samples, counted like a CNN's images.
@@ -468,38 +476,32 @@ impl Workload for Infer {
     fn prepare(
         &self,
         config: &Config,
+        sweep: InferSweep,
         _host: &HostPaths,
         _board: &crate::board::BoardProfile,
-    ) -> anyhow::Result<Prepared> {
-        let sweep = InferSweep::of(config).map_err(anyhow::Error::msg)?;
-        let mut prepared = InferPrepared::default();
+    ) -> anyhow::Result<Preparation<InferPrepared>> {
+        let mut fixed_batch = BTreeMap::new();
         for model in &sweep.models {
             if let ModelRef::Onnx { name, path } = model {
                 let file = engine::read_onnx(path)?;
                 let batch = file.fixed_batch();
                 engine::build_onnx(&file, batch.unwrap_or(1), config.train.seed)
                     .with_context(|| format!("ONNX model {}", path.display()))?;
-                prepared.fixed_batch.insert(name.clone(), batch);
+                fixed_batch.insert(name.clone(), batch);
             }
         }
-        Ok(Prepared {
-            state: Some(Arc::new(prepared)),
-            ..Prepared::default()
-        })
+        Ok(Preparation::of(InferPrepared { sweep, fixed_batch }))
     }
 
-    fn plan(&self, input: &PlanInput<'_>) -> Vec<PlannedTrial> {
+    fn plan(&self, input: &PlanInput<'_>, prepared: &InferPrepared) -> Vec<PlannedTrial<InferJob>> {
         let config = input.config;
-        let sweep = InferSweep::of(config).expect("checked with the config");
-        let fixed = input
-            .prepared
-            .state
-            .as_ref()
-            .and_then(|s| s.downcast_ref::<InferPrepared>());
+        let sweep = &prepared.sweep;
         let mut trials = Vec::new();
         for model in &sweep.models {
-            let fixed_batch = fixed
-                .and_then(|f| f.fixed_batch.get(model.name()).copied())
+            let fixed_batch = prepared
+                .fixed_batch
+                .get(model.name())
+                .copied()
                 .flatten();
             // The ONNX engine computes on the CPU only.
             let devices = config
@@ -537,27 +539,24 @@ impl Workload for Infer {
         trials
     }
 
-    fn run(&self, job: &Job, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
-        run(&job.fields()?, stop, emit)
+    fn run(&self, job: InferJob, stop: &AtomicBool, emit: Emit<'_>) -> anyhow::Result<JobEnd> {
+        run(&job, stop, emit)
     }
 
-    fn metrics(&self, job: &Job, measured: &[IterationRecord]) -> Metrics {
-        match job.fields::<InferJob>() {
-            Ok(job) => metrics(&job, measured),
-            Err(_) => super::step_metrics(measured),
-        }
+    fn metrics(&self, job: &InferJob, measured: &[IterationRecord]) -> Metrics {
+        metrics(job, measured)
     }
 
     /// `--find-qps`: the figures are those of the probe at the rate found (the highest that
     /// held the bound), with the search's probes.
     fn complete_metrics(
         &self,
-        job: &Job,
+        job: &InferJob,
         outcome: Option<&serde_json::Value>,
         trial: &super::Recorded<'_>,
         metrics: &mut Metrics,
     ) {
-        let (Ok(job), Some(outcome)) = (job.fields::<InferJob>(), outcome) else {
+        let Some(outcome) = outcome else {
             return;
         };
         if !job.find_qps {
@@ -603,26 +602,24 @@ impl Workload for Infer {
 
     fn energy_metrics(
         &self,
-        job: &Job,
+        job: &InferJob,
         measured: usize,
         energy_j: f64,
     ) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
-        if let Ok(job) = job.fields::<InferJob>() {
-            let inferences = measured * job.batch;
-            if inferences > 0 {
-                m.insert(
-                    "energy_per_inference_j".into(),
-                    (energy_j / inferences as f64).into(),
-                );
-            }
+        let inferences = measured * job.batch;
+        if inferences > 0 {
+            m.insert(
+                "energy_per_inference_j".into(),
+                (energy_j / inferences as f64).into(),
+            );
         }
         m
     }
 }
 
 /// A job as a planned trial.
-fn planned(job: InferJob) -> PlannedTrial {
+fn planned(job: InferJob) -> PlannedTrial<InferJob> {
     let min_queries = match job.scenario {
         Scenario::Offline => job.min_queries.div_ceil(job.batch),
         _ => job.min_queries,
@@ -660,7 +657,7 @@ fn planned(job: InferJob) -> PlannedTrial {
         items_per_iteration: Some(job.batch),
         memory_estimate_bytes: memory,
         repetition: 1,
-        job: Job::of(KIND, &job),
+        job,
     }
 }
 

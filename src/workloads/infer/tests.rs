@@ -1,9 +1,19 @@
 use super::engine::{read_onnx, Loaded, ModelRef};
 use super::export::{self, GraphBuilder, INPUT};
 use super::*;
-use crate::workloads::Prepared;
+use crate::workloads::{Job, Prepared, Workload};
 use prost::Message as _;
 use std::path::Path;
+
+/// The trials of `c` planned with no ONNX file read.
+fn plan_unprepared(c: &Config) -> Vec<PlannedTrial<InferJob>> {
+    let prepared = InferPrepared {
+        sweep: InferSweep::of(c).unwrap(),
+        fixed_batch: BTreeMap::new(),
+    };
+    let none = Prepared::default();
+    TypedWorkload::plan(&Infer, &none.plan_input(c, &HostPaths::default()), &prepared)
+}
 
 fn config(toml: &str, flags: &[(&str, &str)]) -> Config {
     let mut c = Config::from_toml(toml, Path::new("c.toml")).unwrap();
@@ -60,7 +70,7 @@ fn models_scenarios_and_numbers_come_from_flags_or_the_file() {
 #[test]
 fn bad_parameters_are_refused_naming_the_flag() {
     let refused = |toml: &str, flags: &[(&str, &str)]| {
-        Infer.check(&config(toml, flags)).unwrap_err()
+        Workload::check(&Infer, &config(toml, flags)).unwrap_err()
     };
     assert!(refused("", &[("scenario", "multi-stream")]).contains("--scenario"));
     assert!(refused("", &[("model", "vgg")]).contains("--model"));
@@ -83,15 +93,11 @@ fn single_stream_and_server_at_batch_one_offline_at_the_sweep_batches() {
             ("min_queries", "100"),
         ],
     );
-    Infer.check(&c).unwrap();
-    let prepared = Prepared::default();
-    let trials = Infer.plan(&prepared.plan_input(&c, &HostPaths::default()));
+    Workload::check(&Infer, &c).unwrap();
+    let trials = plan_unprepared(&c);
     let got: Vec<(String, usize, usize)> = trials
         .iter()
-        .map(|t| {
-            let job: InferJob = t.job.fields().unwrap();
-            (job.scenario.to_string(), t.key.batch, t.iterations)
-        })
+        .map(|t| (t.job.scenario.to_string(), t.key.batch, t.iterations))
         .collect();
     let want = [
         ("single-stream", 1, 103),
@@ -174,7 +180,7 @@ fn throughput_is_samples_over_the_window_of_the_measured_queries() {
     assert_eq!(held.extra["latency_bound_held"], false);
     server.latency_bound_s = 0.1;
     assert_eq!(metrics(&server, &measured).extra["latency_bound_held"], true);
-    let e = Infer.energy_metrics(&Job::of(KIND, &job(ModelRef::Own { net: "alexnet".into() }, Scenario::Offline, 8)), 4, 6.4);
+    let e = Workload::energy_metrics(&Infer, &Job::of(KIND, &job(ModelRef::Own { net: "alexnet".into() }, Scenario::Offline, 8)), 4, 6.4);
     assert!((e["energy_per_inference_j"].as_f64().unwrap() - 0.2).abs() < 1e-12);
 }
 
@@ -423,8 +429,7 @@ fn a_folder_gives_its_onnx_files_which_run_on_the_cpu_only() {
     let s = InferSweep::of(&c).unwrap();
     let names: Vec<&str> = s.models.iter().map(|m| m.name()).collect();
     assert_eq!(names, ["alexnet", "a", "b"]);
-    let prepared = Prepared::default();
-    let trials = Infer.plan(&prepared.plan_input(&c, &HostPaths::default()));
+    let trials = plan_unprepared(&c);
     let got: Vec<(String, String)> = trials
         .iter()
         .map(|t| (t.key.net.clone(), t.key.device.clone()))
@@ -438,7 +443,7 @@ fn a_folder_gives_its_onnx_files_which_run_on_the_cpu_only() {
         "[sweep]\ndevices = [\"cuda\"]\n",
         &[("model", &format!("{folder}/a.ONNX"))],
     );
-    assert!(Infer.check(&cuda_only).unwrap_err().contains("CPU only"));
+    assert!(Workload::check(&Infer, &cuda_only).unwrap_err().contains("CPU only"));
 }
 
 #[test]
@@ -488,7 +493,7 @@ fn find_qps_bisects_in_a_bounded_number_of_probes_each_stored() {
             measured: &records[1..],
             whole: None,
         };
-        Infer.complete_metrics(&Job::of(KIND, &j), Some(&outcome), &recorded, &mut m);
+        Workload::complete_metrics(&Infer, &Job::of(KIND, &j), Some(&outcome), &recorded, &mut m);
         assert_eq!(m.extra["latency_bound_held"], holds);
         if holds {
             assert_eq!(m.extra["found_qps"].as_f64(), Some(probes[6].qps));

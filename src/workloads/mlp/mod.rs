@@ -403,45 +403,50 @@ pub fn key(job: &MlpJob) -> TrialKey {
 pub const KIND: WorkloadKind = WorkloadKind::named("mlp");
 
 /// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
+#[derive(Debug, Clone, Copy)]
 pub struct MlpStudy;
 
-impl super::Workload for MlpStudy {
+impl super::TypedWorkload for MlpStudy {
+    type Section = super::NoSection;
+    type Checked = ();
+    type Plan = Vec<MlpJob>;
+    type Job = MlpJob;
+    const KIND: WorkloadKind = KIND;
+
     fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
         Some(Box::new(report::Mlp))
-    }
-
-    fn kind(&self) -> WorkloadKind {
-        KIND
     }
 
     fn prepare(
         &self,
         config: &crate::config::Config,
+        _checked: (),
         _host: &crate::host::HostPaths,
         _board: &crate::board::BoardProfile,
-    ) -> anyhow::Result<super::Prepared> {
-        jobs(config).map_err(anyhow::Error::msg)?;
-        Ok(super::Prepared::default())
+    ) -> anyhow::Result<super::Preparation<Vec<MlpJob>>> {
+        let jobs = jobs(config).map_err(anyhow::Error::msg)?;
+        Ok(super::Preparation::of(jobs))
     }
 
-    fn plan(&self, input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
-        plan(input)
+    fn plan(
+        &self,
+        _input: &super::PlanInput<'_>,
+        jobs: &Vec<MlpJob>,
+    ) -> Vec<super::PlannedTrial<MlpJob>> {
+        plan(jobs)
     }
 
     fn run(
         &self,
-        job: &super::Job,
+        job: MlpJob,
         stop: &AtomicBool,
         emit: super::Emit<'_>,
     ) -> anyhow::Result<super::JobEnd> {
-        run(&job.fields()?, stop, emit).map(super::JobEnd::from)
+        run(&job, stop, emit).map(super::JobEnd::from)
     }
 
-    fn metrics(&self, job: &super::Job, measured: &[IterationRecord]) -> Metrics {
-        match job.fields() {
-            Ok(job) => metrics(&job, measured),
-            Err(_) => super::step_metrics(measured),
-        }
+    fn metrics(&self, job: &MlpJob, measured: &[IterationRecord]) -> Metrics {
+        metrics(job, measured)
     }
 
     /// Its iteration is one pass over N samples (`batch`), timed per iteration.
@@ -475,7 +480,11 @@ impl super::Workload for MlpStudy {
     }
 
     /// The sweep's nets and batches are checked as the CNN's.
-    fn check(&self, config: &crate::config::Config) -> Result<(), String> {
+    fn check(
+        &self,
+        config: &crate::config::Config,
+        _section: super::NoSection,
+    ) -> Result<(), String> {
         super::check_image_sweep(config)
     }
 }
@@ -498,11 +507,10 @@ pub fn jobs(config: &crate::config::Config) -> std::result::Result<Vec<MlpJob>, 
     .jobs(config.train.seed)
 }
 
-/// The sweep's trials.
-pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
-    jobs(input.config)
-        .expect("checked by prepare")
-        .into_iter()
+/// The sweep's trials, one per job.
+pub fn plan(jobs: &[MlpJob]) -> Vec<super::PlannedTrial<MlpJob>> {
+    jobs.iter()
+        .cloned()
         .map(|job| super::PlannedTrial {
             key: key(&job),
             label: label(&job),
@@ -510,7 +518,7 @@ pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
             items_per_iteration: None,
             memory_estimate_bytes: memory_estimate(job.style, &job.size),
             repetition: 1,
-            job: super::Job::of(KIND, &job),
+            job,
         })
         .collect()
 }

@@ -447,7 +447,7 @@ pub fn key(job: &OpsJob) -> TrialKey {
 
 /// The job as a planned trial: it records at least its warm-ups and minimum executions (more
 /// when the minimum time needs them); an item means nothing here.
-pub fn planned(job: OpsJob) -> super::PlannedTrial {
+pub fn planned(job: OpsJob) -> super::PlannedTrial<OpsJob> {
     super::PlannedTrial {
         key: key(&job),
         label: job.label(),
@@ -455,7 +455,7 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial {
         items_per_iteration: None,
         memory_estimate_bytes: memory_estimate(&job),
         repetition: 1,
-        job: super::Job::of(KIND, &job),
+        job,
     }
 }
 
@@ -522,24 +522,36 @@ pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
 pub const KIND: WorkloadKind = WorkloadKind::named("ops");
 
 /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
+#[derive(Debug, Clone, Copy)]
 pub struct Ops;
 
-impl super::Workload for Ops {
+/// What the ops workload plans from: the `[ops]` table's jobs and the roofs they are judged
+/// against.
+#[derive(Debug)]
+pub struct OpsPlan {
+    pub jobs: Vec<OpsJob>,
+    pub peaks: Option<peaks::PeaksReport>,
+}
+
+impl super::TypedWorkload for Ops {
+    type Section = super::NoSection;
+    type Checked = ();
+    type Plan = OpsPlan;
+    type Job = OpsJob;
+    const KIND: WorkloadKind = KIND;
+
     fn report_section(&self) -> Option<Box<dyn crate::render::Section>> {
         Some(Box::new(report::Ops))
-    }
-
-    fn kind(&self) -> WorkloadKind {
-        KIND
     }
 
     /// Checks the operators and sizes, and measures the roofs they are judged against.
     fn prepare(
         &self,
         config: &crate::config::Config,
+        _checked: (),
         host: &crate::host::HostPaths,
         board: &crate::board::BoardProfile,
-    ) -> Result<super::Prepared> {
+    ) -> Result<super::Preparation<OpsPlan>> {
         let jobs = jobs(config)?;
         // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
         let dgemm = jobs.iter().any(|j| j.dtype == Dtype::F64);
@@ -551,31 +563,30 @@ impl super::Workload for Ops {
             config.train.threads,
             dgemm,
         )?;
-        Ok(super::Prepared {
+        Ok(super::Preparation {
             provenance: report.provenance_items(),
-            state: Some(std::sync::Arc::new(report)),
-            ..super::Prepared::default()
+            dataset: String::new(),
+            plan: OpsPlan {
+                jobs,
+                peaks: Some(report),
+            },
         })
     }
 
-    fn plan(&self, input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
-        plan(input)
-    }
-
-    fn run(
+    fn plan(
         &self,
-        job: &super::Job,
-        stop: &AtomicBool,
-        emit: super::Emit<'_>,
-    ) -> Result<super::JobEnd> {
-        run(&job.fields()?, stop, emit).map(super::JobEnd::from)
+        input: &super::PlanInput<'_>,
+        plan: &OpsPlan,
+    ) -> Vec<super::PlannedTrial<OpsJob>> {
+        self::plan(input, plan)
     }
 
-    fn metrics(&self, job: &super::Job, measured: &[IterationRecord]) -> Metrics {
-        match job.fields() {
-            Ok(job) => metrics(&job, measured),
-            Err(_) => super::step_metrics(measured),
-        }
+    fn run(&self, job: OpsJob, stop: &AtomicBool, emit: super::Emit<'_>) -> Result<super::JobEnd> {
+        run(&job, stop, emit).map(super::JobEnd::from)
+    }
+
+    fn metrics(&self, job: &OpsJob, measured: &[IterationRecord]) -> Metrics {
+        metrics(job, measured)
     }
 
     /// One execution per iteration, and an operator has no loss.
@@ -622,25 +633,26 @@ impl super::Workload for Ops {
     }
 
     /// The sweep's nets and batches are checked as the CNN's.
-    fn check(&self, config: &crate::config::Config) -> std::result::Result<(), String> {
+    fn check(
+        &self,
+        config: &crate::config::Config,
+        _section: super::NoSection,
+    ) -> std::result::Result<(), String> {
         super::check_image_sweep(config)
     }
 
     /// The job's own warm-up executions, which its timed loop leaves out.
-    fn warmup_iterations(&self, job: &super::Job, configured: usize) -> usize {
-        job.fields::<OpsJob>().map_or(configured, |job| job.warmup)
+    fn warmup_iterations(&self, job: &OpsJob, _configured: usize) -> usize {
+        job.warmup
     }
 
     fn energy_metrics(
         &self,
-        job: &super::Job,
+        job: &OpsJob,
         measured: usize,
         energy_j: f64,
     ) -> serde_json::Map<String, serde_json::Value> {
-        match job.fields() {
-            Ok(job) => energy_metrics(&job, measured, energy_j),
-            Err(_) => serde_json::Map::new(),
-        }
+        energy_metrics(job, measured, energy_j)
     }
 }
 
@@ -657,21 +669,16 @@ pub fn min_time_for_power(reading_period: Option<std::time::Duration>) -> Option
 /// The sweep's trials, each judged against the roofs measured for its device; with power
 /// measured, each measured at least long enough for its energy to rest on
 /// [`MIN_SENSOR_UPDATES`] sensor readings, whatever `ops.min_time_s` says.
-pub fn plan(input: &super::PlanInput<'_>) -> Vec<super::PlannedTrial> {
+pub fn plan(input: &super::PlanInput<'_>, plan: &OpsPlan) -> Vec<super::PlannedTrial<OpsJob>> {
     let power_min_s = min_time_for_power(input.prepared.power_reading_period);
-    jobs(input.config)
-        .expect("checked by prepare")
-        .into_iter()
+    plan.jobs
+        .iter()
+        .cloned()
         .map(|mut job| {
             if let Some(min_s) = power_min_s.filter(|s| *s > job.min_time_s) {
                 job.min_time_s = min_s;
             }
-            let peaks = input
-                .prepared
-                .state
-                .as_ref()
-                .and_then(|s| s.downcast_ref::<peaks::PeaksReport>());
-            if let Some(d) = peaks.and_then(|p| p.device(job.device)) {
+            if let Some(d) = plan.peaks.as_ref().and_then(|p| p.device(job.device)) {
                 job.roofs = d.roofs(job.dtype);
             }
             planned(job)
@@ -1223,9 +1230,13 @@ mod tests {
                 ..Default::default()
             };
             let host = crate::host::HostPaths::default();
-            plan(&prepared.plan_input(&c, &host))
+            let ops = OpsPlan {
+                jobs: jobs(&c).unwrap(),
+                peaks: None,
+            };
+            plan(&prepared.plan_input(&c, &host), &ops)
                 .iter()
-                .map(|t| t.job.fields::<OpsJob>().unwrap().min_time_s)
+                .map(|t| t.job.min_time_s)
                 .collect()
         };
         // A 140 ms INA3221: 12 readings are 1.68 s, above the configured 0.5 s.
