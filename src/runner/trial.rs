@@ -884,3 +884,456 @@ pub(super) struct TrialContext<'a> {
     /// The live metrics to update, when they are served.
     pub metrics: Option<&'a Metrics>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DeviceKind;
+    use crate::memory::SwapThresholds;
+    use crate::power::RailSeries;
+    use crate::store::RunInfo;
+    use crate::workloads;
+    use std::os::unix::process::ExitStatusExt;
+
+    const MS: i64 = 1_000_000;
+
+    /// AlexNet on the CPU at batch 2 as a sweep plans it, `iterations` steps.
+    fn alexnet(iterations: usize) -> PlannedTrial {
+        let mut c = Config::default();
+        c.sweep.nets = vec!["alexnet".into()];
+        c.sweep.devices = vec![DeviceKind::Cpu];
+        c.sweep.batches = vec![2];
+        let prepared = workloads::Prepared {
+            dataset: "synthetic".into(),
+            ..Default::default()
+        };
+        let mut trial = workloads::plan(&prepared.plan_input(&c, &HostPaths::default())).remove(0);
+        trial.iterations = iterations;
+        trial
+    }
+
+    fn memory_plan() -> MemoryPlan {
+        MemoryPlan {
+            swap_devices: "no swap".into(),
+            limit: Some(4 << 30),
+            swap_limit: None,
+            parent: None,
+            thresholds: SwapThresholds::default(),
+            interval: Duration::from_millis(100),
+            try_anyway: false,
+            gpu_integrated: false,
+        }
+    }
+
+    /// A context with the memory plan above, `power` as given, nothing else.
+    fn context<'a>(
+        config: &'a Config,
+        host: &'a HostPaths,
+        stop: &'a AtomicBool,
+        power: Option<&'a PowerMonitor>,
+    ) -> TrialContext<'a> {
+        TrialContext {
+            config,
+            host,
+            stop,
+            abort: None,
+            stop_grace: Duration::from_secs(5),
+            power: power.map(|m| (m, None, true)),
+            memory: memory_plan(),
+            metrics: None,
+        }
+    }
+
+    /// A step from `a_ms` to `b_ms`.
+    fn step(step: usize, a_ms: i64, b_ms: i64) -> IterationRecord {
+        IterationRecord {
+            step,
+            epoch: 0,
+            loss: 2.0 - step as f64 * 0.1,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s: (b_ms - a_ms) as f64 * 1e-3,
+            t_start_ns: a_ms * MS,
+            t_end_ns: b_ms * MS,
+        }
+    }
+
+    fn collected(iterations: Vec<IterationRecord>, end: WorkerEnd) -> Collected {
+        Collected {
+            received: Received {
+                iterations,
+                ..Default::default()
+            },
+            end,
+            stopping: Stopping::Running,
+            stop_requested: false,
+            memory: Vec::new(),
+            clocks: ClockReport::default(),
+            power: None,
+        }
+    }
+
+    fn ended(last: Option<WorkerMessage>, status: Option<i32>, oom_kills: u64) -> WorkerEnd {
+        WorkerEnd {
+            last,
+            status: status.map(std::process::ExitStatus::from_raw),
+            oom_kills,
+        }
+    }
+
+    fn done() -> WorkerEnd {
+        ended(Some(WorkerMessage::Done { stopped: false }), Some(0), 0)
+    }
+
+    /// The total at 10 W until `switch_ms`, 20 W after, sampled every 10 ms to 1000 ms.
+    fn power_samples(switch_ms: i64) -> Samples {
+        let t_ns: Vec<i64> = (0..=100).map(|k| k * 10 * MS).collect();
+        let watts = t_ns
+            .iter()
+            .map(|&t| if t < switch_ms * MS { 10.0 } else { 20.0 })
+            .collect::<Vec<_>>();
+        Samples {
+            series: vec![RailSeries {
+                source: "ina3221".into(),
+                rail: "VDD_IN".into(),
+                volts: vec![None; t_ns.len()],
+                amps: vec![None; t_ns.len()],
+                t_ns,
+                watts,
+                failed: Vec::new(),
+            }],
+            total: vec![0],
+            errors: Vec::new(),
+            period_ns: 10 * MS,
+            lost: None,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-6 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn a_stop_asks_once_then_abandons_after_its_grace_and_an_abort_kills_at_once() {
+        let grace = Duration::from_secs(5);
+        let t0 = Instant::now();
+        let later = |s: u64| t0 + Duration::from_secs(s);
+        let running = Stopping::Running;
+        assert_eq!(
+            running.next(false, false, grace, t0),
+            (Stopping::Running, StopAction::Nothing)
+        );
+        let (asked, act) = running.next(true, false, grace, t0);
+        assert_eq!((asked, act), (Stopping::Asked(t0), StopAction::Terminate));
+        // Asked once: within the grace the worker finishes its iteration undisturbed.
+        assert_eq!(
+            asked.next(true, false, grace, later(4)),
+            (asked, StopAction::Nothing)
+        );
+        let (abandoned, act) = asked.next(true, false, grace, later(5));
+        assert_eq!((abandoned, act), (Stopping::Abandoned, StopAction::Kill));
+        assert_eq!(
+            abandoned.next(true, false, grace, later(60)),
+            (Stopping::Abandoned, StopAction::Nothing)
+        );
+        // A second interrupt kills the whole tree from any state, once.
+        for state in [running, asked, abandoned] {
+            assert_eq!(
+                state.next(true, true, grace, later(1)),
+                (Stopping::Aborted, StopAction::KillTree),
+                "{state:?}"
+            );
+        }
+        assert_eq!(
+            Stopping::Aborted.next(true, true, grace, later(2)),
+            (Stopping::Aborted, StopAction::Nothing)
+        );
+    }
+
+    #[test]
+    fn received_keeps_iterations_the_outcome_the_gpu_peak_and_the_last_word() {
+        let mut r = Received::default();
+        r.take(WorkerMessage::Iteration(step(0, 0, 10)));
+        r.take(WorkerMessage::Iteration(step(1, 10, 20)));
+        r.take(WorkerMessage::GpuMemory {
+            peak_bytes: 7 << 20,
+        });
+        r.take(WorkerMessage::Outcome(serde_json::json!({"exit_code": 0})));
+        r.take(WorkerMessage::Failed {
+            error: "boom".into(),
+        });
+        assert_eq!(r.iterations, [step(0, 0, 10), step(1, 10, 20)]);
+        assert_eq!(r.peak_gpu_bytes, Some(7 << 20));
+        assert_eq!(r.outcome, Some(serde_json::json!({"exit_code": 0})));
+        assert_eq!(
+            r.last,
+            Some(WorkerMessage::Failed {
+                error: "boom".into()
+            })
+        );
+        // Two warm-up iterations: measurement starts after the second arrives, not before;
+        // none: it started with the worker.
+        assert!(!warmup_ends_with(1, 2));
+        assert!(warmup_ends_with(2, 2));
+        assert!(!warmup_ends_with(1, 0));
+    }
+
+    #[test]
+    fn a_worker_killed_by_the_oom_killer_before_any_iteration_concludes_oom() {
+        let (config, host, stop) = (
+            Config::default(),
+            HostPaths::default(),
+            AtomicBool::new(false),
+        );
+        let ctx = context(&config, &host, &stop, None);
+        let trial = alexnet(10);
+        let workload = trial.job.workload().unwrap();
+        let end = ended(None, Some(libc::SIGKILL), 1);
+        let c = conclude(&ctx, &trial, workload, 2, collected(Vec::new(), end));
+        assert_eq!(c.summary.status, TrialStatus::Oom);
+        let error = c.summary.error.as_deref().unwrap();
+        assert!(error.contains("OOM killer"), "{error}");
+        // Nothing measured: no figures, and the log line is a warning naming the error.
+        assert_eq!(c.summary.time_per_image_s, None);
+        assert_eq!(c.summary.metrics.time_per_iteration_s, None);
+        assert_eq!(c.summary.metrics.extra["window_s"], serde_json::Value::Null);
+        assert_eq!(
+            c.summary.metrics.extra["stalled_steps"],
+            serde_json::Value::Null
+        );
+        assert_eq!(c.swap_pressure, None);
+        assert_eq!(c.memory.mem_limit_bytes, Some(4 << 30));
+        assert!(c.line.1 && c.line.0.contains(error), "{:?}", c.line);
+
+        // The same SIGKILL without the counter rising is a crash, not OOM.
+        let end = ended(None, Some(libc::SIGKILL), 0);
+        let c = conclude(&ctx, &trial, workload, 2, collected(Vec::new(), end));
+        assert_eq!(c.summary.status, TrialStatus::Crashed);
+    }
+
+    #[test]
+    fn how_a_stop_went_decides_an_interrupted_trial() {
+        let (config, host, stop) = (
+            Config::default(),
+            HostPaths::default(),
+            AtomicBool::new(false),
+        );
+        let ctx = context(&config, &host, &stop, None);
+        let trial = alexnet(10);
+        let workload = trial.job.workload().unwrap();
+        let conclude_with = |stopping, stop_requested, end| {
+            let mut c = collected(vec![step(0, 0, 100)], end);
+            c.stopping = stopping;
+            c.stop_requested = stop_requested;
+            let c = conclude(&ctx, &trial, workload, 0, c).summary;
+            (c.status, c.error.unwrap_or_default())
+        };
+        // A second interrupt: interrupted whatever the worker said.
+        let (status, error) = conclude_with(Stopping::Aborted, true, done());
+        assert_eq!(status, TrialStatus::Interrupted);
+        assert!(error.contains("second interrupt"), "{error}");
+        // The iteration in progress outlasted the grace and the worker said nothing.
+        let killed = || ended(None, Some(libc::SIGKILL), 0);
+        let (status, error) = conclude_with(Stopping::Abandoned, true, killed());
+        assert_eq!(status, TrialStatus::Interrupted);
+        assert!(error.contains("within 5.0 s"), "{error}");
+        // A worker that stopped at the boundary in time.
+        let stopped = ended(Some(WorkerMessage::Done { stopped: true }), Some(0), 0);
+        assert_eq!(
+            conclude_with(Stopping::Asked(Instant::now()), true, stopped),
+            (TrialStatus::Interrupted, String::new())
+        );
+        // Exiting without a word: interrupted while a stop was asked, a crash otherwise.
+        let silent = || ended(None, Some(1 << 8), 0);
+        let (status, error) = conclude_with(Stopping::Asked(Instant::now()), true, silent());
+        assert_eq!(status, TrialStatus::Interrupted);
+        assert!(error.contains("exited with code 1"), "{error}");
+        let (status, error) = conclude_with(Stopping::Running, false, silent());
+        assert_eq!(status, TrialStatus::Crashed);
+        assert!(error.contains("exited with code 1"), "{error}");
+        assert_eq!(
+            conclude_with(Stopping::Running, false, done()),
+            (TrialStatus::Ok, String::new())
+        );
+    }
+
+    /// One warm-up step (0..200 ms at 10 W) and three measured (200..800 ms at 20 W).
+    fn warm_then_measured() -> Vec<IterationRecord> {
+        let mut warm = step(0, 0, 200);
+        // A slow first step, so figures that took it in would show it.
+        warm.step_s = 0.5;
+        vec![
+            warm,
+            step(1, 200, 400),
+            step(2, 400, 600),
+            step(3, 600, 800),
+        ]
+    }
+
+    fn power_monitor(root: &std::path::Path) -> PowerMonitor {
+        use crate::power::hwmon::fixtures;
+        fixtures::orin_nx(
+            root,
+            &[("VDD_IN", 5000, 2000), ("VDD_CPU_GPU_CV", 5000, 800)],
+        );
+        fixtures::for_run(root, &Default::default()).unwrap()
+    }
+
+    #[test]
+    fn metrics_and_energy_cover_the_measured_iterations_over_one_window() {
+        let sys = tempfile::tempdir().unwrap();
+        let monitor = power_monitor(sys.path());
+        let (config, host, stop) = (
+            Config::default(),
+            HostPaths::default(),
+            AtomicBool::new(false),
+        );
+        let ctx = context(&config, &host, &stop, Some(&monitor));
+        let trial = alexnet(4);
+        let workload = trial.job.workload().unwrap();
+        let mut got = collected(warm_then_measured(), done());
+        got.power = Some(power_samples(200));
+        let c = conclude(&ctx, &trial, workload, 1, got);
+        assert_eq!(
+            (c.summary.status, c.summary.error.as_deref()),
+            (TrialStatus::Ok, None)
+        );
+        let m = &c.summary.metrics;
+        // Median and sum of the three measured steps only.
+        assert!(close(m.time_per_iteration_s.unwrap(), 0.2), "{m:?}");
+        assert!(close(m.total_time_s.unwrap(), 0.6), "{m:?}");
+        assert!(
+            close(c.summary.time_per_image_s.unwrap(), 0.1),
+            "{:?}",
+            c.summary
+        );
+        assert_eq!(m.extra["window_steps"], 3);
+        let window_s = m.extra["window_s"].as_f64().unwrap();
+        assert!(close(window_s, 0.6), "{window_s}");
+        // The losses are every iteration's.
+        assert_eq!(c.summary.loss_first, Some(2.0));
+        assert!(close(c.summary.loss_last.unwrap(), 1.7));
+        let Some((TrialPowerRecord::Measured(p), Some(kept))) = &c.power else {
+            panic!(
+                "power measured and its samples kept: {:?}",
+                c.power.is_some()
+            );
+        };
+        // The same window: 20 W over 0.6 s, none of the warm-up's 10 W; per image over 3 x 2.
+        assert!(close(p.avg_power_w, 20.0), "{p:?}");
+        assert!(close(p.energy_j, 20.0 * window_s), "{p:?}");
+        assert!(close(p.energy_per_image_j, 12.0 / 6.0), "{p:?}");
+        assert_eq!(kept.series[0].watts.len(), 101);
+        // Readings every 10 ms from 200 through 800 ms.
+        assert_eq!(p.samples, 61);
+    }
+
+    fn temp_store(dir: &std::path::Path) -> (Store, i64) {
+        let mut store = Store::open(&dir.join("results.db")).unwrap();
+        let run_id = store
+            .begin_run(&RunInfo {
+                uuid: "7d1c8f3e-0000-4000-8000-000000000001".into(),
+                host: "test".into(),
+                started_at: "2026-01-01T00:00:00Z".into(),
+                config_toml: String::new(),
+                edgebench_version: "0".into(),
+                git_commit: "unknown".into(),
+                candle_version: "0".into(),
+                cpu_threads: 1,
+                cpu_model: None,
+                os: "linux".into(),
+            })
+            .unwrap();
+        (store, run_id)
+    }
+
+    #[test]
+    fn record_stores_the_concluded_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, run_id) = temp_store(dir.path());
+        let monitor = power_monitor(&dir.path().join("sys"));
+        let (config, host, stop) = (
+            Config::default(),
+            HostPaths::default(),
+            AtomicBool::new(false),
+        );
+        let ctx = context(&config, &host, &stop, Some(&monitor));
+        let trial = alexnet(4);
+        let workload = trial.job.workload().unwrap();
+        let trial_id = store
+            .begin_repetition(run_id, &trial.key, 1, 4, 1, "2026-01-01T00:00:01Z")
+            .unwrap();
+        let iterations = warm_then_measured();
+        for rec in &iterations {
+            store.record_iteration(trial_id, rec).unwrap();
+        }
+        let mut got = collected(iterations, done());
+        got.power = Some(power_samples(200));
+        got.received.peak_gpu_bytes = Some(3 << 20);
+        let concluded = conclude(&ctx, &trial, workload, 1, got);
+        let begun = Begun {
+            trial_id,
+            warmup: 1,
+            live: None,
+        };
+        let status = record(&mut store, &trial, begun, concluded, Say { bar: None }).unwrap();
+        assert_eq!(status, TrialStatus::Ok);
+
+        let rows = store.results().unwrap();
+        assert_eq!(rows.len(), 1);
+        let row = &rows[0];
+        assert_eq!((row.status, row.error.as_deref()), (TrialStatus::Ok, None));
+        assert_eq!((row.iterations, row.warmup_iterations), (4, 1));
+        assert!(row.ended_at.is_some());
+        assert!(close(row.time_per_iteration_s.unwrap(), 0.2), "{row:?}");
+        assert!(close(row.energy_j.unwrap(), 12.0), "{row:?}");
+        assert!(close(row.avg_power_w.unwrap(), 20.0), "{row:?}");
+        assert_eq!(row.metrics["window_steps"], 3);
+        assert_eq!(row.peak_gpu_bytes, Some(3 << 20));
+        assert_eq!(row.memory.mem_limit_bytes, Some(4 << 30));
+        let note = row.memory.memory_note.as_deref().unwrap();
+        assert!(note.contains("no swap"), "{note}");
+        assert_eq!(row.power_samples, Some(61));
+    }
+
+    #[test]
+    fn a_trial_the_memory_check_skips_is_stored_with_its_reason_and_no_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, run_id) = temp_store(dir.path());
+        let (config, host, stop) = (
+            Config::default(),
+            HostPaths::default(),
+            AtomicBool::new(false),
+        );
+        let ctx = context(&config, &host, &stop, None);
+        let trial = alexnet(4);
+        let trial_id = store
+            .begin_repetition(run_id, &trial.key, 1, 4, 1, "2026-01-01T00:00:01Z")
+            .unwrap();
+        let begun = Begun {
+            trial_id,
+            warmup: 1,
+            live: None,
+        };
+        let why = "predicted to need 9.00 GiB, more than RAM".to_string();
+        let status = record_skipped(
+            &ctx,
+            &mut store,
+            &trial,
+            begun,
+            why.clone(),
+            Say { bar: None },
+        )
+        .unwrap();
+        assert_eq!(status, TrialStatus::SkippedMemory);
+        let row = &store.results().unwrap()[0];
+        assert_eq!(row.status, TrialStatus::SkippedMemory);
+        assert_eq!(row.error.as_deref(), Some(why.as_str()));
+        assert_eq!(row.memory.memory_note.as_deref(), Some(why.as_str()));
+        assert_eq!(
+            row.memory.mem_estimate_bytes,
+            Some(trial.memory_estimate_bytes as i64)
+        );
+        assert_eq!((row.iterations, row.time_per_iteration_s), (0, None));
+    }
+}
