@@ -83,7 +83,7 @@ enum Started {
     },
     Running {
         begun: Begun,
-        worker: Worker,
+        worker: Box<Worker>,
     },
 }
 
@@ -232,7 +232,7 @@ fn start(
     });
     Ok(Started::Running {
         begun,
-        worker: Worker {
+        worker: Box::new(Worker {
             child,
             pid,
             cgroup,
@@ -243,7 +243,7 @@ fn start(
             messages,
             reader,
             _active: active,
-        },
+        }),
     })
 }
 
@@ -347,7 +347,7 @@ fn collect(
     store: &mut Store,
     trial: &PlannedTrial,
     begun: &Begun,
-    worker: Worker,
+    worker: Box<Worker>,
     say: Say<'_>,
 ) -> anyhow::Result<Collected> {
     let Worker {
@@ -361,7 +361,7 @@ fn collect(
         messages,
         reader,
         _active,
-    } = worker;
+    } = *worker;
     let planned = trial.iterations;
     let mut received = Received {
         iterations: Vec::with_capacity(planned),
@@ -476,7 +476,7 @@ fn show_progress(rec: &IterationRecord, planned: usize, say: Say<'_>) {
     if let Some(bar) = say.bar {
         bar.set_position(rec.step as u64 + 1);
         bar.set_message(format!("loss {:.4}", rec.loss));
-    } else if rec.step % 50 == 0 || rec.step + 1 == planned {
+    } else if rec.step.is_multiple_of(50) || rec.step + 1 == planned {
         tracing::info!(
             step = rec.step,
             loss = rec.loss,
