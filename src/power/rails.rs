@@ -156,8 +156,8 @@ pub(super) fn choose_total(
 mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::{PowerConfig, PowerScope};
-    use crate::power::hwmon::fixtures::{self, host};
     use crate::power::{energy, hwmon, sensors, sensors_text, PowerMonitor};
+    use crate::testkit::jetson::{self as fixtures, host};
     use std::time::Duration;
 
     /// TX2 module monitors (JetPack 4 IIO): chip, then (rail, mV, mA, mW) per channel.
@@ -208,9 +208,10 @@ mod tests {
         // AGX Orin (JetPack 5 hwmon): two chips, NC channels skipped, I/O rail left out.
         let root = tempfile::tempdir().unwrap();
         let w = |rel: &str, v: &str| fixtures::write(root.path(), rel, v);
-        w(
-            "firmware/devicetree/base/compatible",
-            "nvidia,p3737-0000+p3701-0005\0nvidia,tegra234\0",
+        fixtures::device_tree(
+            root.path(),
+            fixtures::AGX_ORIN_COMPATIBLE,
+            "NVIDIA Jetson AGX Orin Developer Kit",
         );
         for (addr, n, rails) in [
             (
@@ -328,7 +329,7 @@ mod tests {
     #[test]
     fn board_scope_is_refused_without_a_carrier_monitor() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(
+        fixtures::orin_nx_rails(
             root.path(),
             &[
                 ("VDD_IN", 5000, 1500),
@@ -363,7 +364,7 @@ mod tests {
     #[test]
     fn thor_total_is_the_ina238_alone_at_board_scope_and_ucsi_is_ignored() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::thor(root.path(), 19_500, 2_400, 45_500_000);
+        fixtures::thor_ina238(root.path(), 19_500, 2_400, 45_500_000);
         let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
         assert_eq!(r.board, "agx-thor");
         assert_eq!(r.scope.as_deref(), Some("board"));
