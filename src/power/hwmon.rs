@@ -382,7 +382,7 @@ pub fn power_supplies(class: &Path) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::testkit::jetson::{
-        orin_nx_rails, thor_ina238, tx2, write, ORIN_NX_HWMON, THOR_HWMON,
+        orin_nx_rails, thor_ina238, tx2, write, ORIN_NX_HWMON, THOR_HWMON, TX2_MODULE,
     };
 
     #[test]
@@ -414,27 +414,7 @@ mod tests {
     #[test]
     fn ina3221x_iio_channels_from_zero_in_milliwatts() {
         let root = tempfile::tempdir().unwrap();
-        tx2(
-            root.path(),
-            &[
-                (
-                    "0-0040",
-                    &[
-                        ("VDD_SYS_GPU", 19000, 50, 950),
-                        ("VDD_SYS_SOC", 19000, 40, 760),
-                        ("VDD_4V0_WIFI", 4000, 10, 40),
-                    ],
-                ),
-                (
-                    "0-0041",
-                    &[
-                        ("VDD_IN", 19000, 200, 3800),
-                        ("VDD_SYS_CPU", 19000, 30, 570),
-                        ("VDD_SYS_DDR", 19000, 20, 380),
-                    ],
-                ),
-            ],
-        );
+        tx2(root.path(), &TX2_MODULE);
         let mut found = ina3221x_iio(&root.path().join("bus/i2c/drivers"));
         assert_eq!(found.len(), 2);
         assert_eq!(found[1].rails(), ["VDD_IN", "VDD_SYS_CPU", "VDD_SYS_DDR"]);

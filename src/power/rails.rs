@@ -157,28 +157,8 @@ mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::{PowerConfig, PowerScope};
     use crate::power::{energy, hwmon, sensors, sensors_text, PowerMonitor};
-    use crate::testkit::jetson::{self as fixtures, host};
+    use crate::testkit::jetson::{self as fixtures, host, TX2_MODULE};
     use std::time::Duration;
-
-    /// TX2 module monitors (JetPack 4 IIO): chip, then (rail, mV, mA, mW) per channel.
-    const TX2_MODULE: [(&str, &[fixtures::IioRail<'static>]); 2] = [
-        (
-            "0-0040",
-            &[
-                ("VDD_SYS_GPU", 19000, 50, 950),
-                ("VDD_SYS_SOC", 19000, 40, 760),
-                ("VDD_4V0_WIFI", 4000, 10, 40),
-            ],
-        ),
-        (
-            "0-0041",
-            &[
-                ("VDD_IN", 19000, 200, 3800),
-                ("VDD_SYS_CPU", 19000, 30, 570),
-                ("VDD_SYS_DDR", 19000, 20, 380),
-            ],
-        ),
-    ];
 
     #[test]
     fn tx2_total_is_vdd_in_and_agx_orin_sums_module_rails() {

@@ -144,6 +144,27 @@ pub fn thor_power(sys: &Path) {
 /// (rail name, mV, mA, mW)
 pub type IioRail<'a> = (&'a str, u32, u32, u32);
 
+/// A TX2 module's monitors (JetPack 4 IIO): chip, then (rail, mV, mA, mW) per channel; VDD_IN
+/// 19 V x 0.2 A = 3.8 W.
+pub const TX2_MODULE: [(&str, &[IioRail<'static>]); 2] = [
+    (
+        "0-0040",
+        &[
+            ("VDD_SYS_GPU", 19000, 50, 950),
+            ("VDD_SYS_SOC", 19000, 40, 760),
+            ("VDD_4V0_WIFI", 4000, 10, 40),
+        ],
+    ),
+    (
+        "0-0041",
+        &[
+            ("VDD_IN", 19000, 200, 3800),
+            ("VDD_SYS_CPU", 19000, 30, 570),
+            ("VDD_SYS_DDR", 19000, 20, 380),
+        ],
+    ),
+];
+
 /// JetPack 4 TX2: the device tree and ina3221x IIO monitors, one `iio:device<n>` per chip
 /// address, channels from 0.
 pub fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
