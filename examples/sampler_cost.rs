@@ -6,13 +6,10 @@
 //!
 //! A measurement for docs/performance.md, not a check: it asserts nothing.
 
-#[path = "../tests/it/fixtures/jetson.rs"]
-#[allow(dead_code)] // the tree builder alone is used here
-mod jetson;
-
 use edgebench::config::PowerConfig;
 use edgebench::host::HostPaths;
 use edgebench::power::PowerMonitor;
+use edgebench::testkit::jetson;
 use std::time::{Duration, Instant};
 
 /// CPU seconds this process has used (all threads, user and system).

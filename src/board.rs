@@ -262,18 +262,14 @@ pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::jetson::{
+        device_tree, host_under, NANO_COMPATIBLE, ORIN_NX_COMPATIBLE, THOR_COMPATIBLE,
+    };
 
     fn host_with(compatible: &str, model: &str) -> (tempfile::TempDir, HostPaths) {
         let root = tempfile::tempdir().unwrap();
-        let dt = root.path().join("sys/firmware/devicetree/base");
-        std::fs::create_dir_all(&dt).unwrap();
-        std::fs::write(dt.join("compatible"), compatible).unwrap();
-        std::fs::write(dt.join("model"), format!("{model}\0")).unwrap();
-        let host = HostPaths {
-            sysfs: root.path().join("sys"),
-            procfs: root.path().join("proc"),
-            rootfs: root.path().into(),
-        };
+        let host = host_under(root.path());
+        device_tree(&host.sysfs, compatible, model);
         (root, host)
     }
 
@@ -288,11 +284,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dt.join("model"), "NVIDIA Orin NX Developer Kit\0").unwrap();
-        let host = HostPaths {
-            sysfs: root.path().join("sys"),
-            procfs: root.path().join("proc"),
-            rootfs: root.path().into(),
-        };
+        let host = host_under(root.path());
         let d = detect(&host);
         assert_eq!(d.profile.name, "orin-nx", "{}", d.how);
         assert!(d.warning.is_none());
@@ -416,11 +408,7 @@ mod tests {
     #[test]
     fn reads_the_installed_cuda_version() {
         let root = tempfile::tempdir().unwrap();
-        let host = HostPaths {
-            sysfs: root.path().join("sys"),
-            procfs: root.path().join("proc"),
-            rootfs: root.path().into(),
-        };
+        let host = host_under(root.path());
         assert_eq!(installed_cuda(&host), None);
         let cuda = root.path().join("usr/local/cuda");
         std::fs::create_dir_all(&cuda).unwrap();
@@ -437,21 +425,13 @@ mod tests {
     #[test]
     fn detects_by_compatible_then_model() {
         let cases = [
-            (
-                "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-                "",
-                "orin-nx",
-            ),
+            (ORIN_NX_COMPATIBLE, "", "orin-nx"),
             (
                 "nvidia,p3737-0000+p3701-0000\0nvidia,tegra234\0",
                 "Jetson AGX Orin",
                 "agx-orin",
             ),
-            (
-                "nvidia,p3449-0000-b00+p3448-0002-b00\0nvidia,jetson-nano\0nvidia,tegra210\0",
-                "",
-                "nano",
-            ),
+            (NANO_COMPATIBLE, "", "nano"),
             ("nvidia,p2371-2180\0nvidia,tegra210\0", "jetson_tx1", "tx1"),
             ("nvidia,p2771-0000\0nvidia,tegra186\0", "quill", "tx2"),
             (
@@ -466,7 +446,7 @@ mod tests {
             ),
             ("", "NVIDIA Jetson TX2", "tx2"),
             (
-                "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+                THOR_COMPATIBLE,
                 "NVIDIA Jetson AGX Thor Developer Kit",
                 "agx-thor",
             ),

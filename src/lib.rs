@@ -43,6 +43,10 @@ pub mod runner;
 mod stats;
 pub mod store;
 pub mod sync;
+// What the tests share; the integration tests reach it through the `testkit` feature.
+#[cfg(any(test, feature = "testkit"))]
+#[doc(hidden)]
+pub mod testkit;
 mod text;
 pub mod train;
 pub mod worker;

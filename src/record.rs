@@ -214,19 +214,7 @@ impl WorkItem {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rec(step: usize, from_ms: i64, to_ms: i64) -> IterationRecord {
-        IterationRecord {
-            step,
-            epoch: 0,
-            loss: f64::NAN,
-            lr: f64::NAN,
-            data_s: 0.0,
-            step_s: (to_ms - from_ms) as f64 * 1e-3,
-            t_start_ns: from_ms * 1_000_000,
-            t_end_ns: to_ms * 1_000_000,
-        }
-    }
+    use crate::testkit::rows::iteration_ms as rec;
 
     #[test]
     fn the_window_spans_the_measured_records_gaps_included() {

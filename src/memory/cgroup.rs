@@ -415,11 +415,7 @@ mod tests {
     #[test]
     fn no_memory_controller_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = HostPaths {
-            sysfs: dir.path().join("sys"),
-            procfs: dir.path().join("proc"),
-            rootfs: dir.path().into(),
-        };
+        let paths = crate::testkit::jetson::host_under(dir.path());
         std::fs::create_dir_all(paths.proc("self")).unwrap();
         std::fs::write(paths.proc("self/cgroup"), "0::/\n").unwrap();
         let err = locate(&paths).unwrap_err().to_string();

@@ -265,7 +265,7 @@ fn no_sensor_message(probed: &[Probe], errors: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::config::{Ina226Config, PowerConfig};
-    use crate::power::hwmon::fixtures;
+    use crate::testkit::jetson as fixtures;
 
     #[test]
     fn no_sensor_lists_every_place_probed() {
@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn an_ina226_setting_the_chip_lacks_is_refused_before_any_device_is_opened() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
+        fixtures::orin_nx_rails(root.path(), &[("VDD_IN", 5000, 1500)]);
         for (ina, key, allowed) in [
             (
                 Ina226Config {

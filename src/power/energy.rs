@@ -307,6 +307,7 @@ pub fn trial_energy(
 mod tests {
     use super::super::sampler::RailSeries;
     use super::*;
+    use crate::testkit::rows::iteration_ms as iter;
 
     const MS: i64 = 1_000_000;
 
@@ -329,19 +330,6 @@ mod tests {
 
     fn joules(s: &RailSeries, a: i64, b: i64) -> f64 {
         measure(&s.t_ns, &s.watts, &s.failed, a, b, RULE_10MS).joules
-    }
-
-    fn iter(step: usize, a_ms: i64, b_ms: i64) -> IterationRecord {
-        IterationRecord {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.01,
-            data_s: 0.0,
-            step_s: (b_ms - a_ms) as f64 * 1e-3,
-            t_start_ns: a_ms * MS,
-            t_end_ns: b_ms * MS,
-        }
     }
 
     fn close(a: f64, b: f64) -> bool {

@@ -379,126 +379,16 @@ pub fn power_supplies(class: &Path) -> Vec<String> {
 }
 
 #[cfg(test)]
-pub(crate) mod fixtures {
-    //! Prepared sysfs trees as the boards' kernels lay them out.
-    use crate::host::HostPaths;
-    use std::path::Path;
-
-    /// Host paths with sysfs at `root` (procfs under it).
-    pub(crate) fn host(root: &Path) -> HostPaths {
-        HostPaths {
-            sysfs: root.to_path_buf(),
-            procfs: root.join("proc"),
-            rootfs: root.into(),
-        }
-    }
-
-    /// [`PowerMonitor::for_run`] on the tree at `root`, on the board `cfg` forces or the tree
-    /// detects as (as a sweep resolves it).
-    pub(crate) fn for_run(
-        root: &Path,
-        cfg: &crate::config::PowerConfig,
-    ) -> anyhow::Result<crate::power::PowerMonitor> {
-        let host = host(root);
-        let board = crate::board::select(&host, cfg.board.as_deref())?;
-        crate::power::PowerMonitor::for_run(&host, cfg, board)
-    }
-
-    pub(crate) fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, format!("{text}\n")).unwrap();
-    }
-
-    /// JetPack 5 Orin NX: ina3221 at 1-0040, hwmon index 3; (label, mV, mA).
-    pub(crate) fn orin_nx(sys: &Path, rails: &[(&str, u32, u32)]) {
-        write(
-            sys,
-            "firmware/devicetree/base/compatible",
-            "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0",
-        );
-        write(
-            sys,
-            "firmware/devicetree/base/model",
-            "NVIDIA Orin NX Developer Kit\0",
-        );
-        let hw = "bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3";
-        write(sys, &format!("{hw}/name"), "ina3221");
-        write(sys, &format!("{hw}/update_interval"), "7");
-        for (k, (label, mv, ma)) in rails.iter().enumerate() {
-            let k = k + 1;
-            write(sys, &format!("{hw}/in{k}_label"), label);
-            write(sys, &format!("{hw}/in{k}_input"), &mv.to_string());
-            write(sys, &format!("{hw}/curr{k}_input"), &ma.to_string());
-            write(sys, &format!("{hw}/in{}_input", k + 3), "1000");
-        }
-        write(sys, &format!("{hw}/in7_input"), "0");
-    }
-
-    /// JetPack 7 AGX Thor: the carrier's INA238 at 2-0044 under the `ina238` driver, no label,
-    /// `power1_input` in uW (kept apart from V x I so a test sees which is read), and a UCSI
-    /// power-supply entry for the USB-C port the board is powered through.
-    pub(crate) fn thor(sys: &Path, vin_mv: u32, vin_ma: u32, vin_uw: u64) {
-        write(
-            sys,
-            "firmware/devicetree/base/compatible",
-            "nvidia,p3971-0089+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
-        );
-        write(
-            sys,
-            "firmware/devicetree/base/model",
-            "NVIDIA Jetson AGX Thor Developer Kit\0",
-        );
-        let hw = "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2";
-        write(sys, &format!("{hw}/name"), "ina238");
-        write(sys, &format!("{hw}/in0_input"), "2");
-        write(sys, &format!("{hw}/in1_input"), &vin_mv.to_string());
-        write(sys, &format!("{hw}/curr1_input"), &vin_ma.to_string());
-        write(sys, &format!("{hw}/power1_input"), &vin_uw.to_string());
-        write(sys, &format!("{hw}/temp1_input"), "41000");
-        // The USB-C contract: 20 V x 5 A offered, which is no measurement of anything.
-        let psy = "class/power_supply/ucsi-source-psy-USBC000:001";
-        write(sys, &format!("{psy}/type"), "USB");
-        write(sys, &format!("{psy}/online"), "1");
-        write(sys, &format!("{psy}/usb_type"), "C [PD] PD_PPS");
-        write(sys, &format!("{psy}/voltage_now"), "20000000");
-        write(sys, &format!("{psy}/voltage_max"), "20000000");
-        write(sys, &format!("{psy}/current_max"), "5000000");
-        write(sys, &format!("{psy}/current_now"), "5000000");
-    }
-
-    /// (rail name, mV, mA, mW)
-    pub(crate) type IioRail<'a> = (&'a str, u32, u32, u32);
-
-    /// JetPack 4 TX2: ina3221x IIO at 0-0040 and 0-0041, channels per chip address.
-    pub(crate) fn tx2(sys: &Path, chips: &[(&str, &[IioRail<'_>])]) {
-        write(
-            sys,
-            "firmware/devicetree/base/compatible",
-            "nvidia,p2771-0000\0nvidia,p3310\0nvidia,tegra186\0",
-        );
-        write(sys, "firmware/devicetree/base/model", "quill\0");
-        for (n, (addr, rails)) in chips.iter().enumerate() {
-            let iio = format!("bus/i2c/drivers/ina3221x/{addr}/iio:device{n}");
-            for (k, (name, mv, ma, mw)) in rails.iter().enumerate() {
-                write(sys, &format!("{iio}/rail_name_{k}"), name);
-                write(sys, &format!("{iio}/in_voltage{k}_input"), &mv.to_string());
-                write(sys, &format!("{iio}/in_current{k}_input"), &ma.to_string());
-                write(sys, &format!("{iio}/in_power{k}_input"), &mw.to_string());
-            }
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::fixtures::*;
     use super::*;
+    use crate::testkit::jetson::{
+        orin_nx_rails, thor_ina238, tx2, write, ORIN_NX_HWMON, THOR_HWMON, TX2_MODULE,
+    };
 
     #[test]
     fn ina3221_hwmon_rails_by_label_power_is_v_times_i() {
         let root = tempfile::tempdir().unwrap();
-        orin_nx(
+        orin_nx_rails(
             root.path(),
             &[
                 ("VDD_IN", 5000, 1200),
@@ -510,45 +400,21 @@ mod tests {
         assert_eq!(found.len(), 1);
         let s = &mut found[0];
         assert_eq!(s.rails(), ["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]);
-        assert!(s.describe().contains("1-0040") && s.describe().contains("hwmon3"));
+        assert!(s.describe().contains("1-0040") && s.describe().contains("hwmon5"));
         assert_eq!(s.default_period(), Duration::from_millis(7));
         let r = s.read().unwrap();
         assert!((r[0].watts - 6.0).abs() < 1e-12, "{r:?}");
         assert_eq!((r[0].volts, r[0].amps), (Some(5.0), Some(1.2)));
         assert!((r[2].watts - 1.5).abs() < 1e-12);
         // A vanished file is an error, not a stale value.
-        std::fs::remove_file(
-            root.path()
-                .join("bus/i2c/drivers/ina3221/1-0040/hwmon/hwmon3/curr1_input"),
-        )
-        .unwrap();
+        std::fs::remove_file(root.path().join(format!("{ORIN_NX_HWMON}/curr1_input"))).unwrap();
         assert!(s.read().unwrap_err().to_string().contains("curr1_input"));
     }
 
     #[test]
     fn ina3221x_iio_channels_from_zero_in_milliwatts() {
         let root = tempfile::tempdir().unwrap();
-        tx2(
-            root.path(),
-            &[
-                (
-                    "0-0040",
-                    &[
-                        ("VDD_SYS_GPU", 19000, 50, 950),
-                        ("VDD_SYS_SOC", 19000, 40, 760),
-                        ("VDD_4V0_WIFI", 4000, 10, 40),
-                    ],
-                ),
-                (
-                    "0-0041",
-                    &[
-                        ("VDD_IN", 19000, 200, 3800),
-                        ("VDD_SYS_CPU", 19000, 30, 570),
-                        ("VDD_SYS_DDR", 19000, 20, 380),
-                    ],
-                ),
-            ],
-        );
+        tx2(root.path(), &TX2_MODULE);
         let mut found = ina3221x_iio(&root.path().join("bus/i2c/drivers"));
         assert_eq!(found.len(), 2);
         assert_eq!(found[1].rails(), ["VDD_IN", "VDD_SYS_CPU", "VDD_SYS_DDR"]);
@@ -561,7 +427,7 @@ mod tests {
     #[test]
     fn ina238_reads_microwatts_and_takes_the_profile_name_when_unlabelled() {
         let root = tempfile::tempdir().unwrap();
-        thor(root.path(), 19_500, 2_400, 45_500_000);
+        thor_ina238(root.path(), 19_500, 2_400, 45_500_000);
         let drivers = root.path().join("bus/i2c/drivers");
         let named = |at: &str| (at == "2-0044").then(|| "VIN".to_string());
         let mut found = ina238_hwmon(&drivers, &named);
@@ -578,18 +444,14 @@ mod tests {
             ina238_hwmon(&drivers, &|_| None)[0].rails(),
             ["INA238_2-0044"]
         );
-        write(
-            root.path(),
-            "bus/i2c/drivers/ina238/2-0044/hwmon/hwmon2/in1_label",
-            "VIN_SYS",
-        );
+        write(root.path(), &format!("{THOR_HWMON}/in1_label"), "VIN_SYS");
         assert_eq!(ina238_hwmon(&drivers, &named)[0].rails(), ["VIN_SYS"]);
     }
 
     #[test]
     fn power_supply_entries_are_listed_never_read_and_ucsi_is_named() {
         let root = tempfile::tempdir().unwrap();
-        thor(root.path(), 19_000, 1_000, 19_000_000);
+        thor_ina238(root.path(), 19_000, 1_000, 19_000_000);
         write(root.path(), "class/power_supply/BAT0/type", "Battery");
         let listed = power_supplies(&root.path().join("class"));
         assert_eq!(listed.len(), 2, "{listed:?}");

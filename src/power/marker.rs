@@ -212,14 +212,7 @@ impl Drop for CdevLine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn host(root: &Path) -> HostPaths {
-        HostPaths {
-            sysfs: root.into(),
-            procfs: root.join("proc"),
-            rootfs: root.into(),
-        }
-    }
+    use crate::testkit::jetson::host;
 
     #[test]
     fn raises_lowers_and_unexports_on_drop() {

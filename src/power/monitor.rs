@@ -168,9 +168,9 @@ impl PowerMonitor {
 mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::PowerConfig;
-    use crate::power::hwmon::fixtures;
     use crate::power::{energy, trial_energy, PowerSource, Reading, TrialPowerRecord};
-    use crate::record::IterationRecord;
+    use crate::testkit::jetson as fixtures;
+    use crate::testkit::rows::iteration_ns;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -178,7 +178,7 @@ mod tests {
     #[test]
     fn orin_nx_total_is_vdd_in_alone_and_sampling_matches_the_fixture() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(
+        fixtures::orin_nx_rails(
             root.path(),
             &[
                 ("VDD_IN", 5000, 1500),
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn a_lost_sensor_is_probed_again_and_its_readings_resume() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
+        fixtures::orin_nx_rails(root.path(), &[("VDD_IN", 5000, 1500)]);
         let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         let dev = root.path().join("bus/i2c/drivers/ina3221/1-0040/hwmon");
         let ms = |n| Duration::from_millis(n);
@@ -219,10 +219,10 @@ mod tests {
         let a = monotonic_ns();
         std::thread::sleep(ms(100));
         // The driver goes away, then comes back with another hwmon index.
-        std::fs::rename(dev.join("hwmon3"), root.path().join("away")).unwrap();
+        std::fs::rename(dev.join("hwmon5"), root.path().join("away")).unwrap();
         let lost = monotonic_ns();
         std::thread::sleep(ms(600));
-        std::fs::rename(root.path().join("away"), dev.join("hwmon4")).unwrap();
+        std::fs::rename(root.path().join("away"), dev.join("hwmon6")).unwrap();
         let back = monotonic_ns();
         std::thread::sleep(ms(500));
         let b = monotonic_ns();
@@ -236,13 +236,13 @@ mod tests {
         );
         assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
         assert!(
-            s.lost.as_deref().unwrap().contains("hwmon3"),
+            s.lost.as_deref().unwrap().contains("hwmon5"),
             "{:?}",
             s.lost
         );
         // The gap is the time without readings once, not counted twice, and the energy covers
         // only the measured rest at the fixture's 7.5 W.
-        let rec = span(a, b);
+        let rec = iteration_ns(0, a, b);
         let e = trial_energy(&s, &[rec], 0, 1, None).unwrap();
         let (gone, window) = ((back - lost) as f64 * 1e-9, (b - a) as f64 * 1e-9);
         assert!(
@@ -266,20 +266,6 @@ mod tests {
             warning.contains("during 1 trial(s)") && warning.contains("reading again"),
             "{warning}"
         );
-    }
-
-    /// One iteration from `a` to `b` (CLOCK_MONOTONIC ns), the measured interval of a trial.
-    fn span(a: i64, b: i64) -> IterationRecord {
-        IterationRecord {
-            step: 0,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.1,
-            data_s: 0.0,
-            step_s: 0.0,
-            t_start_ns: a,
-            t_end_ns: b,
-        }
     }
 
     /// A source that fails its reads while `fail` is set, counting every read.
@@ -314,7 +300,7 @@ mod tests {
     #[test]
     fn the_run_warning_counts_only_trials_marked_power_incomplete() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(root.path(), &[("VDD_IN", 5000, 1500)]);
+        fixtures::orin_nx_rails(root.path(), &[("VDD_IN", 5000, 1500)]);
         let mut m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
         let (fail, reads) = (
             Arc::new(AtomicBool::new(false)),
@@ -349,7 +335,7 @@ mod tests {
         after_reads(3);
         let s = h.stop();
         assert!(s.lost.is_some(), "the recording had failed reads");
-        let record = m.assess_trial(&s, &[span(a, b)], 0, 1, None);
+        let record = m.assess_trial(&s, &[iteration_ns(0, a, b)], 0, 1, None);
         assert!(
             matches!(&record, TrialPowerRecord::Measured(p) if !p.incomplete),
             "{record:?}"
@@ -368,7 +354,7 @@ mod tests {
         let b = monotonic_ns();
         after_reads(3);
         let s = h.stop();
-        let record = m.assess_trial(&s, &[span(a, b)], 0, 1, None);
+        let record = m.assess_trial(&s, &[iteration_ns(0, a, b)], 0, 1, None);
         assert!(
             matches!(&record, TrialPowerRecord::Measured(p) if p.incomplete),
             "{record:?}"

@@ -156,29 +156,9 @@ pub(super) fn choose_total(
 mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::{PowerConfig, PowerScope};
-    use crate::power::hwmon::fixtures::{self, host};
     use crate::power::{energy, hwmon, sensors, sensors_text, PowerMonitor};
+    use crate::testkit::jetson::{self as fixtures, host, TX2_MODULE};
     use std::time::Duration;
-
-    /// TX2 module monitors (JetPack 4 IIO): chip, then (rail, mV, mA, mW) per channel.
-    const TX2_MODULE: [(&str, &[fixtures::IioRail<'static>]); 2] = [
-        (
-            "0-0040",
-            &[
-                ("VDD_SYS_GPU", 19000, 50, 950),
-                ("VDD_SYS_SOC", 19000, 40, 760),
-                ("VDD_4V0_WIFI", 4000, 10, 40),
-            ],
-        ),
-        (
-            "0-0041",
-            &[
-                ("VDD_IN", 19000, 200, 3800),
-                ("VDD_SYS_CPU", 19000, 30, 570),
-                ("VDD_SYS_DDR", 19000, 20, 380),
-            ],
-        ),
-    ];
 
     #[test]
     fn tx2_total_is_vdd_in_and_agx_orin_sums_module_rails() {
@@ -208,9 +188,10 @@ mod tests {
         // AGX Orin (JetPack 5 hwmon): two chips, NC channels skipped, I/O rail left out.
         let root = tempfile::tempdir().unwrap();
         let w = |rel: &str, v: &str| fixtures::write(root.path(), rel, v);
-        w(
-            "firmware/devicetree/base/compatible",
-            "nvidia,p3737-0000+p3701-0005\0nvidia,tegra234\0",
+        fixtures::device_tree(
+            root.path(),
+            fixtures::AGX_ORIN_COMPATIBLE,
+            "NVIDIA Jetson AGX Orin Developer Kit",
         );
         for (addr, n, rails) in [
             (
@@ -328,7 +309,7 @@ mod tests {
     #[test]
     fn board_scope_is_refused_without_a_carrier_monitor() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::orin_nx(
+        fixtures::orin_nx_rails(
             root.path(),
             &[
                 ("VDD_IN", 5000, 1500),
@@ -363,7 +344,7 @@ mod tests {
     #[test]
     fn thor_total_is_the_ina238_alone_at_board_scope_and_ucsi_is_ignored() {
         let root = tempfile::tempdir().unwrap();
-        fixtures::thor(root.path(), 19_500, 2_400, 45_500_000);
+        fixtures::thor_ina238(root.path(), 19_500, 2_400, 45_500_000);
         let r = sensors(&host(root.path()), &PowerConfig::default()).unwrap();
         assert_eq!(r.board, "agx-thor");
         assert_eq!(r.scope.as_deref(), Some("board"));

@@ -92,8 +92,8 @@ impl PowerSource for RaplSource {
 
 #[cfg(test)]
 mod tests {
-    use super::super::hwmon::fixtures::write;
     use super::*;
+    use crate::testkit::jetson::write;
 
     #[test]
     fn wraps_around_the_counter_range() {

@@ -420,7 +420,7 @@ mod tests {
     use super::*;
 
     fn row(batch: usize, repetition: usize, status: TrialStatus, tpi: f64) -> ResultRow {
-        let mut r = ResultRow {
+        crate::testkit::rows::described(ResultRow {
             host: "tx2".into(),
             workload: "cnn".into(),
             net: "alexnet".into(),
@@ -432,9 +432,7 @@ mod tests {
             energy_j: Some(tpi * 100.0),
             params_text: "{}".into(),
             ..Default::default()
-        };
-        crate::workloads::describe(std::slice::from_mut(&mut r));
-        r
+        })
     }
 
     #[test]

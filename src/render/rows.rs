@@ -113,25 +113,11 @@ mod tests {
     use super::*;
     use crate::render::select::label;
     use crate::store::TrialStatus;
+    use crate::testkit::rows::{self, described, with_params};
 
+    /// The kit's MLP row, described as the store's reader leaves it.
     fn mlp_row(style: &str, status: TrialStatus, secs: f64) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!(r#"{{"style":"{style}","size":"small","n":64}}"#))
-                .unwrap();
-        let mut row = ResultRow {
-            workload: "mlp".into(),
-            net: "mlp".into(),
-            device: "cpu".into(),
-            batch: 64,
-            status,
-            host: "tx2".into(),
-            time_per_iteration_s: Some(secs),
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
-            ..Default::default()
-        };
-        crate::workloads::describe(std::slice::from_mut(&mut row));
-        row
+        described(rows::mlp_row(style, status, secs))
     }
 
     #[test]
@@ -198,21 +184,18 @@ mod tests {
     #[test]
     fn exec_files_per_engine_with_net_and_batch() {
         let exec = |engine: &str, net: &str, batch: usize| {
-            let params: serde_json::Map<String, Value> =
-                serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
-            let mut row = ResultRow {
-                workload: "exec".into(),
-                net: net.into(),
-                device: "cuda".into(),
-                batch,
-                status: TrialStatus::Ok,
-                host: "tx1".into(),
-                params_text: serde_json::to_string(&params).unwrap(),
-                params,
-                ..Default::default()
-            };
-            crate::workloads::describe(std::slice::from_mut(&mut row));
-            row
+            described(with_params(
+                ResultRow {
+                    workload: "exec".into(),
+                    net: net.into(),
+                    device: "cuda".into(),
+                    batch,
+                    status: TrialStatus::Ok,
+                    host: "tx1".into(),
+                    ..Default::default()
+                },
+                serde_json::json!({"command": [], "engine": engine}),
+            ))
         };
         let rows = [
             exec("caffe", "alexnet", 16),

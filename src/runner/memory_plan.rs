@@ -169,21 +169,20 @@ impl MemoryPlan {
 mod tests {
     use super::*;
     use crate::memory::procfs::{ProcMemory, VmStat};
+    use crate::testkit::jetson;
     use crate::workloads;
 
     /// A host tree: a device tree saying `compatible` (none when empty) and a meminfo of
     /// `ram_mib` total, `available_mib` available and no swap.
     fn host(compatible: &str, ram_mib: u64, available_mib: u64) -> (tempfile::TempDir, HostPaths) {
         let root = tempfile::tempdir().unwrap();
-        let paths = HostPaths {
-            sysfs: root.path().join("sys"),
-            procfs: root.path().join("proc"),
-            rootfs: root.path().into(),
-        };
+        let paths = jetson::host_under(root.path());
         if !compatible.is_empty() {
-            let dt = paths.sys("firmware/devicetree/base");
-            std::fs::create_dir_all(&dt).unwrap();
-            std::fs::write(dt.join("compatible"), compatible).unwrap();
+            jetson::write(
+                &paths.sysfs,
+                "firmware/devicetree/base/compatible",
+                compatible,
+            );
         }
         std::fs::create_dir_all(&paths.procfs).unwrap();
         std::fs::write(
@@ -198,8 +197,7 @@ mod tests {
         (root, paths)
     }
 
-    const NANO: &str =
-        "nvidia,p3449-0000-b00+p3448-0002-b00\0nvidia,jetson-nano\0nvidia,tegra210\0";
+    const NANO: &str = jetson::NANO_COMPATIBLE;
 
     /// AlexNet at batch 1 as a sweep plans it on `device`: about 0.95 GB predicted.
     fn alexnet(device: DeviceKind) -> PlannedTrial {

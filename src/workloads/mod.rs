@@ -867,16 +867,7 @@ mod tests {
 
     #[test]
     fn step_metrics_are_median_iqr_and_total() {
-        let rec = |step: usize, step_s: f64| IterationRecord {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.1,
-            data_s: 0.0,
-            step_s,
-            t_start_ns: 0,
-            t_end_ns: 0,
-        };
+        let rec = crate::testkit::rows::iteration;
         let m = step_metrics(&[rec(0, 1.0), rec(1, 3.0), rec(2, 2.0), rec(3, 10.0)]);
         assert_eq!(m.time_per_iteration_s, Some(2.5));
         assert_eq!(m.total_time_s, Some(16.0));

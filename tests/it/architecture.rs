@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan", "worker"],
     &["runner", "report", "sync"],
     &["daemon"],
-    &["main", "cli", "cmd", "fuzz"],
+    &["main", "cli", "cmd", "fuzz", "testkit"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

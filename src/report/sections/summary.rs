@@ -360,7 +360,7 @@ mod tests {
             // Each device's command differs (`--device={device}`).
             params.insert("command".into(), serde_json::json!(["train", device]));
         }
-        let mut r = ResultRow {
+        crate::testkit::rows::described(ResultRow {
             host: "tx2".into(),
             workload: workload.into(),
             net: "alexnet".into(),
@@ -370,9 +370,7 @@ mod tests {
             time_per_image_s: Some(tpi),
             params,
             ..Default::default()
-        };
-        crate::workloads::describe(std::slice::from_mut(&mut r));
-        r
+        })
     }
 
     #[test]

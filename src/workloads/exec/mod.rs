@@ -619,16 +619,7 @@ mod tests {
 
     #[test]
     fn records_that_stand_for_several_steps_count_them() {
-        let rec = |step, step_s| IterationRecord {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.01,
-            data_s: 0.0,
-            step_s,
-            t_start_ns: 0,
-            t_end_ns: 0,
-        };
+        let rec = crate::testkit::rows::iteration;
         let records = [rec(0, 0.5), rec(20, 0.1), rec(40, 0.2)];
         assert_eq!(steps_covered(&records), [1, 20, 20]);
         assert!((total_time_s(&records, 0) - (0.5 + 2.0 + 4.0)).abs() < 1e-9);

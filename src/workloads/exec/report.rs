@@ -447,27 +447,22 @@ pub(crate) fn loss_plots(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
+    use crate::testkit::rows::{described, with_params};
 
     fn exec_row(engine: &str, device: &str, batch: usize, tpi: Option<f64>) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!(r#"{{"command":[],"engine":"{engine}"}}"#)).unwrap();
-        described(ResultRow {
+        let row = ResultRow {
             workload: "exec".into(),
             net: "alexnet".into(),
             device: device.into(),
             batch,
             status: TrialStatus::Ok,
             time_per_image_s: tpi,
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
             ..Default::default()
-        })
-    }
-
-    fn described(mut row: ResultRow) -> ResultRow {
-        crate::workloads::describe(std::slice::from_mut(&mut row));
-        row
+        };
+        described(with_params(
+            row,
+            serde_json::json!({"command": [], "engine": engine}),
+        ))
     }
 
     #[test]
@@ -577,16 +572,7 @@ mod tests {
 
     #[test]
     fn avg_time_is_per_iteration_when_a_record_stands_for_several() {
-        let rec = |step, step_s| IterationRecord {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            lr: 0.01,
-            data_s: 0.0,
-            step_s,
-            t_start_ns: 0,
-            t_end_ns: 0,
-        };
+        let rec = crate::testkit::rows::iteration;
         let of = |workload: &str| ResultRow {
             workload: workload.into(),
             ..Default::default()

@@ -288,8 +288,6 @@ mod tests {
     use serde_json::{json, Value};
 
     fn row(device: &str, scenario: &str, batch: usize, p50: f64, held: Option<bool>) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_value(json!({"scenario": scenario})).unwrap();
         let mut metrics: serde_json::Map<String, Value> = serde_json::from_value(json!({
             "latency_p50_s": p50, "latency_p90_s": 2.0 * p50, "latency_p99_s": 3.0 * p50,
             "latency_mean_s": p50, "samples_per_s": batch as f64 / p50, "queries": 100,
@@ -299,18 +297,17 @@ mod tests {
         if let Some(h) = held {
             metrics.insert("latency_bound_held".into(), h.into());
         }
-        ResultRow {
+        let row = ResultRow {
             workload: "infer".into(),
             net: "resnet".into(),
             device: device.into(),
             batch,
             status: TrialStatus::Ok,
             host: "orin".into(),
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
             metrics,
             ..Default::default()
-        }
+        };
+        crate::testkit::rows::with_params(row, json!({"scenario": scenario}))
     }
 
     #[test]

@@ -1,6 +1,7 @@
 use super::engine::{read_onnx, Loaded, ModelRef};
 use super::export::{self, GraphBuilder, INPUT};
 use super::*;
+use crate::testkit::rows::iteration_ms as record;
 use crate::workloads::{Job, Prepared, Workload};
 use prost::Message as _;
 use std::path::Path;
@@ -126,19 +127,6 @@ fn percentiles_are_the_projects_quantile_of_the_latencies() {
     assert_eq!(l.max, 100.0);
     assert!((l.mean - 50.5).abs() < 1e-12);
     assert!(latencies(&[]).is_none());
-}
-
-fn record(step: usize, start_ms: i64, end_ms: i64) -> IterationRecord {
-    IterationRecord {
-        step,
-        epoch: 0,
-        loss: f64::NAN,
-        lr: f64::NAN,
-        data_s: 0.0,
-        step_s: (end_ms - start_ms) as f64 * 1e-3,
-        t_start_ns: start_ms * 1_000_000,
-        t_end_ns: end_ms * 1_000_000,
-    }
 }
 
 fn job(model: ModelRef, scenario: Scenario, batch: usize) -> InferJob {

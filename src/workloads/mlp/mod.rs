@@ -562,6 +562,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::rows::iteration as record;
     use candle_core::{DType, Device, Tensor, Var};
 
     fn rows(t: &Tensor) -> Vec<Vec<f64>> {
@@ -927,19 +928,6 @@ mod tests {
         assert!(refuse("learning_rate = -1.0").contains("mlp.learning_rate -1"));
         assert!(refuse("styles = [\"graph\"]").contains("unknown variant `graph`"));
         assert!(refuse("batch = 3").contains("unknown field `batch`"));
-    }
-
-    fn record(step: usize, step_s: f64) -> IterationRecord {
-        IterationRecord {
-            step,
-            epoch: 0,
-            loss: 1.0,
-            lr: LEARNING_RATE,
-            data_s: 0.0,
-            step_s,
-            t_start_ns: 0,
-            t_end_ns: 0,
-        }
     }
 
     fn job(style: Style, text: &str, iterations: usize) -> MlpJob {

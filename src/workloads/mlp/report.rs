@@ -213,25 +213,7 @@ fn device_names<'a>(devices: impl Iterator<Item = &'a str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    fn mlp_row(style: &str, status: TrialStatus, secs: f64) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!(r#"{{"style":"{style}","size":"small","n":64}}"#))
-                .unwrap();
-        ResultRow {
-            workload: "mlp".into(),
-            net: "mlp".into(),
-            device: "cpu".into(),
-            batch: 64,
-            status,
-            host: "tx2".into(),
-            time_per_iteration_s: Some(secs),
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
-            ..Default::default()
-        }
-    }
+    use crate::testkit::rows::mlp_row;
 
     #[test]
     fn mlp_tables_per_device_with_gpu_over_cpu_ratios() {

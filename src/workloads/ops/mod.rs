@@ -872,6 +872,7 @@ fn run_candle(
 mod tests {
     use super::execute::dot_dims;
     use super::*;
+    use crate::testkit::rows::iteration as record;
 
     const THREADS: [usize; 7] = [1, 3, 4, 6, 8, 12, 16];
 
@@ -1145,19 +1146,6 @@ mod tests {
             execute_native(op, shape, &mut x);
             let want: Vec<f64> = x.c.iter().map(|v| *v as f64).collect();
             assert_close(&got, &want, 2e-6, &format!("candle {op}"));
-        }
-    }
-
-    fn record(step: usize, step_s: f64) -> IterationRecord {
-        IterationRecord {
-            step,
-            epoch: 0,
-            loss: 0.0,
-            lr: 0.0,
-            data_s: 0.0,
-            step_s,
-            t_start_ns: 0,
-            t_end_ns: (step_s * 1e9) as i64,
         }
     }
 

@@ -498,11 +498,7 @@ mod tests {
 
     fn host_tree(cpuinfo: &str, max_khz: &[(usize, &str)]) -> (tempfile::TempDir, HostPaths) {
         let root = tempfile::tempdir().unwrap();
-        let host = HostPaths {
-            sysfs: root.path().join("sys"),
-            procfs: root.path().join("proc"),
-            rootfs: root.path().to_path_buf(),
-        };
+        let host = crate::testkit::jetson::host_under(root.path());
         std::fs::create_dir_all(&host.procfs).unwrap();
         std::fs::write(host.proc("cpuinfo"), cpuinfo).unwrap();
         for (cpu, khz) in max_khz {

@@ -484,22 +484,22 @@ mod tests {
     }
 
     fn op_row(op: &str, mb: u32, status: TrialStatus, gflops: Option<f64>) -> ResultRow {
-        let params: serde_json::Map<String, Value> =
-            serde_json::from_str(&format!(r#"{{"op":"{op}","dtype":"f32","mb":{mb}}}"#)).unwrap();
         let metrics: serde_json::Map<String, Value> =
             serde_json::from_str(r#"{"pct_peak_flops":12.5}"#).unwrap();
-        ResultRow {
+        let row = ResultRow {
             workload: "ops".into(),
             net: "ops".into(),
             device: "cpu".into(),
             status,
             host: "tx2".into(),
             gflop_per_s: gflops,
-            params_text: serde_json::to_string(&params).unwrap(),
-            params,
             metrics,
             ..Default::default()
-        }
+        };
+        crate::testkit::rows::with_params(
+            row,
+            serde_json::json!({"op": op, "dtype": "f32", "mb": mb}),
+        )
     }
 
     #[test]
