@@ -17,8 +17,7 @@ pub mod metal;
 pub mod repack;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod repack_x86;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod tokenizer;
+// edgebench patch 6: no GGUF tokenizer module (and no `tokenizers` dependency).
 #[cfg(not(feature = "metal"))]
 mod metal {
     pub use super::dummy_metal::*;
