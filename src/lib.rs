@@ -37,7 +37,7 @@ mod plan;
 pub mod power;
 pub mod provenance;
 pub mod record;
-pub mod render;
+pub(crate) mod render;
 pub mod report;
 pub mod runner;
 mod stats;

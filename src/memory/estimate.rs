@@ -14,19 +14,19 @@
 use crate::models::NetSpec;
 use serde::Serialize;
 
-pub const BASE_BYTES: u64 = 8 << 20;
-pub const PARAM_COPIES: f64 = 3.8;
-pub const ACTIVATION_COPIES: f64 = 1.35;
+pub(crate) const BASE_BYTES: u64 = 8 << 20;
+pub(crate) const PARAM_COPIES: f64 = 3.8;
+pub(crate) const ACTIVATION_COPIES: f64 = 1.35;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct MemoryEstimate {
+pub(crate) struct MemoryEstimate {
     pub params_bytes: u64,
     pub activations_bytes: u64,
     pub base_bytes: u64,
     pub total_bytes: u64,
 }
 
-pub fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
+pub(crate) fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
     let params = net.summary().params as f64 * 4.0 * PARAM_COPIES;
     let activations =
         net.activation_elements_per_image() as f64 * batch as f64 * 4.0 * ACTIVATION_COPIES;
@@ -41,14 +41,14 @@ pub fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
 
 /// What the host offers a trial: RAM (or the cgroup cap) and swap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
+pub(crate) struct Capacity {
     pub ram_bytes: u64,
     pub available_bytes: u64,
     pub swap_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fit {
+pub(crate) enum Fit {
     Fits,
     /// More than the RAM available now: it will swap (a warning; the trial runs).
     NeedsSwap,
@@ -56,7 +56,7 @@ pub enum Fit {
     DoesNotFit,
 }
 
-pub fn fit(need: u64, cap: Capacity) -> Fit {
+pub(crate) fn fit(need: u64, cap: Capacity) -> Fit {
     if need > cap.ram_bytes.saturating_add(cap.swap_bytes) {
         Fit::DoesNotFit
     } else if need > cap.available_bytes.min(cap.ram_bytes) {

@@ -2,10 +2,10 @@
 //! verdict, the pre-trial estimate, and the per-trial memory cgroup.
 
 pub mod cgroup;
-pub mod estimate;
+pub(crate) mod estimate;
 pub mod procfs;
-pub mod sampler;
-pub mod verdict;
+pub(crate) mod sampler;
+pub(crate) mod verdict;
 
 pub use sampler::{MemoryObserver, MemorySample, MemorySampler, Watch};
 pub use verdict::{assess, MemoryReport, SwapThresholds};

@@ -29,7 +29,7 @@ pub enum Watch {
     Tree(u32),
 }
 
-pub fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample {
+pub(crate) fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample {
     MemorySample {
         t_ns: monotonic_ns(),
         system: reader.meminfo(),

@@ -3,7 +3,7 @@
 
 use super::spec::{conv, fc, lrn, max_pool, Init, Layer, LrPolicy, NetSpec, SolverSpec};
 
-pub fn spec() -> NetSpec {
+pub(crate) fn spec() -> NetSpec {
     let g = |std| Init::Gaussian { std };
     NetSpec {
         name: "alexnet",

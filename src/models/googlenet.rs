@@ -44,7 +44,7 @@ fn aux_head(name: &'static str, after: &'static str) -> AuxHead {
     }
 }
 
-pub fn spec() -> NetSpec {
+pub(crate) fn spec() -> NetSpec {
     NetSpec {
         name: "googlenet",
         description:

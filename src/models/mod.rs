@@ -1,10 +1,10 @@
 //! The networks: declarative BVLC definitions (`spec`), the candle network built from them
 //! (`net`), and a registry by name.
 
-pub mod alexnet;
-pub mod googlenet;
-pub mod net;
-pub mod spec;
+pub(crate) mod alexnet;
+pub(crate) mod googlenet;
+pub(crate) mod net;
+pub(crate) mod spec;
 
 pub use net::{ConvImpl, Network, Param};
 pub use spec::{NetSpec, NetSummary};

@@ -55,7 +55,7 @@ pub struct Network {
 }
 
 /// Per-layer output shapes recorded during a forward pass (`name`, dims with the batch first).
-pub type Trace = Vec<(String, Vec<usize>)>;
+pub(crate) type Trace = Vec<(String, Vec<usize>)>;
 
 /// What one training forward pass produces.
 pub struct Outputs {

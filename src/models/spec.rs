@@ -155,7 +155,7 @@ fn conv_out(input: usize, kernel: usize, stride: usize, pad: usize) -> usize {
 }
 
 /// Infers one layer: returns the output shape, parameters and multiply-adds per image.
-pub fn infer_layer(layer: &Layer, input: [usize; 3]) -> ([usize; 3], usize, usize) {
+pub(crate) fn infer_layer(layer: &Layer, input: [usize; 3]) -> ([usize; 3], usize, usize) {
     let [c, h, w] = input;
     match layer {
         Layer::Conv(s) => {

@@ -14,7 +14,7 @@ const NS: f64 = 1e-9;
 
 /// What counts as measured between and around samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bridging {
+pub(crate) struct Bridging {
     /// Widest span between two good samples that is interpolated rather than a gap.
     pub max_step_ns: i64,
     /// How far the first/last sample's power is held beyond it.
@@ -24,7 +24,7 @@ pub struct Bridging {
 impl Bridging {
     /// A gap is a span without samples longer than 10 nominal periods and 100 ms: shorter
     /// ones are scheduling delays on a busy host, which interpolation bridges well.
-    pub fn for_period(period_ns: i64) -> Bridging {
+    pub(crate) fn for_period(period_ns: i64) -> Bridging {
         Bridging {
             max_step_ns: (period_ns * 10).max(100_000_000),
             hold_ns: period_ns.max(0),
@@ -34,14 +34,14 @@ impl Bridging {
 
 /// What one series measured of an interval.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Measured {
+pub(crate) struct Measured {
     pub joules: f64,
     /// Spans of the interval without a measurement, ascending and disjoint, ns.
     pub uncovered: Vec<(i64, i64)>,
 }
 
 impl Measured {
-    pub fn uncovered_ns(&self) -> i64 {
+    pub(crate) fn uncovered_ns(&self) -> i64 {
         self.uncovered.iter().map(|(lo, hi)| hi - lo).sum()
     }
 }
@@ -52,7 +52,7 @@ fn overlaps_failure(failed: &[(i64, i64)], lo: i64, hi: i64) -> bool {
 
 /// Joules a series measured over `[a, b]` (timestamps ascending, ns; watts) and the spans it
 /// did not measure. `failed` are the spans of failed reads (last good sample, next good one).
-pub fn measure(
+pub(crate) fn measure(
     t_ns: &[i64],
     watts: &[f64],
     failed: &[(i64, i64)],
@@ -165,7 +165,7 @@ fn total_measured(samples: &Samples, a: i64, b: i64) -> Option<TotalMeasured> {
 
 /// Achieved rate (Hz) and jitter (standard deviation of the sample spacing, s) of the samples
 /// inside `[a, b]`; None with fewer than 3 samples.
-pub fn rate_and_jitter(t_ns: &[i64], a: i64, b: i64) -> Option<(f64, f64)> {
+pub(crate) fn rate_and_jitter(t_ns: &[i64], a: i64, b: i64) -> Option<(f64, f64)> {
     let lo = t_ns.partition_point(|&t| t < a);
     let hi = t_ns.partition_point(|&t| t <= b);
     let inside = &t_ns[lo..hi];
@@ -183,7 +183,7 @@ pub fn rate_and_jitter(t_ns: &[i64], a: i64, b: i64) -> Option<(f64, f64)> {
 
 /// Mean power of the total over the measured part of `[a, b]` (the idle baseline uses it);
 /// None when nothing of it was measured.
-pub fn mean_total_power(samples: &Samples, a: i64, b: i64) -> Option<f64> {
+pub(crate) fn mean_total_power(samples: &Samples, a: i64, b: i64) -> Option<f64> {
     total_measured(samples, a, b)?.mean_w
 }
 
@@ -228,7 +228,7 @@ fn measured_interval(iterations: &[IterationRecord], warmup: usize) -> Option<(i
 /// Seconds of a trial's measured interval without any total-rail measurement at all, for a
 /// trial whose energy cannot be given ([`trial_energy`] None). None when the trial has no
 /// measured iteration or there is no total rail.
-pub fn unmeasured_s(
+pub(crate) fn unmeasured_s(
     samples: &Samples,
     iterations: &[IterationRecord],
     warmup: usize,

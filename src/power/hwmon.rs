@@ -21,10 +21,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// How often a failing source looks for its device again.
-pub const REPROBE_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const REPROBE_EVERY: Duration = Duration::from_millis(200);
 
 /// Entries of `dir` whose name starts with `prefix`, sorted (a one-level glob).
-pub fn glob(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+pub(crate) fn glob(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -36,14 +36,14 @@ pub fn glob(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     out
 }
 
-pub fn read_text(path: &Path) -> Option<String> {
+pub(crate) fn read_text(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
 }
 
-pub fn read_num(path: &Path) -> anyhow::Result<f64> {
+pub(crate) fn read_num(path: &Path) -> anyhow::Result<f64> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     text.trim()
@@ -108,7 +108,7 @@ impl Driver {
 
 /// A kernel-driven monitor with one or more channels.
 #[derive(Debug, Clone)]
-pub struct SysfsSource {
+pub(crate) struct SysfsSource {
     description: String,
     rails: Vec<String>,
     channels: Vec<Channel>,
@@ -188,7 +188,7 @@ fn connected(label: &str) -> bool {
 }
 
 /// `ina3221` hwmon devices: `<drivers>/ina3221/<bus>-<addr>/hwmon/hwmon<N>`.
-pub fn ina3221_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+pub(crate) fn ina3221_hwmon(drivers: &Path) -> Vec<SysfsSource> {
     glob(&drivers.join("ina3221"), "")
         .iter()
         .flat_map(|dev| ina3221_hwmon_device(dev))
@@ -231,7 +231,7 @@ fn ina3221_hwmon_device(dev: &Path) -> Vec<SysfsSource> {
 }
 
 /// NVIDIA `ina3221x` IIO devices: `<drivers>/ina3221x/<bus>-<addr>/iio:device<N>`.
-pub fn ina3221x_iio(drivers: &Path) -> Vec<SysfsSource> {
+pub(crate) fn ina3221x_iio(drivers: &Path) -> Vec<SysfsSource> {
     glob(&drivers.join("ina3221x"), "")
         .iter()
         .flat_map(|dev| ina3221x_iio_device(dev))
@@ -276,7 +276,7 @@ fn ina3221x_iio_device(dev: &Path) -> Vec<SysfsSource> {
 }
 
 /// `ina2xx` hwmon devices (INA219/220/226/230/231 owned by the kernel).
-pub fn ina2xx_hwmon(drivers: &Path) -> Vec<SysfsSource> {
+pub(crate) fn ina2xx_hwmon(drivers: &Path) -> Vec<SysfsSource> {
     glob(&drivers.join("ina2xx"), "")
         .iter()
         .flat_map(|dev| ina2xx_hwmon_device(dev))
@@ -312,12 +312,12 @@ fn ina2xx_hwmon_device(dev: &Path) -> Vec<SysfsSource> {
 /// The INA238's refresh when the driver exposes no `update_interval`: the `ina238` driver
 /// programs ADC_CONFIG 0xfb6a, i.e. bus, shunt and temperature conversions of 1052 us each,
 /// averaged 16 times: 3 x 1.052 ms x 16 = 50.5 ms.
-pub const INA238_PERIOD: Duration = Duration::from_micros(50_496);
+pub(crate) const INA238_PERIOD: Duration = Duration::from_micros(50_496);
 
 /// `ina238` hwmon devices: `<drivers>/ina238/<bus>-<addr>/hwmon/hwmon<N>`. A channel without a
 /// label takes `name_for(<bus>-<addr>)` (the board profile's name for it), else
 /// `INA238_<bus>-<addr>`.
-pub fn ina238_hwmon(drivers: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
+pub(crate) fn ina238_hwmon(drivers: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
     glob(&drivers.join("ina238"), "")
         .iter()
         .flat_map(|dev| ina238_hwmon_device(dev, name_for))
@@ -356,7 +356,7 @@ fn ina238_hwmon_device(dev: &Path, name_for: &dyn Fn(&str) -> Option<String>) ->
 /// (`ucsi-source-psy-*`, or a USB type whose driver is ucsi) reports the negotiated USB-C
 /// contract (its `voltage_max`/`current_max` are what the port may draw), and batteries or
 /// mains adapters are not on a Jetson's measured input path.
-pub fn power_supplies(class: &Path) -> Vec<String> {
+pub(crate) fn power_supplies(class: &Path) -> Vec<String> {
     glob(&class.join("power_supply"), "")
         .into_iter()
         .map(|entry| {

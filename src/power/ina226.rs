@@ -10,36 +10,40 @@ use anyhow::{bail, Context};
 use i2cdev::core::I2CDevice;
 use std::time::{Duration, Instant};
 
-pub mod reg {
-    pub const CONFIG: u8 = 0x00;
-    pub const SHUNT_VOLTAGE: u8 = 0x01;
-    pub const BUS_VOLTAGE: u8 = 0x02;
-    pub const POWER: u8 = 0x03;
-    pub const CURRENT: u8 = 0x04;
-    pub const CALIBRATION: u8 = 0x05;
-    pub const MASK_ENABLE: u8 = 0x06;
-    pub const ALERT_LIMIT: u8 = 0x07;
-    pub const MANUFACTURER_ID: u8 = 0xFE;
-    pub const DIE_ID: u8 = 0xFF;
+pub(crate) mod reg {
+    pub(crate) const CONFIG: u8 = 0x00;
+    pub(crate) const SHUNT_VOLTAGE: u8 = 0x01;
+    pub(crate) const BUS_VOLTAGE: u8 = 0x02;
+    pub(crate) const POWER: u8 = 0x03;
+    pub(crate) const CURRENT: u8 = 0x04;
+    pub(crate) const CALIBRATION: u8 = 0x05;
+    pub(crate) const MASK_ENABLE: u8 = 0x06;
+    #[cfg(test)]
+    pub(crate) const ALERT_LIMIT: u8 = 0x07;
+    pub(crate) const MANUFACTURER_ID: u8 = 0xFE;
+    pub(crate) const DIE_ID: u8 = 0xFF;
 }
 
-pub const MANUFACTURER_TI: u16 = 0x5449;
-pub const DIE_INA226: u16 = 0x2260;
-pub const CONFIG_RESET_VALUE: u16 = 0x4127;
-pub const CONFIG_RESET_BIT: u16 = 1 << 15;
+pub(crate) const MANUFACTURER_TI: u16 = 0x5449;
+pub(crate) const DIE_INA226: u16 = 0x2260;
+/// Configuration after power-on or a reset.
+#[cfg(test)]
+pub(crate) const CONFIG_RESET_VALUE: u16 = 0x4127;
+#[cfg(test)]
+pub(crate) const CONFIG_RESET_BIT: u16 = 1 << 15;
 /// Mask/enable: conversion ready flag (cleared by reading the register).
-pub const CVRF: u16 = 1 << 3;
-pub const SHUNT_LSB_V: f64 = 2.5e-6;
-pub const BUS_LSB_V: f64 = 1.25e-3;
+pub(crate) const CVRF: u16 = 1 << 3;
+pub(crate) const SHUNT_LSB_V: f64 = 2.5e-6;
+pub(crate) const BUS_LSB_V: f64 = 1.25e-3;
 /// The datasheet's fixed scale of the calibration formula.
-pub const CAL_SCALE: f64 = 0.00512;
+pub(crate) const CAL_SCALE: f64 = 0.00512;
 /// Config bit 14 is reserved and reads 1 after reset (0x4127); the driver writes it as 1, as the
 /// kernel's ina2xx does, so the word read back is the word written whatever the chip does with it.
 const CONFIG_RESERVED_BIT: u16 = 1 << 14;
 
 /// Samples averaged per update: the AVG field, config bits 11-9.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Averaging {
+pub(crate) enum Averaging {
     #[default]
     Samples1,
     Samples4,
@@ -52,7 +56,7 @@ pub enum Averaging {
 }
 
 impl Averaging {
-    pub const ALL: [Averaging; 8] = [
+    pub(crate) const ALL: [Averaging; 8] = [
         Averaging::Samples1,
         Averaging::Samples4,
         Averaging::Samples16,
@@ -64,7 +68,7 @@ impl Averaging {
     ];
 
     /// The field's value, before shifting into place.
-    pub const fn bits(self) -> u16 {
+    pub(crate) const fn bits(self) -> u16 {
         match self {
             Averaging::Samples1 => 0b000,
             Averaging::Samples4 => 0b001,
@@ -77,7 +81,7 @@ impl Averaging {
         }
     }
 
-    pub const fn samples(self) -> u16 {
+    pub(crate) const fn samples(self) -> u16 {
         match self {
             Averaging::Samples1 => 1,
             Averaging::Samples4 => 4,
@@ -90,14 +94,14 @@ impl Averaging {
         }
     }
 
-    pub fn from_samples(samples: u16) -> Option<Averaging> {
+    pub(crate) fn from_samples(samples: u16) -> Option<Averaging> {
         Self::ALL.into_iter().find(|a| a.samples() == samples)
     }
 }
 
 /// One ADC conversion's time: the VBUSCT (bits 8-6) and VSHCT (bits 5-3) fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConversionTime {
+pub(crate) enum ConversionTime {
     Us140,
     Us204,
     Us332,
@@ -110,7 +114,7 @@ pub enum ConversionTime {
 }
 
 impl ConversionTime {
-    pub const ALL: [ConversionTime; 8] = [
+    pub(crate) const ALL: [ConversionTime; 8] = [
         ConversionTime::Us140,
         ConversionTime::Us204,
         ConversionTime::Us332,
@@ -122,7 +126,7 @@ impl ConversionTime {
     ];
 
     /// The field's value, before shifting into place.
-    pub const fn bits(self) -> u16 {
+    pub(crate) const fn bits(self) -> u16 {
         match self {
             ConversionTime::Us140 => 0b000,
             ConversionTime::Us204 => 0b001,
@@ -135,7 +139,7 @@ impl ConversionTime {
         }
     }
 
-    pub const fn micros(self) -> u32 {
+    pub(crate) const fn micros(self) -> u32 {
         match self {
             ConversionTime::Us140 => 140,
             ConversionTime::Us204 => 204,
@@ -148,14 +152,16 @@ impl ConversionTime {
         }
     }
 
-    pub fn from_micros(us: u32) -> Option<ConversionTime> {
+    pub(crate) fn from_micros(us: u32) -> Option<ConversionTime> {
         Self::ALL.into_iter().find(|t| t.micros() == us)
     }
 }
 
-/// What the chip converts, and when: the MODE field, config bits 2-0.
+/// What the chip converts, and when: the MODE field, config bits 2-0. Every code of the
+/// field is named, though the driver writes only the continuous one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OperatingMode {
+#[allow(dead_code)]
+pub(crate) enum OperatingMode {
     PowerDown,
     ShuntTriggered,
     BusTriggered,
@@ -168,7 +174,7 @@ pub enum OperatingMode {
 
 impl OperatingMode {
     /// The field's value. 0b100 is a second power-down code; 0b000 is the one written.
-    pub const fn bits(self) -> u16 {
+    pub(crate) const fn bits(self) -> u16 {
         match self {
             OperatingMode::PowerDown => 0b000,
             OperatingMode::ShuntTriggered => 0b001,
@@ -187,7 +193,7 @@ impl OperatingMode {
     "power.ina226.{key} = {value}: the INA226 has no such setting; use one of {allowed} \
      (in the config file's [power.ina226])"
 )]
-pub struct UnsupportedSetting {
+pub(crate) struct UnsupportedSetting {
     pub key: &'static str,
     pub value: u32,
     /// The values the chip supports, comma separated.
@@ -204,7 +210,7 @@ fn allowed<T: std::fmt::Display>(values: impl IntoIterator<Item = T>) -> String 
 
 /// How one chip is set up.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub shunt_ohms: f64,
     pub max_current_a: f64,
     pub averaging: Averaging,
@@ -216,7 +222,7 @@ pub struct Settings {
 impl Settings {
     /// The settings `[power.ina226]` asks for, in continuous shunt-and-bus mode (the sampler
     /// polls conversion-ready, which only continuous conversion keeps raising).
-    pub fn from_config(c: &Ina226Config) -> Result<Settings, UnsupportedSetting> {
+    pub(crate) fn from_config(c: &Ina226Config) -> Result<Settings, UnsupportedSetting> {
         let conversion = |key: &'static str, us: u32| {
             ConversionTime::from_micros(us).ok_or_else(|| UnsupportedSetting {
                 key,
@@ -240,7 +246,7 @@ impl Settings {
 
     /// The config register value: reserved bit 14 set, AVG bits 11-9, VBUSCT 8-6, VSHCT 5-3,
     /// MODE 2-0.
-    pub fn config_word(&self) -> u16 {
+    pub(crate) fn config_word(&self) -> u16 {
         CONFIG_RESERVED_BIT
             | self.averaging.bits() << 9
             | self.bus_conversion.bits() << 6
@@ -249,17 +255,17 @@ impl Settings {
     }
 
     /// Current_LSB = Imax / 2^15.
-    pub fn current_lsb(&self) -> f64 {
+    pub(crate) fn current_lsb(&self) -> f64 {
         self.max_current_a / 32768.0
     }
 
     /// Power_LSB = 25 x Current_LSB.
-    pub fn power_lsb(&self) -> f64 {
+    pub(crate) fn power_lsb(&self) -> f64 {
         25.0 * self.current_lsb()
     }
 
     /// CAL = 0.00512 / (Current_LSB x R_shunt), which must fit 15 bits and not be zero.
-    pub fn calibration(&self) -> anyhow::Result<u16> {
+    pub(crate) fn calibration(&self) -> anyhow::Result<u16> {
         if !(self.shunt_ohms > 0.0 && self.max_current_a > 0.0) {
             bail!("INA226 shunt_ohms and max_current_a must be positive");
         }
@@ -276,7 +282,7 @@ impl Settings {
     }
 
     /// Time of one complete update: (VBUSCT + VSHCT) x AVG.
-    pub fn update_period(&self) -> Duration {
+    pub(crate) fn update_period(&self) -> Duration {
         Duration::from_micros(
             u64::from(self.bus_conversion.micros() + self.shunt_conversion.micros())
                 * u64::from(self.averaging.samples()),
@@ -286,7 +292,7 @@ impl Settings {
 
 /// One complete measurement.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Measurement {
+pub(crate) struct Measurement {
     pub shunt_v: f64,
     pub bus_v: f64,
     pub current_a: f64,
@@ -294,7 +300,7 @@ pub struct Measurement {
 }
 
 /// A configured INA226.
-pub struct Ina226<D: I2CDevice> {
+pub(crate) struct Ina226<D: I2CDevice> {
     dev: D,
     settings: Settings,
     config: u16,
@@ -309,17 +315,17 @@ impl<D: I2CDevice> Ina226<D>
 where
     D::Error: Send + Sync + 'static,
 {
-    pub fn read_word(dev: &mut D, register: u8) -> anyhow::Result<u16> {
+    pub(crate) fn read_word(dev: &mut D, register: u8) -> anyhow::Result<u16> {
         // SMBus gives the first wire byte (the INA's MSB) as the low byte: swap.
         Ok(dev.smbus_read_word_data(register)?.swap_bytes())
     }
 
-    pub fn write_word(dev: &mut D, register: u8, value: u16) -> anyhow::Result<()> {
+    pub(crate) fn write_word(dev: &mut D, register: u8, value: u16) -> anyhow::Result<()> {
         Ok(dev.smbus_write_word_data(register, value.swap_bytes())?)
     }
 
     /// Checks the ids, writes config and calibration and reads them back.
-    pub fn new(mut dev: D, settings: Settings, name: &str) -> anyhow::Result<Self> {
+    pub(crate) fn new(mut dev: D, settings: Settings, name: &str) -> anyhow::Result<Self> {
         if settings.mode != OperatingMode::ShuntBusContinuous {
             bail!(
                 "{name}: operating mode {:?}: the sampler reads shunt, bus, current and power \
@@ -368,18 +374,14 @@ where
         Ok(())
     }
 
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// Reads mask/enable (which clears the flag) and returns whether a conversion completed.
-    pub fn conversion_ready(&mut self) -> anyhow::Result<bool> {
+    pub(crate) fn conversion_ready(&mut self) -> anyhow::Result<bool> {
         Ok(Self::read_word(&mut self.dev, reg::MASK_ENABLE)? & CVRF != 0)
     }
 
     /// Waits (polling) for a fresh conversion, then reads it. A chip found reset is
     /// re-programmed and this reading is an error (its current and power were not calibrated).
-    pub fn measure(&mut self, timeout: Duration) -> anyhow::Result<Measurement> {
+    pub(crate) fn measure(&mut self, timeout: Duration) -> anyhow::Result<Measurement> {
         let deadline = Instant::now() + timeout;
         while !self.conversion_ready()? {
             if Instant::now() > deadline {
@@ -437,7 +439,7 @@ where
 
 /// What to tell a user whose `/dev/i2c-N` open failed: EBUSY means a kernel driver owns the
 /// address, and the chip is then read through hwmon, not raw.
-pub fn open_error(path: &std::path::Path, bus: u32, addr: u16, e: &std::io::Error) -> String {
+pub(crate) fn open_error(path: &std::path::Path, bus: u32, addr: u16, e: &std::io::Error) -> String {
     if e.raw_os_error() == Some(libc::EBUSY) {
         format!(
             "INA226 at {addr:#04x} on {}: the address is owned by a kernel driver (EBUSY). \
@@ -452,7 +454,7 @@ pub fn open_error(path: &std::path::Path, bus: u32, addr: u16, e: &std::io::Erro
 }
 
 /// Opens and programs a chip on a Linux I2C bus.
-pub fn open_linux(
+pub(crate) fn open_linux(
     path: &std::path::Path,
     bus: u32,
     addr: u16,
@@ -465,7 +467,7 @@ pub fn open_linux(
 }
 
 #[cfg(test)]
-pub mod sim {
+pub(crate) mod sim {
     //! A register-level INA226: what the chip does on the wire, for tests. i2cdev's
     //! `MockI2CDevice` cannot (a 255-byte map that panics on 0xFE, no byte order, no
     //! computed registers).
@@ -495,7 +497,7 @@ pub mod sim {
     /// Cheap to clone: clones share the chip, so a test keeps a handle while the driver owns
     /// the device.
     #[derive(Debug, Clone)]
-    pub struct Ina226Sim(Arc<Mutex<State>>);
+    pub(crate) struct Ina226Sim(Arc<Mutex<State>>);
 
     impl Default for Ina226Sim {
         fn default() -> Self {
@@ -504,7 +506,7 @@ pub mod sim {
     }
 
     impl Ina226Sim {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             Ina226Sim(Arc::new(Mutex::new(State {
                 config: CONFIG_RESET_VALUE,
                 calibration: 0,
@@ -526,23 +528,23 @@ pub mod sim {
         }
 
         /// The analogue inputs: voltage across the shunt and on the bus.
-        pub fn set_inputs(&self, shunt_v: f64, bus_v: f64) {
+        pub(crate) fn set_inputs(&self, shunt_v: f64, bus_v: f64) {
             let mut s = self.st();
             s.shunt_v = shunt_v;
             s.bus_v = bus_v;
         }
 
-        pub fn set_auto_convert(&self, on: bool) {
+        pub(crate) fn set_auto_convert(&self, on: bool) {
             self.st().auto_convert = on;
         }
 
         /// One conversion completes: sets CVRF.
-        pub fn complete_conversion(&self) {
+        pub(crate) fn complete_conversion(&self) {
             self.st().pending_conversion = true;
         }
 
         /// A power-on reset (brown-out): every register back to its default, CAL = 0.
-        pub fn power_on_reset(&self) {
+        pub(crate) fn power_on_reset(&self) {
             let mut s = self.st();
             s.config = CONFIG_RESET_VALUE;
             s.calibration = 0;
@@ -551,20 +553,20 @@ pub mod sim {
         }
 
         /// Answer with another die id (an INA3221 is 0x3220), to test the probe.
-        pub fn set_die_id(&self, id: u16) {
+        pub(crate) fn set_die_id(&self, id: u16) {
             self.st().die_id = id;
         }
 
         /// The next `n` bus transactions fail with EIO.
-        pub fn fail_next(&self, n: usize) {
+        pub(crate) fn fail_next(&self, n: usize) {
             self.st().failures = n;
         }
 
-        pub fn register(&self, r: u8) -> u16 {
+        pub(crate) fn register(&self, r: u8) -> u16 {
             self.st().value(r)
         }
 
-        pub fn writes(&self) -> Vec<(u8, u16)> {
+        pub(crate) fn writes(&self) -> Vec<(u8, u16)> {
             self.st().writes.clone()
         }
     }

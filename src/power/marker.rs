@@ -19,7 +19,7 @@ trait MarkerLine: Send {
     fn set(&mut self, high: bool) -> anyhow::Result<()>;
 }
 
-pub struct GpioMarker {
+pub(crate) struct GpioMarker {
     line: Box<dyn MarkerLine>,
     high: bool,
 }
@@ -41,7 +41,7 @@ fn backend(host: &HostPaths) -> Backend {
 
 impl GpioMarker {
     /// Takes `pin` (already exported is fine) as an output driven low.
-    pub fn open(host: &HostPaths, pin: u32) -> anyhow::Result<GpioMarker> {
+    pub(crate) fn open(host: &HostPaths, pin: u32) -> anyhow::Result<GpioMarker> {
         let line: Box<dyn MarkerLine> = match backend(host) {
             Backend::Sysfs => Box::new(SysfsLine::open(host, pin)?),
             Backend::Cdev => Box::new(CdevLine::open(host, pin)?),
@@ -49,7 +49,7 @@ impl GpioMarker {
         Ok(GpioMarker { line, high: false })
     }
 
-    pub fn set(&mut self, high: bool) -> anyhow::Result<()> {
+    pub(crate) fn set(&mut self, high: bool) -> anyhow::Result<()> {
         if high != self.high {
             self.line.set(high)?;
             self.high = high;

@@ -13,15 +13,15 @@
 //! record from its samples, `report` is `edgebench sensors`.
 
 mod discovery;
-pub mod energy;
-pub mod hwmon;
-pub mod ina226;
-pub mod marker;
+pub(crate) mod energy;
+pub(crate) mod hwmon;
+pub(crate) mod ina226;
+pub(crate) mod marker;
 mod monitor;
 mod rails;
-pub mod rapl;
+pub(crate) mod rapl;
 mod report;
-pub mod sampler;
+pub(crate) mod sampler;
 mod trial;
 
 pub use discovery::{Discovery, Probe};

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Increase of a counter that wraps after `max`: `prev -> cur`.
-pub fn wrapping_delta(prev: f64, cur: f64, max: f64) -> f64 {
+pub(crate) fn wrapping_delta(prev: f64, cur: f64, max: f64) -> f64 {
     if cur >= prev {
         cur - prev
     } else {
@@ -24,14 +24,14 @@ struct Zone {
     last: Option<(i64, f64)>,
 }
 
-pub struct RaplSource {
+pub(crate) struct RaplSource {
     rails: Vec<String>,
     zones: Vec<Zone>,
 }
 
 impl RaplSource {
     /// Top-level RAPL zones under `<powercap>`; None when there is none readable.
-    pub fn discover(powercap: &Path) -> Option<RaplSource> {
+    pub(crate) fn discover(powercap: &Path) -> Option<RaplSource> {
         let mut rails = Vec::new();
         let mut zones = Vec::new();
         for dir in glob(powercap, "intel-rapl:") {

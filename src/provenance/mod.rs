@@ -4,7 +4,7 @@
 //! `--rootfs` for `/etc` and `/var/lib`); an item the host lacks is left out, never an error.
 //! The edgebench/candle versions and the thread count live in the `runs` row itself.
 
-pub mod clocks;
+pub(crate) mod clocks;
 
 pub use clocks::{
     assess, read_state, ClockObserver, ClockReport, ClockSeries, ClockState, ClockWatcher,

@@ -5,7 +5,7 @@ use crate::store::{ResultRow, Store};
 
 /// Loss against iteration (step + 1) of each `(batch, trial)` with iterations, one series per
 /// batch; a non-finite loss is no point.
-pub fn loss_by_batch<'a>(
+pub(crate) fn loss_by_batch<'a>(
     store: &Store,
     trials: impl Iterator<Item = (usize, &'a ResultRow)>,
 ) -> anyhow::Result<Vec<Series>> {
@@ -34,7 +34,7 @@ pub fn loss_by_batch<'a>(
 }
 
 /// The loss figure of one net on one device: loss against iteration per batch.
-pub fn loss_plot(title: String, series: Vec<Series>) -> Plot {
+pub(crate) fn loss_plot(title: String, series: Vec<Series>) -> Plot {
     Plot {
         title,
         x_desc: "iteration".into(),

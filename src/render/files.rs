@@ -69,7 +69,7 @@ pub fn safe_name(host: &str) -> String {
 
 /// An engine's name as part of a file name: characters other than letters, digits, `-`, `_`
 /// and `.` become `_`.
-pub fn file_name_part(engine: &str) -> String {
+pub(crate) fn file_name_part(engine: &str) -> String {
     let s = replace_unsafe(engine, "-_.");
     match s.trim_start_matches('.') {
         "" => format!("engine_{}", s.len()),

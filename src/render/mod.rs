@@ -7,15 +7,15 @@
 //! Reads only the store's rows and the modules below the store.
 
 pub mod aggregate;
-pub mod figures;
-pub mod files;
-pub mod flags;
-pub mod fmt;
+pub(crate) mod figures;
+pub(crate) mod files;
+pub(crate) mod flags;
+pub(crate) mod fmt;
 pub mod plots;
-pub mod rows;
-pub mod select;
-pub mod studies;
-pub mod table;
+pub(crate) mod rows;
+pub(crate) mod select;
+pub(crate) mod studies;
+pub(crate) mod table;
 
 use std::path::{Path, PathBuf};
 

@@ -16,7 +16,7 @@ use super::table::{csv_bytes, LineEnd};
 use crate::store::ResultRow;
 
 /// The columns every workload's file starts with.
-pub const COMMON: &[&str] = &[
+pub(crate) const COMMON: &[&str] = &[
     "host",
     "device",
     "status",

@@ -11,7 +11,7 @@ use crate::store::{ResultRow, TrialStatus};
 /// For each key, the trial standing for it among `rows` (oldest first), as the studies'
 /// files choose: the latest `ok` one, else the latest. Rows keyed `None` are left out; keys in
 /// the order they first appear.
-pub fn latest_per_key<K: Ord + Clone, R: Borrow<ResultRow>>(
+pub(crate) fn latest_per_key<K: Ord + Clone, R: Borrow<ResultRow>>(
     rows: impl IntoIterator<Item = R>,
     key: impl Fn(&ResultRow) -> Option<K>,
 ) -> Vec<(K, R)> {
@@ -46,18 +46,18 @@ pub(crate) fn latest<'a>(rows: &[&'a ResultRow]) -> Vec<&'a ResultRow> {
 }
 
 /// The engine of edgebench's own trainer.
-pub const OWN: &str = "edgebench";
+pub(crate) const OWN: &str = "edgebench";
 
 /// The engine a trial measures, as its workload names it ([`ResultRow::engine`]):
 /// `edgebench` for the CNN training, the framework of an external command's trial; None for
 /// workloads that train no net.
-pub fn engine_of(r: &ResultRow) -> Option<String> {
+pub(crate) fn engine_of(r: &ResultRow) -> Option<String> {
     r.engine.clone()
 }
 
 /// A short name for a trial of any workload, as its workload names it ([`ResultRow::label`]),
 /// e.g. `alexnet`, `mlp tensors small`, `add f32 32MiB`.
-pub fn label(r: &ResultRow) -> String {
+pub(crate) fn label(r: &ResultRow) -> String {
     r.label.clone()
 }
 

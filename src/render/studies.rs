@@ -23,8 +23,8 @@ use super::table::{csv_bytes, LineEnd};
 use crate::record::IterationRecord;
 use crate::store::{ResultRow, Store};
 
-pub const LOSS_HEADER: &str = "#network,mode,batch,step,loss,time";
-pub const TIMES_HEADER: &str = "#network,mode,batch,avg_time";
+pub(crate) const LOSS_HEADER: &str = "#network,mode,batch,step,loss,time";
+pub(crate) const TIMES_HEADER: &str = "#network,mode,batch,avg_time";
 
 /// The loss and times files' bytes of one engine's trials; `avg_time` gives a trial's mean
 /// seconds per iteration from its records.

@@ -12,7 +12,7 @@ fn shown(cell: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// A table of a summary page: a title, a header and rows of cells.
-pub struct Table {
+pub(crate) struct Table {
     pub title: String,
     pub header: Vec<&'static str>,
     pub rows: Vec<Vec<String>>,

@@ -5,7 +5,7 @@
 
 pub mod build;
 pub mod csv;
-pub mod models;
+pub(crate) mod models;
 pub(crate) mod sections;
 
 pub use self::csv::export_csv;

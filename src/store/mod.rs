@@ -18,7 +18,7 @@ mod check;
 mod error;
 mod handle;
 mod import;
-pub mod lock;
+pub(crate) mod lock;
 mod merge;
 mod migrate;
 mod pushed;

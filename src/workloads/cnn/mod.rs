@@ -3,7 +3,7 @@
 //! the common trial columns, so its `params` object is empty, except `{"tf32":true}` for a CUDA
 //! trial with TF32 tensor cores (`train.tf32`).
 
-pub mod report;
+pub(crate) mod report;
 
 use super::{
     check_image_sweep, Emit, JobEnd, NoSection, PlanInput, PlannedTrial, Preparation, RowNames,

@@ -20,9 +20,9 @@ use crate::clock::monotonic_ns;
 use crate::record::Control;
 
 /// The placeholders a command may use, for help and error messages.
-pub const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}, {iterations}";
+pub(crate) const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}, {iterations}";
 
-pub use crate::config::ExecEntry;
+pub(crate) use crate::config::ExecEntry;
 
 /// The values of one sweep point that a command's placeholders take.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,7 +84,7 @@ impl ExecEntry {
 }
 
 /// Replaces the placeholders of one argument.
-pub fn expand_arg(template: &str, values: &SweepValues) -> Result<String> {
+pub(crate) fn expand_arg(template: &str, values: &SweepValues) -> Result<String> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(i) = rest.find(['{', '}']) {
@@ -142,18 +142,18 @@ impl ExecParams {
 }
 
 /// Bytes of each stream kept with a trial.
-pub const TAIL_BYTES: usize = 64 * 1024;
+pub(crate) const TAIL_BYTES: usize = 64 * 1024;
 
 /// The last `capacity` bytes written to a stream.
 #[derive(Debug, Clone)]
-pub struct TailBuffer {
+pub(crate) struct TailBuffer {
     capacity: usize,
     bytes: VecDeque<u8>,
     total: u64,
 }
 
 impl TailBuffer {
-    pub fn new(capacity: usize) -> TailBuffer {
+    pub(crate) fn new(capacity: usize) -> TailBuffer {
         TailBuffer {
             capacity,
             bytes: VecDeque::with_capacity(capacity.min(TAIL_BYTES)),
@@ -161,7 +161,7 @@ impl TailBuffer {
         }
     }
 
-    pub fn push(&mut self, data: &[u8]) {
+    pub(crate) fn push(&mut self, data: &[u8]) {
         self.total += data.len() as u64;
         let data = &data[data.len().saturating_sub(self.capacity)..];
         let overflow = (self.bytes.len() + data.len()).saturating_sub(self.capacity);
@@ -170,18 +170,19 @@ impl TailBuffer {
     }
 
     /// Bytes ever pushed.
-    pub fn total_bytes(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.total
     }
 
     /// True when older output was dropped.
-    pub fn truncated(&self) -> bool {
+    pub(crate) fn truncated(&self) -> bool {
         self.total > self.bytes.len() as u64
     }
 
     /// The kept bytes as text: invalid UTF-8 replaced, and a character cut by the start of the
     /// window dropped rather than shown as garbage.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let (a, b) = self.bytes.as_slices();
         let mut bytes = Vec::with_capacity(a.len() + b.len());
         bytes.extend_from_slice(a);
@@ -205,7 +206,7 @@ impl TailBuffer {
 static RUNNING_GROUP: AtomicU32 = AtomicU32::new(0);
 
 /// The process group of the command running now in this process, if any.
-pub fn running_group() -> Option<u32> {
+pub(crate) fn running_group() -> Option<u32> {
     match RUNNING_GROUP.load(Ordering::SeqCst) {
         0 => None,
         pgid => Some(pgid),
@@ -215,7 +216,7 @@ pub fn running_group() -> Option<u32> {
 /// A less privileged account to run a command as (`[[exec]] user`), resolved before the fork:
 /// the child may only make system calls between fork and exec.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
+pub(crate) struct RunAs {
     pub name: String,
     pub uid: libc::uid_t,
     pub gid: libc::gid_t,
@@ -226,7 +227,7 @@ pub struct RunAs {
 
 impl RunAs {
     /// Looks the account up; running as another account needs root.
-    pub fn resolve(name: &str) -> Result<RunAs> {
+    pub(crate) fn resolve(name: &str) -> Result<RunAs> {
         let user = nix::unistd::User::from_name(name)
             .with_context(|| format!("cannot look up user '{name}'"))?
             .with_context(|| {
@@ -256,7 +257,7 @@ impl RunAs {
 /// reaches every process it started. stdin is empty, stdout and stderr are piped.
 /// `PYTHONUNBUFFERED=1` (unless set) makes Python scripts write each line when printed, so
 /// lines are timestamped as they happen. With `run_as`, the command runs as that account.
-pub fn spawn_in_group(argv: &[String], run_as: Option<&RunAs>) -> Result<Child> {
+pub(crate) fn spawn_in_group(argv: &[String], run_as: Option<&RunAs>) -> Result<Child> {
     let Some((program, args)) = argv.split_first() else {
         bail!("empty command: give the program to run and its arguments");
     };
@@ -310,10 +311,10 @@ pub fn spawn_in_group(argv: &[String], run_as: Option<&RunAs>) -> Result<Child> 
     })
 }
 
-pub use crate::memory::cgroup::TRIAL_CGROUP_ENV;
+pub(crate) use crate::memory::cgroup::TRIAL_CGROUP_ENV;
 
 /// Sends `signal` to every process of the group led by `pgid`. A group already gone is fine.
-pub fn signal_group(pgid: u32, signal: i32) -> std::io::Result<()> {
+pub(crate) fn signal_group(pgid: u32, signal: i32) -> std::io::Result<()> {
     let pgid = i32::try_from(pgid).map_err(|_| std::io::Error::other("pid out of range"))?;
     // SAFETY: kill(2) takes plain integers; a negative pid addresses the process group.
     let rc = unsafe { libc::kill(-pgid, signal) };
@@ -329,7 +330,7 @@ pub fn signal_group(pgid: u32, signal: i32) -> std::io::Result<()> {
 
 /// Ends a command's process group: SIGTERM to the group, then SIGKILL to whatever is left
 /// once the leader has exited or `grace` has passed. Returns the leader's exit status.
-pub fn end_group(child: &mut Child, grace: Duration) -> Result<ExitStatus> {
+pub(crate) fn end_group(child: &mut Child, grace: Duration) -> Result<ExitStatus> {
     let pgid = child.id();
     signal_group(pgid, libc::SIGTERM).context("cannot signal the command's process group")?;
     let deadline = Instant::now() + grace;
@@ -427,11 +428,11 @@ impl CommandEnd {
 
 /// Longest line handed to the parser; the rest of a longer one is dropped (the console and the
 /// tail still get it all).
-pub const MAX_LINE_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
@@ -440,7 +441,7 @@ pub enum Stream {
 /// sends each line (ended by `\n` or `\r`) with the CLOCK_MONOTONIC instant it was read.
 /// `lines` is bounded: while the parser is behind, the pump stops reading and the command
 /// blocks on its full pipe, so a flood of output costs edgebench no memory.
-pub fn pump(
+pub(crate) fn pump(
     stream: Stream,
     mut reader: impl Read + Send + 'static,
     mut sink: impl Write + Send + 'static,
@@ -487,7 +488,7 @@ pub fn pump(
 
 /// What to run and how long it may take.
 #[derive(Debug, Clone)]
-pub struct CommandSpec {
+pub(crate) struct CommandSpec {
     pub argv: Vec<String>,
     pub timeout: Option<Duration>,
     /// Between SIGTERM and SIGKILL when edgebench ends the command.
@@ -501,20 +502,19 @@ pub struct CommandSpec {
 
 /// Where the command's output is passed through to as it arrives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Echo {
-    /// stdout to stdout, stderr to stderr.
-    Console,
+pub(crate) enum Echo {
     /// Both to stderr: for a process whose stdout carries its own messages (the worker's).
     Stderr,
     /// Nowhere (the tails still keep the end).
+    #[cfg(test)]
     Off,
 }
 
 impl Echo {
     fn sink(self, stream: Stream) -> Box<dyn Write + Send> {
         match (self, stream) {
-            (Echo::Console, Stream::Stdout) => Box::new(std::io::stdout()),
-            (Echo::Console | Echo::Stderr, _) => Box::new(std::io::stderr()),
+            (Echo::Stderr, _) => Box::new(std::io::stderr()),
+            #[cfg(test)]
             (Echo::Off, _) => Box::new(std::io::sink()),
         }
     }
@@ -536,7 +536,7 @@ pub struct CommandOutcome {
 }
 
 /// Lines read but not yet parsed, per command: at most this many times [`MAX_LINE_BYTES`].
-pub const LINE_QUEUE: usize = 64;
+pub(crate) const LINE_QUEUE: usize = 64;
 
 /// How often the command's state is looked at while no line arrives.
 const POLL: Duration = Duration::from_millis(20);
@@ -551,7 +551,7 @@ const MAX_PARSE_ERRORS: usize = 10;
 /// either) into records handed to `emit`. Ends the group on `timeout`, when `stop` is set, or
 /// when `emit` returns [`Control::Stop`]; once the leader exits, whatever it left in its group
 /// is killed.
-pub fn run_command(
+pub(crate) fn run_command(
     spec: &CommandSpec,
     parser: Option<Parser>,
     stop: &AtomicBool,

@@ -3,11 +3,11 @@
 //! layout of the Caffe/TensorFlow study scripts are imported ([`import`]), and config entries
 //! expand into commands run in their own process group ([`command`]).
 
-pub mod report;
+pub(crate) mod report;
 
-pub mod command;
+pub(crate) mod command;
 pub mod import;
-pub mod parse;
+pub(crate) mod parse;
 
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

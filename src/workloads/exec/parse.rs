@@ -125,7 +125,7 @@ pub struct TfState {
 }
 
 /// The accepted parser names, for help and error messages.
-pub const PARSER_NAMES: &str = "caffe, tensorflow, edgebench, trtexec or regex:PATTERN (PATTERN with a \
+pub(crate) const PARSER_NAMES: &str = "caffe, tensorflow, edgebench, trtexec or regex:PATTERN (PATTERN with a \
                                 named group `step`, optionally `loss`, `time`, `images`)";
 
 impl Parser {
@@ -433,7 +433,7 @@ static TRTEXEC_TOTAL: LazyLock<Regex> = LazyLock::new(|| {
 /// `gpu_compute_*_s` likewise; `Throughput` → `throughput_qps`; `Total Host Walltime` and
 /// `Total GPU Compute Time` → `host_walltime_s`, `gpu_compute_total_s`. Empty when the text
 /// holds no summary; the last summary counts when there are several.
-pub fn trtexec_summary(text: &str) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn trtexec_summary(text: &str) -> serde_json::Map<String, serde_json::Value> {
     let mut out = serde_json::Map::new();
     let seconds = |v: &str, unit: &str| -> Option<f64> {
         let v: f64 = v.parse().ok()?;
@@ -503,7 +503,7 @@ pub struct TrackedStep {
 /// started, for the first). A line whose step does not advance (a repeated final line, a
 /// restart) makes no record.
 #[derive(Debug, Clone)]
-pub struct StepTracker {
+pub(crate) struct StepTracker {
     start_ns: i64,
     /// Step number and end instant of the last record.
     previous: Option<(usize, i64)>,
@@ -514,7 +514,7 @@ pub struct StepTracker {
 impl StepTracker {
     /// `start_ns`: when the command started. `steps_per_epoch` gives the epoch of lines that do
     /// not carry one.
-    pub fn new(start_ns: i64, steps_per_epoch: Option<usize>) -> StepTracker {
+    pub(crate) fn new(start_ns: i64, steps_per_epoch: Option<usize>) -> StepTracker {
         StepTracker {
             start_ns,
             previous: None,
@@ -523,7 +523,7 @@ impl StepTracker {
         }
     }
 
-    pub fn feed(&mut self, event: LogEvent, read_ns: i64) -> Option<TrackedStep> {
+    pub(crate) fn feed(&mut self, event: LogEvent, read_ns: i64) -> Option<TrackedStep> {
         let line = match event {
             LogEvent::LearningRate { lr, .. } => {
                 self.lr = lr;

@@ -14,9 +14,9 @@
 //! `offline`) and `--min-duration` of them, after the sweep's warm-up queries. Its energy is
 //! measured over exactly the window of its measured queries, the same one its throughput uses.
 
-pub mod engine;
+pub(crate) mod engine;
 pub mod export;
-pub mod report;
+pub(crate) mod report;
 
 use super::{
     Emit, JobEnd, PlanInput, PlannedTrial, Preparation, RowNames, TypedWorkload, WorkloadProfile,

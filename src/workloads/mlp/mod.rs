@@ -13,7 +13,7 @@
 //!
 //! With D_in in the tens of thousands and lr 1e-6 the loss can diverge; it is recorded as it is.
 
-pub mod report;
+pub(crate) mod report;
 
 mod model;
 

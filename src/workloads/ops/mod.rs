@@ -23,7 +23,7 @@
 //! A trial is warm-up executions, then timed executions until both a minimum count and a
 //! minimum time are reached; every execution is one iteration record.
 
-pub mod report;
+pub(crate) mod report;
 
 /// The elementwise loops, the GEMM and the seeded fill (in the kernels crate, where they are
 /// also tested on aarch64).
