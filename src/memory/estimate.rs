@@ -53,12 +53,12 @@ pub(crate) enum Fit {
     /// More than the RAM available now: it will swap (a warning; the trial runs).
     NeedsSwap,
     /// More than RAM + swap: skipped unless --try-anyway.
-    DoesNotFit,
+    TooLarge,
 }
 
 pub(crate) fn fit(need: u64, cap: Capacity) -> Fit {
     if need > cap.ram_bytes.saturating_add(cap.swap_bytes) {
-        Fit::DoesNotFit
+        Fit::TooLarge
     } else if need > cap.available_bytes.min(cap.ram_bytes) {
         Fit::NeedsSwap
     } else {
@@ -114,6 +114,6 @@ mod tests {
         };
         assert_eq!(fit(1 << 30, cap), Fit::Fits);
         assert_eq!(fit(7 << 29, cap), Fit::NeedsSwap);
-        assert_eq!(fit(7 << 30, cap), Fit::DoesNotFit);
+        assert_eq!(fit(7 << 30, cap), Fit::TooLarge);
     }
 }

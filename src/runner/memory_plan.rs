@@ -117,14 +117,14 @@ impl MemoryPlan {
             false => "",
         };
         match estimate::fit(need, cap) {
-            estimate::Fit::DoesNotFit if !self.try_anyway => Preflight::Skip(format!(
+            estimate::Fit::TooLarge if !self.try_anyway => Preflight::Skip(format!(
                 "predicted to need {:.2} GiB{on_gpu}, more than RAM {:.2} GiB + swap {:.2} GiB; \
                  skipped (--try-anyway runs it)",
                 gib(need),
                 gib(cap.ram_bytes),
                 gib(cap.swap_bytes)
             )),
-            estimate::Fit::NeedsSwap | estimate::Fit::DoesNotFit => Preflight::Run {
+            estimate::Fit::NeedsSwap | estimate::Fit::TooLarge => Preflight::Run {
                 warning: Some(format!(
                     "predicted to need {:.2} GiB{on_gpu}, more than the {:.2} GiB available: it \
                      will swap",

@@ -1171,12 +1171,12 @@ mod tests {
     }
 
     fn power_monitor(root: &std::path::Path) -> PowerMonitor {
-        use crate::power::hwmon::fixtures;
-        fixtures::orin_nx(
+        use crate::testkit::jetson;
+        jetson::orin_nx_rails(
             root,
             &[("VDD_IN", 5000, 2000), ("VDD_CPU_GPU_CV", 5000, 800)],
         );
-        fixtures::for_run(root, &Default::default()).unwrap()
+        jetson::for_run(root, &Default::default()).unwrap()
     }
 
     #[test]
