@@ -317,7 +317,10 @@ pub(crate) const INA238_PERIOD: Duration = Duration::from_micros(50_496);
 /// `ina238` hwmon devices: `<drivers>/ina238/<bus>-<addr>/hwmon/hwmon<N>`. A channel without a
 /// label takes `name_for(<bus>-<addr>)` (the board profile's name for it), else
 /// `INA238_<bus>-<addr>`.
-pub(crate) fn ina238_hwmon(drivers: &Path, name_for: &dyn Fn(&str) -> Option<String>) -> Vec<SysfsSource> {
+pub(crate) fn ina238_hwmon(
+    drivers: &Path,
+    name_for: &dyn Fn(&str) -> Option<String>,
+) -> Vec<SysfsSource> {
     glob(&drivers.join("ina238"), "")
         .iter()
         .flat_map(|dev| ina238_hwmon_device(dev, name_for))

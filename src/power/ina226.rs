@@ -439,7 +439,12 @@ where
 
 /// What to tell a user whose `/dev/i2c-N` open failed: EBUSY means a kernel driver owns the
 /// address, and the chip is then read through hwmon, not raw.
-pub(crate) fn open_error(path: &std::path::Path, bus: u32, addr: u16, e: &std::io::Error) -> String {
+pub(crate) fn open_error(
+    path: &std::path::Path,
+    bus: u32,
+    addr: u16,
+    e: &std::io::Error,
+) -> String {
     if e.raw_os_error() == Some(libc::EBUSY) {
         format!(
             "INA226 at {addr:#04x} on {}: the address is owned by a kernel driver (EBUSY). \

@@ -903,10 +903,13 @@ mod tests {
         c.sweep.nets = vec!["alexnet".into()];
         c.sweep.devices = vec![DeviceKind::Cpu];
         c.sweep.batches = vec![2];
-        let prepared = workloads::Prepared {
-            dataset: "synthetic".into(),
-            ..Default::default()
-        };
+        let prepared = workloads::Prepared::of(
+            workloads::cnn::Cnn,
+            workloads::Preparation {
+                dataset: "synthetic".into(),
+                ..Default::default()
+            },
+        );
         let mut trial = workloads::plan(&prepared.plan_input(&c, &HostPaths::default())).remove(0);
         trial.iterations = iterations;
         trial
