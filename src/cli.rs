@@ -308,21 +308,6 @@ pub(crate) struct RunArgs {
     /// every workload); an unknown name is refused with the list of known ones.
     #[arg(long, value_parser = edgebench::workloads::parse_kind)]
     pub workload: Option<edgebench::config::WorkloadKind>,
-    /// mlp: programming styles, comma separated: tensors,autograd,function.
-    #[arg(long, value_delimiter = ',')]
-    pub style: Option<Vec<String>>,
-    /// mlp: sizes, comma separated: small,medium,large or NxD_inxHxD_out.
-    #[arg(long, value_delimiter = ',')]
-    pub size: Option<Vec<String>>,
-    /// mlp: gradient-descent steps per trial (default 500).
-    #[arg(long)]
-    pub iterations: Option<usize>,
-    /// ops: operators, comma separated: add,mul,dot,scalar,sigmoid,tanh.
-    #[arg(long, value_delimiter = ',')]
-    pub op: Option<Vec<String>>,
-    /// ops: mebibytes (MiB) each op touches, comma separated (e.g. 2,8,32).
-    #[arg(long, value_delimiter = ',')]
-    pub mb: Option<Vec<f64>>,
     /// Image folder (one subfolder per class); default: the built-in synthetic set.
     #[arg(long)]
     pub dataset: Option<PathBuf>,
@@ -427,7 +412,13 @@ pub(crate) struct ExecArgs {
 }
 
 impl ExecArgs {
-    pub(crate) fn overrides(&self) -> edgebench::config::Overrides {
+    /// The sweep's overrides, and the one `[[exec]]` entry that replaces the config's.
+    pub(crate) fn overrides(
+        &self,
+    ) -> (
+        edgebench::config::Overrides,
+        edgebench::workloads::exec::ExecEntry,
+    ) {
         let program = self.command.first().map(String::as_str).unwrap_or_default();
         let name = self.name.clone().unwrap_or_else(|| {
             std::path::Path::new(program)
@@ -436,20 +427,19 @@ impl ExecArgs {
         });
         let mut o = self.sweep.overrides();
         o.workload = Some(edgebench::workloads::exec::KIND);
-        o.exec = Some(edgebench::config::ExecEntry {
+        let entry = edgebench::workloads::exec::ExecEntry {
             name,
             command: self.command.clone(),
             parser: self.parser.clone(),
-            timeout: None,
+            timeout: self.timeout,
             user: self.user.clone(),
-        });
-        o.timeout = self.timeout;
+        };
         // One trial unless the flags ask for a sweep: no net, the CPU, batch not known.
         o.nets.get_or_insert_with(|| vec![String::new()]);
         o.devices
             .get_or_insert_with(|| vec![edgebench::config::DeviceKind::Cpu]);
         o.batches.get_or_insert_with(|| vec![0]);
-        o
+        (o, entry)
     }
 }
 
@@ -457,11 +447,6 @@ impl RunArgs {
     pub(crate) fn overrides(&self) -> edgebench::config::Overrides {
         edgebench::config::Overrides {
             workload: self.workload.clone(),
-            ops: self.op.clone(),
-            mb: self.mb.clone(),
-            styles: self.style.clone(),
-            sizes: self.size.clone(),
-            iterations: self.iterations,
             dataset: self.dataset.clone(),
             tf32: self.tf32.then_some(true),
             ..self.sweep.overrides()

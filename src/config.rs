@@ -3,7 +3,6 @@
 //! every run.
 
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -66,43 +65,14 @@ pub struct Config {
     pub memory: MemoryConfig,
     pub daemon: DaemonConfig,
     pub power: PowerConfig,
-    pub mlp: MlpConfig,
-    pub ops: OpsConfig,
-    /// `[[exec]]`: the commands of the external-command workload (`--workload exec`).
-    pub exec: Vec<ExecEntry>,
     /// `[sync]`: the central PostgreSQL the daemon copies its results to.
     pub sync: SyncConfig,
     /// `[metrics]`: where the daemon serves `/metrics` for Prometheus.
     pub metrics: MetricsConfig,
-    /// The sections of workloads that bring their own (`[idle] duration = "60s"`).
+    /// The workloads' own sections (`[mlp]`, `[ops]`, `[[exec]]`, `[idle]`, `[infer]`), each
+    /// read and checked by its workload.
     #[serde(flatten)]
     pub sections: std::collections::BTreeMap<String, toml::Value>,
-}
-
-/// One `[[exec]]` table of the config: a command to run for every point of the sweep, e.g.
-/// `name = "pytorch"`, `command = ["python3", "bench/torch_train.py", "{net}", "{batch}", "20"]`,
-/// `parser = "edgebench"`. Checked and expanded by the exec workload before anything runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecEntry {
-    /// The engine's name in results and reports (`pytorch`, `caffe`, ...).
-    pub name: String,
-    /// Program and arguments; placeholders are replaced per trial, `{{` and `}}` are literal
-    /// braces.
-    pub command: Vec<String>,
-    /// Log parser (`caffe`, `tensorflow`, `edgebench`, `regex:PATTERN`); none: the trial gets
-    /// whole-command figures only.
-    #[serde(default)]
-    pub parser: Option<String>,
-    /// The command is ended (SIGTERM, then SIGKILL) and the trial `failed` after this long,
-    /// e.g. "30m".
-    #[serde(default)]
-    pub timeout: Option<Timeout>,
-    /// The account the command runs as, e.g. `user = "bench"`, when edgebench runs as root
-    /// (the daemon): a framework's script then cannot touch edgebench's files. None: the
-    /// command runs as edgebench itself.
-    #[serde(default)]
-    pub user: Option<String>,
 }
 
 /// A duration written like `90s`, `15m`, `1h 30m` or `600` (seconds), parsed once.
@@ -140,73 +110,6 @@ impl TryFrom<String> for Timeout {
 impl From<Timeout> for String {
     fn from(t: Timeout) -> String {
         humantime::format_duration(t.0).to_string()
-    }
-}
-
-/// `[mlp]`: the MLP study (`--workload mlp`), on `sweep.devices`. Names and sizes are checked
-/// by the workload before anything runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MlpConfig {
-    /// `tensors` (hand-written backward), `autograd`, `function` (ReLU as a custom op).
-    pub styles: Vec<String>,
-    /// `small`, `medium`, `large`, or `NxD_inxHxD_out`.
-    pub sizes: Vec<String>,
-    /// Gradient-descent steps per trial (the study ran 500).
-    pub iterations: usize,
-    /// The study's 1e-6.
-    pub learning_rate: f64,
-}
-
-impl Default for MlpConfig {
-    fn default() -> Self {
-        MlpConfig {
-            styles: ["tensors", "autograd", "function"]
-                .map(String::from)
-                .to_vec(),
-            sizes: ["small", "medium", "large"].map(String::from).to_vec(),
-            iterations: 500,
-            learning_rate: 1e-6,
-        }
-    }
-}
-
-/// `[ops]`: the operator micro-benchmarks (`--workload ops`), on `sweep.devices`. Names and
-/// sizes are checked by the workload before anything runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct OpsConfig {
-    /// `add`, `mul`, `dot`, `scalar`, `sigmoid`, `tanh`.
-    pub ops: Vec<String>,
-    /// Megabytes (MiB) of data each op touches (dot: square matrices of that total), for the
-    /// ops `mb_per_op` does not list.
-    pub mb: Vec<f64>,
-    /// `[ops.mb_per_op]`: an op's own sizes, e.g. `dot = [5, 9, 17, 33, 65]` (the study sized
-    /// each op differently). `--mb` replaces these too.
-    pub mb_per_op: BTreeMap<String, Vec<f64>>,
-    /// `f32` or `f64`.
-    pub dtype: String,
-    /// `edgebench` (the project's kernels) or `candle` (candle's own ops; always on cuda).
-    pub engine: String,
-    /// Timed executions go on until both this many ...
-    pub min_executions: usize,
-    /// ... and this many seconds of them have run.
-    pub min_time_s: f64,
-}
-
-impl Default for OpsConfig {
-    fn default() -> Self {
-        OpsConfig {
-            ops: ["add", "mul", "dot", "scalar", "sigmoid", "tanh"]
-                .map(String::from)
-                .to_vec(),
-            mb: vec![2.0, 8.0, 32.0],
-            mb_per_op: BTreeMap::new(),
-            dtype: "f32".into(),
-            engine: "edgebench".into(),
-            min_executions: 10,
-            min_time_s: 1.0,
-        }
     }
 }
 
@@ -637,15 +540,6 @@ pub enum ConfigError {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub workload: Option<WorkloadKind>,
-    /// `edgebench exec`: the one command to run instead of the config's `[[exec]]` entries.
-    pub exec: Option<ExecEntry>,
-    /// Replaces every `[[exec]]` entry's timeout.
-    pub timeout: Option<Timeout>,
-    pub ops: Option<Vec<String>>,
-    pub mb: Option<Vec<f64>>,
-    pub styles: Option<Vec<String>>,
-    pub sizes: Option<Vec<String>>,
-    pub iterations: Option<usize>,
     pub nets: Option<Vec<String>>,
     pub devices: Option<Vec<DeviceKind>>,
     pub batches: Option<Vec<usize>>,
@@ -663,8 +557,6 @@ pub struct Overrides {
     pub power: Option<bool>,
     pub board: Option<String>,
     pub power_scope: Option<PowerScope>,
-    /// Values of workloads' own options, as (section, key, value).
-    pub sections: Vec<(String, String, String)>,
 }
 
 impl Config {
@@ -708,23 +600,6 @@ impl Config {
             };
         }
         set!(s.workload, o.workload);
-        if let Some(entry) = &o.exec {
-            self.exec = vec![entry.clone()];
-        }
-        if o.timeout.is_some() {
-            for entry in &mut self.exec {
-                entry.timeout = o.timeout;
-            }
-        }
-        set!(self.ops.ops, o.ops);
-        if let Some(mb) = &o.mb {
-            // Sizes given on the command line are every op's.
-            self.ops.mb = mb.clone();
-            self.ops.mb_per_op.clear();
-        }
-        set!(self.mlp.styles, o.styles);
-        set!(self.mlp.sizes, o.sizes);
-        set!(self.mlp.iterations, o.iterations);
         set!(s.nets, o.nets);
         set!(s.devices, o.devices);
         set!(s.batches, o.batches);
@@ -753,15 +628,6 @@ impl Config {
         }
         if o.db.is_some() {
             self.store.db = o.db.clone();
-        }
-        for (section, key, value) in &o.sections {
-            let table = self
-                .sections
-                .entry(section.clone())
-                .or_insert_with(|| toml::Value::Table(Default::default()));
-            if let toml::Value::Table(table) = table {
-                table.insert(key.clone(), toml::Value::String(value.clone()));
-            }
         }
     }
 
@@ -977,12 +843,6 @@ mod tests {
         assert!(secs("soon")
             .unwrap_err()
             .contains("invalid duration 'soon'"));
-        let c: Config = toml::from_str(
-            "[[exec]]\nname = \"caffe\"\ncommand = [\"caffe\", \"train\"]\ntimeout = \"2h\"\n",
-        )
-        .unwrap();
-        assert_eq!(c.exec[0].timeout.map(|t| t.0.as_secs()), Some(7200));
-        assert_eq!(c.exec[0].parser, None);
     }
 
     #[test]
@@ -1010,12 +870,6 @@ mod tests {
         );
         assert!("daily 25:00".parse::<Schedule>().is_err());
         assert!("hourly".parse::<Schedule>().unwrap_err().contains("hourly"));
-    }
-
-    #[test]
-    fn shipped_default_config_equals_builtin_defaults() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_CONFIG_PATH);
-        assert_eq!(Config::load(&path).unwrap(), Config::default());
     }
 
     #[test]

@@ -64,7 +64,7 @@ fn main() {
 
 fn dispatch(
     command: Command,
-    sections: Vec<(String, String, String)>,
+    sections: Vec<edgebench::workloads::OptionValue>,
     host: &HostPaths,
 ) -> Outcome {
     match command {

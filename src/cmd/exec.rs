@@ -5,5 +5,11 @@ use crate::cli::ExecArgs;
 use edgebench::host::HostPaths;
 
 pub(crate) fn run(args: &ExecArgs, host: &HostPaths) -> Outcome {
-    super::run::sweep(&args.sweep, args.overrides(), host)
+    let (overrides, entry) = args.overrides();
+    let section = toml::Value::try_from(edgebench::workloads::exec::ExecSection(vec![entry]))?;
+    super::run::sweep(&args.sweep, overrides, host, |config| {
+        config
+            .sections
+            .insert(edgebench::workloads::exec::KIND.to_string(), section);
+    })
 }

@@ -9,16 +9,15 @@ use edgebench::{report, runner, store};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// `sections`: the values of the workloads' own options (`--duration` of idle), as
-/// (section, key, value).
+/// `options`: the values of the workloads' own options (`--duration` of idle).
 pub(crate) fn run(
     args: &RunArgs,
-    sections: Vec<(String, String, String)>,
+    options: Vec<edgebench::workloads::OptionValue>,
     host: &HostPaths,
 ) -> Outcome {
-    let mut overrides = args.overrides();
-    overrides.sections = sections;
-    sweep(&args.sweep, overrides, host)
+    sweep(&args.sweep, args.overrides(), host, |config| {
+        edgebench::workloads::apply_options(config, &options)
+    })
 }
 
 /// How long a second interrupt waits for the sweep to record the trial it ends before the
@@ -62,15 +61,17 @@ fn watch_interrupts(
     Ok(())
 }
 
-/// The sweep of the config with `overrides` applied, its summary printed; 3 when a trial
-/// failed, 130 when interrupted.
+/// The sweep of the config with `overrides` applied, then `sections` (the workloads' own
+/// options), its summary printed; 3 when a trial failed, 130 when interrupted.
 pub(crate) fn sweep(
     args: &SweepArgs,
     overrides: edgebench::config::Overrides,
     host: &HostPaths,
+    sections: impl FnOnce(&mut Config),
 ) -> Outcome {
     let (mut config, origin) = Config::resolve(args.config.as_deref())?;
     config.apply(&overrides);
+    sections(&mut config);
     edgebench::workloads::check_config(&config, &origin)?;
     // From here on an interrupt stops cleanly wherever it lands (preflight, the wait for the
     // lock, the idle baseline, a trial) and the command exits 130.

@@ -362,7 +362,7 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         uuid: uuid.clone(),
         host: req.host.hostname(),
         started_at: now(),
-        config_toml: config.to_toml(),
+        config_toml: crate::workloads::effective_config(config).to_toml(),
         edgebench_version: host::VERSION.to_string(),
         git_commit: host::GIT_COMMIT.to_string(),
         candle_version: host::CANDLE_VERSION.to_string(),

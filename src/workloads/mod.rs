@@ -102,7 +102,7 @@ pub struct RowNames {
 pub(crate) trait TypedWorkload: Copy + Send + Sync + 'static {
     /// Its config section (`[idle]`), read once the sweep runs this workload; [`NoSection`]
     /// for a workload without one.
-    type Section: serde::de::DeserializeOwned + Default;
+    type Section: Serialize + serde::de::DeserializeOwned + Default;
     /// What [`TypedWorkload::check`] makes of the config, for [`TypedWorkload::prepare`].
     type Checked;
     /// What [`TypedWorkload::prepare`] found, for [`TypedWorkload::plan`].
@@ -121,8 +121,22 @@ pub(crate) trait TypedWorkload: Copy + Send + Sync + 'static {
 
     /// Options `edgebench run` takes for this workload, each written into the workload's config
     /// section under the option's id (`section.key`), e.g. `idle.duration` for `--duration`.
+    /// A list option takes `value_delimiter(',')` or `ArgAction::Append`; a number option
+    /// declares its `value_parser` (u64, f64, bool), so the section receives a typed value.
     fn options(&self) -> Vec<clap::Arg> {
         Vec::new()
+    }
+
+    /// Writes an option's `value` into the section under `key`: into the table, or into every
+    /// table of an array section (`[[exec]]`).
+    fn set_option(&self, section: &mut toml::Value, key: &str, value: toml::Value) {
+        set_key(section, key, value);
+    }
+
+    /// The section as `config/edgebench.toml` documents it: its defaults, or an example entry
+    /// where the defaults are empty; none for a workload without a section.
+    fn documented_section(&self) -> Option<toml::Value> {
+        toml::Value::try_from(Self::Section::default()).ok()
     }
 
     /// Checks the config and the workload's section before anything is written; the message
@@ -205,6 +219,13 @@ pub(crate) trait RunsCommands<J>: Sync {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct NoSection;
 
+/// Not a TOML value: a workload without a section documents and stores none.
+impl Serialize for NoSection {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit()
+    }
+}
+
 impl<'de> Deserialize<'de> for NoSection {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         serde::de::IgnoredAny::deserialize(d).map(|_| NoSection)
@@ -246,6 +267,15 @@ pub(crate) trait Workload: Sync {
 
     /// Options `edgebench run` takes for this workload.
     fn options(&self) -> Vec<clap::Arg>;
+
+    /// Writes an option's value into the workload's section.
+    fn set_option(&self, section: &mut toml::Value, key: &str, value: toml::Value);
+
+    /// Its section as `config/edgebench.toml` documents it.
+    fn documented_section(&self) -> Option<toml::Value>;
+
+    /// Its section as the sweep reads it, defaults filled in; none for a workload without one.
+    fn effective_section(&self, config: &Config) -> Result<Option<toml::Value>, String>;
 
     /// Checks the config for this workload before anything is written; the message names the
     /// key and its flag.
@@ -312,6 +342,19 @@ impl<W: TypedWorkload> Workload for W {
 
     fn options(&self) -> Vec<clap::Arg> {
         TypedWorkload::options(self)
+    }
+
+    fn set_option(&self, section: &mut toml::Value, key: &str, value: toml::Value) {
+        TypedWorkload::set_option(self, section, key, value)
+    }
+
+    fn documented_section(&self) -> Option<toml::Value> {
+        TypedWorkload::documented_section(self)
+    }
+
+    fn effective_section(&self, config: &Config) -> Result<Option<toml::Value>, String> {
+        let section: W::Section = config.section(W::KIND.as_str())?;
+        Ok(toml::Value::try_from(section).ok())
     }
 
     fn check(&self, config: &Config) -> Result<(), String> {
@@ -624,22 +667,123 @@ pub fn options() -> Vec<clap::Arg> {
     REGISTRY.iter().flat_map(|w| w.options()).collect()
 }
 
-/// The values given to the workloads' options, as (section, key, value) for the config.
-pub fn option_values(matches: &clap::ArgMatches) -> Vec<(String, String, String)> {
+/// A value given on the command line to a workload's option, typed as the option declared it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptionValue {
+    pub section: String,
+    pub key: String,
+    pub value: toml::Value,
+}
+
+/// The values given to the workloads' options (from the command line only: an option's
+/// default is its section's).
+pub fn option_values(matches: &clap::ArgMatches) -> Vec<OptionValue> {
     options()
         .iter()
         .filter_map(|arg| {
             let id = arg.get_id().as_str();
             let (section, key) = id.split_once('.')?;
-            // An option given several times (`--model a --model b`) is one comma-separated value.
-            let values: Vec<&String> = matches.get_many::<String>(id)?.collect();
-            let value = values
-                .iter()
-                .map(|v| v.as_str())
-                .collect::<Vec<_>>()
-                .join(",");
-            Some((section.to_string(), key.to_string(), value))
+            let values = typed_values(matches, id)?;
+            let list = arg.get_value_delimiter().is_some()
+                || matches!(arg.get_action(), clap::ArgAction::Append);
+            let value = match (list, values.len()) {
+                (false, 1) => values.into_iter().next()?,
+                _ => toml::Value::Array(values),
+            };
+            Some(OptionValue {
+                section: section.to_string(),
+                key: key.to_string(),
+                value,
+            })
         })
+        .collect()
+}
+
+/// An option's values in the type its value parser gave them; none when not given.
+fn typed_values(matches: &clap::ArgMatches, id: &str) -> Option<Vec<toml::Value>> {
+    if matches.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
+        return None;
+    }
+    fn all<T: Clone + Send + Sync + 'static>(
+        matches: &clap::ArgMatches,
+        id: &str,
+        to: impl Fn(T) -> toml::Value,
+    ) -> Option<Vec<toml::Value>> {
+        let values = matches.try_get_many::<T>(id).ok()??;
+        Some(values.cloned().map(to).collect())
+    }
+    all::<String>(matches, id, toml::Value::String)
+        .or_else(|| {
+            all::<u64>(matches, id, |v| {
+                toml::Value::Integer(v.min(i64::MAX as u64) as i64)
+            })
+        })
+        .or_else(|| all::<f64>(matches, id, toml::Value::Float))
+        .or_else(|| all::<bool>(matches, id, toml::Value::Boolean))
+}
+
+/// `key = value` in a table section, or in every table of an array section.
+fn set_key(section: &mut toml::Value, key: &str, value: toml::Value) {
+    match section {
+        toml::Value::Table(table) => {
+            table.insert(key.to_string(), value);
+        }
+        toml::Value::Array(entries) => {
+            for entry in entries {
+                set_key(entry, key, value.clone());
+            }
+        }
+        other => {
+            // A section that is not a table is refused by its workload's check; the option's
+            // value takes its place so that the message names the option.
+            *other = toml::Value::Table(toml::Table::from_iter([(key.to_string(), value)]));
+        }
+    }
+}
+
+/// Writes the options' values into their workloads' sections.
+pub fn apply_options(config: &mut Config, values: &[OptionValue]) {
+    for option in values {
+        let Ok(workload) = by_kind(&WorkloadKind::from(option.section.as_str())) else {
+            continue;
+        };
+        let section = config
+            .sections
+            .entry(option.section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        workload.set_option(section, &option.key, option.value.clone());
+    }
+}
+
+/// `flags` given to `edgebench run` as the workloads' options, applied to `config`.
+#[cfg(test)]
+pub(crate) fn apply_flags(config: &mut Config, flags: &[&str]) {
+    let matches = clap::Command::new("run")
+        .args(options())
+        .try_get_matches_from(std::iter::once("run").chain(flags.iter().copied()))
+        .unwrap_or_else(|e| panic!("{flags:?}: {e}"));
+    apply_options(config, &option_values(&matches));
+}
+
+/// The config as a run stores it: the sweep's workload's section with its defaults filled in,
+/// so the stored TOML says every value the trials ran with.
+pub fn effective_config(config: &Config) -> Config {
+    let mut effective = config.clone();
+    if let Ok(workload) = by_kind(&config.sweep.workload) {
+        if let Ok(Some(section)) = workload.effective_section(config) {
+            effective
+                .sections
+                .insert(workload.kind().to_string(), section);
+        }
+    }
+    effective
+}
+
+/// Every workload's section as `config/edgebench.toml` documents it, by workload name.
+pub fn documented_sections() -> Vec<(String, toml::Value)> {
+    REGISTRY
+        .iter()
+        .filter_map(|w| Some((w.kind().to_string(), w.documented_section()?)))
         .collect()
 }
 
@@ -795,6 +939,112 @@ mod tests {
     use super::*;
     use crate::config::{Overrides, MAX_ITERATIONS, MAX_THREADS};
     use std::path::Path;
+
+    /// `config/edgebench.toml` is the built-in defaults written out: its shared sections equal
+    /// `Config::default()`, each workload section it sets equals that workload's defaults.
+    #[test]
+    fn shipped_default_config_equals_builtin_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::config::DEFAULT_CONFIG_PATH);
+        let mut shipped = Config::load(&path).unwrap();
+        assert!(
+            !shipped.sections.is_empty(),
+            "the file sets [mlp] and [ops]"
+        );
+        for name in shipped.sections.keys() {
+            let workload = by_kind(&WorkloadKind::from(name.as_str())).unwrap();
+            assert_eq!(
+                workload.effective_section(&shipped).unwrap(),
+                workload.effective_section(&Config::default()).unwrap(),
+                "[{name}]"
+            );
+        }
+        shipped.sections.clear();
+        assert_eq!(shipped, Config::default());
+    }
+
+    /// Each option lands in its workload's section as the type the section reads: lists,
+    /// integers, numbers and text; `--mb` replaces an op's own sizes, and an option of an
+    /// array section reaches every entry.
+    #[test]
+    fn options_reach_their_sections_typed() {
+        let command = clap::Command::new("run").args(options());
+        let matches = command
+            .try_get_matches_from([
+                "run",
+                "--style",
+                "tensors,function",
+                "--iterations",
+                "7",
+                "--mb",
+                "1,2.5",
+                "--op",
+                "add",
+                "--duration",
+                "5s",
+            ])
+            .unwrap();
+        let values = option_values(&matches);
+        assert_eq!(values.len(), 5, "{values:?}");
+        let mut c = Config::from_toml(
+            "[ops]\nmb = [4.0]\n[ops.mb_per_op]\ndot = [5.0]\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        apply_options(&mut c, &values);
+        let mlp: mlp::MlpConfig = c.section("mlp").unwrap();
+        assert_eq!(mlp.styles, ["tensors", "function"]);
+        assert_eq!(mlp.iterations, 7);
+        assert_eq!(mlp.sizes, mlp::MlpConfig::default().sizes);
+        let ops: ops::OpsConfig = c.section("ops").unwrap();
+        assert_eq!((ops.ops, ops.mb), (vec!["add".to_string()], vec![1.0, 2.5]));
+        assert!(ops.mb_per_op.is_empty(), "{:?}", ops.mb_per_op);
+        let idle: idle::IdleConfig = c.section("idle").unwrap();
+        assert_eq!(idle.duration.0, std::time::Duration::from_secs(5));
+        // A bad number is refused by the option's parser, naming the flag.
+        let err = clap::Command::new("run")
+            .args(options())
+            .try_get_matches_from(["run", "--iterations", "many"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--iterations"), "{err}");
+
+        let mut entries = toml::Value::try_from(exec::ExecSection(vec![
+            exec::ExecEntry {
+                name: "a".into(),
+                command: vec!["a".into()],
+                parser: None,
+                timeout: None,
+                user: None,
+            };
+            2
+        ]))
+        .unwrap();
+        set_key(&mut entries, "timeout", toml::Value::String("5m".into()));
+        let entries: exec::ExecSection = entries.try_into().unwrap();
+        assert!(entries
+            .0
+            .iter()
+            .all(|e| e.timeout.map(|t| t.0.as_secs()) == Some(300)));
+    }
+
+    /// A run stores its workload's section with every default filled in, and the stored TOML
+    /// reads back as the same config.
+    #[test]
+    fn the_stored_config_says_the_workloads_values() {
+        let mut c = Config::default();
+        c.sweep.workload = mlp::KIND;
+        let stored = effective_config(&c);
+        let mlp: mlp::MlpConfig = stored.section("mlp").unwrap();
+        assert_eq!(mlp, mlp::MlpConfig::default());
+        assert!(stored.to_toml().contains("[mlp]"), "{}", stored.to_toml());
+        assert_eq!(
+            Config::from_toml(&stored.to_toml(), Path::new("stored")).unwrap(),
+            stored
+        );
+        // A workload without a section stores none.
+        c.sweep.workload = cnn::KIND;
+        assert!(effective_config(&c).sections.is_empty());
+    }
 
     #[test]
     fn overrides_and_validation() {

@@ -17,12 +17,42 @@ use serde::{Deserialize, Serialize};
 
 use super::parse::{Parser, StepTracker, TrackedStep};
 use crate::clock::monotonic_ns;
+use crate::config::Timeout;
 use crate::record::Control;
 
 /// The placeholders a command may use, for help and error messages.
 pub(crate) const PLACEHOLDERS: &str = "{net}, {batch}, {device}, {images}, {epochs}, {iterations}";
 
-pub(crate) use crate::config::ExecEntry;
+/// One `[[exec]]` table of the config: a command to run for every point of the sweep, e.g.
+/// `name = "pytorch"`, `command = ["python3", "bench/torch_train.py", "{net}", "{batch}", "20"]`,
+/// `parser = "edgebench"`. Checked and expanded by the exec workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecEntry {
+    /// The engine's name in results and reports (`pytorch`, `caffe`, ...).
+    pub name: String,
+    /// Program and arguments; placeholders are replaced per trial, `{{` and `}}` are literal
+    /// braces.
+    pub command: Vec<String>,
+    /// Log parser (`caffe`, `tensorflow`, `edgebench`, `regex:PATTERN`); none: the trial gets
+    /// whole-command figures only.
+    #[serde(default)]
+    pub parser: Option<String>,
+    /// The command is ended (SIGTERM, then SIGKILL) and the trial `failed` after this long,
+    /// e.g. "30m".
+    #[serde(default)]
+    pub timeout: Option<Timeout>,
+    /// The account the command runs as, e.g. `user = "bench"`, when edgebench runs as root
+    /// (the daemon): a framework's script then cannot touch edgebench's files. None: the
+    /// command runs as edgebench itself.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// `[[exec]]`: the commands of the exec workload, in the order they run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecSection(pub Vec<ExecEntry>);
 
 /// The values of one sweep point that a command's placeholders take.
 #[derive(Debug, Clone, PartialEq)]
@@ -784,12 +814,14 @@ mod tests {
             [[exec]]
             name = "plain"
             command = ["./train.sh"]
+            timeout = "2h"
             "#,
         )
         .unwrap();
         assert_eq!(doc.exec.len(), 2);
         assert_eq!(doc.exec[0].parser.as_deref(), Some("edgebench"));
         assert_eq!(doc.exec[1].parser, None);
+        assert_eq!(doc.exec[1].timeout.map(|t| t.0.as_secs()), Some(7200));
         for e in &doc.exec {
             e.validate().unwrap();
         }

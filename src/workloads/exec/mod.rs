@@ -15,7 +15,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use command::{CommandOutcome, CommandSpec, ExecEntry, ExecParams, SweepValues};
+pub use command::{ExecEntry, ExecSection};
+use command::{CommandOutcome, CommandSpec, ExecParams, SweepValues};
 use parse::{Parser, TrackedStep};
 
 use crate::config::Config;
@@ -23,7 +24,7 @@ use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkloadKind};
 use crate::record::WorkItem;
 use crate::store::{PerIteration, ResultRow, RowItems, TrialStatus};
 use super::{
-    Conclusion, Emit, JobEnd, NoSection, PlanInput, PlannedTrial, Preparation, Recorded, RowNames,
+    Conclusion, Emit, JobEnd, PlanInput, PlannedTrial, Preparation, Recorded, RowNames,
     RunsCommands, TypedWorkload, WorkloadProfile,
 };
 use crate::store::TrialKey;
@@ -35,8 +36,8 @@ pub const KIND: WorkloadKind = WorkloadKind::named("exec");
 pub struct Exec;
 
 impl TypedWorkload for Exec {
-    type Section = NoSection;
-    type Checked = ();
+    type Section = ExecSection;
+    type Checked = ExecSection;
     /// Every trial's sweep point and job, expanded and checked once.
     type Plan = Vec<(SweepValues, ExecJob)>;
     type Job = ExecJob;
@@ -48,8 +49,12 @@ impl TypedWorkload for Exec {
 
     /// A command's nets are whatever it trains and its batch (0: not known) fills `{batch}`:
     /// both only name its trials.
-    fn check(&self, config: &Config, _section: NoSection) -> std::result::Result<(), String> {
-        if config.exec.is_empty() {
+    fn check(
+        &self,
+        config: &Config,
+        section: ExecSection,
+    ) -> std::result::Result<ExecSection, String> {
+        if section.0.is_empty() {
             return Err(
                 "the exec workload has no command: add an [[exec]] table (name, command, parser) \
                  to the config, or run `edgebench exec -- COMMAND`"
@@ -61,8 +66,20 @@ impl TypedWorkload for Exec {
             Some(b) => Err(format!(
                 "sweep.batches (--batch): batch {b} is above {max}"
             )),
-            None => Ok(()),
+            None => Ok(section),
         }
+    }
+
+    /// An example entry: the section's default has none.
+    fn documented_section(&self) -> Option<toml::Value> {
+        let example = ExecEntry {
+            name: "pytorch".into(),
+            command: vec!["python3".into()],
+            parser: Some("edgebench".into()),
+            timeout: Some(crate::config::Timeout(Duration::from_secs(60))),
+            user: Some("bench".into()),
+        };
+        toml::Value::try_from(ExecSection(vec![example])).ok()
     }
 
     /// A command trains a CNN over images, its batch counted when known. It uses the device
@@ -105,11 +122,11 @@ impl TypedWorkload for Exec {
     fn prepare(
         &self,
         config: &Config,
-        _checked: (),
+        entries: ExecSection,
         _host: &crate::host::HostPaths,
         _board: &crate::board::BoardProfile,
     ) -> Result<Preparation<Vec<(SweepValues, ExecJob)>>> {
-        Ok(Preparation::of(jobs(config)?))
+        Ok(Preparation::of(jobs_of(config, &entries.0)?))
     }
 
     fn plan(
@@ -384,10 +401,15 @@ pub fn points(config: &Config) -> Vec<SweepValues> {
 
 /// Every exec trial of the config, checked (see [`expand_sweep`]).
 pub fn jobs(config: &Config) -> Result<Vec<(SweepValues, ExecJob)>> {
+    let section: ExecSection = config.section(KIND.as_str()).map_err(anyhow::Error::msg)?;
+    jobs_of(config, &section.0)
+}
+
+fn jobs_of(config: &Config, entries: &[ExecEntry]) -> Result<Vec<(SweepValues, ExecJob)>> {
     // Half the runner's stop grace: the worker must see the command end before the runner
     // gives up on the worker.
     let grace = Duration::from_secs_f64(config.sweep.stop_grace_s / 2.0).min(GRACE);
-    expand_sweep(&config.exec, &points(config), grace)
+    expand_sweep(entries, &points(config), grace)
 }
 
 /// The trials of the exec workload. The resume key is the engine and the expanded command

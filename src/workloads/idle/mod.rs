@@ -177,10 +177,7 @@ mod tests {
     #[test]
     fn one_trial_of_one_tick_per_second_from_the_section() {
         let mut c = Config::default();
-        c.apply(&crate::config::Overrides {
-            sections: vec![("idle".into(), "duration".into(), "3s".into())],
-            ..Default::default()
-        });
+        crate::workloads::apply_flags(&mut c, &["--duration", "3s"]);
         Workload::check(&Idle, &c).unwrap();
         let host = HostPaths::default();
         let prepared = Workload::prepare(&Idle, &c, &host, crate::board::generic()).unwrap();
@@ -195,10 +192,7 @@ mod tests {
     #[test]
     fn a_duration_out_of_range_or_an_unknown_key_is_refused_naming_it() {
         let mut c = Config::default();
-        c.apply(&crate::config::Overrides {
-            sections: vec![("idle".into(), "duration".into(), "25h".into())],
-            ..Default::default()
-        });
+        crate::workloads::apply_flags(&mut c, &["--duration", "25h"]);
         assert!(Workload::check(&Idle, &c).unwrap_err().contains("--duration"));
         let c = Config::from_toml("[idle]
 duration = \"0s\"\n", "c.toml".as_ref()).unwrap();

@@ -412,6 +412,7 @@ impl TypedWorkload for Infer {
                 .long("model")
                 .value_name("MODEL")
                 .action(ArgAction::Append)
+                .value_delimiter(',')
                 .help("infer: alexnet, googlenet or an ONNX file (repeat for several; default: --net)"),
             Arg::new("infer.scenario")
                 .long("scenario")

@@ -18,13 +18,12 @@ fn plan_unprepared(c: &Config) -> Vec<PlannedTrial<InferJob>> {
 
 fn config(toml: &str, flags: &[(&str, &str)]) -> Config {
     let mut c = Config::from_toml(toml, Path::new("c.toml")).unwrap();
-    c.apply(&crate::config::Overrides {
-        sections: flags
-            .iter()
-            .map(|(k, v)| ("infer".to_string(), k.to_string(), v.to_string()))
-            .collect(),
-        ..Default::default()
-    });
+    let flags: Vec<String> = flags
+        .iter()
+        .map(|(k, v)| format!("--{}={v}", k.replace('_', "-")))
+        .collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    crate::workloads::apply_flags(&mut c, &flags);
     c
 }
 

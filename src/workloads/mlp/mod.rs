@@ -240,7 +240,7 @@ impl MlpJob {
     }
 }
 
-/// The `[mlp]` table (`config::MlpConfig`) in typed values, with the sweep's devices: which
+/// The `[mlp]` table ([`MlpConfig`]) in typed values, with the sweep's devices: which
 /// trials a sweep of this workload runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -402,13 +402,41 @@ pub fn key(job: &MlpJob) -> TrialKey {
 
 pub const KIND: WorkloadKind = WorkloadKind::named("mlp");
 
+/// `[mlp]`: the MLP study (`--workload mlp`), on `sweep.devices`. Names and sizes are checked
+/// by the workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MlpConfig {
+    /// `tensors` (hand-written backward), `autograd`, `function` (ReLU as a custom op).
+    pub styles: Vec<String>,
+    /// `small`, `medium`, `large`, or `NxD_inxHxD_out`.
+    pub sizes: Vec<String>,
+    /// Gradient-descent steps per trial (the study ran 500).
+    pub iterations: usize,
+    /// The study's 1e-6.
+    pub learning_rate: f64,
+}
+
+impl Default for MlpConfig {
+    fn default() -> Self {
+        MlpConfig {
+            styles: ["tensors", "autograd", "function"]
+                .map(String::from)
+                .to_vec(),
+            sizes: ["small", "medium", "large"].map(String::from).to_vec(),
+            iterations: 500,
+            learning_rate: 1e-6,
+        }
+    }
+}
+
 /// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
 #[derive(Debug, Clone, Copy)]
 pub struct MlpStudy;
 
 impl super::TypedWorkload for MlpStudy {
-    type Section = super::NoSection;
-    type Checked = ();
+    type Section = MlpConfig;
+    type Checked = Vec<MlpJob>;
     type Plan = Vec<MlpJob>;
     type Job = MlpJob;
     const KIND: WorkloadKind = KIND;
@@ -419,12 +447,11 @@ impl super::TypedWorkload for MlpStudy {
 
     fn prepare(
         &self,
-        config: &crate::config::Config,
-        _checked: (),
+        _config: &crate::config::Config,
+        jobs: Vec<MlpJob>,
         _host: &crate::host::HostPaths,
         _board: &crate::board::BoardProfile,
     ) -> anyhow::Result<super::Preparation<Vec<MlpJob>>> {
-        let jobs = jobs(config).map_err(anyhow::Error::msg)?;
         Ok(super::Preparation::of(jobs))
     }
 
@@ -479,19 +506,47 @@ impl super::TypedWorkload for MlpStudy {
         }
     }
 
-    /// The sweep's nets and batches are checked as the CNN's.
+    fn options(&self) -> Vec<clap::Arg> {
+        use clap::{value_parser, Arg};
+        vec![
+            Arg::new("mlp.styles")
+                .long("style")
+                .value_name("STYLES")
+                .value_delimiter(',')
+                .help("mlp: programming styles, comma separated: tensors,autograd,function"),
+            Arg::new("mlp.sizes")
+                .long("size")
+                .value_name("SIZES")
+                .value_delimiter(',')
+                .help("mlp: sizes, comma separated: small,medium,large or NxD_inxHxD_out"),
+            Arg::new("mlp.iterations")
+                .long("iterations")
+                .value_name("N")
+                .value_parser(value_parser!(u64))
+                .help("mlp: gradient-descent steps per trial (default 500)"),
+        ]
+    }
+
+    /// The sweep's nets and batches are checked as the CNN's, the section expanded into jobs.
     fn check(
         &self,
         config: &crate::config::Config,
-        _section: super::NoSection,
-    ) -> Result<(), String> {
-        super::check_image_sweep(config)
+        section: MlpConfig,
+    ) -> Result<Vec<MlpJob>, String> {
+        super::check_image_sweep(config)?;
+        jobs_of(config, &section)
     }
 }
 
 /// The `[mlp]` table and `sweep.devices` as planned trials (device, then size, then style).
 pub fn jobs(config: &crate::config::Config) -> std::result::Result<Vec<MlpJob>, String> {
-    let m = &config.mlp;
+    jobs_of(config, &config.section(KIND.as_str())?)
+}
+
+fn jobs_of(
+    config: &crate::config::Config,
+    m: &MlpConfig,
+) -> std::result::Result<Vec<MlpJob>, String> {
     let styles = m
         .styles
         .iter()

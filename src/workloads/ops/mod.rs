@@ -41,6 +41,7 @@ use crate::record::{Control, IterationRecord, Metrics, TrialEnd, WorkItem, Workl
 use crate::store::{PerIteration, ResultRow, RowItems, TrialKey};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use kernels::Elem;
@@ -463,7 +464,13 @@ pub fn planned(job: OpsJob) -> super::PlannedTrial<OpsJob> {
 /// `ops.mb_per_op` entry, else `ops.mb`); bad names and sizes are refused naming the key and
 /// its flag. No roofs yet.
 pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
-    let o = &config.ops;
+    let section = config
+        .section(KIND.as_str())
+        .map_err(anyhow::Error::msg)?;
+    jobs_of(config, &section)
+}
+
+fn jobs_of(config: &crate::config::Config, o: &OpsConfig) -> Result<Vec<OpsJob>> {
     let mut per_op: Vec<(Op, &[f64], String)> = Vec::new();
     for (name, sizes) in &o.mb_per_op {
         let key = format!("ops.mb_per_op.{name}");
@@ -519,6 +526,45 @@ pub fn jobs(config: &crate::config::Config) -> Result<Vec<OpsJob>> {
     Ok(jobs)
 }
 
+/// `[ops]`: the operator micro-benchmarks (`--workload ops`), on `sweep.devices`. Names and
+/// sizes are checked by the workload before anything runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpsConfig {
+    /// `add`, `mul`, `dot`, `scalar`, `sigmoid`, `tanh`.
+    pub ops: Vec<String>,
+    /// Megabytes (MiB) of data each op touches (dot: square matrices of that total), for the
+    /// ops `mb_per_op` does not list.
+    pub mb: Vec<f64>,
+    /// `[ops.mb_per_op]`: an op's own sizes, e.g. `dot = [5, 9, 17, 33, 65]` (the study sized
+    /// each op differently). `--mb` replaces these too.
+    pub mb_per_op: BTreeMap<String, Vec<f64>>,
+    /// `f32` or `f64`.
+    pub dtype: String,
+    /// `edgebench` (the project's kernels) or `candle` (candle's own ops; always on cuda).
+    pub engine: String,
+    /// Timed executions go on until both this many ...
+    pub min_executions: usize,
+    /// ... and this many seconds of them have run.
+    pub min_time_s: f64,
+}
+
+impl Default for OpsConfig {
+    fn default() -> Self {
+        OpsConfig {
+            ops: ["add", "mul", "dot", "scalar", "sigmoid", "tanh"]
+                .map(String::from)
+                .to_vec(),
+            mb: vec![2.0, 8.0, 32.0],
+            mb_per_op: BTreeMap::new(),
+            dtype: "f32".into(),
+            engine: "edgebench".into(),
+            min_executions: 10,
+            min_time_s: 1.0,
+        }
+    }
+}
+
 pub const KIND: WorkloadKind = WorkloadKind::named("ops");
 
 /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
@@ -534,8 +580,8 @@ pub struct OpsPlan {
 }
 
 impl super::TypedWorkload for Ops {
-    type Section = super::NoSection;
-    type Checked = ();
+    type Section = OpsConfig;
+    type Checked = Vec<OpsJob>;
     type Plan = OpsPlan;
     type Job = OpsJob;
     const KIND: WorkloadKind = KIND;
@@ -548,11 +594,10 @@ impl super::TypedWorkload for Ops {
     fn prepare(
         &self,
         config: &crate::config::Config,
-        _checked: (),
+        jobs: Vec<OpsJob>,
         host: &crate::host::HostPaths,
         board: &crate::board::BoardProfile,
     ) -> Result<super::Preparation<OpsPlan>> {
-        let jobs = jobs(config)?;
         // f64 ops are judged against a DGEMM; f32 sweeps skip measuring it.
         let dgemm = jobs.iter().any(|j| j.dtype == Dtype::F64);
         tracing::info!("measuring the peaks (GEMM, STREAM) the operators are judged against");
@@ -632,13 +677,39 @@ impl super::TypedWorkload for Ops {
         }
     }
 
-    /// The sweep's nets and batches are checked as the CNN's.
+    fn options(&self) -> Vec<clap::Arg> {
+        use clap::{value_parser, Arg};
+        vec![
+            Arg::new("ops.ops")
+                .long("op")
+                .value_name("OPS")
+                .value_delimiter(',')
+                .help("ops: operators, comma separated: add,mul,dot,scalar,sigmoid,tanh"),
+            Arg::new("ops.mb")
+                .long("mb")
+                .value_name("MIB")
+                .value_delimiter(',')
+                .value_parser(value_parser!(f64))
+                .help("ops: mebibytes (MiB) each op touches, comma separated (e.g. 2,8,32)"),
+        ]
+    }
+
+    /// Sizes given on the command line are every op's: `--mb` replaces `[ops.mb_per_op]` too.
+    fn set_option(&self, section: &mut toml::Value, key: &str, value: toml::Value) {
+        if let (toml::Value::Table(table), "mb") = (&mut *section, key) {
+            table.remove("mb_per_op");
+        }
+        super::set_key(section, key, value);
+    }
+
+    /// The sweep's nets and batches are checked as the CNN's, the section expanded into jobs.
     fn check(
         &self,
         config: &crate::config::Config,
-        _section: super::NoSection,
-    ) -> std::result::Result<(), String> {
-        super::check_image_sweep(config)
+        section: OpsConfig,
+    ) -> std::result::Result<Vec<OpsJob>, String> {
+        super::check_image_sweep(config)?;
+        jobs_of(config, &section).map_err(|e| format!("{e:#}"))
     }
 
     /// The job's own warm-up executions, which its timed loop leaves out.
@@ -979,16 +1050,10 @@ mod tests {
         );
         // --mb gives every op its sizes; --op keeps an op's own.
         let mut every = c.clone();
-        every.apply(&crate::config::Overrides {
-            mb: Some(vec![3.0]),
-            ..Default::default()
-        });
+        crate::workloads::apply_flags(&mut every, &["--mb", "3"]);
         assert!(sizes_by_op(&every).iter().all(|(_, mb)| *mb == [3.0]));
         let mut dot = c.clone();
-        dot.apply(&crate::config::Overrides {
-            ops: Some(vec!["dot".into()]),
-            ..Default::default()
-        });
+        crate::workloads::apply_flags(&mut dot, &["--op", "dot"]);
         assert_eq!(sizes_by_op(&dot), [(Op::Dot, vec![5.0, 9.0])]);
 
         for (text, says) in [
@@ -1021,14 +1086,16 @@ mod tests {
         // Every trial measures at least 10 updates of a JetPack 5/6 INA3221 (140 ms): none is
         // flagged FEW_READINGS for being too short.
         let ina3221_s = 0.140;
+        let section: OpsConfig = c.section(KIND.as_str()).unwrap();
         assert!(
-            c.ops.min_time_s >= MIN_SENSOR_UPDATES as f64 * ina3221_s,
+            section.min_time_s >= MIN_SENSOR_UPDATES as f64 * ina3221_s,
             "min_time_s {}",
-            c.ops.min_time_s
+            section.min_time_s
         );
         // What the run records as its config reads back the same.
-        let again = crate::config::Config::from_toml(&c.to_toml(), path).unwrap();
-        assert_eq!(again.ops, c.ops);
+        let stored = crate::workloads::effective_config(&c);
+        let again = crate::config::Config::from_toml(&stored.to_toml(), path).unwrap();
+        assert_eq!(again.section::<OpsConfig>(KIND.as_str()).unwrap(), section);
     }
 
     #[test]
@@ -1212,7 +1279,12 @@ mod tests {
     fn with_power_every_trial_lasts_twelve_readings_of_the_sensor() {
         let min_times = |configured: f64, period_ms: Option<u64>| -> Vec<f64> {
             let mut c = crate::config::Config::default();
-            c.ops.min_time_s = configured;
+            let mut section = OpsConfig::default();
+            section.min_time_s = configured;
+            c.sections.insert(
+                KIND.to_string(),
+                toml::Value::try_from(&section).unwrap(),
+            );
             let prepared = crate::workloads::Prepared {
                 power_reading_period: period_ms.map(std::time::Duration::from_millis),
                 ..Default::default()
