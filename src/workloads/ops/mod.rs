@@ -1279,8 +1279,10 @@ mod tests {
     fn with_power_every_trial_lasts_twelve_readings_of_the_sensor() {
         let min_times = |configured: f64, period_ms: Option<u64>| -> Vec<f64> {
             let mut c = crate::config::Config::default();
-            let mut section = OpsConfig::default();
-            section.min_time_s = configured;
+            let section = OpsConfig {
+                min_time_s: configured,
+                ..OpsConfig::default()
+            };
             c.sections.insert(
                 KIND.to_string(),
                 toml::Value::try_from(&section).unwrap(),
