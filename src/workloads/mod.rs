@@ -733,11 +733,8 @@ fn set_key(section: &mut toml::Value, key: &str, value: toml::Value) {
                 set_key(entry, key, value.clone());
             }
         }
-        other => {
-            // A section that is not a table is refused by its workload's check; the option's
-            // value takes its place so that the message names the option.
-            *other = toml::Value::Table(toml::Table::from_iter([(key.to_string(), value)]));
-        }
+        // Neither a table nor entries: left as written, for its workload's check to refuse.
+        _ => {}
     }
 }
 
