@@ -1,4 +1,5 @@
-//! Records provenance at build time: the git commit and the candle version actually locked.
+//! Records provenance at build time: the git commit and the candle version actually locked;
+//! lists the workloads' own integration tests for the `it` test binary.
 
 use std::process::Command;
 
@@ -36,7 +37,34 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=EDGEBENCH_CANDLE_VERSION={candle}");
+    workload_tests();
     println!("cargo:rerun-if-changed=Cargo.lock");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/index");
+}
+
+/// A workload keeps its integration tests in its folder (`src/workloads/<name>/it.rs`);
+/// `tests/it/main.rs` includes the module list written here, so adding a workload's tests
+/// touches nothing outside its folder.
+fn workload_tests() {
+    let root = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let mut names: Vec<String> = std::fs::read_dir(root.join("src/workloads"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("it.rs").is_file())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let modules: String = names
+        .iter()
+        .map(|name| {
+            let path = root.join("src/workloads").join(name).join("it.rs");
+            format!("#[path = {:?}]\nmod {name};\n", path.display().to_string())
+        })
+        .collect();
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    std::fs::write(out.join("workload_tests.rs"), modules).expect("cannot write OUT_DIR");
+    println!("cargo:rerun-if-changed=src/workloads");
 }

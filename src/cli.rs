@@ -40,13 +40,6 @@ pub(crate) enum Command {
     Models {
         #[arg(long)]
         json: bool,
-        /// Write the networks (inference graph, seeded weights) and a residual block as ONNX
-        /// files into DIR instead: alexnet.onnx, googlenet.onnx, residual.onnx.
-        #[arg(long, value_name = "DIR")]
-        export_onnx: Option<PathBuf>,
-        /// The seed the exported weights are drawn from.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
     },
     /// One record per trial in the database.
     Results {

@@ -37,11 +37,22 @@ fn init_logging(quiet: bool) {
 }
 
 fn main() {
-    // `run` also takes each workload's own options (`--duration` of idle).
-    let matches = Cli::command()
-        .mut_subcommand("run", |run| run.args(edgebench::workloads::options()))
-        .get_matches();
+    // `run` also takes each workload's own options (`--duration` of idle), and the other
+    // commands the flags a workload adds to them (`models --export-onnx`).
+    let actions = edgebench::workloads::command_actions();
+    let mut command =
+        Cli::command().mut_subcommand("run", |run| run.args(edgebench::workloads::options()));
+    for action in &actions {
+        command = command.mut_subcommand(action.command, |c| c.args(action.args.clone()));
+    }
+    let matches = command.get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let asked = matches.subcommand().and_then(|(name, sub)| {
+        actions
+            .iter()
+            .find(|a| a.command == name && a.asked(sub))
+            .map(|a| (a.run, sub))
+    });
     let sections = matches
         .subcommand_matches("run")
         .map(edgebench::workloads::option_values)
@@ -52,7 +63,11 @@ fn main() {
         procfs: cli.procfs.clone(),
         rootfs: cli.rootfs.clone(),
     };
-    let code = match dispatch(cli.command, sections, &host) {
+    let outcome = match asked {
+        Some((action, matches)) => action(matches).map(|()| 0).map_err(cmd::Failure::from),
+        None => dispatch(cli.command, sections, &host),
+    };
+    let code = match outcome {
         Ok(code) => code,
         Err(f) => {
             eprintln!("error: {:#}", f.error);
@@ -72,11 +87,7 @@ fn dispatch(
         Command::Exec(args) => cmd::exec::run(&args, host),
         Command::Worker => Ok(edgebench::worker::main()),
         Command::Daemon { config } => Ok(edgebench::daemon::main(config, host.clone())?),
-        Command::Models {
-            json,
-            export_onnx,
-            seed,
-        } => cmd::models::run(json, export_onnx.as_deref(), seed),
+        Command::Models { json } => cmd::models::run(json),
         Command::Results { db, json } => cmd::results::run(&db, json),
         Command::Snapshot { out, db } => cmd::snapshot::run(&out, &db),
         Command::Merge { sources, into } => cmd::merge::run(&sources, &into),

@@ -139,6 +139,11 @@ pub(crate) trait TypedWorkload: Copy + Send + Sync + 'static {
         toml::Value::try_from(Self::Section::default()).ok()
     }
 
+    /// Flags it adds to the other commands, each with the action it asks for.
+    fn command_actions(&self) -> Vec<CommandAction> {
+        Vec::new()
+    }
+
     /// Checks the config and the workload's section before anything is written; the message
     /// names the key and its flag.
     fn check(&self, config: &Config, section: Self::Section) -> Result<Self::Checked, String>;
@@ -274,6 +279,9 @@ pub(crate) trait Workload: Sync {
     /// Its section as `config/edgebench.toml` documents it.
     fn documented_section(&self) -> Option<toml::Value>;
 
+    /// Flags it adds to the other commands.
+    fn command_actions(&self) -> Vec<CommandAction>;
+
     /// Its section as the sweep reads it, defaults filled in; none for a workload without one.
     fn effective_section(&self, config: &Config) -> Result<Option<toml::Value>, String>;
 
@@ -350,6 +358,10 @@ impl<W: TypedWorkload> Workload for W {
 
     fn documented_section(&self) -> Option<toml::Value> {
         TypedWorkload::documented_section(self)
+    }
+
+    fn command_actions(&self) -> Vec<CommandAction> {
+        TypedWorkload::command_actions(self)
     }
 
     fn effective_section(&self, config: &Config) -> Result<Option<toml::Value>, String> {
@@ -665,6 +677,32 @@ pub fn parse_kind(name: &str) -> Result<WorkloadKind, String> {
 /// Every workload's options for `edgebench run`.
 pub fn options() -> Vec<clap::Arg> {
     REGISTRY.iter().flat_map(|w| w.options()).collect()
+}
+
+/// Flags a workload adds to another command, and what they ask for instead of that command's
+/// own work: `models --export-onnx DIR [--seed N]` writes the networks as ONNX files.
+pub struct CommandAction {
+    /// The command that takes the flags (`models`).
+    pub command: &'static str,
+    /// Its flags; the first one given on the command line asks for [`CommandAction::run`].
+    pub args: Vec<clap::Arg>,
+    /// The action, given the command's matches.
+    pub run: fn(&clap::ArgMatches) -> anyhow::Result<()>,
+}
+
+impl CommandAction {
+    /// Whether `matches` (the command's) ask for this action.
+    pub fn asked(&self, matches: &clap::ArgMatches) -> bool {
+        self.args.first().is_some_and(|arg| {
+            matches.value_source(arg.get_id().as_str())
+                == Some(clap::parser::ValueSource::CommandLine)
+        })
+    }
+}
+
+/// Every workload's flags on the other commands.
+pub fn command_actions() -> Vec<CommandAction> {
+    REGISTRY.iter().flat_map(|w| w.command_actions()).collect()
 }
 
 /// A value given on the command line to a workload's option, typed as the option declared it.

@@ -36,7 +36,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         if path.is_dir() {
             rust_files(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs")
-            && path.file_name().is_some_and(|n| n != "tests.rs")
+            // Unit tests, and a workload's integration tests (`it.rs`, of the `it` binary).
+            && path.file_name().is_some_and(|n| n != "tests.rs" && n != "it.rs")
         {
             out.push(path);
         }
@@ -761,4 +762,58 @@ fn the_comparison_scan_sees_what_it_must() {
     .map(|(n, l)| (n.to_string(), *l))
     .collect();
     assert_eq!(found, want);
+}
+
+/// Every file under `dir`, tests included.
+fn all_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            all_rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The newest workload shows the seam holds: outside `src/workloads/infer/`, no code or test
+/// names it but its registration line (its Cargo dependencies, config example and docs aside).
+#[test]
+fn the_newest_workload_lives_in_its_folder_but_for_its_registration() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let name = "infer";
+    assert!(edgebench::workloads::names().iter().any(|n| n == name));
+    let folder = root.join("src/workloads").join(name);
+    let registry = root.join("src/workloads/mod.rs");
+    let mut files = Vec::new();
+    all_rust_files(&root.join("src"), &mut files);
+    all_rust_files(&root.join("tests"), &mut files);
+    files.push(root.join("build.rs"));
+    // This test names it to look for it.
+    let this = root.join(file!());
+    let naming = [
+        format!("{name}::"),
+        format!("\"{name}\""),
+        format!("mod {name}"),
+    ];
+    let mut outside = Vec::new();
+    for file in files
+        .iter()
+        .filter(|f| !f.starts_with(&folder) && **f != this)
+    {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let registration = *file == registry && line.trim() == format!("{name}::Infer,");
+            if naming.iter().any(|s| line.contains(s.as_str())) && !registration {
+                let rel = file.strip_prefix(root).unwrap();
+                outside.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "the {name} workload is named outside its folder (let the registry or a workload hook \
+         carry it):\n{}",
+        outside.join("\n")
+    );
 }

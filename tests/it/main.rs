@@ -11,7 +11,6 @@ mod board;
 mod cli;
 mod daemon;
 mod exec;
-mod infer;
 mod memory;
 mod metrics;
 mod models;
@@ -23,3 +22,6 @@ mod store;
 mod sync;
 mod window;
 mod workloads;
+
+// Each workload's own tests, kept in its folder: `src/workloads/<name>/it.rs` (build.rs).
+include!(concat!(env!("OUT_DIR"), "/workload_tests.rs"));

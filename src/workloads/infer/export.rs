@@ -366,7 +366,7 @@ pub(crate) fn residual_block(seed: u64) -> pb::ModelProto {
 
 /// Writes `alexnet.onnx`, `googlenet.onnx` and `residual.onnx` into `dir` (created if
 /// needed), weights from `seed`; returns the files written.
-pub fn export_all(dir: &Path, seed: u64) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn export_all(dir: &Path, seed: u64) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut written = Vec::new();
     let mut models = Vec::new();

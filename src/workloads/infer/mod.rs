@@ -15,7 +15,7 @@
 //! measured over exactly the window of its measured queries, the same one its throughput uses.
 
 pub(crate) mod engine;
-pub mod export;
+pub(crate) mod export;
 pub(crate) mod report;
 
 use super::{
@@ -441,6 +441,41 @@ impl TypedWorkload for Infer {
                 .value_name("BOOL")
                 .help("infer server: search the highest rate whose p99 holds --latency-bound"),
         ]
+    }
+
+    /// `models --export-onnx DIR [--seed N]`: the networks as the ONNX files it reads.
+    fn command_actions(&self) -> Vec<crate::workloads::CommandAction> {
+        use clap::{value_parser, Arg};
+        vec![crate::workloads::CommandAction {
+            command: "models",
+            args: vec![
+                Arg::new("export_onnx")
+                    .long("export-onnx")
+                    .value_name("DIR")
+                    .value_parser(value_parser!(std::path::PathBuf))
+                    .help(
+                        "Write the networks (inference graph, seeded weights) and a residual \
+                         block as ONNX files into DIR instead: alexnet.onnx, googlenet.onnx, \
+                         residual.onnx",
+                    ),
+                Arg::new("seed")
+                    .long("seed")
+                    .value_name("SEED")
+                    .value_parser(value_parser!(u64))
+                    .default_value("0")
+                    .help("The seed the exported weights are drawn from"),
+            ],
+            run: |matches| {
+                let dir = matches
+                    .get_one::<std::path::PathBuf>("export_onnx")
+                    .context("--export-onnx needs a directory")?;
+                let seed = matches.get_one::<u64>("seed").copied().unwrap_or(0);
+                for path in export::export_all(dir, seed)? {
+                    println!("{}", path.display());
+                }
+                Ok(())
+            },
+        }]
     }
 
     fn check(&self, config: &Config, section: InferConfig) -> Result<InferSweep, String> {

@@ -174,6 +174,8 @@ fn energy_per_inference_is_rail_power_times_mean_latency_in_single_stream() {
     let rows = results(dir.path(), &db);
     let r = &rows[0];
     assert_eq!(r["status"], "ok", "{r}");
+    // Energy and time over one window, as every workload's.
+    crate::window::assert_one_window(r);
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
     // The fixture's VDD_IN: 5 V x 1.5 A.
     assert!((f("avg_power_w") - 7.5).abs() < 1e-6, "{r}");
