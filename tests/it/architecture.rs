@@ -776,44 +776,57 @@ fn all_rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The newest workload shows the seam holds: outside `src/workloads/infer/`, no code or test
-/// names it but its registration line (its Cargo dependencies, config example and docs aside).
+/// A workload that keeps its end-to-end tests in its folder (`src/workloads/<name>/it.rs`) is
+/// whole there: no code or test outside the folder names it but its registration line (its
+/// Cargo dependencies, config example and docs aside), as `infer`.
 #[test]
-fn the_newest_workload_lives_in_its_folder_but_for_its_registration() {
+fn a_workload_with_its_own_tests_lives_in_its_folder_but_for_its_registration() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let name = "infer";
-    assert!(edgebench::workloads::names().iter().any(|n| n == name));
-    let folder = root.join("src/workloads").join(name);
+    let whole: Vec<String> = edgebench::workloads::names()
+        .into_iter()
+        .filter(|name| {
+            root.join("src/workloads")
+                .join(name)
+                .join("it.rs")
+                .is_file()
+        })
+        .collect();
     let registry = root.join("src/workloads/mod.rs");
     let mut files = Vec::new();
     all_rust_files(&root.join("src"), &mut files);
     all_rust_files(&root.join("tests"), &mut files);
     files.push(root.join("build.rs"));
-    // This test names it to look for it.
-    let this = root.join(file!());
-    let naming = [
-        format!("{name}::"),
-        format!("\"{name}\""),
-        format!("mod {name}"),
-    ];
-    let mut outside = Vec::new();
-    for file in files
-        .iter()
-        .filter(|f| !f.starts_with(&folder) && **f != this)
-    {
-        let text = std::fs::read_to_string(file).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            let registration = *file == registry && line.trim() == format!("{name}::Infer,");
-            if naming.iter().any(|s| line.contains(s.as_str())) && !registration {
-                let rel = file.strip_prefix(root).unwrap();
-                outside.push(format!("{}:{}: {}", rel.display(), n + 1, line.trim()));
+    let (mut outside, mut registrations) = (Vec::new(), 0);
+    for name in &whole {
+        let folder = root.join("src/workloads").join(name);
+        let naming = [
+            format!("{name}::"),
+            format!("\"{name}\""),
+            format!("mod {name}"),
+        ];
+        for file in files.iter().filter(|f| !f.starts_with(&folder)) {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                let registration =
+                    *file == registry && line.starts_with(&naming[0]) && line.ends_with(',');
+                registrations += usize::from(registration);
+                if naming.iter().any(|s| line.contains(s.as_str())) && !registration {
+                    let rel = file.strip_prefix(root).unwrap();
+                    outside.push(format!("{}:{}: {line}", rel.display(), n + 1));
+                }
             }
         }
     }
+    assert_eq!(
+        registrations,
+        whole.len(),
+        "the scan missed a registration line"
+    );
     assert!(
         outside.is_empty(),
-        "the {name} workload is named outside its folder (let the registry or a workload hook \
-         carry it):\n{}",
+        "workloads named outside their folders (let the registry or a workload hook carry \
+         it):\n{}",
         outside.join("\n")
     );
 }
