@@ -69,8 +69,8 @@ pub struct Config {
     pub sync: SyncConfig,
     /// `[metrics]`: where the daemon serves `/metrics` for Prometheus.
     pub metrics: MetricsConfig,
-    /// The workloads' own sections (`[mlp]`, `[ops]`, `[[exec]]`, `[idle]`, `[infer]`), each
-    /// read and checked by its workload.
+    /// The workloads' own sections (`[mlp]`, `[[exec]]`, …), each read and checked by its
+    /// workload.
     #[serde(flatten)]
     pub sections: std::collections::BTreeMap<String, toml::Value>,
 }

@@ -101,8 +101,8 @@ pub struct ResultRow {
     /// Joules per image; null for workloads whose items are not images (`item`).
     pub energy_per_image_j: Option<f64>,
     pub edp_js: Option<f64>,
-    /// What one item of the trial's work is: `image` (cnn, exec), `sample` (mlp, infer),
-    /// `execution` (ops), `tick` (idle); the `*_per_item_*` figures count these. Null for a
+    /// What one item of the trial's work is, as its workload's profile says (`image`,
+    /// `sample`, `execution`, `tick`); the `*_per_item_*` figures count these. Null for a
     /// workload this build does not know.
     pub item: Option<WorkItem>,
     /// Items in one iteration: the batch of images, the MLP's N samples, 1 execution; null
