@@ -206,6 +206,17 @@ pub enum PerIteration {
     One,
 }
 
+impl PerIteration {
+    /// Its name where the fleet's server keeps it (`trials.per_iteration`).
+    pub fn name(self) -> &'static str {
+        match self {
+            PerIteration::Batch => "batch",
+            PerIteration::BatchPerIteration => "batch_per_iteration",
+            PerIteration::One => "one",
+        }
+    }
+}
+
 impl ResultRow {
     /// Fills the `*_per_item_*` figures from the stored ones, as the trial's workload counts
     /// its `items`. Time and energy per item are the measured window's (`window_s`,

@@ -1495,7 +1495,7 @@ fn every_workload_board(path: &Path, host: &str) {
         )
         .or_else(|_| c.query_row("SELECT min(id) FROM trials", [], |r| r.get(0)))
         .unwrap();
-    for (k, (workload, net, device, batch, params, repetition, tpi_s, e_j)) in [
+    let trials = [
         (
             "mlp",
             "mlp",
@@ -1557,9 +1557,24 @@ fn every_workload_board(path: &Path, host: &str) {
             3.0,
         ),
         ("idle", "idle", "board", 0, "{}", 1, 1.0, 2.5),
-    ]
-    .into_iter()
-    .enumerate()
+    ];
+    // Every other registered workload too, its rows described only by what it says of them.
+    let present: Vec<String> = c
+        .prepare("SELECT DISTINCT workload FROM trials")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let others: Vec<String> = edgebench::workloads::names()
+        .into_iter()
+        .filter(|w| !present.contains(w) && !trials.iter().any(|t| t.0 == w.as_str()))
+        .collect();
+    let others = others
+        .iter()
+        .map(|w| (w.as_str(), "net", "cpu", 4, "{}", 1, 0.05, 0.5));
+    for (k, (workload, net, device, batch, params, repetition, tpi_s, e_j)) in
+        trials.into_iter().chain(others).enumerate()
     {
         c.execute(
             &format!(
@@ -1639,50 +1654,65 @@ fn every_view_column_equals_results_json_for_every_workload() {
         .query_row("SELECT max(edgebench_version) FROM runs", [], |r| r.get(0))
         .unwrap();
 
-    // trial_summary: a row per trial, each column as results has it.
-    let trials = view_rows(&server, "agree", "trial_summary");
-    assert_eq!(trials.len(), results.len());
-    let mut workloads = std::collections::BTreeSet::new();
-    let mut group_of: HashMap<String, String> = HashMap::new();
-    for row in &trials {
-        let uuid = row["trial_uuid"].as_str().unwrap();
-        let r = by_uuid[uuid];
-        workloads.insert(r["workload"].as_str().unwrap().to_string());
-        for (column, value) in row.as_object().unwrap() {
-            let expected = match column.as_str() {
-                "trial_uuid" => r["trial_id"].clone(),
-                "run_uuid" => r["run_id"].clone(),
-                "iterations_done" => r["iterations"].clone(),
-                "edgebench_version" => serde_json::Value::from(version.clone()),
-                // The parameters, each a key of the results row.
-                "params" => {
-                    for (k, v) in value.as_object().unwrap() {
-                        assert_eq!(&r[k], v, "{uuid}: params.{k}");
+    // Each trial went up with what its workload says of it, which the views read.
+    let undescribed = server.psql(
+        "agree",
+        "SELECT count(*) FROM edgebench.trials \
+         WHERE item IS NULL OR per_iteration IS NULL OR over_dataset IS NULL",
+    );
+    assert_eq!(undescribed.trim(), "0");
+
+    // trial_summary: a row per trial, each column as results has it; the same for a trial
+    // pushed before the server held what its workload says of it (the name rule).
+    let check_trials = |pass: &str| {
+        let mut workloads = std::collections::BTreeSet::new();
+        let mut group_of: HashMap<String, String> = HashMap::new();
+        let trials = view_rows(&server, "agree", "trial_summary");
+        assert_eq!(trials.len(), results.len());
+        for row in &trials {
+            let uuid = row["trial_uuid"].as_str().unwrap();
+            let r = by_uuid[uuid];
+            workloads.insert(r["workload"].as_str().unwrap().to_string());
+            for (column, value) in row.as_object().unwrap() {
+                let expected = match column.as_str() {
+                    "trial_uuid" => r["trial_id"].clone(),
+                    "run_uuid" => r["run_id"].clone(),
+                    "iterations_done" => r["iterations"].clone(),
+                    "edgebench_version" => serde_json::Value::from(version.clone()),
+                    // The parameters, each a key of the results row.
+                    "params" => {
+                        for (k, v) in value.as_object().unwrap() {
+                            assert_eq!(&r[k], v, "{uuid}: params.{k}");
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                "engine" => r.get("engine").cloned().unwrap_or(serde_json::Value::Null),
-                other => r
-                    .get(other)
-                    .unwrap_or_else(|| panic!("trial_summary.{other} is not in results --json"))
-                    .clone(),
-            };
-            assert!(
-                same(value, &expected),
-                "trial_summary.{column} of {} trial {uuid}: view {value}, results {expected}",
-                r["workload"]
-            );
+                    "engine" => r.get("engine").cloned().unwrap_or(serde_json::Value::Null),
+                    other => r
+                        .get(other)
+                        .unwrap_or_else(|| panic!("trial_summary.{other} is not in results --json"))
+                        .clone(),
+                };
+                assert!(
+                    same(value, &expected),
+                    "{pass}: trial_summary.{column} of {} trial {uuid}: view {value}, \
+                     results {expected}",
+                    r["workload"]
+                );
+            }
+            let key = [
+                "host", "workload", "params", "net", "device", "batch", "epochs", "images",
+                "dataset",
+            ]
+            .map(|k| row[k].to_string())
+            .join("|");
+            group_of.insert(uuid.to_string(), key);
         }
-        let key = [
-            "host", "workload", "params", "net", "device", "batch", "epochs", "images", "dataset",
-        ]
-        .map(|k| row[k].to_string())
-        .join("|");
-        group_of.insert(uuid.to_string(), key);
-    }
-    for w in ["cnn", "mlp", "ops", "exec", "idle"] {
+        (workloads, group_of)
+    };
+    let (workloads, group_of) = check_trials("described");
+    for w in edgebench::workloads::names() {
         assert!(
-            workloads.contains(w),
+            workloads.contains(&w),
             "{w} missing from the fixture: {workloads:?}"
         );
     }
@@ -1748,4 +1778,12 @@ fn every_view_column_equals_results_json_for_every_workload() {
             "only cnn has both devices here: {row}"
         );
     }
+
+    // A trial pushed before the server held what its workload says of it reads the same
+    // through the workloads' names.
+    server.psql(
+        "agree",
+        "UPDATE edgebench.trials SET item = NULL, per_iteration = NULL, over_dataset = NULL",
+    );
+    check_trials("undescribed");
 }

@@ -22,7 +22,7 @@ use super::connect::{describe, ConnInfo, Env, Target};
 use super::schema;
 use super::tables::{
     copy_type, names, placeholders, Cell, Kind, Table, RUN_COLUMNS, RUN_PROVENANCE, TRIAL_COLUMNS,
-    TRIAL_TABLES,
+    TRIAL_DESCRIPTION, TRIAL_TABLES,
 };
 use crate::store::{FinalTrial, Store};
 
@@ -204,10 +204,12 @@ impl Statements {
         ))?;
         let run_id = prep("SELECT id FROM edgebench.runs WHERE uuid = $1")?;
         let trial = prep(&format!(
-            "INSERT INTO edgebench.trials (run_id, {}) VALUES ($1, {}) \
+            "INSERT INTO edgebench.trials (run_id, {}, {}) VALUES ($1, {}, {}) \
              ON CONFLICT (uuid) DO NOTHING RETURNING id",
             names(TRIAL_COLUMNS),
-            placeholders(TRIAL_COLUMNS, 2)
+            names(TRIAL_DESCRIPTION),
+            placeholders(TRIAL_COLUMNS, 2),
+            placeholders(TRIAL_DESCRIPTION, 2 + TRIAL_COLUMNS.len())
         ))?;
         let provenance = prep(&insert_sql(&RUN_PROVENANCE))?;
         let children = TRIAL_TABLES
@@ -290,6 +292,26 @@ fn db_err(what: &str) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
     move |e| anyhow!("{what}: {}", describe(&e))
 }
 
+/// [`TRIAL_DESCRIPTION`] of a trial: what its workload says of its rows; nulls for a workload
+/// this build does not know (the server's views then fall back on the workload's name).
+fn description(trial_cells: &[Cell]) -> [Cell; 3] {
+    let workload = TRIAL_COLUMNS
+        .iter()
+        .position(|(name, _)| *name == "workload")
+        .and_then(|i| match &trial_cells[i] {
+            Cell::Text(Some(w)) => Some(crate::record::WorkloadKind::from(w.as_str())),
+            _ => None,
+        });
+    let items = workload
+        .and_then(|w| crate::workloads::by_kind(&w).ok())
+        .map(|w| w.profile().items);
+    [
+        Cell::Text(items.map(|i| i.item.name().to_string())),
+        Cell::Text(items.map(|i| i.per_iteration.name().to_string())),
+        Cell::Bool(items.map(|i| i.over_dataset)),
+    ]
+}
+
 /// One trial in one transaction; `None` when the server already holds it.
 fn push_trial(
     client: &mut postgres::Client,
@@ -359,8 +381,10 @@ fn push_trial(
     )?
     .pop()
     .ok_or_else(|| anyhow!("trial {} vanished", trial.trial_id))?;
+    let description = description(&trial_cells);
     let mut p: Vec<&(dyn ToSql + Sync)> = vec![&run_id];
     p.extend(params(&trial_cells));
+    p.extend(params(&description));
     let Some(row) = tx
         .query_opt(&st.trial, &p)
         .map_err(db_err("inserting the trial"))?

@@ -21,6 +21,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         version: 2,
         sql: include_str!("migrations/0002_board_hosts.sql"),
     },
+    Migration {
+        version: 3,
+        sql: include_str!("migrations/0003_trial_items.sql"),
+    },
 ];
 
 /// The server schema version this binary writes and reads.

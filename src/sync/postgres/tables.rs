@@ -54,6 +54,15 @@ pub(crate) const RUN_COLUMNS: &[(&str, Kind)] = &[
 ];
 
 /// `trials` without its local id and run id.
+/// What a trial's workload says of its rows, which the server holds beside the board's
+/// columns for its views (migration 3): pushed, never fetched back (the board's build says it
+/// again when it reads its rows).
+pub(crate) const TRIAL_DESCRIPTION: &[(&str, Kind)] = &[
+    ("item", Text),
+    ("per_iteration", Text),
+    ("over_dataset", Bool),
+];
+
 pub(crate) const TRIAL_COLUMNS: &[(&str, Kind)] = &[
     ("uuid", Text),
     ("net", Text),
