@@ -78,7 +78,7 @@ const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// Every profile, parsed once (a broken embedded file is a build bug the tests catch).
-pub fn profiles() -> &'static [BoardProfile] {
+pub(crate) fn profiles() -> &'static [BoardProfile] {
     static P: OnceLock<Vec<BoardProfile>> = OnceLock::new();
     P.get_or_init(|| {
         SOURCES
@@ -123,7 +123,7 @@ fn read_dt(host: &HostPaths, file: &str) -> Option<String> {
 }
 
 /// The device tree's free-text `model`, without its NUL terminator; None if absent or blank.
-pub fn device_tree_model(host: &HostPaths) -> Option<String> {
+pub(crate) fn device_tree_model(host: &HostPaths) -> Option<String> {
     read_dt(host, "model")
         .map(|s| {
             s.trim_matches(|c: char| c == '\0' || c.is_whitespace())
@@ -202,7 +202,7 @@ pub fn select(host: &HostPaths, forced: Option<&str>) -> anyhow::Result<Detectio
 
 /// The CUDA toolkit installed on the host: `usr/local/cuda/version.json` (CUDA >= 11.1) or
 /// `version.txt` (`CUDA Version 10.2.300`), under `--rootfs`.
-pub fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
+pub(crate) fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
     let text = std::fs::read_to_string(host.root("usr/local/cuda/version.json"))
         .ok()
         .and_then(|json| {
@@ -220,7 +220,7 @@ pub fn installed_cuda(host: &HostPaths) -> Option<(u32, u32)> {
 /// Why candle cannot train on this board's GPU, or None when it can or the board is
 /// not known well enough to say. candle's CUDA kernels need sm >= 70 and CUDA >= 11.4 (cudarc);
 /// Xavier's sm_72 builds only with CUDA >= 11.8; Thor's Blackwell GPU only with CUDA >= 12.8.
-pub fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option<String> {
+pub(crate) fn cuda_obstacle(profile: &BoardProfile, cuda: Option<(u32, u32)>) -> Option<String> {
     let sm = profile.gpu_sm?;
     let cuda_text = |c: Option<(u32, u32)>| match c {
         Some((major, minor)) => format!("CUDA {major}.{minor} is installed"),

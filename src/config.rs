@@ -7,14 +7,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The config file `edgebench run` reads when no `--config` is given (if it exists).
-pub const DEFAULT_CONFIG_PATH: &str = "config/edgebench.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "config/edgebench.toml";
 /// The DB used when neither `--db`, `$EDGEBENCH_DB` nor the config names one.
 pub const DEFAULT_DB: &str = "edgebench.db";
 
 /// Most iterations one trial may plan ((images / batch) * epochs). A trial keeps its
 /// iterations in memory (64 bytes each) and stores one row per iteration (about 100 bytes),
 /// so this bounds a trial to about 0.6 GB of RAM and 1 GB of database.
-pub const MAX_ITERATIONS: usize = 10_000_000;
+pub(crate) const MAX_ITERATIONS: usize = 10_000_000;
 /// Largest batch: far above what fits a board's memory, small enough that tensor sizes
 /// (batch x image elements) cannot overflow.
 pub const MAX_BATCH: usize = 65_536;
@@ -22,12 +22,12 @@ pub const MAX_BATCH: usize = 65_536;
 pub const MAX_THREADS: usize = 1024;
 /// Smallest per-trial memory cap: anything below is a unit slip (sizes without a unit are
 /// bytes), not a board.
-pub const MIN_MEMORY_LIMIT: u64 = 1 << 20;
+pub(crate) const MIN_MEMORY_LIMIT: u64 = 1 << 20;
 /// Longest a stop may wait for the current iteration, and the longest idle baseline, seconds.
-pub const MAX_WAIT_S: f64 = 3600.0;
+pub(crate) const MAX_WAIT_S: f64 = 3600.0;
 /// Most repetitions of one trial key: far above what a study runs, low enough that a typo
 /// (an extra zero or two) is refused instead of planning a sweep of weeks.
-pub const MAX_REPEAT: usize = 1000;
+pub(crate) const MAX_REPEAT: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -462,11 +462,11 @@ impl Default for PowerConfig {
 }
 
 impl MemoryConfig {
-    pub fn limit_bytes(&self) -> Option<u64> {
+    pub(crate) fn limit_bytes(&self) -> Option<u64> {
         self.limit.map(|b| b.0)
     }
 
-    pub fn swap_limit_bytes(&self) -> Option<u64> {
+    pub(crate) fn swap_limit_bytes(&self) -> Option<u64> {
         self.swap_limit.map(|b| b.0)
     }
 }
@@ -796,7 +796,7 @@ impl Config {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DB))
     }
 
-    pub fn to_toml(&self) -> String {
+    pub(crate) fn to_toml(&self) -> String {
         toml::to_string(self).expect("config serialises")
     }
 }

@@ -16,7 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// Seconds from `now_s` (seconds since local midnight) to the next HH:MM (never 0: a sweep that
 /// just ran at HH:MM waits a day).
-pub fn seconds_until(hour: u32, minute: u32, now_s: u64) -> u64 {
+pub(crate) fn seconds_until(hour: u32, minute: u32, now_s: u64) -> u64 {
     let target = u64::from(hour * 3600 + minute * 60);
     let wait = (target + 86_400 - now_s % 86_400) % 86_400;
     if wait == 0 {
@@ -35,7 +35,7 @@ fn local_seconds_of_day() -> u64 {
 }
 
 /// `(uptime seconds, 1-minute load)` from procfs.
-pub fn uptime_and_load(host: &HostPaths) -> Option<(f64, f64)> {
+pub(crate) fn uptime_and_load(host: &HostPaths) -> Option<(f64, f64)> {
     let first = |rel: &str| -> Option<f64> {
         std::fs::read_to_string(host.proc(rel))
             .ok()?

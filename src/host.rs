@@ -21,13 +21,13 @@ impl Default for HostPaths {
     }
 }
 
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-pub const GIT_COMMIT: &str = env!("EDGEBENCH_GIT_COMMIT");
-pub const CANDLE_VERSION: &str = env!("EDGEBENCH_CANDLE_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const GIT_COMMIT: &str = env!("EDGEBENCH_GIT_COMMIT");
+pub(crate) const CANDLE_VERSION: &str = env!("EDGEBENCH_CANDLE_VERSION");
 
 /// Sleeps `interval`, in short slices so that a sampler thread whose `stop` flag is raised
 /// returns promptly.
-pub fn sleep_unless(stop: &std::sync::atomic::AtomicBool, interval: std::time::Duration) {
+pub(crate) fn sleep_unless(stop: &std::sync::atomic::AtomicBool, interval: std::time::Duration) {
     let mut left = interval;
     while !left.is_zero() && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let nap = left.min(std::time::Duration::from_millis(20));
@@ -37,7 +37,7 @@ pub fn sleep_unless(stop: &std::sync::atomic::AtomicBool, interval: std::time::D
 }
 
 /// A small text file's content, trimmed; None if it is missing, unreadable or blank.
-pub fn read_trimmed(path: &Path) -> Option<String> {
+pub(crate) fn read_trimmed(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
         .map(|s| s.trim().to_string())
@@ -88,7 +88,7 @@ impl HostPaths {
 
 /// A signal's name for a user, e.g. `SIGKILL (signal 9)`: how a worker or a command died. A
 /// number with no name (a real-time signal) is only its number.
-pub fn signal_name(sig: i32) -> String {
+pub(crate) fn signal_name(sig: i32) -> String {
     match nix::sys::signal::Signal::try_from(sig) {
         Ok(signal) => format!("{} (signal {sig})", signal.as_str()),
         Err(_) => format!("signal {sig}"),

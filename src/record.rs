@@ -81,7 +81,7 @@ pub struct IterationRecord {
 
 /// Iterations each record stands for: the step numbers' differences (a log may show only every
 /// K-th step, e.g. Caffe's `display`), 1 for the first. Consecutive steps give 1 each.
-pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
+pub(crate) fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
     let mut previous = None;
     records
         .iter()
@@ -99,7 +99,7 @@ pub fn steps_covered(records: &[IterationRecord]) -> Vec<usize> {
 /// length over the items it holds, so energy per item / time per item is the window's mean
 /// power. The median step time stays a figure of its own (`time_per_item_median_s`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MeasuredWindow {
+pub(crate) struct MeasuredWindow {
     pub from_ns: i64,
     pub to_ns: i64,
     /// Iterations inside it, counting the steps a record stands for ([`steps_covered`]).
@@ -108,7 +108,7 @@ pub struct MeasuredWindow {
 
 impl MeasuredWindow {
     /// The window of `records` after `warmup` leading ones; None without a measured record.
-    pub fn of(records: &[IterationRecord], warmup: usize) -> Option<MeasuredWindow> {
+    pub(crate) fn of(records: &[IterationRecord], warmup: usize) -> Option<MeasuredWindow> {
         let measured = records.get(warmup..).filter(|m| !m.is_empty())?;
         let steps = steps_covered(records)[warmup..].iter().sum();
         Some(MeasuredWindow {
@@ -119,12 +119,13 @@ impl MeasuredWindow {
     }
 
     /// Its length in seconds (0 for a window whose clock went backwards).
-    pub fn duration_s(&self) -> f64 {
+    pub(crate) fn duration_s(&self) -> f64 {
         (self.to_ns - self.from_ns).max(0) as f64 * 1e-9
     }
 
+    #[cfg(test)]
     /// Mean seconds per item: the window over `items_per_step` x its steps; None without items.
-    pub fn time_per_item_s(&self, items_per_step: usize) -> Option<f64> {
+    pub(crate) fn time_per_item_s(&self, items_per_step: usize) -> Option<f64> {
         let items = items_per_step.checked_mul(self.steps).filter(|&n| n > 0)?;
         Some(self.duration_s() / items as f64)
     }
@@ -169,7 +170,7 @@ pub struct Metrics {
 impl Metrics {
     /// Records the trial's [`MeasuredWindow`] as `window_s` (its length) and `window_steps`
     /// (the iterations in it), null without one: what time per item and EDP rest on.
-    pub fn set_window(&mut self, window: Option<MeasuredWindow>) {
+    pub(crate) fn set_window(&mut self, window: Option<MeasuredWindow>) {
         self.extra
             .insert("window_s".into(), window.map(|w| w.duration_s()).into());
         self.extra

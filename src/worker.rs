@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// What the worker says on stdout, one JSON object per line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum WorkerMessage {
+pub(crate) enum WorkerMessage {
     Iteration(IterationRecord),
     /// The workload's own account of how the trial ended (a command's end and the tails of
     /// its output), before `Done`.
@@ -53,7 +53,7 @@ fn send(out: &mut dyn Write, msg: &WorkerMessage) -> anyhow::Result<()> {
 }
 
 /// The parent's pid, set by the runner for [`die_with_parent`].
-pub const PARENT_PID_ENV: &str = "EDGEBENCH_PARENT_PID";
+pub(crate) const PARENT_PID_ENV: &str = "EDGEBENCH_PARENT_PID";
 
 /// Exit code of a worker whose parent was already gone when it started.
 const ORPHANED: i32 = 3;
@@ -165,7 +165,7 @@ pub fn main() -> i32 {
     }
 }
 
-pub fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()

@@ -33,7 +33,7 @@ pub struct CgroupParent {
 
 /// `<procfs>/self/cgroup` lines: `0::/path` (v2) or `N:memory:/path` (v1; controllers may be
 /// comma-joined).
-pub fn own_cgroup_path(self_cgroup: &str, version: Version) -> Option<String> {
+pub(crate) fn own_cgroup_path(self_cgroup: &str, version: Version) -> Option<String> {
     self_cgroup.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -75,7 +75,7 @@ pub fn locate(paths: &HostPaths) -> Result<CgroupParent, CgroupError> {
 
 /// One trial's cgroup; removed when dropped (after its process has exited).
 #[derive(Debug)]
-pub struct TrialCgroup {
+pub(crate) struct TrialCgroup {
     pub version: Version,
     pub dir: PathBuf,
 }
@@ -98,7 +98,7 @@ impl TrialCgroup {
     /// Creates `<parent>/<name>` capped at `limit` bytes of RAM (None: no cap, the cgroup only
     /// counts, so an OOM kill is attributed to this trial and not to another process) and, when
     /// `swap` is given, that much swap on top (None leaves swap as the host has it).
-    pub fn create(
+    pub(crate) fn create(
         parent: &CgroupParent,
         name: &str,
         limit: Option<u64>,
@@ -146,12 +146,12 @@ impl TrialCgroup {
         Ok(cg)
     }
 
-    pub fn add(&self, pid: u32) -> Result<(), CgroupError> {
+    pub(crate) fn add(&self, pid: u32) -> Result<(), CgroupError> {
         write(&self.dir.join("cgroup.procs"), &pid.to_string())
     }
 
     /// OOM kills inside this cgroup.
-    pub fn oom_kills(&self) -> Option<u64> {
+    pub(crate) fn oom_kills(&self) -> Option<u64> {
         let file = match self.version {
             Version::V2 => "memory.events",
             Version::V1 => "memory.oom_control",
@@ -166,18 +166,18 @@ impl TrialCgroup {
 impl TrialCgroup {
     /// SIGKILLs every process still in the cgroup: what a trial's command started and left
     /// behind (a daemonised child) must not run on into the next trial.
-    pub fn kill_remaining(&self) -> usize {
+    pub(crate) fn kill_remaining(&self) -> usize {
         kill_members(&self.dir, None)
     }
 }
 
 /// The worker's environment variable naming the trial's cgroup directory, so a worker whose
 /// parent died can end everything the trial started.
-pub const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
+pub(crate) const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
 
 /// SIGKILLs every process in the cgroup at `dir` but `except`, again until none is left (a
 /// process may fork while it is being killed); returns how many were killed.
-pub fn kill_members(dir: &Path, except: Option<u32>) -> usize {
+pub(crate) fn kill_members(dir: &Path, except: Option<u32>) -> usize {
     let mut killed = 0;
     for _ in 0..50 {
         let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
@@ -217,7 +217,7 @@ fn owner_pid(name: &str) -> Option<u32> {
 
 /// What [`remove_stale`] cleaned up.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct StaleCleanup {
+pub(crate) struct StaleCleanup {
     pub cgroups: usize,
     pub processes: usize,
 }
@@ -225,7 +225,7 @@ pub struct StaleCleanup {
 /// Removes the trial cgroups under `parent` whose edgebench process is gone (killed with
 /// -9, or ended by a second Ctrl-C before it could remove them), killing what still runs in
 /// them first. A cgroup whose owner lives belongs to another sweep and is left alone.
-pub fn remove_stale(parent: &CgroupParent, paths: &HostPaths) -> StaleCleanup {
+pub(crate) fn remove_stale(parent: &CgroupParent, paths: &HostPaths) -> StaleCleanup {
     let mut done = StaleCleanup::default();
     let Ok(entries) = std::fs::read_dir(&parent.dir) else {
         return done;

@@ -7,5 +7,5 @@ pub mod procfs;
 pub(crate) mod sampler;
 pub(crate) mod verdict;
 
-pub use sampler::{MemoryObserver, MemorySample, MemorySampler, Watch};
-pub use verdict::{assess, MemoryReport, SwapThresholds};
+pub(crate) use sampler::{MemoryObserver, MemorySample, MemorySampler, Watch};
+pub(crate) use verdict::{assess, MemoryReport, SwapThresholds};

@@ -74,7 +74,7 @@ impl ProcMemory {
 }
 
 /// The parent pid from /proc/<pid>/stat (field 4).
-pub fn parse_ppid(stat: &str) -> Option<u32> {
+pub(crate) fn parse_ppid(stat: &str) -> Option<u32> {
     stat[stat.rfind(')')? + 1..]
         .split_whitespace()
         .nth(1)?
@@ -83,7 +83,7 @@ pub fn parse_ppid(stat: &str) -> Option<u32> {
 }
 
 /// The process group id from /proc/<pid>/stat (field 5).
-pub fn parse_pgid(stat: &str) -> Option<u32> {
+pub(crate) fn parse_pgid(stat: &str) -> Option<u32> {
     stat[stat.rfind(')')? + 1..]
         .split_whitespace()
         .nth(2)?
@@ -105,7 +105,7 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
+pub(crate) fn parse_meminfo(text: &str) -> Option<MemInfo> {
     let kb = |key| kb_field(text, key).map(|v| v * 1024);
     Some(MemInfo {
         mem_total: kb("MemTotal")?,
@@ -117,7 +117,7 @@ pub fn parse_meminfo(text: &str) -> Option<MemInfo> {
     })
 }
 
-pub fn parse_vmstat(text: &str) -> VmStat {
+pub(crate) fn parse_vmstat(text: &str) -> VmStat {
     let mut v = VmStat::default();
     for line in text.lines() {
         let mut parts = line.split_whitespace();
@@ -136,7 +136,7 @@ pub fn parse_vmstat(text: &str) -> VmStat {
     v
 }
 
-pub fn parse_swaps(text: &str) -> Vec<SwapDevice> {
+pub(crate) fn parse_swaps(text: &str) -> Vec<SwapDevice> {
     text.lines()
         .skip(1)
         .filter_map(|line| {
@@ -157,7 +157,7 @@ pub fn parse_swaps(text: &str) -> Vec<SwapDevice> {
 }
 
 /// Parses /proc/<pid>/status (VmRSS, VmHWM, VmSwap) and /proc/<pid>/stat (majflt).
-pub fn parse_proc_memory(status: &str, stat: &str) -> Option<ProcMemory> {
+pub(crate) fn parse_proc_memory(status: &str, stat: &str) -> Option<ProcMemory> {
     // The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
     let after_comm = &stat[stat.rfind(')')? + 1..];
     // Fields from 3 on; majflt is field 12, so index 9 here.
@@ -173,7 +173,7 @@ pub fn parse_proc_memory(status: &str, stat: &str) -> Option<ProcMemory> {
     })
 }
 
-pub fn parse_psi(text: &str) -> Option<Psi> {
+pub(crate) fn parse_psi(text: &str) -> Option<Psi> {
     let total = |kind: &str| {
         text.lines()
             .find(|l| l.starts_with(kind))?
@@ -231,7 +231,7 @@ impl ProcReader {
 
     /// `pid` and every process below it, summed ([`ProcMemory::tree`]); None once `pid` is
     /// gone. A process that left the tree (reparented to init) is no longer counted.
-    pub fn process_tree(&self, pid: u32) -> Option<ProcMemory> {
+    pub(crate) fn process_tree(&self, pid: u32) -> Option<ProcMemory> {
         let root = self.process(pid)?;
         let mut members = vec![root];
         members.extend(
@@ -244,7 +244,7 @@ impl ProcReader {
     }
 
     /// `pid` first, then every process below it (at most [`MAX_TREE`]).
-    pub fn tree_pids(&self, pid: u32) -> Vec<u32> {
+    pub(crate) fn tree_pids(&self, pid: u32) -> Vec<u32> {
         // Without CONFIG_PROC_CHILDREN, every process's parent is read instead.
         let all = match self
             .paths

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// One reading, on the same CLOCK_MONOTONIC as the iteration records.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct MemorySample {
+pub(crate) struct MemorySample {
     pub t_ns: i64,
     pub system: Option<MemInfo>,
     pub vm: Option<VmStat>,
@@ -22,7 +22,7 @@ pub struct MemorySample {
 
 /// Which processes a sample's `process` covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Watch {
+pub(crate) enum Watch {
     /// The process alone (a worker that trains in-process).
     Process(u32),
     /// The process and everything it started (a worker running a command).
@@ -43,26 +43,17 @@ pub(crate) fn sample(reader: &ProcReader, watch: Option<Watch>) -> MemorySample 
 }
 
 /// Shown each sample on the sampler's thread as it is taken.
-pub type MemoryObserver = Box<dyn FnMut(&MemorySample) + Send>;
+pub(crate) type MemoryObserver = Box<dyn FnMut(&MemorySample) + Send>;
 
-pub struct MemorySampler {
+pub(crate) struct MemorySampler {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<MemorySample>>,
 }
 
 impl MemorySampler {
-    /// Samples now and then every `interval` until `stop`.
-    pub fn start(
-        paths: &HostPaths,
-        watch: Watch,
-        interval: Duration,
-    ) -> std::io::Result<MemorySampler> {
-        Self::start_observed(paths, watch, interval, None)
-    }
-
-    /// As [`MemorySampler::start`], each sample also shown to `observe` on the sampler's
-    /// thread as it is taken (a live view of the same reads).
-    pub fn start_observed(
+    /// Samples now and then every `interval` until stopped, each sample also shown to
+    /// `observe` on the sampler's thread as it is taken (a live view of the same reads).
+    pub(crate) fn start_observed(
         paths: &HostPaths,
         watch: Watch,
         interval: Duration,
@@ -94,7 +85,7 @@ impl MemorySampler {
         Ok(MemorySampler { stop, thread })
     }
 
-    pub fn stop(self) -> Vec<MemorySample> {
+    pub(crate) fn stop(self) -> Vec<MemorySample> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
     }

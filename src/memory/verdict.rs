@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SwapThresholds {
+pub(crate) struct SwapThresholds {
     pub major_faults_per_iteration: f64,
 }
 
@@ -29,7 +29,7 @@ impl Default for SwapThresholds {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct MemoryReport {
+pub(crate) struct MemoryReport {
     pub swap_pressure: bool,
     pub swap_in_pages: u64,
     pub swap_out_pages: u64,
@@ -71,7 +71,7 @@ where
 }
 
 /// Assesses the samples over `[from_ns, to_ns]`, the measured iterations (`iterations` of them).
-pub fn assess(
+pub(crate) fn assess(
     samples: &[MemorySample],
     from_ns: i64,
     to_ns: i64,

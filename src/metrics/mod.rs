@@ -36,9 +36,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The `scope` label of a single monitor rail.
-pub const SCOPE_RAIL: &str = "rail";
+pub(crate) const SCOPE_RAIL: &str = "rail";
 /// The `rail` label of the run's power total.
-pub const TOTAL_RAIL: &str = "total";
+pub(crate) const TOTAL_RAIL: &str = "total";
 
 type GaugeF = Gauge<f64, AtomicU64>;
 
@@ -158,7 +158,7 @@ impl Format {
     /// The format an `Accept` header asks for: OpenMetrics when it prefers
     /// `application/openmetrics-text` (by quality) to `text/plain`, `text/*` and `*/*`; the
     /// text format otherwise, and without a header (as the Prometheus Go client does).
-    pub fn negotiate(accept: Option<&str>) -> Format {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Format {
         let Some(accept) = accept else {
             return Format::Text;
         };
@@ -381,7 +381,7 @@ impl Metrics {
     /// Makes the iteration counter of every workload of `workloads`, and the trial counter of
     /// each with every status of `ended`, at 0: so the first trial of a workload is an
     /// increase from the first scrape on. Called before the metrics are served.
-    pub fn count_from_zero(&self, workloads: &[String], ended: &[&str]) {
+    pub(crate) fn count_from_zero(&self, workloads: &[String], ended: &[&str]) {
         for workload in workloads {
             drop(self.inner.iterations_total.get_or_create(&Workload {
                 workload: workload.clone(),
@@ -413,12 +413,12 @@ impl Metrics {
     }
 
     /// The Prometheus exposition (OpenMetrics text) of every metric.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         self.encode_as(Format::OpenMetrics)
     }
 
     /// The exposition of every metric in `format`, memory read afresh first.
-    pub fn encode_as(&self, format: Format) -> String {
+    pub(crate) fn encode_as(&self, format: Format) -> String {
         self.read_memory();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.inner.registry)
@@ -431,7 +431,7 @@ impl Metrics {
 
     /// Trials waiting to be pushed to the fleet's database; from now on every trial that ends
     /// adds one, until the next call.
-    pub fn set_sync_backlog(&self, trials: u64) {
+    pub(crate) fn set_sync_backlog(&self, trials: u64) {
         self.inner.sync_backlog.set(trials as i64);
         self.inner.backlog_tracked.store(true, Ordering::SeqCst);
     }
@@ -508,7 +508,7 @@ impl Metrics {
     }
 
     /// For the memory sampler's thread: available memory and swap in use from its reads.
-    pub fn memory_observer(&self) -> MemoryObserver {
+    pub(crate) fn memory_observer(&self) -> MemoryObserver {
         let metrics = self.clone();
         Box::new(move |s: &MemorySample| {
             if let Some(m) = &s.system {
@@ -520,7 +520,7 @@ impl Metrics {
     /// For the clock watcher's thread: temperatures and clock frequencies from its reads. The
     /// handles are kept across reads (a host's zones and clocks come in the same order each
     /// time), so a series is looked up in the registry only when it first appears.
-    pub fn clock_observer(&self) -> ClockObserver {
+    pub(crate) fn clock_observer(&self) -> ClockObserver {
         let inner = Arc::clone(&self.inner);
         let mut zones: Vec<(String, GaugeF)> = Vec::new();
         let mut clocks: Vec<(String, GaugeF)> = Vec::new();

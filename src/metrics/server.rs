@@ -27,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::{Format, Metrics};
 
 /// Header lines a request may have; a real scraper sends about 5.
-pub const MAX_HEADERS: usize = 32;
+pub(crate) const MAX_HEADERS: usize = 32;
 
 /// What one client may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Limits {
     /// Far above what Prometheus needs (a head of about 300 bytes, sent at once, one connection
     /// every scrape interval), far below what would matter on a 4 GB board: 256 connections of
     /// at most 16 KiB each.
-    pub const DEFAULT: Limits = Limits {
+    pub(crate) const DEFAULT: Limits = Limits {
         head_bytes: 16 << 10,
         header_time: Duration::from_secs(5),
         connection_time: Duration::from_secs(10),
@@ -231,7 +231,7 @@ pub(crate) fn respond(
 
 /// The daemon's endpoint from `[metrics] listen`: None for "off", and None (with the error
 /// logged) when the address cannot be bound: a sweep is worth more than its metrics.
-pub fn start_or_log(listen: &str, metrics: &Metrics) -> Option<MetricsServer> {
+pub(crate) fn start_or_log(listen: &str, metrics: &Metrics) -> Option<MetricsServer> {
     if listen.trim().eq_ignore_ascii_case("off") {
         return None;
     }

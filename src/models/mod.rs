@@ -6,7 +6,8 @@ pub(crate) mod googlenet;
 pub(crate) mod net;
 pub(crate) mod spec;
 
-pub use net::{ConvImpl, Network, Param};
+pub use net::Param;
+pub use net::{ConvImpl, Network};
 pub use spec::{NetSpec, NetSummary};
 
 use std::sync::OnceLock;

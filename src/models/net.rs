@@ -383,10 +383,6 @@ impl Network {
         self.conv_impl = conv_impl;
     }
 
-    pub fn conv_impl(&self) -> ConvImpl {
-        self.conv_impl
-    }
-
     /// Profiling hook: the top-level stages, tower layers then auxiliary heads, each with the
     /// index of the stage whose output it takes (`None`: the network input).
     pub fn stages(&self) -> Vec<(String, Option<usize>)> {
@@ -405,7 +401,7 @@ impl Network {
 
     /// Profiling hook: runs stage `i` of [`Network::stages`] alone on `x` (training graph when
     /// `dropout_rng` is given).
-    pub fn run_stage(
+    pub(crate) fn run_stage(
         &self,
         i: usize,
         x: &Tensor,

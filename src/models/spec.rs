@@ -291,7 +291,7 @@ fn activation_elements(layers: &[Layer], mut shape: [usize; 3]) -> (usize, [usiz
 impl NetSpec {
     /// Elements of all layer outputs per image in the training graph (input, tower, auxiliary
     /// heads): what the memory estimate scales with the batch.
-    pub fn activation_elements_per_image(&self) -> usize {
+    pub(crate) fn activation_elements_per_image(&self) -> usize {
         let summary = self.summary();
         let aux: usize = self
             .aux

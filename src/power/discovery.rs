@@ -22,7 +22,7 @@ pub struct Probe {
 }
 
 /// What discovery found; `monitor` is None when no source was found.
-pub struct Discovery {
+pub(crate) struct Discovery {
     pub monitor: Option<PowerMonitor>,
     pub probed: Vec<Probe>,
     /// Configured sources that failed to open (an EBUSY INA226, a missing /dev/i2c-N).
@@ -77,7 +77,7 @@ fn raw_ina226(
 impl PowerMonitor {
     /// Looks for every source: the raw INA226s of the config, then the kernel's monitors and
     /// RAPL under the sysfs root. Errors only for a bad `power.total` or `[power.ina226]` setting.
-    pub fn discover(
+    pub(crate) fn discover(
         host: &HostPaths,
         cfg: &PowerConfig,
         board: Detection,

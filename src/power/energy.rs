@@ -189,7 +189,7 @@ pub(crate) fn mean_total_power(samples: &Samples, a: i64, b: i64) -> Option<f64>
 
 /// What a trial cost, over its measured (post-warm-up) iterations.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrialEnergy {
+pub(crate) struct TrialEnergy {
     /// The [`MeasuredWindow`]'s length: from the first measured iteration's start to the last
     /// one's end (includes the data loading between steps: the board spent that energy on
     /// training too).
@@ -242,7 +242,7 @@ pub(crate) fn unmeasured_s(
 /// iteration, counted over the iterations the measured records stand for (a record may cover
 /// several logged steps); 0 = not known, so no energy per image (NaN). None when there is no
 /// measured iteration, no total rail, or no measured time at all.
-pub fn trial_energy(
+pub(crate) fn trial_energy(
     samples: &Samples,
     iterations: &[IterationRecord],
     warmup: usize,

@@ -24,14 +24,19 @@ mod report;
 pub(crate) mod sampler;
 mod trial;
 
-pub use discovery::{Discovery, Probe};
-pub use energy::{trial_energy, TrialEnergy};
+pub use discovery::Probe;
 pub use monitor::PowerMonitor;
-pub use report::{sensors, sensors_text, RailNow, SensorsReport, SourceNow};
-pub use sampler::{Health, LiveSink, RailSeries, RecordingHandle, Samples};
+pub use report::RailNow;
+pub use report::{sensors, sensors_text};
+pub use report::{SensorsReport, SourceNow};
+pub(crate) use sampler::Health;
+pub use sampler::LiveSink;
+pub use sampler::RecordingHandle;
+pub use sampler::{RailSeries, Samples};
 use serde::Serialize;
 use std::time::Duration;
-pub use trial::{sensor_updates, PowerSeries, TrialPower, TrialPowerRecord, MIN_SENSOR_UPDATES};
+pub(crate) use trial::MIN_SENSOR_UPDATES;
+pub use trial::{PowerSeries, TrialPower, TrialPowerRecord};
 
 /// One rail's reading. Energy counters (RAPL) have no voltage or current.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,7 +47,7 @@ pub struct Reading {
 }
 
 /// A power monitor with one or more rails.
-pub trait PowerSource: Send {
+pub(crate) trait PowerSource: Send {
     /// Driver and location, e.g. `ina3221 1-0040 (/sys/.../hwmon3)`.
     fn describe(&self) -> String;
     fn rails(&self) -> &[String];

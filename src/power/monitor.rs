@@ -33,7 +33,7 @@ impl PowerMonitor {
     /// How often a new reading of the total exists: the sensors' refresh, or the sampling
     /// period where `power.rate_hz` samples the total's sources more slowly than they
     /// refresh. Locks the sources: call it between recordings, never while one runs.
-    pub fn reading_period(&self) -> Duration {
+    pub(crate) fn reading_period(&self) -> Duration {
         self.sources
             .iter()
             .filter(|(src, _)| {
@@ -106,7 +106,7 @@ impl PowerMonitor {
     }
 
     /// The warning for the end of a run whose trials lost power readings; None if none did.
-    pub fn run_warning(&self) -> Option<String> {
+    pub(crate) fn run_warning(&self) -> Option<String> {
         let h = self.health.lock().unwrap_or_else(|e| e.into_inner());
         if h.incomplete_trials == 0 {
             return None;
@@ -157,18 +157,14 @@ impl PowerMonitor {
             duration_s: (b - a) as f64 * 1e-9,
         })
     }
-
-    /// The board profile's name and how the total is formed, for the runs table.
-    pub fn describe_total(&self) -> String {
-        format!("{}: {}", self.board.profile.name, self.total_how)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use crate::clock::monotonic_ns;
     use crate::config::PowerConfig;
-    use crate::power::{energy, trial_energy, PowerSource, Reading, TrialPowerRecord};
+    use crate::power::energy::{self, trial_energy};
+    use crate::power::{PowerSource, Reading, TrialPowerRecord};
     use crate::testkit::jetson as fixtures;
     use crate::testkit::rows::iteration_ns;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -39,7 +39,7 @@ pub struct Samples {
 
 /// What went wrong with the sensors over a run, for the warning at its end.
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     /// The failure behind the first trial marked power_incomplete, with its source.
     pub first_error: Option<String>,
     /// Trials marked power_incomplete: readings missing inside their measured interval. A
@@ -269,7 +269,8 @@ impl RecordingHandle {
 
 #[cfg(test)]
 mod tests {
-    use crate::power::{trial_energy, PowerSource, Reading, RecordingHandle};
+    use crate::power::energy::trial_energy;
+    use crate::power::{PowerSource, Reading, RecordingHandle};
     use crate::record::IterationRecord;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;

@@ -8,12 +8,16 @@ use std::time::Duration;
 
 /// Fewer sensor updates than this inside a trial's measured window flag the trial
 /// (`power_low_samples`): its energy then rests on a handful of readings.
-pub const MIN_SENSOR_UPDATES: usize = 10;
+pub(crate) const MIN_SENSOR_UPDATES: usize = 10;
 
 /// Distinct sensor readings a trial's energy rests on: the samples taken inside the measured
 /// window, but never more than the sensor refreshed in it (sampling faster than the sensor
 /// reads the same value again).
-pub fn sensor_updates(samples_in_window: usize, duration_s: f64, sensor_period: Duration) -> usize {
+pub(crate) fn sensor_updates(
+    samples_in_window: usize,
+    duration_s: f64,
+    sensor_period: Duration,
+) -> usize {
     if sensor_period.is_zero() {
         return samples_in_window;
     }
@@ -22,11 +26,12 @@ pub fn sensor_updates(samples_in_window: usize, duration_s: f64, sensor_period: 
 }
 
 impl PowerMonitor {
+    #[cfg(test)]
     /// The trial's power record from its samples and iteration records: per-rail,
     /// per-iteration and trial figures, or why there are none; the caller stores it. A trial
     /// with fewer than [`MIN_SENSOR_UPDATES`] sensor updates is flagged, and the first such
     /// trial of the run warns with the fix.
-    pub fn assess_trial(
+    pub(crate) fn assess_trial(
         &self,
         samples: &Samples,
         iterations: &[IterationRecord],
@@ -47,7 +52,7 @@ impl PowerMonitor {
     /// [`PowerMonitor::assess_trial`], the warning about too few readings saying how to
     /// measure longer in the workload's own terms (`longer`, e.g. "more iterations
     /// (--iterations)").
-    pub fn assess_trial_advising(
+    pub(crate) fn assess_trial_advising(
         &self,
         samples: &Samples,
         iterations: &[IterationRecord],

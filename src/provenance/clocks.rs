@@ -37,7 +37,7 @@ fn numbered(dir: &Path, prefix: &str) -> Vec<(u32, std::path::PathBuf)> {
 
 /// One cpufreq policy (a cluster of CPUs sharing a clock), frequencies in kHz.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CpuPolicy {
+pub(crate) struct CpuPolicy {
     pub name: String,
     pub cpus: Option<String>,
     pub governor: Option<String>,
@@ -50,7 +50,7 @@ pub struct CpuPolicy {
 
 /// The GPU's devfreq node, frequencies in Hz.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GpuClock {
+pub(crate) struct GpuClock {
     pub name: String,
     pub governor: Option<String>,
     pub cur_hz: Option<u64>,
@@ -61,7 +61,7 @@ pub struct GpuClock {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ThermalZone {
+pub(crate) struct ThermalZone {
     pub name: String,
     pub temp_c: f64,
     /// Lowest `passive` trip point: above it the kernel lowers clocks.
@@ -69,7 +69,7 @@ pub struct ThermalZone {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CoolingDevice {
+pub(crate) struct CoolingDevice {
     pub name: String,
     pub cur_state: u64,
     pub max_state: Option<u64>,
@@ -77,13 +77,13 @@ pub struct CoolingDevice {
 
 impl CoolingDevice {
     /// Fans cool without slowing anything; every other cooling device caps a clock.
-    pub fn caps_clocks(&self) -> bool {
+    pub(crate) fn caps_clocks(&self) -> bool {
         !self.name.to_ascii_lowercase().contains("fan")
     }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ClockState {
+pub(crate) struct ClockState {
     pub t_ns: i64,
     pub cpus: Vec<CpuPolicy>,
     pub gpu: Option<GpuClock>,
@@ -182,7 +182,7 @@ fn cooling_devices(host: &HostPaths) -> Vec<CoolingDevice> {
 }
 
 /// Reads everything now; what the host lacks is simply empty.
-pub fn read_state(host: &HostPaths) -> ClockState {
+pub(crate) fn read_state(host: &HostPaths) -> ClockState {
     ClockState {
         t_ns: monotonic_ns(),
         cpus: cpu_policies(host),
@@ -194,34 +194,24 @@ pub fn read_state(host: &HostPaths) -> ClockState {
 
 impl ClockState {
     /// True when nothing clock- or temperature-related was readable (a VM, a container).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.cpus.is_empty() && self.gpu.is_none() && self.zones.is_empty()
-    }
-
-    pub fn hottest(&self) -> Option<&ThermalZone> {
-        self.zones
-            .iter()
-            .max_by(|a, b| a.temp_c.total_cmp(&b.temp_c))
     }
 }
 
 /// A thread in the parent that reads the clocks every `interval` while a trial runs.
 /// Shown each state on the watcher's thread as it is read.
-pub type ClockObserver = Box<dyn FnMut(&ClockState) + Send>;
+pub(crate) type ClockObserver = Box<dyn FnMut(&ClockState) + Send>;
 
-pub struct ClockWatcher {
+pub(crate) struct ClockWatcher {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Vec<ClockState>>,
 }
 
 impl ClockWatcher {
-    pub fn start(host: &HostPaths, interval: Duration) -> std::io::Result<ClockWatcher> {
-        Self::start_observed(host, interval, None)
-    }
-
-    /// As [`ClockWatcher::start`], each state also shown to `observe` on the watcher's thread
-    /// as it is read (a live view of the same reads).
-    pub fn start_observed(
+    /// Reads the clocks now and then every `interval` until stopped, each state also shown to
+    /// `observe` on the watcher's thread as it is read (a live view of the same reads).
+    pub(crate) fn start_observed(
         host: &HostPaths,
         interval: Duration,
         mut observe: Option<ClockObserver>,
@@ -255,7 +245,7 @@ impl ClockWatcher {
         Ok(ClockWatcher { stop, thread })
     }
 
-    pub fn stop(self) -> Vec<ClockState> {
+    pub(crate) fn stop(self) -> Vec<ClockState> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
     }
@@ -450,7 +440,7 @@ fn policy_at<'s>(s: &'s ClockState, k: usize, name: &str) -> Option<&'s CpuPolic
 ///
 /// Free-running clocks moving under an ondemand/schedutil governor are normal and not
 /// throttling.
-pub fn assess<'s>(states: &'s [ClockState]) -> ClockReport {
+pub(crate) fn assess<'s>(states: &'s [ClockState]) -> ClockReport {
     let Some(first) = states.first() else {
         return ClockReport::default();
     };

@@ -6,9 +6,9 @@
 
 pub(crate) mod clocks;
 
-pub use clocks::{
-    assess, read_state, ClockObserver, ClockReport, ClockSeries, ClockState, ClockWatcher,
-};
+pub use clocks::ClockReport;
+pub use clocks::ClockSeries;
+pub(crate) use clocks::{assess, read_state, ClockObserver, ClockState, ClockWatcher};
 
 use crate::board;
 use crate::host::{read_trimmed as read, HostPaths};
@@ -56,7 +56,7 @@ impl Provenance {
 }
 
 /// `# R35 (release), REVISION: 4.1, GCID: ..., BOARD: t186ref, ...` -> `R35.4.1 (t186ref)`.
-pub fn parse_l4t(text: &str) -> Option<String> {
+pub(crate) fn parse_l4t(text: &str) -> Option<String> {
     let line = text.lines().find(|l| l.contains("REVISION"))?;
     let field = |name: &str| {
         line.split(',').map(str::trim).find_map(|f| {
@@ -78,7 +78,7 @@ pub fn parse_l4t(text: &str) -> Option<String> {
 
 /// The mode id from `/var/lib/nvpmodel/status` (`pmode:0002 fmode:...`) and its name from
 /// `/etc/nvpmodel.conf` (`< POWER_MODEL ID=2 NAME=MODE_15W_6CORE >`).
-pub fn parse_nvpmodel(status: &str, conf: Option<&str>) -> Option<String> {
+pub(crate) fn parse_nvpmodel(status: &str, conf: Option<&str>) -> Option<String> {
     let id: u32 = status
         .split_whitespace()
         .find_map(|f| f.strip_prefix("pmode:"))?
@@ -195,7 +195,7 @@ pub fn capture(host: &HostPaths, board: &board::Detection) -> Provenance {
 }
 
 /// Entries added when the run ends: the temperatures then.
-pub fn capture_end(host: &HostPaths) -> Provenance {
+pub(crate) fn capture_end(host: &HostPaths) -> Provenance {
     let mut p = Provenance::default();
     temperatures(&mut p, &read_state(host), "end");
     p

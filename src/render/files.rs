@@ -35,7 +35,7 @@ pub(crate) const MAX_NAME_PART: usize = 100;
 /// `text` with every character other than ASCII letters, digits and `allowed` replaced by `_`,
 /// for a file name. A longer one than [`MAX_NAME_PART`] keeps its start and ends in a hash of
 /// the whole, so that two long names that differ only in their end stay apart.
-pub fn replace_unsafe(text: &str, allowed: &str) -> String {
+pub(crate) fn replace_unsafe(text: &str, allowed: &str) -> String {
     let safe: String = text
         .chars()
         .map(|c| {

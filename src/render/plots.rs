@@ -72,7 +72,7 @@ pub struct FigureOptions {
 pub const DEFAULT_WIDTH_IN: f64 = 3.5;
 
 /// The printed widths a figure may have, in inches.
-pub const WIDTH_IN: std::ops::RangeInclusive<f64> = 2.0..=12.0;
+pub(crate) const WIDTH_IN: std::ops::RangeInclusive<f64> = 2.0..=12.0;
 
 /// A PNG's resolution at its printed size.
 pub const PNG_DPI: f64 = 300.0;
@@ -415,7 +415,7 @@ fn range(vals: impl Iterator<Item = f64>, axis: Axis) -> Option<(f64, f64)> {
 }
 
 /// Whether the plot has anything to show: a point in some series.
-pub fn has_points(plot: &Plot) -> bool {
+pub(crate) fn has_points(plot: &Plot) -> bool {
     plot.series.iter().any(|s| !s.points.is_empty())
 }
 
@@ -446,7 +446,7 @@ fn with_short_texts(plot: &Plot) -> Plot {
 /// Draws `plot` in `format` at `path` (written whole, then renamed into place), at `opts`'
 /// size; an SVG gets its PDF beside it, and a plot with a caption its caption in
 /// `<stem>.caption.txt`. Returns the files written.
-pub fn draw(
+pub(crate) fn draw(
     plot: &Plot,
     path: &Path,
     format: Format,
@@ -511,7 +511,11 @@ pub fn render(plot: &Plot, format: Format) -> anyhow::Result<Vec<u8>> {
 
 /// `plot` as the bytes of an SVG (its size in points) or PNG ([`PNG_DPI`]) file at `opts`'
 /// printed width.
-pub fn render_with(plot: &Plot, format: Format, opts: &FigureOptions) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn render_with(
+    plot: &Plot,
+    format: Format,
+    opts: &FigureOptions,
+) -> anyhow::Result<Vec<u8>> {
     let lay = layout(plot, opts)?;
     let s = Scale::of(format);
     let (w, h) = (s.px(lay.w) as u32, s.px(lay.h) as u32);

@@ -41,8 +41,8 @@ use crate::render::table::{html_escape, Table};
 use crate::render::{Context, Output};
 use crate::store::{ResultRow, Store};
 
-pub use crate::render::files::{replace_unsafe, safe_name};
-pub use crate::workloads::cnn::report::{batch_series, pick, Picked};
+pub use crate::render::files::safe_name;
+pub use crate::workloads::cnn::report::{batch_series, pick};
 
 fn markdown(host: &str, tables: &[Table]) -> String {
     let host = crate::text::ellipsis(host, crate::render::table::MAX_CELL);

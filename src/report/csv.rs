@@ -19,7 +19,7 @@ pub fn export_csv(store: &Store, out_dir: &Path, machine: &str) -> anyhow::Resul
 
 /// [`export_csv`] for some of the store's trials (e.g. one host's, for `edgebench report`),
 /// described by their workloads ([`crate::workloads::describe`]).
-pub fn export_csv_rows(
+pub(crate) fn export_csv_rows(
     store: &Store,
     rows: Vec<ResultRow>,
     out_dir: &Path,

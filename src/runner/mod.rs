@@ -112,7 +112,7 @@ fn refused(error: impl Into<anyhow::Error>) -> SweepError {
 /// A whole sweep: preflight and the power sensors (refused before the database is touched),
 /// the database's sweep lock, the store, then the run. Returns with the lock released.
 /// The statuses a trial ends with: every one but `running`.
-pub fn ended_statuses() -> Vec<&'static str> {
+pub(crate) fn ended_statuses() -> Vec<&'static str> {
     TrialStatus::ALL
         .into_iter()
         .filter(|s| *s != TrialStatus::Running)
@@ -214,7 +214,7 @@ fn latest_for_keys(rows: Vec<ResultRow>, keys: &[TrialKey]) -> Vec<ResultRow> {
 }
 
 /// The error text of a run's trial found still `running` when the next sweep takes the lock.
-pub const UNFINISHED_NOTE: &str = "ended without finishing: its edgebench process stopped \
+pub(crate) const UNFINISHED_NOTE: &str = "ended without finishing: its edgebench process stopped \
      (killed, crashed, or could not write) before recording an end; the iterations recorded \
      stay, and a resumed sweep runs the trial again";
 

@@ -67,7 +67,7 @@ impl Store {
     /// in one transaction. A trial is already there when a trial with the same key has the
     /// same iterations (step, loss, step time, instants): the same log imported before, under
     /// whatever host name. Nothing is written when every trial is already there.
-    pub fn import_run(
+    pub(crate) fn import_run(
         &mut self,
         run: &RunInfo,
         provenance: &Provenance,

@@ -104,7 +104,7 @@ impl SweepLock {
 
     /// Takes the lock for `db`, waiting while another sweep holds it. `on_wait` is told who
     /// holds it, once. Returns None if `stop` was set while waiting.
-    pub fn acquire_waiting(
+    pub(crate) fn acquire_waiting(
         db: &Path,
         stop: &AtomicBool,
         on_wait: &mut dyn FnMut(&LockError),

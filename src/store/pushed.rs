@@ -9,7 +9,7 @@ use super::handle::Store;
 
 /// A final trial (any status but `running`) and the run it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FinalTrial {
+pub(crate) struct FinalTrial {
     pub trial_id: i64,
     pub trial_uuid: String,
     pub run_id: i64,
@@ -26,12 +26,12 @@ fn has_ledger(conn: &Connection) -> rusqlite::Result<bool> {
 impl Store {
     /// The SQLite connection, for the fleet sync's table copies (`sync::postgres`): its
     /// column lists mirror the schema documented in [`super::schema`].
-    pub fn sqlite(&self) -> &Connection {
+    pub(crate) fn sqlite(&self) -> &Connection {
         &self.conn
     }
 
     /// Every final trial, oldest first.
-    pub fn final_trials(&self) -> Result<Vec<FinalTrial>> {
+    pub(crate) fn final_trials(&self) -> Result<Vec<FinalTrial>> {
         let mut stmt = self
             .conn
             .prepare("SELECT id, uuid, run_id FROM trials WHERE status <> 'running' ORDER BY id")
@@ -51,7 +51,12 @@ impl Store {
     }
 
     /// Records that `target` holds these trials (after the server's commit).
-    pub fn mark_pushed(&mut self, target: &str, trial_uuids: &[String], at: &str) -> Result<()> {
+    pub(crate) fn mark_pushed(
+        &mut self,
+        target: &str,
+        trial_uuids: &[String],
+        at: &str,
+    ) -> Result<()> {
         let tx = self.conn.transaction().map_err(sql_err(&self.path))?;
         {
             let mut stmt = tx
@@ -69,7 +74,7 @@ impl Store {
     }
 
     /// Forgets that `target` holds these trials (the server said it does not).
-    pub fn unmark_pushed(&mut self, target: &str, trial_uuids: &[String]) -> Result<()> {
+    pub(crate) fn unmark_pushed(&mut self, target: &str, trial_uuids: &[String]) -> Result<()> {
         let tx = self.conn.transaction().map_err(sql_err(&self.path))?;
         {
             let mut stmt = tx
@@ -85,7 +90,7 @@ impl Store {
 
     /// Final trials the ledger does not list as held by `target` (all of them in a file
     /// without a ledger, e.g. opened read-only at an older schema).
-    pub fn unpushed_count(&self, target: &str) -> Result<u64> {
+    pub(crate) fn unpushed_count(&self, target: &str) -> Result<u64> {
         let ledger = has_ledger(&self.conn).map_err(sql_err(&self.path))?;
         let sql = if ledger {
             "SELECT count(*) FROM trials t WHERE t.status <> 'running' AND NOT EXISTS \

@@ -276,7 +276,7 @@ impl Store {
     }
 
     /// A trial's stored power samples as (rail, t_ns, watts), by rail then time.
-    pub fn power_trace(&self, trial_id: i64) -> Result<Vec<(String, i64, f64)>> {
+    pub(crate) fn power_trace(&self, trial_id: i64) -> Result<Vec<(String, i64, f64)>> {
         let mut st = self
             .conn
             .prepare_cached(

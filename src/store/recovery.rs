@@ -13,7 +13,7 @@ use super::handle::Store;
 impl Store {
     /// Fails with [`StoreError::Lost`] when the path no longer names the file this store has
     /// open (deleted, or another file moved in its place).
-    pub fn check_still_at_path(&self) -> Result<()> {
+    pub(crate) fn check_still_at_path(&self) -> Result<()> {
         let Some(opened) = self.identity else {
             return Ok(());
         };
@@ -31,7 +31,7 @@ impl Store {
     /// Copies everything in the open file (committed rows, the WAL's included) to a new file
     /// beside the path, or in the temporary folder when the path's folder is gone too; returns
     /// the copy's path.
-    pub fn write_recovery_copy(&self) -> Result<PathBuf> {
+    pub(crate) fn write_recovery_copy(&self) -> Result<PathBuf> {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
             .to_string()
             .replace([':', '-'], "");

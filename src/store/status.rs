@@ -51,7 +51,7 @@ impl TrialStatus {
     }
 
     /// Ended without a result: what `--retry-failed` reruns.
-    pub fn is_failure(self) -> bool {
+    pub(crate) fn is_failure(self) -> bool {
         matches!(
             self,
             TrialStatus::Failed
@@ -62,7 +62,7 @@ impl TrialStatus {
     }
 
     /// Counts toward a run's "some trials failed" exit code.
-    pub fn counts_as_failed(self) -> bool {
+    pub(crate) fn counts_as_failed(self) -> bool {
         matches!(
             self,
             TrialStatus::Failed | TrialStatus::Oom | TrialStatus::Crashed

@@ -5,4 +5,4 @@
 pub mod postgres;
 mod pull;
 
-pub use pull::{parse_remote, pull, shell_quote, PullRequest, DEFAULT_REMOTE_DB};
+pub use pull::{pull, PullRequest};

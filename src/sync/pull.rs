@@ -27,10 +27,10 @@ pub struct PullRequest<'a> {
 
 /// Where the database lives on the board when the spec names no path (relative to the
 /// remote login directory, like `edgebench run`'s default `./edgebench.db`).
-pub const DEFAULT_REMOTE_DB: &str = "edgebench.db";
+pub(crate) const DEFAULT_REMOTE_DB: &str = "edgebench.db";
 
 /// Splits `[user@]board[:path]`.
-pub fn parse_remote(spec: &str) -> anyhow::Result<(&str, &str)> {
+pub(crate) fn parse_remote(spec: &str) -> anyhow::Result<(&str, &str)> {
     let (dest, path) = match spec.split_once(':') {
         Some((d, p)) if !p.is_empty() => (d, p),
         Some((d, _)) => (d, DEFAULT_REMOTE_DB),
@@ -43,7 +43,7 @@ pub fn parse_remote(spec: &str) -> anyhow::Result<(&str, &str)> {
 }
 
 /// Quotes a word for the remote POSIX shell; a leading `~/` stays unquoted so it expands.
-pub fn shell_quote(word: &str) -> String {
+pub(crate) fn shell_quote(word: &str) -> String {
     let (home, rest) = match word.strip_prefix("~/") {
         Some(rest) => ("~/", rest),
         None => ("", word),

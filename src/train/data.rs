@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 /// Per-channel mean subtracted from every pixel (RGB order): the ImageNet mean of the BVLC
 /// models (Caffe's BGR 104, 117, 123).
-pub const MEAN_RGB: [f32; 3] = [123.0, 117.0, 104.0];
+pub(crate) const MEAN_RGB: [f32; 3] = [123.0, 117.0, 104.0];
 /// Images are resized to this square before the centre crop, as Caffe's convert_imageset did.
-pub const RESIZE_TO: u32 = 256;
+pub(crate) const RESIZE_TO: u32 = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
@@ -127,7 +127,7 @@ impl Dataset {
     }
 
     /// What identifies the data in the resume key: same identity, same images.
-    pub fn identity(&self) -> String {
+    pub(crate) fn identity(&self) -> String {
         match self {
             Dataset::Synthetic { seed, classes, .. } => {
                 format!("synthetic:seed={seed}:classes={classes}")
@@ -178,7 +178,7 @@ fn splitmix64(state: &mut u64) -> u64 {
 
 /// Synthetic image `index`: pixels uniform in 0..=255 from SplitMix64 seeded with
 /// `seed ^ index * golden`, minus 127.5 — the value range of a mean-subtracted photo.
-pub fn synthetic_image(seed: u64, index: usize, out: &mut [f32]) {
+pub(crate) fn synthetic_image(seed: u64, index: usize, out: &mut [f32]) {
     let mut state = seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for chunk in out.chunks_mut(8) {
         let bits = splitmix64(&mut state);
@@ -222,7 +222,7 @@ fn decode_into(path: &Path, shape: [usize; 3], out: &mut [f32]) -> Result<(), Da
 /// Checks that a JPEG's segments and entropy-coded scans run through to the end-of-image
 /// marker (FF D9). Walks the segment lengths from the start, so an EOI inside an embedded
 /// thumbnail (in APP1) does not count; a file cut anywhere before its EOI fails.
-pub fn jpeg_complete(data: &[u8]) -> Result<(), String> {
+pub(crate) fn jpeg_complete(data: &[u8]) -> Result<(), String> {
     let cut = |at: usize| {
         Err(format!(
             "truncated JPEG: {} bytes, no end-of-image marker (the data stops at byte {at}); \

@@ -28,7 +28,7 @@ mod pool {
     /// Keeps freed blocks in the pool rather than returning them to the driver at every
     /// synchronisation (the default threshold is 0), as PyTorch's caching allocator does: a
     /// training step then allocates from the pool instead of the driver. Resets the peak.
-    pub fn track(dev: &CudaDevice) -> anyhow::Result<()> {
+    pub(crate) fn track(dev: &CudaDevice) -> anyhow::Result<()> {
         let stream = dev.cuda_stream();
         let ctx = stream.context();
         ctx.bind_to_thread()?;

@@ -17,7 +17,7 @@ use rand::SeedableRng;
 
 /// One (net, device, batch) configuration of a sweep.
 #[derive(Debug, Clone)]
-pub struct TrialSpec {
+pub(crate) struct TrialSpec {
     pub net: &'static NetSpec,
     pub device: DeviceKind,
     pub batch: usize,
@@ -29,7 +29,7 @@ pub struct TrialSpec {
 
 impl TrialSpec {
     /// ITER = (IMAGES / BATCH) * EPOCHS, integer division, as the studies' scripts computed it.
-    pub fn iterations(&self) -> usize {
+    pub(crate) fn iterations(&self) -> usize {
         (self.images / self.batch) * self.epochs
     }
 }
@@ -135,13 +135,13 @@ unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
 /// on synthetic data drives the loss to zero, its gradients fall into the subnormal range, where
 /// x86 arithmetic is ~100x slower: an AlexNet batch-32 step went from 0.9 s to 17 s there. The
 /// results change only below 1.2e-38 (f32's smallest normal).
-pub fn flush_denormals() {
+pub(crate) fn flush_denormals() {
     flush_denormals_on_this_thread();
     rayon::broadcast(|_| flush_denormals_on_this_thread());
 }
 
 /// x86-64: MXCSR's flush-to-zero and denormals-are-zero bits; aarch64: FPCR.FZ. Elsewhere nothing.
-pub fn flush_denormals_on_this_thread() {
+pub(crate) fn flush_denormals_on_this_thread() {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: reads and writes this thread's SSE control register; only FTZ (bit 15) and DAZ
     // (bit 6) change, which affect results below f32/f64's smallest normal only.
@@ -189,7 +189,7 @@ pub fn device(kind: DeviceKind) -> anyhow::Result<Device> {
 /// Trains one trial from freshly initialised weights, calling `on_iteration` after every
 /// iteration. Errors (an allocation failure, a bad image) end the trial; the iterations already
 /// handed over stay recorded.
-pub fn run_trial(
+pub(crate) fn run_trial(
     trial: &TrialSpec,
     data: &Dataset,
     on_iteration: &mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>,

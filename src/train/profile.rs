@@ -191,7 +191,7 @@ pub fn profile(
 }
 
 impl Profile {
-    pub fn ms_per_image(&self) -> f64 {
+    pub(crate) fn ms_per_image(&self) -> f64 {
         self.step_s * 1e3 / self.batch as f64
     }
 

@@ -51,7 +51,7 @@ registry! {
 }
 
 /// Where a workload's iterations go, one call per step.
-pub type Emit<'a> = &'a mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>;
+pub(crate) type Emit<'a> = &'a mut dyn FnMut(&IterationRecord) -> anyhow::Result<Control>;
 
 /// What is constant about a workload, for the runner and the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +77,7 @@ impl WorkloadProfile {
     /// Items per iteration for energy per item when the plan gave none: a trial that counts a
     /// batch and was planned without one (a command's unknown batch) has none, the others one
     /// per iteration.
-    pub fn items_without_count(&self) -> usize {
+    pub(crate) fn items_without_count(&self) -> usize {
         match self.items.per_iteration {
             PerIteration::Batch => 0,
             PerIteration::BatchPerIteration | PerIteration::One => 1,
@@ -87,7 +87,7 @@ impl WorkloadProfile {
 
 /// How tables and figures name a trial of a workload ([`Workload::names`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RowNames {
+pub(crate) struct RowNames {
     /// A short name, e.g. `alexnet`, `mlp tensors small`, `add f32 32MiB`.
     pub label: String,
     /// The engine that trained the trial's net (`edgebench`, or another framework); None for
@@ -521,7 +521,7 @@ impl From<TrialEnd> for JobEnd {
 
 /// What a workload decides about a trial from its outcome ([`Workload::conclude`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Conclusion {
+pub(crate) struct Conclusion {
     /// The status and error, where the workload decides them (how a command ended).
     pub status: Option<(TrialStatus, Option<String>)>,
     /// The trial as one span from start to end, for one that recorded no iteration.
@@ -534,7 +534,7 @@ pub struct Conclusion {
 }
 
 /// A trial's records as the runner holds them when it completes the metrics.
-pub struct Recorded<'a> {
+pub(crate) struct Recorded<'a> {
     pub iterations: &'a [IterationRecord],
     /// Leading iterations outside the measurement.
     pub warmup: usize,
@@ -632,7 +632,11 @@ impl Prepared {
         }
     }
 
-    pub fn plan_input<'a>(&'a self, config: &'a Config, host: &'a HostPaths) -> PlanInput<'a> {
+    pub(crate) fn plan_input<'a>(
+        &'a self,
+        config: &'a Config,
+        host: &'a HostPaths,
+    ) -> PlanInput<'a> {
         PlanInput {
             config,
             host,
@@ -641,7 +645,7 @@ impl Prepared {
     }
 
     /// Facts the run records with its provenance (the measured roofs).
-    pub fn provenance_items(&self) -> Vec<(String, String)> {
+    pub(crate) fn provenance_items(&self) -> Vec<(String, String)> {
         self.provenance.clone()
     }
 }
@@ -802,7 +806,7 @@ pub(crate) fn apply_flags(config: &mut Config, flags: &[&str]) {
 
 /// The config as a run stores it: the sweep's workload's section with its defaults filled in,
 /// so the stored TOML says every value the trials ran with.
-pub fn effective_config(config: &Config) -> Config {
+pub(crate) fn effective_config(config: &Config) -> Config {
     let mut effective = config.clone();
     if let Ok(workload) = by_kind(&config.sweep.workload) {
         if let Ok(Some(section)) = workload.effective_section(config) {
@@ -871,7 +875,7 @@ pub(crate) fn report_sections() -> Vec<Box<dyn crate::render::Section>> {
 }
 
 /// A worker whose parent is gone: every workload ends what it started outside the worker.
-pub fn end_abruptly() {
+pub(crate) fn end_abruptly() {
     for workload in REGISTRY {
         workload.end_abruptly();
     }
@@ -909,7 +913,7 @@ pub fn profile(kind: &WorkloadKind) -> Option<WorkloadProfile> {
 /// The [`Workload::check`] of the workloads that train over the sweep's image data set (and
 /// of those that read its nets and batches alike): the sweep's nets are CNN models and its batches divide
 /// its images into at most [`crate::config::MAX_ITERATIONS`] iterations.
-pub fn check_image_sweep(config: &Config) -> Result<(), String> {
+pub(crate) fn check_image_sweep(config: &Config) -> Result<(), String> {
     use crate::config::{MAX_BATCH, MAX_ITERATIONS};
     let s = &config.sweep;
     for net in &s.nets {
@@ -945,7 +949,7 @@ pub fn check_image_sweep(config: &Config) -> Result<(), String> {
 }
 
 /// The timing every workload shares: median and IQR step time, and their total.
-pub fn step_metrics(measured: &[IterationRecord]) -> Metrics {
+pub(crate) fn step_metrics(measured: &[IterationRecord]) -> Metrics {
     let step_s: Vec<f64> = measured.iter().map(|r| r.step_s).collect();
     let (median, iqr) = stats::median_iqr(&step_s).unzip();
     Metrics {
@@ -959,7 +963,7 @@ pub fn step_metrics(measured: &[IterationRecord]) -> Metrics {
 
 /// A workload's parameters as the canonical JSON object text of the resume key: keys sorted,
 /// so the same parameters always make the same key.
-pub fn params_text<T: Serialize>(params: &T) -> String {
+pub(crate) fn params_text<T: Serialize>(params: &T) -> String {
     match serde_json::to_value(params) {
         Ok(serde_json::Value::Object(map)) => {
             let sorted: std::collections::BTreeMap<_, _> = map.into_iter().collect();

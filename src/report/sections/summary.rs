@@ -294,7 +294,7 @@ pub fn table(rows: &[ResultRow]) -> String {
 
 /// The power trace of one trial: every stored rail's watts against seconds from the first
 /// iteration's start, with a rule at every iteration boundary.
-pub fn trace_plot(store: &Store, row: &ResultRow) -> anyhow::Result<Plot> {
+pub(crate) fn trace_plot(store: &Store, row: &ResultRow) -> anyhow::Result<Plot> {
     let iterations = store.iterations(row.trial_rowid)?;
     let samples = store.power_trace(row.trial_rowid)?;
     if samples.is_empty() {

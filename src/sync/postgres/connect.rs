@@ -113,9 +113,10 @@ pub fn mask_url(url: &str) -> String {
     crate::text::mask_url(url)
 }
 
+#[cfg(test)]
 /// Whether a URL carries a password in any form (user-info, `password=` in any case or
 /// percent-encoding); `[sync] postgres` refuses one.
-pub fn url_has_password(url: &str) -> bool {
+pub(crate) fn url_has_password(url: &str) -> bool {
     crate::text::url_has_password(url)
 }
 
@@ -178,10 +179,6 @@ impl ConnInfo {
             "postgres://{}@{host}:{}/{}",
             self.user, self.port, self.dbname
         ))
-    }
-
-    pub fn has_password(&self) -> bool {
-        self.password.is_some()
     }
 
     /// The matching line of the password file, if the file may be used (libpq ignores a file
@@ -545,7 +542,13 @@ fn pgpass_fields(line: &str) -> Vec<String> {
 }
 
 /// The password of the first line matching `host:port:db:user` (`*` matches anything).
-pub fn pgpass_lookup(text: &str, host: &str, port: &str, db: &str, user: &str) -> Option<String> {
+pub(crate) fn pgpass_lookup(
+    text: &str,
+    host: &str,
+    port: &str,
+    db: &str,
+    user: &str,
+) -> Option<String> {
     for line in text.lines() {
         if line.trim_start().starts_with('#') || line.trim().is_empty() {
             continue;

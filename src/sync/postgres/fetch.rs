@@ -56,7 +56,7 @@ const MAX_ATTEMPTS: usize = 4;
 /// [`fetch`] with the libpq variables given. A trial with a bad row (or a run with one, with
 /// its trials) is left out and listed in the report's `merge.refused`; the rest is fetched.
 /// A selection that matches nothing is an error, and nothing is written.
-pub fn fetch_with_env(
+pub(crate) fn fetch_with_env(
     url: &str,
     into: &Path,
     req: &FetchRequest<'_>,

@@ -12,11 +12,13 @@ mod push;
 mod schema;
 mod tables;
 
-pub use connect::{
-    mask_url, pgpass_lookup, process_env, short_target, url_has_password, BadUrl, ConnInfo, Env,
-    SslMode, Target,
-};
-pub use fetch::{fetch, fetch_with_env, FetchReport, FetchRequest};
-pub use fleet::{init, prune_power, retire, RetireReport, MAX_RETENTION_DAYS};
-pub use push::{backlog, push, push_with_env, PushReport};
+pub use connect::{mask_url, process_env, short_target, BadUrl, ConnInfo, Env};
+pub use connect::{SslMode, Target};
+pub use fetch::FetchReport;
+pub use fetch::{fetch, FetchRequest};
+pub use fleet::RetireReport;
+pub use fleet::MAX_RETENTION_DAYS;
+pub use fleet::{init, prune_power, retire};
+pub use push::PushReport;
+pub use push::{backlog, push, push_with_env};
 pub use schema::SERVER_SCHEMA_VERSION;

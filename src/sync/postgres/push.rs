@@ -52,7 +52,7 @@ impl PushReport {
         self.runs + self.trials + self.iterations + self.power_samples + self.other_rows
     }
 
-    pub fn rows_per_s(&self) -> f64 {
+    pub(crate) fn rows_per_s(&self) -> f64 {
         if self.seconds > 0.0 {
             self.rows() as f64 / self.seconds
         } else {

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use super::connect::describe;
 
 /// One server schema step: applying `sql` to a server at `version - 1` yields `version`.
-pub(crate) struct Migration {
+pub(super) struct Migration {
     pub version: i32,
     pub sql: &'static str,
 }

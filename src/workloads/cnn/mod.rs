@@ -25,7 +25,7 @@ pub const KIND: WorkloadKind = WorkloadKind::named("cnn");
 
 /// Train AlexNet/GoogLeNet over (net, device, batch).
 #[derive(Debug, Clone, Copy)]
-pub struct Cnn;
+pub(crate) struct Cnn;
 
 impl TypedWorkload for Cnn {
     type Section = NoSection;

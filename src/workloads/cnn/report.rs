@@ -68,7 +68,7 @@ impl Section for Cnn {
 }
 
 /// (net, device, batch) -> the trial that stands for it.
-pub type Picked = BTreeMap<(String, String, usize), ResultRow>;
+pub(crate) type Picked = BTreeMap<(String, String, usize), ResultRow>;
 
 /// The trial standing for each (net, device, batch) among `rows` (ordered oldest first).
 pub fn pick(rows: &[ResultRow]) -> Picked {

@@ -104,7 +104,7 @@ impl ExecEntry {
     }
 
     /// The command for one sweep point.
-    pub fn expand(&self, values: &SweepValues) -> Result<Vec<String>> {
+    pub(crate) fn expand(&self, values: &SweepValues) -> Result<Vec<String>> {
         self.command
             .iter()
             .map(|arg| expand_arg(arg, values))
@@ -166,7 +166,7 @@ pub struct ExecParams {
 
 impl ExecParams {
     /// The canonical JSON object text stored as the trial's `params` (keys sorted).
-    pub fn canonical_json(&self) -> String {
+    pub(crate) fn canonical_json(&self) -> String {
         crate::workloads::params_text(self)
     }
 }

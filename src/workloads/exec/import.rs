@@ -34,7 +34,7 @@ use crate::store::{
 const LOG_BUFFER: usize = 64 << 10;
 
 /// The file naming of the study scripts, for messages.
-pub const LOG_NAME_PATTERN: &str = "train_{net}_{CPU|GPU}_{batch}.log";
+pub(crate) const LOG_NAME_PATTERN: &str = "train_{net}_{CPU|GPU}_{batch}.log";
 
 static LOG_NAME: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^train_(?P<net>.+)_(?P<device>[A-Za-z]+)_(?P<batch>\d+)\.log$")
@@ -68,7 +68,7 @@ pub struct ImportedLog {
 }
 
 /// (net, device, batch) from a log's file name; None when the name is not a study log's.
-pub fn parse_log_name(file_name: &str) -> Option<Result<(String, String, usize)>> {
+pub(crate) fn parse_log_name(file_name: &str) -> Option<Result<(String, String, usize)>> {
     let c = LOG_NAME.captures(file_name)?;
     let device = match &c["device"] {
         "CPU" | "cpu" => "cpu",
@@ -95,7 +95,7 @@ pub fn parse_log_name(file_name: &str) -> Option<Result<(String, String, usize)>
 /// folder, naming every problem, when a `.log` file is not named as the scripts name them, a
 /// log has no step line of the format, or there is no log at all; other files and folders
 /// (TensorFlow's train dirs sit beside its logs) are passed over.
-pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
+pub(crate) fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
     Parser::from_name(parser_name)?;
     let entries = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read the log folder {}", dir.display()))?;
@@ -173,14 +173,14 @@ pub fn import_dir(dir: &Path, parser_name: &str) -> Result<Vec<ImportedLog>> {
 }
 
 /// The engine name of edgebench's own trainer (the `cnn` workload) in reports and exports.
-pub const OWN_ENGINE: &str = "edgebench";
+pub(crate) const OWN_ENGINE: &str = "edgebench";
 
 /// `power_note` of every imported trial.
-pub const POWER_NOTE: &str = "imported log: no power measured";
+pub(crate) const POWER_NOTE: &str = "imported log: no power measured";
 
 /// An engine name for an import: a plain name (it becomes part of file names), not edgebench's
 /// own.
-pub fn check_engine(engine: &str) -> Result<()> {
+pub(crate) fn check_engine(engine: &str) -> Result<()> {
     if engine.is_empty()
         || !engine
             .chars()
@@ -305,7 +305,7 @@ impl Prepared {
 }
 
 /// The trial a log stands for.
-pub fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTrial {
+pub(crate) fn imported_trial(log: &ImportedLog, engine: &str, now: &str) -> ImportedTrial {
     let (started_at, ended_at) = match &log.ran {
         Some((from, to)) => (Some(from.clone()), to.clone()),
         None => (None, now.to_string()),
@@ -395,13 +395,13 @@ fn glog_ns(line: &str) -> Option<i64> {
 /// a time: what is kept is its step records and the line being parsed. Lines end at `\n` or
 /// `\r` (progress bars redraw with `\r`), bytes that are not UTF-8 read as U+FFFD, and lines
 /// are numbered from 1 in that sense for errors.
-pub fn read_log(log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
+pub(crate) fn read_log(log: impl BufRead, parser: Parser) -> Result<(Vec<TrackedStep>, usize)> {
     read_log_to_end(log, parser).map(|read| (read.iterations, read.untimed))
 }
 
 /// What [`read_log_to_end`] read.
 #[derive(Debug)]
-pub struct LogRead {
+pub(crate) struct LogRead {
     pub iterations: Vec<TrackedStep>,
     /// Step lines without a time to give.
     pub untimed: usize,
@@ -416,7 +416,7 @@ pub struct LogRead {
 impl LogRead {
     /// The first record's start and the last one's end as dates (`YYYY-MM-DDTHH:MM:SS.mmm`,
     /// the log's local time), from its header's date; None without one.
-    pub fn ran(&self) -> Option<(String, String)> {
+    pub(crate) fn ran(&self) -> Option<(String, String)> {
         let created = self.created?;
         let at = |ns: i64| -> Option<String> {
             let when = created.checked_add(jiff::SignedDuration::from_nanos(ns)).ok()?;
@@ -432,7 +432,7 @@ impl LogRead {
 /// [`read_log`], saying whether the last line was cut off. A second run appended to the log
 /// (a killed run, then another) is refused, naming the line where it starts: a solver header
 /// or `Starting Session` after the first, or an iteration counter that goes back.
-pub fn read_log_to_end(mut log: impl BufRead, parser: Parser) -> Result<LogRead> {
+pub(crate) fn read_log_to_end(mut log: impl BufRead, parser: Parser) -> Result<LogRead> {
     let mut lines = LogLines::new(parser);
     // Whether the last line read has text but no end of line.
     let mut cut_off = false;

@@ -15,7 +15,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-pub use command::{ExecEntry, ExecSection};
+pub use command::ExecSection;
+pub use command::ExecEntry;
 use command::{CommandOutcome, CommandSpec, ExecParams, SweepValues};
 use parse::{Parser, TrackedStep};
 
@@ -238,7 +239,7 @@ impl RunsCommands<ExecJob> for Exec {
 
 /// The key of a command's outcome and of its trial's metrics: the images of one step, as
 /// every step line that says (`images=B`) said; null when none says or they disagree.
-pub const IMAGES_PER_STEP: &str = "images_per_step";
+pub(crate) const IMAGES_PER_STEP: &str = "images_per_step";
 
 fn images_per_step(outcome: Option<&serde_json::Value>) -> Option<usize> {
     outcome?
@@ -250,7 +251,7 @@ fn images_per_step(outcome: Option<&serde_json::Value>) -> Option<usize> {
 
 /// [`run`], and the images per step its step lines gave: the one count every line that gives
 /// one agrees on; None when none gives one or two disagree.
-pub fn run_counting_images(
+pub(crate) fn run_counting_images(
     job: &ExecJob,
     stop: &AtomicBool,
     emit: &mut dyn FnMut(&IterationRecord) -> Result<Control>,
@@ -275,7 +276,7 @@ fn outcome_of(outcome: Option<&serde_json::Value>) -> Option<CommandOutcome> {
 }
 
 /// Between SIGTERM and SIGKILL when a command is ended.
-pub const GRACE: Duration = Duration::from_secs(10);
+pub(crate) const GRACE: Duration = Duration::from_secs(10);
 
 /// One exec trial as the worker receives it: the engine, the expanded command and how to
 /// read its log.
@@ -321,7 +322,7 @@ impl ExecJob {
 /// anything runs: each entry (name, command, placeholders, parser), engine names unique, and no
 /// two points of one entry giving the same command (a device axis the command ignores would
 /// measure the same run twice under two labels).
-pub fn expand_sweep(
+pub(crate) fn expand_sweep(
     entries: &[ExecEntry],
     points: &[SweepValues],
     grace: Duration,
@@ -502,7 +503,7 @@ fn run_steps(
     command::run_command(&spec, parser, stop, emit)
 }
 
-pub use crate::record::steps_covered;
+pub(crate) use crate::record::steps_covered;
 
 /// Seconds of training in `records` after the first `warmup`: each record's time per
 /// iteration times the iterations it stands for.
@@ -517,7 +518,7 @@ pub fn total_time_s(records: &[IterationRecord], warmup: usize) -> f64 {
 
 /// The workload-specific figures of an exec trial for its results row (`exit_code`: null when
 /// the command did not exit by itself).
-pub fn extra_metrics(outcome: &CommandOutcome) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn extra_metrics(outcome: &CommandOutcome) -> serde_json::Map<String, serde_json::Value> {
     let mut extra = serde_json::Map::new();
     extra.insert("exit_code".into(), outcome.end.exit_code().into());
     extra.insert(

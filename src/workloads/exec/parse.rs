@@ -64,7 +64,7 @@ static KERAS_STEP_TIME: LazyLock<Regex> =
 
 /// One step line of a log.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StepLine {
+pub(crate) struct StepLine {
     /// The step number as the log writes it (Caffe counts from 0, TensorFlow from 1).
     pub step: usize,
     pub loss: Option<f64>,
@@ -90,7 +90,7 @@ pub(crate) struct Logged {
 
 /// What a log line carries.
 #[derive(Debug, Clone, PartialEq)]
-pub enum LogEvent {
+pub(crate) enum LogEvent {
     Step(StepLine),
     /// The learning rate from this step on (Caffe logs it after each display line).
     LearningRate {
@@ -102,7 +102,7 @@ pub enum LogEvent {
 /// A log-line parser. Stateful: Keras numbers steps within an epoch and the Estimator's time
 /// covers the steps since its previous line.
 #[derive(Debug, Clone)]
-pub enum Parser {
+pub(crate) enum Parser {
     Caffe(CaffeState),
     TensorFlow(TfState),
     Edgebench,
@@ -111,13 +111,13 @@ pub enum Parser {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct CaffeState {
+pub(crate) struct CaffeState {
     /// A display line with a rate was seen: Caffe 1.0, whose rate-less loss line is the final one.
     rated_display: bool,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct TfState {
+pub(crate) struct TfState {
     /// Keras' current epoch (from 1), from its `Epoch e/E` line.
     keras_epoch: Option<usize>,
     /// The Estimator's previous logged step.
@@ -129,7 +129,7 @@ pub(crate) const PARSER_NAMES: &str = "caffe, tensorflow, edgebench, trtexec or 
                                 named group `step`, optionally `loss`, `time`, `images`)";
 
 impl Parser {
-    pub fn from_name(name: &str) -> Result<Parser> {
+    pub(crate) fn from_name(name: &str) -> Result<Parser> {
         if let Some(pattern) = name.strip_prefix("regex:") {
             let re = Regex::new(pattern).with_context(|| {
                 format!("parser regex:{pattern}: not a valid regular expression")
@@ -163,7 +163,7 @@ impl Parser {
 
     /// Parses one line (without its line ending). `Ok(None)`: not a line of this format. An error
     /// is a line that claims the format but is malformed; the caller reports it and goes on.
-    pub fn parse(&mut self, line: &str) -> Result<Option<LogEvent>> {
+    pub(crate) fn parse(&mut self, line: &str) -> Result<Option<LogEvent>> {
         // Progress bars colour their text even into a pipe.
         let plain;
         let line = if line.contains('\x1b') {

@@ -26,7 +26,7 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 /// `[idle]` of the config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct IdleConfig {
+pub(crate) struct IdleConfig {
     /// How long the board rests, e.g. "60s" or "5m" (`--duration`).
     pub duration: Timeout,
 }
@@ -41,13 +41,13 @@ impl Default for IdleConfig {
 
 /// One rest as the worker receives it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IdleJob {
+pub(crate) struct IdleJob {
     pub ticks: usize,
 }
 
 /// The board at rest.
 #[derive(Debug, Clone, Copy)]
-pub struct Idle;
+pub(crate) struct Idle;
 
 impl Idle {
     fn config(idle: IdleConfig) -> Result<IdleConfig, String> {

@@ -89,7 +89,7 @@ impl std::fmt::Display for Scenario {
 /// `--model a.onnx --model b.onnx` (or `a.onnx,b.onnx`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Words {
+pub(crate) enum Words {
     One(String),
     Many(Vec<String>),
 }
@@ -134,7 +134,7 @@ impl Number {
 /// A switch from the config file (`find_qps = true`) or the command line (text).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum Switch {
+pub(crate) enum Switch {
     Bool(bool),
     Text(String),
 }
@@ -155,7 +155,7 @@ impl Switch {
 /// `[infer]` of the config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct InferConfig {
+pub(crate) struct InferConfig {
     /// Models: `alexnet`, `googlenet` or ONNX files (`--model`); none: the sweep's nets.
     pub model: Option<Words>,
     /// `single-stream`, `offline`, `server` (`--scenario`).
@@ -188,7 +188,7 @@ impl Default for InferConfig {
 
 /// `[infer]` checked and in typed values.
 #[derive(Debug, Clone, PartialEq)]
-pub struct InferSweep {
+pub(crate) struct InferSweep {
     pub models: Vec<ModelRef>,
     pub scenarios: Vec<Scenario>,
     pub min_queries: usize,
@@ -199,7 +199,8 @@ pub struct InferSweep {
 }
 
 impl InferSweep {
-    pub fn of(config: &Config) -> Result<InferSweep, String> {
+    #[cfg(test)]
+    pub(crate) fn of(config: &Config) -> Result<InferSweep, String> {
         InferSweep::checked(config, config.section("infer")?)
     }
 
@@ -392,7 +393,7 @@ pub(crate) struct InferPrepared {
 
 /// The inference workload.
 #[derive(Debug, Clone, Copy)]
-pub struct Infer;
+pub(crate) struct Infer;
 
 impl TypedWorkload for Infer {
     type Section = InferConfig;
@@ -848,7 +849,7 @@ const FLUSH_QUERIES: usize = 256;
 const FLUSH_NS: i64 = 1_000_000_000;
 
 /// Probes `--find-qps` runs at most, the first measuring the service time.
-pub const MAX_PROBES: usize = 8;
+pub(crate) const MAX_PROBES: usize = 8;
 
 /// One probe of the search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -17,7 +17,8 @@ pub(crate) mod report;
 
 mod model;
 
-pub use model::{Gradients, Mlp, MyRelu};
+pub use model::Mlp;
+pub use model::Gradients;
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
@@ -32,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The study's learning rate.
 pub const LEARNING_RATE: f64 = 1e-6;
 /// The study's iteration count.
-pub const ITERATIONS: usize = 500;
+pub(crate) const ITERATIONS: usize = 500;
 
 /// How the gradient is computed: the study's Alg1, Alg2 and Alg3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -94,7 +95,7 @@ pub struct MlpSize {
 }
 
 /// The study's Table 1: (name, [N, D_in, H, D_out]).
-pub const PRESETS: [(&str, [usize; 4]); 3] = [
+pub(crate) const PRESETS: [(&str, [usize; 4]); 3] = [
     ("small", [64, 15000, 100, 150]),
     ("medium", [192, 20000, 300, 200]),
     ("large", [384, 40000, 600, 400]),
@@ -102,7 +103,7 @@ pub const PRESETS: [(&str, [usize; 4]); 3] = [
 
 impl MlpSize {
     /// The study's size of that name.
-    pub fn preset(name: &str) -> Option<MlpSize> {
+    pub(crate) fn preset(name: &str) -> Option<MlpSize> {
         PRESETS
             .iter()
             .find(|(preset, _)| *preset == name)
@@ -234,8 +235,9 @@ impl MlpJob {
         }
     }
 
+    #[cfg(test)]
     /// The canonical JSON text of [`MlpJob::params`], the trial key's `params`.
-    pub fn params_json(&self) -> String {
+    pub(crate) fn params_json(&self) -> String {
         serde_json::to_string(&self.params()).expect("MlpParams serialises")
     }
 }
@@ -244,7 +246,7 @@ impl MlpJob {
 /// trials a sweep of this workload runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct MlpSweep {
+pub(crate) struct MlpSweep {
     pub styles: Vec<Style>,
     /// Size names (`small`, `medium`, `large`) or `NxD_inxHxD_out`.
     pub sizes: Vec<String>,
@@ -269,7 +271,7 @@ impl Default for MlpSweep {
 impl MlpSweep {
     /// One job per (device, size, style), in that nesting order, each listed value once. Errors
     /// name the `[mlp]` key at fault.
-    pub fn jobs(&self, seed: u64) -> std::result::Result<Vec<MlpJob>, String> {
+    pub(crate) fn jobs(&self, seed: u64) -> std::result::Result<Vec<MlpJob>, String> {
         if self.iterations == 0 {
             return Err("mlp.iterations is 0; give at least 1 (the study ran 500)".into());
         }
@@ -350,7 +352,7 @@ pub fn flops_per_iteration(size: &MlpSize) -> u64 {
 /// Bytes of tensors alive at an iteration's peak (f32): data x and y, weights, their gradients,
 /// and the (N, H) and (N, D_out) activations and gradients each style keeps. Autograd keeps the
 /// graph's activations and a gradient for every node until the update, so it keeps more.
-pub fn memory_estimate(style: Style, size: &MlpSize) -> u64 {
+pub(crate) fn memory_estimate(style: Style, size: &MlpSize) -> u64 {
     let (n, d_in, h, d_out) = (
         size.n as u64,
         size.d_in as u64,
@@ -406,7 +408,7 @@ pub const KIND: WorkloadKind = WorkloadKind::named("mlp");
 /// by the workload before anything runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct MlpConfig {
+pub(crate) struct MlpConfig {
     /// `tensors` (hand-written backward), `autograd`, `function` (ReLU as a custom op).
     pub styles: Vec<String>,
     /// `small`, `medium`, `large`, or `NxD_inxHxD_out`.
@@ -432,7 +434,7 @@ impl Default for MlpConfig {
 
 /// The MLP study: a two-layer perceptron over (style, size, device) (`[mlp]`).
 #[derive(Debug, Clone, Copy)]
-pub struct MlpStudy;
+pub(crate) struct MlpStudy;
 
 impl super::TypedWorkload for MlpStudy {
     type Section = MlpConfig;
@@ -839,13 +841,13 @@ mod tests {
     #[test]
     fn my_relu_clamps_strided_input_and_masks_its_gradient() {
         let a = Tensor::new(&[[-1.0f32, 2.0, 0.0], [3.0, -4.0, 5.0]], &Device::Cpu).unwrap();
-        let out = a.t().unwrap().apply_op1(MyRelu).unwrap();
+        let out = a.t().unwrap().apply_op1(model::MyRelu).unwrap();
         assert_eq!(
             out.to_vec2::<f32>().unwrap(),
             vec![vec![0.0, 3.0], vec![2.0, 0.0], vec![0.0, 5.0]]
         );
         let v = Var::from_tensor(&a).unwrap();
-        let grads = (v.apply_op1(MyRelu).unwrap() * 3.0)
+        let grads = (v.apply_op1(model::MyRelu).unwrap() * 3.0)
             .unwrap()
             .sum_all()
             .unwrap()

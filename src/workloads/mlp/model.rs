@@ -153,7 +153,7 @@ impl Mlp {
 
 /// The study's `MyReLU`: forward clamps at 0 and keeps the input for the backward, which passes
 /// the output's gradient where the input is not negative.
-pub struct MyRelu;
+pub(crate) struct MyRelu;
 
 fn clamp_min_zero<T: Copy + PartialOrd + Default>(values: &[T], layout: &Layout) -> Vec<T> {
     let zero = T::default();

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 
 /// The operands of a trial, drawn from its seed: A and B uniform in [-1, 1) (sigmoid and tanh
 /// in [-4, 4), their interesting range), C zeroed.
-pub struct Operands<T> {
+pub(crate) struct Operands<T> {
     pub a: Vec<T>,
     pub b: Vec<T>,
     pub c: Vec<T>,
@@ -44,7 +44,7 @@ pub(super) fn dot_dims(shape: Shape) -> (usize, usize, usize) {
 }
 
 impl<T: Elem> Operands<T> {
-    pub fn new(op: Op, shape: Shape, seed: u64) -> Self {
+    pub(crate) fn new(op: Op, shape: Shape, seed: u64) -> Self {
         let (la, lb, lc) = operand_lens(op, shape);
         let range = match op {
             Op::Sigmoid | Op::Tanh => 4.0,
@@ -59,7 +59,7 @@ impl<T: Elem> Operands<T> {
 }
 
 /// Executes the op once with edgebench's kernels: C from A (and B).
-pub fn execute_native<T: Elem>(op: Op, shape: Shape, x: &mut Operands<T>) {
+pub(crate) fn execute_native<T: Elem>(op: Op, shape: Shape, x: &mut Operands<T>) {
     let Operands { a, b, c } = x;
     match op {
         Op::Add => kernels::binary(a, b, c, T::add),
@@ -75,7 +75,7 @@ pub fn execute_native<T: Elem>(op: Op, shape: Shape, x: &mut Operands<T>) {
 }
 
 /// Executes the op once with candle's tensor ops; the result stays on the device.
-pub fn execute_candle(
+pub(crate) fn execute_candle(
     op: Op,
     a: &candle_core::Tensor,
     b: &candle_core::Tensor,
@@ -92,7 +92,7 @@ pub fn execute_candle(
 
 /// The operands as candle tensors on `device` (dot: A m×k, B k×n; others: flat vectors, B
 /// empty where unused).
-pub fn candle_operands(
+pub(crate) fn candle_operands(
     job: &OpsJob,
     device: &candle_core::Device,
 ) -> Result<(candle_core::Tensor, candle_core::Tensor)> {

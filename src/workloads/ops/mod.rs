@@ -32,7 +32,7 @@ pub mod peaks;
 
 mod execute;
 
-pub use execute::{candle_operands, execute_candle, execute_native, Operands};
+pub(crate) use execute::{candle_operands, execute_candle, execute_native, Operands};
 
 use crate::clock::monotonic_ns;
 use crate::config::DeviceKind;
@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use kernels::Elem;
 
 /// The constant of `scalar` (C = s·A).
-pub const SCALAR: f64 = 1.5;
+pub(crate) const SCALAR: f64 = 1.5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -86,7 +86,7 @@ impl Op {
 
     /// Arrays of the op's size it reads or writes once each (A, B, C or A, C). Dot's three
     /// matrices differ in size; see [`counts`].
-    pub fn arrays(self) -> usize {
+    pub(crate) fn arrays(self) -> usize {
         match self {
             Op::Add | Op::Mul | Op::Dot => 3,
             Op::Scalar | Op::Sigmoid | Op::Tanh => 2,
@@ -94,7 +94,7 @@ impl Op {
     }
 
     /// FLOPs per output element of the elementwise ops (the table in the module docs).
-    pub fn flops_per_element(self) -> Option<u64> {
+    pub(crate) fn flops_per_element(self) -> Option<u64> {
         match self {
             Op::Add | Op::Mul | Op::Scalar => Some(1),
             Op::Sigmoid => Some(4),
@@ -118,7 +118,7 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    pub fn size_bytes(self) -> usize {
+    pub(crate) fn size_bytes(self) -> usize {
         match self {
             Dtype::F32 => 4,
             Dtype::F64 => 8,
@@ -165,7 +165,7 @@ impl Engine {
     }
 
     /// The fastest engine on a device: the kernels on the CPU, candle's ops on CUDA.
-    pub fn default_for(device: DeviceKind) -> Engine {
+    pub(crate) fn default_for(device: DeviceKind) -> Engine {
         match device {
             DeviceKind::Cpu => Engine::Edgebench,
             DeviceKind::Cuda => Engine::Candle,
@@ -192,11 +192,11 @@ impl std::fmt::Display for Shape {
 }
 
 /// Largest size accepted, MiB: beyond any board's memory, so a larger value is a unit slip.
-pub const MAX_MB: f64 = 1024.0 * 1024.0;
+pub(crate) const MAX_MB: f64 = 1024.0 * 1024.0;
 
 /// The shape whose operands together take `mb` MiB: elementwise ops split it over their
 /// arrays; dot takes square n×n matrices (3n² elements).
-pub fn shape_for_mb(op: Op, dtype: Dtype, mb: f64) -> Result<Shape> {
+pub(crate) fn shape_for_mb(op: Op, dtype: Dtype, mb: f64) -> Result<Shape> {
     if !(mb.is_finite() && mb > 0.0 && mb <= MAX_MB) {
         bail!("op size {mb} MiB: give the mebibytes the op touches, a number in (0, {MAX_MB}]");
     }
@@ -324,7 +324,7 @@ pub struct Roofs {
 
 impl Roofs {
     /// The measured bandwidth of the STREAM kernel with the op's pattern of reads and writes.
-    pub fn measured_gbs_for(&self, op: Op) -> Option<f64> {
+    pub(crate) fn measured_gbs_for(&self, op: Op) -> Option<f64> {
         match op.arrays() {
             2 => self.measured_copy_gbs,
             _ => self.measured_triad_gbs,
@@ -354,9 +354,9 @@ pub struct OpsJob {
 }
 
 /// Defaults of a trial's timing: a few warm-ups, then at least 10 executions and 1 s.
-pub const DEFAULT_WARMUP: usize = 2;
-pub const DEFAULT_MIN_EXECUTIONS: usize = 10;
-pub const DEFAULT_MIN_TIME_S: f64 = 1.0;
+pub(crate) const DEFAULT_WARMUP: usize = 2;
+pub(crate) const DEFAULT_MIN_EXECUTIONS: usize = 10;
+pub(crate) const DEFAULT_MIN_TIME_S: f64 = 1.0;
 
 impl OpsJob {
     /// A job with the default timing, seed and engine, no roofs.
@@ -530,7 +530,7 @@ fn jobs_of(config: &crate::config::Config, o: &OpsConfig) -> Result<Vec<OpsJob>>
 /// sizes are checked by the workload before anything runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct OpsConfig {
+pub(crate) struct OpsConfig {
     /// `add`, `mul`, `dot`, `scalar`, `sigmoid`, `tanh`.
     pub ops: Vec<String>,
     /// Megabytes (MiB) of data each op touches (dot: square matrices of that total), for the
@@ -569,7 +569,7 @@ pub const KIND: WorkloadKind = WorkloadKind::named("ops");
 
 /// Operator micro-benchmarks over (op, size, device) (`[ops]`).
 #[derive(Debug, Clone, Copy)]
-pub struct Ops;
+pub(crate) struct Ops;
 
 /// What the ops workload plans from: the `[ops]` table's jobs and the roofs they are judged
 /// against.
@@ -729,11 +729,11 @@ impl super::TypedWorkload for Ops {
 
 /// Sensor readings a trial's measured time spans beyond the [`MIN_SENSOR_UPDATES`] its energy
 /// needs: the first and last reading may fall just outside the measured window.
-pub const READING_MARGIN: usize = 2;
+pub(crate) const READING_MARGIN: usize = 2;
 
 /// The shortest measured time per trial that gives its energy enough distinct sensor readings
 /// (`MIN_SENSOR_UPDATES` + [`READING_MARGIN`] periods of the sensor); None without power.
-pub fn min_time_for_power(reading_period: Option<std::time::Duration>) -> Option<f64> {
+pub(crate) fn min_time_for_power(reading_period: Option<std::time::Duration>) -> Option<f64> {
     reading_period.map(|p| (MIN_SENSOR_UPDATES + READING_MARGIN) as f64 * p.as_secs_f64())
 }
 
@@ -759,7 +759,7 @@ pub fn plan(input: &super::PlanInput<'_>, plan: &OpsPlan) -> Vec<super::PlannedT
 
 /// Bytes a trial holds: its operands (each once; the counted bytes are exactly that), plus on
 /// candle's engine the output each execution allocates while the previous one is alive.
-pub fn memory_estimate(job: &OpsJob) -> u64 {
+pub(crate) fn memory_estimate(job: &OpsJob) -> u64 {
     let c = job.counts();
     let output = c.elements * job.dtype.size_bytes() as u64;
     match job.engine {
@@ -780,7 +780,7 @@ fn put_energy(
 
 /// Energy per unit of work, once the trial's energy over its `executions` measured
 /// executions is known: `joule_per_gflop` and `joule_per_gbyte` (the bytes the op moves).
-pub fn energy_metrics(
+pub(crate) fn energy_metrics(
     job: &OpsJob,
     executions: usize,
     energy_j: f64,

@@ -62,7 +62,7 @@ impl PeakSizes {
 }
 
 /// The largest data cache of CPU 0, from sysfs (`cpu0/cache/index*/size`, e.g. `32768K`).
-pub fn last_level_cache_bytes(host: &HostPaths) -> Option<u64> {
+pub(crate) fn last_level_cache_bytes(host: &HostPaths) -> Option<u64> {
     let dir = host.sys("devices/system/cpu/cpu0/cache");
     std::fs::read_dir(dir)
         .ok()?
@@ -114,7 +114,7 @@ fn best_of(repetitions: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// The side of the f64 GEMM measured beside an `sgemm_size` SGEMM.
-pub fn dgemm_size(sgemm_size: usize) -> usize {
+pub(crate) fn dgemm_size(sgemm_size: usize) -> usize {
     (sgemm_size / 2).max(64)
 }
 
@@ -155,7 +155,7 @@ fn measure_cpu(sizes: PeakSizes) -> MeasuredPeaks {
 
 /// Best seconds of STREAM's copy and triad over f64 arrays of `len` elements, each thread
 /// streaming its own contiguous part as STREAM's OpenMP loops do.
-pub fn stream_f64(len: usize, repetitions: usize) -> (f64, f64) {
+pub(crate) fn stream_f64(len: usize, repetitions: usize) -> (f64, f64) {
     let a: Vec<f64> = ops::kernels::fill(len, 3, 0.0, 1.0);
     let b: Vec<f64> = ops::kernels::fill(len, 4, 0.0, 1.0);
     let mut c: Vec<f64> = ops::kernels::fill(len, 0, 0.0, 0.0);
@@ -231,7 +231,7 @@ fn measure_candle(device: &candle_core::Device, sizes: PeakSizes) -> Result<Meas
 
 /// A CPU's theoretical fp32 peak and how it was worked out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CpuPeak {
+pub(crate) struct CpuPeak {
     pub gflops: f64,
     pub how: String,
 }
@@ -241,7 +241,7 @@ pub struct CpuPeak {
 /// FLOPs per cycle come from the x86 flags: SIMD lanes (AVX-512F 16, AVX 8, SSE 4) × 2 with
 /// FMA × 2 vector pipes (as on x86 cores since Haswell and Zen 2; older ones are
 /// overestimated). Other architectures do not report their pipes: unknown (None).
-pub fn host_cpu_peak(host: &HostPaths) -> Option<CpuPeak> {
+pub(crate) fn host_cpu_peak(host: &HostPaths) -> Option<CpuPeak> {
     let info = std::fs::read_to_string(host.proc("cpuinfo")).ok()?;
     let mut total = 0.0;
     let mut cores = 0usize;
@@ -424,7 +424,7 @@ impl PeaksReport {
 
     /// As run provenance items (`peaks.<device>.<figure>`), so each run keeps the roofs its
     /// trials were judged against.
-    pub fn provenance_items(&self) -> Vec<(String, String)> {
+    pub(crate) fn provenance_items(&self) -> Vec<(String, String)> {
         let mut items = Vec::new();
         for d in &self.devices {
             let dev = d.device.as_str();
