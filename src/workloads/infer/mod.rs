@@ -464,7 +464,8 @@ impl TypedWorkload for Infer {
                     .value_name("SEED")
                     .value_parser(value_parser!(u64))
                     .default_value("0")
-                    .help("The seed the exported weights are drawn from"),
+                    .requires("export_onnx")
+                    .help("The seed the exported weights are drawn from (with --export-onnx)"),
             ],
             run: |matches| {
                 let dir = matches
