@@ -4,7 +4,7 @@
 //! logged), every net and mode the parser reads, batches from 1 up, one point missing as a
 //! run that did not fit in memory leaves it. Needs python3.
 
-use crate::common::{arg, describe, ok, run_edgebench, skip_or_fail};
+use crate::common::{arg, cannot_run, describe, ok, run_edgebench};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
@@ -238,7 +238,7 @@ fn read(path: &Path) -> Vec<u8> {
 #[test]
 fn annex_c_and_export_csv_write_the_same_bytes() {
     let Some(python) = python3() else {
-        skip_or_fail("no python3 to run annex C (bench/study/annex_c.py)");
+        cannot_run("no python3 to run annex C (bench/study/annex_c.py)");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

@@ -608,7 +608,7 @@ fn long_run(dir: &Path, db: &Path) -> std::process::Child {
 }
 
 /// `dir/data/bench.db` holding one trial, where `data` can be bind-mounted read-only; None
-/// (said by `skip_or_fail`) where this host cannot.
+/// (said by `cannot_run`) where this host cannot.
 fn db_in_a_folder_to_mount_read_only(
     dir: &std::path::Path,
 ) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
@@ -617,7 +617,7 @@ fn db_in_a_folder_to_mount_read_only(
     let db = data.join("bench.db");
     one_trial_db(dir, &db);
     if !read_only_mount_works(&data) {
-        common::skip_or_fail(
+        common::cannot_run(
             "this host cannot bind-mount a folder read-only (needs root and unshare)",
         );
         return None;

@@ -193,7 +193,7 @@ fn systemd_analyze_runs() -> bool {
             true
         }
         Err(e) => {
-            common::skip_or_fail(&format!(
+            common::cannot_run(&format!(
                 "systemd-analyze does not run ({e}): install the systemd package"
             ));
             false

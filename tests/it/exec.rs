@@ -413,7 +413,7 @@ timeout = "2m"
 #[test]
 fn a_command_that_overflows_its_memory_limit_is_oom() {
     if let Some(why) = common::cgroup_unusable() {
-        common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        common::cannot_run(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1152,7 +1152,7 @@ fn trial_cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_command_flooding_its_output_is_not_oom_under_a_tight_memory_limit() {
     if let Some(why) = common::cgroup_unusable() {
-        return common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        return common::cannot_run(&format!("memory cgroup unusable: {why}"));
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("flood.db");
@@ -1202,7 +1202,7 @@ fn kill_9_of_edgebench_ends_every_process_its_command_started() {
 #[test]
 fn a_sweep_after_kill_9_kills_what_a_dead_trial_left_and_removes_its_cgroup() {
     if let Some(why) = common::cgroup_unusable() {
-        return common::skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        return common::cannot_run(&format!("memory cgroup unusable: {why}"));
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("stale.db");
@@ -1339,7 +1339,7 @@ fn a_database_deleted_during_a_run_is_reported_and_its_results_kept_in_a_recover
 fn a_command_runs_as_the_user_its_entry_names_and_an_unknown_user_is_refused() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return common::skip_or_fail("switching to another user needs root");
+        return common::cannot_run("switching to another user needs root");
     }
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("user.db");

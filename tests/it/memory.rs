@@ -4,7 +4,7 @@
 //! does not allow them they fail under CI and say they did not run elsewhere.
 
 use crate::common::{
-    cgroup_unusable, children, describe, edgebench, results, signal, skip_or_fail, wait_for,
+    cannot_run, cgroup_unusable, children, describe, edgebench, results, signal, wait_for,
 };
 use edgebench::host::HostPaths;
 use edgebench::memory::procfs::ProcReader;
@@ -128,7 +128,7 @@ fn a_trial_that_cannot_fit_is_skipped_before_it_runs() {
     // 1 MiB cannot hold AlexNet's 61 M parameters: predicted not to fit, so not run. The cap
     // is only read for the estimate here; --mem-limit also needs a cgroup.
     if let Some(why) = cgroup_unusable() {
-        skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        cannot_run(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let out = edgebench(dir.path())
@@ -159,7 +159,7 @@ fn a_trial_that_cannot_fit_is_skipped_before_it_runs() {
 #[test]
 fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
     if let Some(why) = cgroup_unusable() {
-        skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        cannot_run(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -204,14 +204,14 @@ fn oom_kill_is_recorded_and_the_next_trial_still_runs() {
 #[test]
 fn a_trial_pushed_into_swap_is_flagged() {
     if let Some(why) = cgroup_unusable() {
-        skip_or_fail(&format!("memory cgroup unusable: {why}"));
+        cannot_run(&format!("memory cgroup unusable: {why}"));
         return;
     }
     let swap = ProcReader::new(&HostPaths::default())
         .meminfo()
         .map_or(0, |m| m.swap_free);
     if swap < 1 << 30 {
-        skip_or_fail(&format!(
+        cannot_run(&format!(
             "needs at least 1 GiB of free swap (.ci/run turns on a swap file); have {swap} bytes"
         ));
         return;

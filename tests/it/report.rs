@@ -731,7 +731,7 @@ fn browser_check(page: &Path, images: usize) {
             .is_ok_and(|o| o.status.success())
     });
     let Some(chromium) = chromium else {
-        common::skip_or_fail("no chromium to load summary.html (Debian: apt-get install chromium)");
+        common::cannot_run("no chromium to load summary.html (Debian: apt-get install chromium)");
         return;
     };
     // The page as written, with a script that writes its verdict into the DOM after load.

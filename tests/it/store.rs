@@ -1246,7 +1246,7 @@ fn a_database_that_cannot_be_written_is_refused_naming_it_before_anything_is_cre
     let file_db = dir.path().join("file.db");
     every_table_db(&file_db);
     let Some(guard) = Unwritable::new(&file_db) else {
-        common::skip_or_fail("this host cannot make a file unwritable for this user");
+        common::cannot_run("this host cannot make a file unwritable for this user");
         return;
     };
     assert_refused(Store::open(&file_db).unwrap_err(), &file_db, "file.db");
@@ -1264,7 +1264,7 @@ fn a_database_that_cannot_be_written_is_refused_naming_it_before_anything_is_cre
     let db = folder.join("bench.db");
     every_table_db(&db);
     let Some(guard) = Unwritable::new(&folder) else {
-        common::skip_or_fail("this host cannot make a folder unwritable for this user");
+        common::cannot_run("this host cannot make a folder unwritable for this user");
         return;
     };
     let says = format!("its folder {}", folder.display());
@@ -1639,7 +1639,7 @@ fn a_full_disk_at_schema_creation_is_said_once() {
     // A small file system of its own, filled: needs root to mount.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        common::skip_or_fail("not root: cannot mount a small tmpfs");
+        common::cannot_run("not root: cannot mount a small tmpfs");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1649,7 +1649,7 @@ fn a_full_disk_at_schema_creation_is_said_once() {
         .output()
         .unwrap();
     if !mount.status.success() {
-        common::skip_or_fail(&format!(
+        common::cannot_run(&format!(
             "cannot mount a tmpfs: {}",
             String::from_utf8_lossy(&mount.stderr)
         ));
