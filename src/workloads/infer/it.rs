@@ -24,6 +24,35 @@ fn export(dir: &Path) -> std::path::PathBuf {
     models
 }
 
+/// The flags infer adds to `models` ask for its export only: `models` alone still describes
+/// the networks, and `--seed` without `--export-onnx` is refused before anything is written.
+#[test]
+fn models_takes_the_export_flags_of_the_infer_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(edgebench(dir.path()).arg("models").output().unwrap());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("googlenet"));
+    let help = ok(edgebench(dir.path())
+        .args(["models", "--help"])
+        .output()
+        .unwrap());
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--export-onnx <DIR>") && help.contains("--seed"),
+        "{help}"
+    );
+    let seed_alone = edgebench(dir.path())
+        .args(["models", "--seed", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        seed_alone.status.code(),
+        Some(2),
+        "{}",
+        describe(&seed_alone)
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 /// Type-7 quantile (linear between order statistics) of sorted values.
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
