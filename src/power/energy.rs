@@ -305,9 +305,12 @@ pub(crate) fn trial_energy(
 
 #[cfg(test)]
 mod tests {
-    use super::super::sampler::RailSeries;
+    use super::super::sampler::{RailSeries, RecordingHandle};
     use super::*;
+    use crate::power::{PowerSource, Reading};
     use crate::testkit::rows::iteration_ms as iter;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     const MS: i64 = 1_000_000;
 
@@ -506,5 +509,63 @@ mod tests {
             mean_total_power(&samples, 0, 1000 * MS).unwrap(),
             5.0
         ));
+    }
+
+    /// A sampler whose sensor fails for a while keeps sampling, and the trial over that
+    /// stretch is marked incomplete with its gap.
+    #[test]
+    fn sampler_marks_errors_and_keeps_going() {
+        struct Flaky(u32, Vec<String>);
+        impl PowerSource for Flaky {
+            fn describe(&self) -> String {
+                "flaky".into()
+            }
+            fn rails(&self) -> &[String] {
+                &self.1
+            }
+            fn read(&mut self) -> anyhow::Result<Vec<Reading>> {
+                self.0 += 1;
+                // Reads 5..=9 fail, read 12 is absurd.
+                anyhow::ensure!(!(5..10).contains(&self.0), "EIO");
+                let watts = if self.0 == 12 { f64::NAN } else { 2.0 };
+                Ok(vec![Reading {
+                    volts: None,
+                    amps: None,
+                    watts,
+                }])
+            }
+            fn default_period(&self) -> Duration {
+                Duration::from_millis(2)
+            }
+        }
+        let src: Box<dyn PowerSource> = Box::new(Flaky(0, vec!["R".into()]));
+        let h = RecordingHandle::start(
+            &[(Arc::new(Mutex::new(src)), Duration::from_millis(2))],
+            vec![("flaky".into(), "R".into())],
+            None,
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        let s = h.stop();
+        assert_eq!(s.errors.len(), 2, "{:?}", s.errors);
+        assert!(s.series[0].watts.iter().all(|&w| w == 2.0));
+        let t = &s.series[0].t_ns;
+        let e = trial_energy(
+            &s,
+            &[IterationRecord {
+                step: 0,
+                epoch: 0,
+                loss: 1.0,
+                lr: 0.1,
+                data_s: 0.0,
+                step_s: 0.0,
+                t_start_ns: t[0],
+                t_end_ns: *t.last().unwrap(),
+            }],
+            0,
+            1,
+            None,
+        )
+        .unwrap();
+        assert!(e.incomplete && e.gap_s > 0.008, "{e:?}");
     }
 }
