@@ -266,7 +266,8 @@ impl Geom {
 
     /// How many images each parallel task takes. The ops that split a batch this way run only
     /// with at least one image per thread (fewer take the per-image splits: `fwd_channels`,
-    /// `bwd_data_channels`, `bwd_filter_rows`), so the GEMMs inside a task are single-threaded.
+    /// `bwd_data_channels`, `bwd_filter_rows`, Winograd's `fwd_few`), so the GEMMs inside a task
+    /// are single-threaded.
     pub(crate) fn images_per_task(&self) -> usize {
         let tasks = self.n.clamp(1, rayon::current_num_threads().max(1));
         self.n.div_ceil(tasks).max(1)

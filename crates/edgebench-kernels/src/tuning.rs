@@ -34,6 +34,13 @@ pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 /// slower there (GoogLeNet 5a/5b).
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
 
+/// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
+/// path (each image split over the threads by channels): a 14x14 map is 49 tiles (F(2x2)), too
+/// few columns for its GEMMs, and measured level with im2col forward and 30 % slower backward
+/// on GoogLeNet's 4a/3x3 at batch 1 on 2 threads; 28x28 and 56x56 maps (196 tiles) 13–32 %
+/// faster (`cargo run --release -p edgebench-kernels --example conv_paths`).
+pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
+
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
 /// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes

@@ -10,7 +10,8 @@
 //! The transforms' coefficients are 0, ±1 and ½, so the results differ from im2col's only by
 //! rounding (the tests compare both). Work is split as in `conv`: one contiguous run of images
 //! per rayon thread; the GEMMs take blocks of tiles (whole images side by side for small maps,
-//! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns.
+//! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
+//! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
 //! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 conv2/3x3) take F(4x4, 3x3)
 //! instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than
@@ -19,22 +20,22 @@
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
-use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_MIN_SIDE};
+use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE, WINOGRAD_MIN_SIDE};
 use crate::util::{deinterleave2, relu_f, sum, sum_partials, Float};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
-/// `WINOGRAD_MIN_SIDE`, at least one image per thread (with fewer, one task holds the batch and
-/// its transforms run on one core while gemm's threads share only the GEMMs: batch 1 measured
-/// slower than im2col), and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the
-/// im2col path, for comparison).
+/// `WINOGRAD_MIN_SIDE`, and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the
+/// im2col path, for comparison). With fewer images than threads each image is split over the
+/// threads by channels (`fwd_few`), on maps of at least `WINOGRAD_FEW_MIN_SIDE`.
 pub(crate) fn applies(g: &Geom) -> bool {
+    let side = g.h.min(g.w);
     tuning().winograd
         && fits(g)
-        && g.h.min(g.w) >= WINOGRAD_MIN_SIDE
-        && g.n >= rayon::current_num_threads()
+        && side >= WINOGRAD_MIN_SIDE
+        && (g.n >= rayon::current_num_threads() || side >= WINOGRAD_FEW_MIN_SIDE)
 }
 
 /// Whether the Winograd kernels compute a convolution of this shape at all: 3x3, stride 1,
@@ -305,20 +306,41 @@ impl<T: Float> Rows<T> {
     }
 }
 
-/// V[ξ][c][at + (th - rows.start)·tw + tw'] = (Bᵀ d B)[ξ] of one image's channels `x` (C, h, w),
-/// for tile rows `rows`; V's rows (per ξ and channel) are `ld` long.
+/// Where a transform's tiles lie in a buffer: tile j of channel c at tile position ξ is element
+/// `ξ·xi + c·ch + at + j`. The GEMMs of a task take ξ-major blocks (`ch` = the band's tile
+/// count, `xi` = channels · that); an image split over the threads by channels takes
+/// channel-major ones (`xi` = the tile count, `ch` = ξ · that), so each run of channels is one
+/// contiguous slice.
+#[derive(Clone, Copy)]
+struct Strides {
+    xi: usize,
+    ch: usize,
+    at: usize,
+}
+
+impl Strides {
+    /// ξ-major: `channels` rows of `ld` tiles per tile position, starting at tile `at`.
+    fn xi_major(channels: usize, ld: usize, at: usize) -> Strides {
+        Strides {
+            xi: channels * ld,
+            ch: ld,
+            at,
+        }
+    }
+}
+
+/// V[ξ][c][(th - rows.start)·tw + tw'] = (Bᵀ d B)[ξ] of one image's channels `x` (C, h, w), for
+/// tile rows `rows`, placed in `v` by `to`.
 fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     x: &[T],
     t: &Tiles,
     rows: &Range<usize>,
     v: &mut [T],
-    (ld, at): (usize, usize),
+    to: Strides,
     s: &mut Rows<T>,
 ) {
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
-    let channels = x.len() / (h * w);
-    let xi_stride = channels * ld;
     let n = rows.len() * tw;
     // Padded rows M·start .. M·end + 2 by phase (p mod M): tile row i takes the M rows of group
     // i and the first A - M of group i + 1, so each phase is read at offsets 0 and tw.
@@ -344,10 +366,10 @@ fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
             W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
         }
         // Bᵀ down the columns, for every tile of the band at once.
-        let off = c * ld + at;
+        let off = c * to.ch + to.at;
         for k in 0..A {
             let d = std::array::from_fn(|l| &s.v[slot(l % M, k) + (l / M) * tw..][..n]);
-            let at_i = std::array::from_fn(|i| (i * A + k) * xi_stride + off);
+            let at_i = std::array::from_fn(|i| (i * A + k) * to.xi + off);
             W::bt(d, windows_at(v, at_i, n));
         }
     }
@@ -401,21 +423,19 @@ fn output_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     }
 }
 
-/// dM[ξ][o][at + ...] = (A dy Aᵀ)[ξ] per tile of one image's output gradient `dy` (O, h, w),
-/// tile rows `rows` (outputs past the edge count as zero).
+/// dM[ξ][o][...] = (A dy Aᵀ)[ξ] per tile of one image's output gradient `dy` (O, h, w), tile
+/// rows `rows` (outputs past the edge count as zero), placed in `dm` by `to`.
 fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     dy: &[T],
     t: &Tiles,
     rows: &Range<usize>,
     dm: &mut [T],
-    (ld, at): (usize, usize),
+    to: Strides,
     s: &mut Rows<T>,
 ) {
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     let n = rows.len() * tw;
-    let outs = dy.len() / (h * w);
-    let xi_stride = outs * ld;
     let full = w / M;
     for (o, plane) in dy.chunks_exact(h * w).enumerate() {
         // p[a][b]: element b of each tile's row a (M·M vectors, a-major), then r[a] per column j.
@@ -440,7 +460,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
                 }
             }
         }
-        let off = o * ld + at;
+        let off = o * to.ch + to.at;
         for j in 0..A {
             // r[a] = (dy Aᵀ)[a][j] for the M rows a.
             for a in 0..M {
@@ -448,7 +468,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
                 W::a_row(pa, j, &mut r[a * n..(a + 1) * n]);
             }
             let ra = std::array::from_fn(|a| &r[a * n..(a + 1) * n]);
-            let at_i = std::array::from_fn(|i| (i * A + j) * xi_stride + off);
+            let at_i = std::array::from_fn(|i| (i * A + j) * to.xi + off);
             W::a(ra, windows_at(dm, at_i, n));
         }
     }
@@ -613,7 +633,7 @@ type FilterFn<T> = fn(&[T], usize) -> Vec<T>;
 /// Its adjoint: (transformed filter gradients, O·C, dW to write).
 type FilterAdjointFn<T> = fn(&[T], usize, &mut [MaybeUninit<T>]);
 /// `input_transform` / `output_adjoint`: one image's planes -> a tile-major band.
-type ToTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, &mut [T], (usize, usize), &mut Rows<T>);
+type ToTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, &mut [T], Strides, &mut Rows<T>);
 /// `input_adjoint`: a tile-major band -> added into one image's padded planes.
 type FromTilesFn<T> = fn(&[T], &Tiles, &Range<usize>, (usize, usize), &mut [T], &mut Rows<T>);
 /// `output_transform`: a tile-major band -> one image's output, with the bias and ReLU.
@@ -676,6 +696,9 @@ pub(crate) fn fwd_with<T: Float>(
     if len == 0 {
         return (y, u);
     }
+    if g.n < rayon::current_num_threads() {
+        return (fwd_few((x, x_img), &u, bias, g, relu, m), u);
+    }
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
     y.spare_capacity_mut()
@@ -689,7 +712,14 @@ pub(crate) fn fwd_with<T: Float>(
                 for j in 0..nb {
                     let xj = &xs[(n0 + j) * x_img..][..c * hw];
                     let at = j * rows.len() * t.tw;
-                    (f.input)(xj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
+                    (f.input)(
+                        xj,
+                        &t,
+                        &rows,
+                        &mut s.a,
+                        Strides::xi_major(c, ld, at),
+                        &mut s.rows,
+                    );
                 }
                 // Output channels in chunks whose GEMM outputs stay in L2 for the transform.
                 let step = out_chunk(ld, o, t.xi());
@@ -766,6 +796,9 @@ pub(crate) fn bwd_both_with<T: Float>(
             &transformed[..]
         }
     };
+    if g.n < rayon::current_num_threads() {
+        return bwd_both_few((x, x_img), dy, u, g, m);
+    }
     let (hp, wp) = t.padded();
     let (dx, _) = out.spare_capacity_mut().split_at_mut(ndx);
     let partials: Vec<Vec<T>> = dx
@@ -790,8 +823,10 @@ pub(crate) fn bwd_both_with<T: Float>(
                     let at = j * rows.len() * t.tw;
                     let dyj = &dys[(n0 + j) * o * hw..][..o * hw];
                     let xj = &xs[(n0 + j) * x_img..][..c * hw];
-                    (f.output_adjoint)(dyj, &t, &rows, &mut s.a, (ld, at), &mut s.rows);
-                    (f.input)(xj, &t, &rows, &mut v, (ld, at), &mut s.rows);
+                    let to = Strides::xi_major(o, ld, at);
+                    (f.output_adjoint)(dyj, &t, &rows, &mut s.a, to, &mut s.rows);
+                    let to = Strides::xi_major(c, ld, at);
+                    (f.input)(xj, &t, &rows, &mut v, to, &mut s.rows);
                 }
                 let xi = (o * c, o * ld, c * ld);
                 gemms(
@@ -829,6 +864,201 @@ pub(crate) fn bwd_both_with<T: Float>(
     }
     // SAFETY: every image's dx is copied out once its last band is done, and the tail
     // (dW, db) was written just above.
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// Channels per run when fewer images than threads split each image over the threads by
+/// channels: one run per thread.
+fn channel_runs(channels: usize) -> usize {
+    channels
+        .div_ceil(rayon::current_num_threads().max(1))
+        .max(1)
+}
+
+/// `planes` (C planes of `hw`) -> f's tiles of the band `rows` in `out`, channel-major (each
+/// channel's ξ rows of `ld` together), by runs of `step` channels on all threads: each run
+/// writes its own contiguous part of `out`.
+fn tiles_by_channels<T: Float>(
+    f: ToTilesFn<T>,
+    (planes, hw): (&[T], usize),
+    step: usize,
+    t: &Tiles,
+    rows: &Range<usize>,
+    out: &mut [T],
+) {
+    let ld = rows.len() * t.tw;
+    let to = Strides {
+        xi: ld,
+        ch: t.xi() * ld,
+        at: 0,
+    };
+    planes
+        .par_chunks(step * hw)
+        .zip(out.par_chunks_mut(step * to.ch))
+        .for_each(|(p, run)| f(p, t, rows, run, to, &mut Rows::new(t)));
+}
+
+/// `fwd_with` for fewer images than threads (batch 1 on a multi-core CPU): a task per image
+/// would leave threads idle, so each image is split over the threads by channels. The input
+/// transform runs by runs of input channels, into a channel-major V that each run writes as one
+/// slice; then each thread computes its run of output channels (their GEMMs over all of V, and
+/// the output transform into their planes of y).
+fn fwd_few<T: Float>(
+    (x, x_img): (&[T], usize),
+    u: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+    m: usize,
+) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let f = Transforms::of(m);
+    let len = g.n * o * hw;
+    let mut y = Vec::with_capacity(len);
+    let t = Tiles::new(g, 1, m);
+    let xis = t.xi();
+    let (c_step, o_step) = (channel_runs(c), channel_runs(o));
+    let mut v = vec![T::ZERO; xis * c * t.max_cols()];
+    let ys = &mut y.spare_capacity_mut()[..len];
+    for (xn, yn) in x.chunks(x_img).zip(ys.chunks_exact_mut(o * hw)) {
+        for (_, _, rows) in t.blocks(1) {
+            let ld = rows.len() * t.tw;
+            tiles_by_channels(f.input, (&xn[..c * hw], hw), c_step, &t, &rows, &mut v);
+            let v = &v;
+            yn.par_chunks_mut(o_step * hw)
+                .enumerate()
+                .for_each(|(k, yk)| {
+                    let outs = yk.len() / hw;
+                    let mut s = Rows::new(&t);
+                    // Output channels in chunks whose GEMM outputs stay in L2, as in `fwd_with`.
+                    let step = out_chunk(ld, outs, xis);
+                    let mut b = vec![T::ZERO; xis * step.min(outs) * ld];
+                    for o0 in (0..outs).step_by(step) {
+                        let (oc, first) = (step.min(outs - o0), k * o_step + o0);
+                        let xi = (o * c, ld, oc * ld);
+                        let lhs = &u[first * c..];
+                        gemms(
+                            xis,
+                            (oc, ld, c),
+                            &mut b,
+                            false,
+                            lhs,
+                            (c, 1),
+                            v,
+                            (xis * ld, 1),
+                            xi,
+                        );
+                        let (yc, bc) = (&mut yk[o0 * hw..][..oc * hw], &bias[first..][..oc]);
+                        (f.output)(&b, &t, &rows, (ld, 0), yc, bc, relu, &mut s);
+                    }
+                });
+        }
+    }
+    // SAFETY: every image's output rows are written by `output_transform` (all tile rows).
+    unsafe { y.set_len(len) };
+    y
+}
+
+/// `bwd_both_with` for fewer images than threads, split by channels as `fwd_few`: V and dM are
+/// made by runs of channels (channel-major), the input gradient is taken by runs of input
+/// channels (each run's padded planes its own), the weight gradient by runs of filters (each
+/// run's rows of dU summed over the images by that run), so no two tasks write one element.
+fn bwd_both_few<T: Float>(
+    (x, x_img): (&[T], usize),
+    dy: &[T],
+    u: &[T],
+    g: &Geom,
+    m: usize,
+) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let (ndx, oc) = (g.n * c * hw, o * c);
+    let len = ndx + 9 * oc + o;
+    let mut out = Vec::with_capacity(len);
+    let t = Tiles::new(g, 1, m);
+    let (xis, cols) = (t.xi(), t.max_cols());
+    let f = Transforms::<T>::of(m);
+    let (hp, wp) = t.padded();
+    let (c_step, o_step) = (channel_runs(c), channel_runs(o));
+    let (mut v, mut dm) = (vec![T::ZERO; xis * c * cols], vec![T::ZERO; xis * o * cols]);
+    let mut accs: Vec<Vec<T>> = (0..c)
+        .step_by(c_step)
+        .map(|c0| vec![T::ZERO; c_step.min(c - c0) * hp * wp])
+        .collect();
+    // dU by runs of filters, each run's block ξ-major ([ξ][filters][C]), and db.
+    let (mut du, mut db) = (vec![T::ZERO; xis * oc], vec![T::ZERO; o]);
+    let (dx, tail) = out.spare_capacity_mut().split_at_mut(ndx);
+    let images = x.chunks(x_img).zip(dy.chunks_exact(o * hw));
+    for ((xn, dyn_), dxn) in images.zip(dx.chunks_exact_mut(c * hw)) {
+        for (_, _, rows) in t.blocks(1) {
+            let ld = rows.len() * t.tw;
+            tiles_by_channels(f.input, (&xn[..c * hw], hw), c_step, &t, &rows, &mut v);
+            tiles_by_channels(f.output_adjoint, (dyn_, hw), o_step, &t, &rows, &mut dm);
+            let (v, dm) = (&v, &dm);
+            // V and dM are channel-major: a channel's ξ rows of ld tiles together.
+            let ch = xis * ld;
+            rayon::join(
+                || {
+                    dxn.par_chunks_mut(c_step * hw)
+                        .zip(accs.par_iter_mut())
+                        .enumerate()
+                        .for_each(|(k, (dxk, acc))| {
+                            let cc = dxk.len() / hw;
+                            if rows.start == 0 {
+                                acc.fill(T::ZERO);
+                            }
+                            // dV_ξ = U_ξᵀ · dM_ξ for this run's channels, ξ-major as
+                            // `input_adjoint` takes it.
+                            let mut dv = vec![T::ZERO; xis * cc * ld];
+                            let xi = (o * c, ld, cc * ld);
+                            let lhs = &u[k * c_step..];
+                            gemms(
+                                xis,
+                                (cc, ld, o),
+                                &mut dv,
+                                false,
+                                lhs,
+                                (1, c),
+                                dm,
+                                (ch, 1),
+                                xi,
+                            );
+                            (f.input_adjoint)(&dv, &t, &rows, (ld, 0), acc, &mut Rows::new(&t));
+                            if rows.end == t.th {
+                                copy_interiors(acc, dxk, g, (hp, wp));
+                            }
+                        })
+                },
+                || {
+                    du.par_chunks_mut(o_step * xis * c)
+                        .zip(db.par_chunks_mut(o_step))
+                        .enumerate()
+                        .for_each(|(k, (duk, dbk))| {
+                            // dU_ξ += dM_ξ · V_ξᵀ for this run's filters (ξ-major within the run).
+                            let filters = dbk.len();
+                            let lhs = &dm[k * o_step * ch..];
+                            let xi = (ld, ld, filters * c);
+                            let (lhs_s, rhs_s) = ((ch, 1), (1, ch));
+                            gemms(xis, (filters, c, ld), duk, true, lhs, lhs_s, v, rhs_s, xi);
+                            if rows.start == 0 {
+                                sum_planes(&dyn_[k * o_step * hw..][..filters * hw], hw, dbk);
+                            }
+                        })
+                },
+            );
+        }
+    }
+    // Each run's dU block is ξ-major over its filters, as `filter_adjoint` takes it, and its
+    // filters' rows of dW are one slice.
+    let (tail_dw, tail_db) = tail.split_at_mut(9 * oc);
+    du.par_chunks(o_step * xis * c)
+        .zip(tail_dw.par_chunks_mut(o_step * 9 * c))
+        .for_each(|(run, dw)| (f.filter_adjoint)(run, dw.len() / 9, dw));
+    for (d, &v) in tail_db.iter_mut().zip(&db) {
+        d.write(v);
+    }
+    // SAFETY: every image's dx is copied out once its last band is done (each run of input
+    // channels its own planes), and the tail (dW, db) was written just above.
     unsafe { out.set_len(len) };
     out
 }

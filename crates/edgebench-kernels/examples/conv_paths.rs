@@ -1,0 +1,60 @@
+//! Alternating comparison of the convolution paths on one layer, for a machine whose speed
+//! drifts (a shared VM): each round runs every path once, forward then backward, so a slow
+//! spell hits all paths alike; prints each path's minimum and median over the rounds.
+//!
+//! `cargo run --release -p edgebench-kernels --example conv_paths -- BATCH C SIDE O [ROUNDS]`
+//! (a 3x3, stride 1, pad 1 layer on a SIDE x SIDE map).
+
+use edgebench_kernels::bench_api::{ConvLayer, ConvPath};
+use edgebench_kernels::{keep_freed_memory, Conv2d};
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| {
+            a.parse()
+                .expect("arguments are numbers: BATCH C SIDE O [ROUNDS]")
+        })
+        .collect();
+    let [n, c, side, o] = args[..4] else {
+        panic!("usage: conv_paths BATCH C SIDE O [ROUNDS]");
+    };
+    let rounds = args.get(4).copied().unwrap_or(20);
+    keep_freed_memory();
+    let p = Conv2d {
+        stride: 1,
+        pad: 1,
+        groups: 1,
+        relu: true,
+    };
+    let layer = ConvLayer::new([n, c, side, side], [o, c, 3, 3], p).expect("layer fits");
+    let [lx, lw, lb, ly] = layer.lens();
+    let fill = |len: usize, seed: u32| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+            .collect()
+    };
+    let (x, w, b, dy) = (fill(lx, 1), fill(lw, 2), fill(lb, 3), fill(ly, 4));
+    let paths = [ConvPath::Im2col, ConvPath::Winograd2, ConvPath::Winograd4];
+    let mut times = vec![(Vec::new(), Vec::new()); paths.len()];
+    for _ in 0..rounds + 1 {
+        for (path, (fwd, bwd)) in paths.iter().zip(&mut times) {
+            let t = Instant::now();
+            std::hint::black_box(layer.fwd(*path, &x, &w, &b));
+            fwd.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            std::hint::black_box(layer.bwd(*path, &x, &dy, &w));
+            bwd.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    println!("batch {n}, {c} -> {o} channels, {side}x{side}, {rounds} rounds, {} threads: min / median ms", rayon::current_num_threads());
+    for (path, (fwd, bwd)) in paths.iter().zip(&mut times) {
+        let stat = |v: &mut Vec<f64>| {
+            v.remove(0);
+            v.sort_by(f64::total_cmp);
+            format!("{:7.3} / {:7.3}", v[0], v[v.len() / 2])
+        };
+        println!("{:12} fwd {}   bwd {}", path.name(), stat(fwd), stat(bwd));
+    }
+}
