@@ -21,7 +21,7 @@
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use edgebench_kernels::bench_api::{self, ConvLayer, ConvPath};
+use edgebench_kernels::bench_api::{self, values, ConvLayer, ConvPath};
 use edgebench_kernels::{keep_freed_memory, linear, lrn, pool2d, Conv2d, Lrn, Pool2d, PoolKind};
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -38,19 +38,6 @@ fn batch() -> usize {
             .unwrap_or_else(|| panic!("EDGEBENCH_BENCH_BATCH={v}: give a batch of 1 or more")),
         Err(_) => 32,
     }
-}
-
-/// Deterministic inputs in [-1, 1) (xorshift), so runs compare.
-fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 fn conv_layer(x: [usize; 4], w: [usize; 4], stride: usize, pad: usize, groups: usize) -> ConvLayer {

@@ -5,7 +5,7 @@
 //! `cargo run --release -p edgebench-kernels --example conv_paths -- BATCH C SIDE O [ROUNDS]`
 //! (a 3x3, stride 1, pad 1 layer on a SIDE x SIDE map).
 
-use edgebench_kernels::bench_api::{ConvLayer, ConvPath};
+use edgebench_kernels::bench_api::{values, ConvLayer, ConvPath};
 use edgebench_kernels::{keep_freed_memory, Conv2d};
 use std::time::Instant;
 
@@ -30,12 +30,7 @@ fn main() {
     };
     let layer = ConvLayer::new([n, c, side, side], [o, c, 3, 3], p).expect("layer fits");
     let [lx, lw, lb, ly] = layer.lens();
-    let fill = |len: usize, seed: u32| -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
-            .collect()
-    };
-    let (x, w, b, dy) = (fill(lx, 1), fill(lw, 2), fill(lb, 3), fill(ly, 4));
+    let (x, w, b, dy) = (values(lx, 1), values(lw, 2), values(lb, 3), values(ly, 4));
     let paths = [ConvPath::Im2col, ConvPath::Winograd2, ConvPath::Winograd4];
     let mut times = vec![(Vec::new(), Vec::new()); paths.len()];
     for _ in 0..rounds + 1 {

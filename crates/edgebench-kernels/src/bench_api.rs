@@ -194,3 +194,16 @@ pub fn linear_bwd_data(dy: &Tensor, w: &Tensor) -> Result<Tensor> {
 pub fn linear_bwd_weight(dy: &Tensor, x: &Tensor) -> Result<Tensor> {
     dy.apply_op2_no_bwd(x, &crate::linear::LinearBwd::Weight)
 }
+
+/// Deterministic inputs in [-1, 1) (xorshift), so runs compare.
+pub fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -35,10 +35,10 @@ pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
-/// path (each image split over the threads by channels): a 14x14 map is 49 tiles (F(2x2)), too
-/// few columns for its GEMMs, and measured level with im2col forward and 30 % slower backward
-/// on GoogLeNet's 4a/3x3 at batch 1 on 2 threads; 28x28 and 56x56 maps (196 tiles) 13–32 %
-/// faster (`cargo run --release -p edgebench-kernels --example conv_paths`).
+/// path (each image split over the threads by channels). A 14x14 map is 49 tiles (F(2x2)), few
+/// columns for its GEMMs: at batch 1 on 2 threads GoogLeNet's 4a/3x3 measured level with im2col
+/// forward and 15 % slower backward, 4e/3x3 6 % and 17 % faster; 28x28 and 56x56 maps (196
+/// tiles) 17–35 % faster (`cargo run --release -p edgebench-kernels --example conv_paths`).
 pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
 
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of

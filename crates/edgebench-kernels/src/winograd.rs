@@ -697,7 +697,18 @@ pub(crate) fn fwd_with<T: Float>(
         return (y, u);
     }
     if g.n < rayon::current_num_threads() {
-        return (fwd_few((x, x_img), &u, bias, g, relu, m), u);
+        fwd_few(
+            (x, x_img),
+            &u,
+            bias,
+            g,
+            relu,
+            m,
+            &mut y.spare_capacity_mut()[..len],
+        );
+        // SAFETY: `fwd_few` writes every image's output rows.
+        unsafe { y.set_len(len) };
+        return (y, u);
     }
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
@@ -797,7 +808,17 @@ pub(crate) fn bwd_both_with<T: Float>(
         }
     };
     if g.n < rayon::current_num_threads() {
-        return bwd_both_few((x, x_img), dy, u, g, m);
+        bwd_both_few(
+            (x, x_img),
+            dy,
+            u,
+            g,
+            m,
+            &mut out.spare_capacity_mut()[..len],
+        );
+        // SAFETY: `bwd_both_few` writes dx, dW and db.
+        unsafe { out.set_len(len) };
+        return out;
     }
     let (hp, wp) = t.padded();
     let (dx, _) = out.spare_capacity_mut().split_at_mut(ndx);
@@ -899,11 +920,11 @@ fn tiles_by_channels<T: Float>(
         .for_each(|(p, run)| f(p, t, rows, run, to, &mut Rows::new(t)));
 }
 
-/// `fwd_with` for fewer images than threads (batch 1 on a multi-core CPU): a task per image
-/// would leave threads idle, so each image is split over the threads by channels. The input
-/// transform runs by runs of input channels, into a channel-major V that each run writes as one
-/// slice; then each thread computes its run of output channels (their GEMMs over all of V, and
-/// the output transform into their planes of y).
+/// `fwd_with` for fewer images than threads (batch 1 on a multi-core CPU), writing every
+/// element of `y` (N·O·H·W): a task per image would leave threads idle, so each image is split
+/// over the threads by channels. The input transform runs by runs of input channels, into a
+/// channel-major V that each run writes as one slice; then each thread computes its run of
+/// output channels (their GEMMs over all of V, and the output transform into their planes).
 fn fwd_few<T: Float>(
     (x, x_img): (&[T], usize),
     u: &[T],
@@ -911,17 +932,15 @@ fn fwd_few<T: Float>(
     g: &Geom,
     relu: bool,
     m: usize,
-) -> Vec<T> {
+    y: &mut [MaybeUninit<T>],
+) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let f = Transforms::of(m);
-    let len = g.n * o * hw;
-    let mut y = Vec::with_capacity(len);
     let t = Tiles::new(g, 1, m);
     let xis = t.xi();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
     let mut v = vec![T::ZERO; xis * c * t.max_cols()];
-    let ys = &mut y.spare_capacity_mut()[..len];
-    for (xn, yn) in x.chunks(x_img).zip(ys.chunks_exact_mut(o * hw)) {
+    for (xn, yn) in x.chunks(x_img).zip(y.chunks_exact_mut(o * hw)) {
         for (_, _, rows) in t.blocks(1) {
             let ld = rows.len() * t.tw;
             tiles_by_channels(f.input, (&xn[..c * hw], hw), c_step, &t, &rows, &mut v);
@@ -955,39 +974,34 @@ fn fwd_few<T: Float>(
                 });
         }
     }
-    // SAFETY: every image's output rows are written by `output_transform` (all tile rows).
-    unsafe { y.set_len(len) };
-    y
 }
 
-/// `bwd_both_with` for fewer images than threads, split by channels as `fwd_few`: V and dM are
-/// made by runs of channels (channel-major), the input gradient is taken by runs of input
-/// channels (each run's padded planes its own), the weight gradient by runs of filters (each
-/// run's rows of dU summed over the images by that run), so no two tasks write one element.
+/// `bwd_both_with` for fewer images than threads, writing every element of `out` ([dx | dW |
+/// db]), split by channels as `fwd_few`: V and dM are made by runs of channels (channel-major),
+/// the input gradient is taken by runs of input channels (each run's padded planes its own),
+/// the weight gradient by runs of filters (each run's rows of dU summed over the images by that
+/// run), so no two tasks write one element.
 fn bwd_both_few<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     u: &[T],
     g: &Geom,
     m: usize,
-) -> Vec<T> {
+    out: &mut [MaybeUninit<T>],
+) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (ndx, oc) = (g.n * c * hw, o * c);
-    let len = ndx + 9 * oc + o;
-    let mut out = Vec::with_capacity(len);
     let t = Tiles::new(g, 1, m);
     let (xis, cols) = (t.xi(), t.max_cols());
     let f = Transforms::<T>::of(m);
     let (hp, wp) = t.padded();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
     let (mut v, mut dm) = (vec![T::ZERO; xis * c * cols], vec![T::ZERO; xis * o * cols]);
-    let mut accs: Vec<Vec<T>> = (0..c)
-        .step_by(c_step)
-        .map(|c0| vec![T::ZERO; c_step.min(c - c0) * hp * wp])
-        .collect();
+    // Each run of input channels' padded planes of dx.
+    let mut accs = vec![T::ZERO; c * hp * wp];
     // dU by runs of filters, each run's block ξ-major ([ξ][filters][C]), and db.
     let (mut du, mut db) = (vec![T::ZERO; xis * oc], vec![T::ZERO; o]);
-    let (dx, tail) = out.spare_capacity_mut().split_at_mut(ndx);
+    let (dx, tail) = out.split_at_mut(ndx);
     let images = x.chunks(x_img).zip(dy.chunks_exact(o * hw));
     for ((xn, dyn_), dxn) in images.zip(dx.chunks_exact_mut(c * hw)) {
         for (_, _, rows) in t.blocks(1) {
@@ -1000,7 +1014,7 @@ fn bwd_both_few<T: Float>(
             rayon::join(
                 || {
                     dxn.par_chunks_mut(c_step * hw)
-                        .zip(accs.par_iter_mut())
+                        .zip(accs.par_chunks_mut(c_step * hp * wp))
                         .enumerate()
                         .for_each(|(k, (dxk, acc))| {
                             let cc = dxk.len() / hw;
@@ -1054,13 +1068,11 @@ fn bwd_both_few<T: Float>(
     du.par_chunks(o_step * xis * c)
         .zip(tail_dw.par_chunks_mut(o_step * 9 * c))
         .for_each(|(run, dw)| (f.filter_adjoint)(run, dw.len() / 9, dw));
+    // Every image's dx was copied out once its last band was done (each run of input channels
+    // its own planes); dW just above.
     for (d, &v) in tail_db.iter_mut().zip(&db) {
         d.write(v);
     }
-    // SAFETY: every image's dx is copied out once its last band is done (each run of input
-    // channels its own planes), and the tail (dW, db) was written just above.
-    unsafe { out.set_len(len) };
-    out
 }
 
 /// F(2x2, 3x3): 4x4 input tiles at stride 2, 16 tile positions.
