@@ -2,8 +2,8 @@
 //! drifts (a shared VM): each round runs every path once, forward then backward, so a slow
 //! spell hits all paths alike; prints each path's minimum and median over the rounds.
 //!
-//! `cargo run --release -p edgebench-kernels --example conv_paths -- BATCH C SIDE O [ROUNDS]`
-//! (a 3x3, stride 1, pad 1 layer on a SIDE x SIDE map).
+//! `cargo run --release -p edgebench-kernels --example conv_paths -- BATCH C SIDE O [ROUNDS
+//! [GROUPS]]` (a 3x3, stride 1, pad 1 layer on a SIDE x SIDE map; one group by default).
 
 use edgebench_kernels::bench_api::{values, ConvLayer, ConvPath};
 use edgebench_kernels::{keep_freed_memory, Conv2d};
@@ -14,21 +14,23 @@ fn main() {
         .skip(1)
         .map(|a| {
             a.parse()
-                .expect("arguments are numbers: BATCH C SIDE O [ROUNDS]")
+                .expect("arguments are numbers: BATCH C SIDE O [ROUNDS [GROUPS]]")
         })
         .collect();
     let [n, c, side, o] = args[..4] else {
-        panic!("usage: conv_paths BATCH C SIDE O [ROUNDS]");
+        panic!("usage: conv_paths BATCH C SIDE O [ROUNDS [GROUPS]]");
     };
     let rounds = args.get(4).copied().unwrap_or(20);
+    let groups = args.get(5).copied().unwrap_or(1);
     keep_freed_memory();
     let p = Conv2d {
         stride: 1,
         pad: 1,
-        groups: 1,
+        groups,
         relu: true,
     };
-    let layer = ConvLayer::new([n, c, side, side], [o, c, 3, 3], p).expect("layer fits");
+    let w = [o, c / groups.max(1), 3, 3];
+    let layer = ConvLayer::new([n, c, side, side], w, p).expect("layer fits");
     let [lx, lw, lb, ly] = layer.lens();
     let (x, w, b, dy) = (values(lx, 1), values(lw, 2), values(lb, 3), values(ly, 4));
     let paths = [ConvPath::Im2col, ConvPath::Winograd2, ConvPath::Winograd4];
@@ -43,7 +45,7 @@ fn main() {
             bwd.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    println!("batch {n}, {c} -> {o} channels, {side}x{side}, {rounds} rounds, {} threads: min / median ms", rayon::current_num_threads());
+    println!("batch {n}, {c} -> {o} channels in {groups} group(s), {side}x{side}, {rounds} rounds, {} threads: min / median ms", rayon::current_num_threads());
     for (path, (fwd, bwd)) in paths.iter().zip(&mut times) {
         let stat = |v: &mut Vec<f64>| {
             v.remove(0);

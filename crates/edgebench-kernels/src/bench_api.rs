@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 pub enum ConvPath {
     /// im2col + GEMM (every layer shape).
     Im2col,
-    /// Winograd F(2x2, 3x3) (3x3, stride 1, pad 1, one group).
+    /// Winograd F(2x2, 3x3) (3x3, stride 1, pad 1).
     Winograd2,
     /// Winograd F(4x4, 3x3) (the same shapes).
     Winograd4,

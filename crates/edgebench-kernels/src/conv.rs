@@ -1500,37 +1500,46 @@ mod tests {
 
     /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
     /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
-    /// odd sizes (a last tile half outside) and 1x1 maps; on 1 to 16 threads (more threads
-    /// than images: fewer images per task, and the im2col path's per-image splits).
+    /// odd sizes (a last tile half outside), 1x1 maps and grouped layers; on 1 to 16 threads
+    /// (more threads than images: fewer images per task, and the im2col path's per-image
+    /// splits).
     #[test]
     fn winograd_matches_im2col_path() {
+        // (N, C, H, W, O, groups)
         let shapes = [
-            (3, 4, 7, 7, 5),
-            (2, 3, 5, 6, 2),
-            (1, 2, 40, 40, 3),
-            (1, 3, 45, 37, 2),
-            (2, 3, 41, 23, 4),
-            (4, 2, 1, 1, 3),
-            (5, 6, 14, 14, 7),
+            (3, 4, 7, 7, 5, 1),
+            (2, 3, 5, 6, 2, 1),
+            (1, 2, 40, 40, 3, 1),
+            (1, 3, 45, 37, 2, 1),
+            (2, 3, 41, 23, 4, 1),
+            (4, 2, 1, 1, 3, 1),
+            (5, 6, 14, 14, 7, 1),
             // 340 filters: the filter transform's blocks of 256 and its adjoint's of 128, the last
             // ones partial.
-            (2, 20, 9, 9, 17),
+            (2, 20, 9, 9, 17, 1),
+            // AlexNet conv4-like (two groups at 13x13), three groups, one grouped image in
+            // bands of tile rows.
+            (4, 6, 13, 13, 8, 2),
+            (3, 9, 11, 12, 6, 3),
+            (1, 4, 40, 40, 6, 2),
         ];
         let run = || {
-            for (i, &(n, c, h, w, o)) in shapes.iter().enumerate() {
+            for (i, &(n, c, h, w, o, groups)) in shapes.iter().enumerate() {
                 let p = Conv2d {
                     stride: 1,
                     pad: 1,
-                    groups: 1,
+                    groups,
                     relu: i % 2 == 0,
                 };
-                let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+                let cg = c / groups;
+                let g = Geom::new(&[n, c, h, w], &[o, cg, 3, 3], &[o], p).unwrap();
                 let (min_side, side) = (crate::tuning::WINOGRAD_MIN_SIDE, h.min(w));
                 let few_min_side = crate::tuning::WINOGRAD_FEW_MIN_SIDE;
-                let enough_images = n >= rayon::current_num_threads() || side >= few_min_side;
+                let splits = groups == 1 && side >= few_min_side;
+                let enough_images = n >= rayon::current_num_threads() || splits;
                 assert_eq!(winograd::applies(&g), side >= min_side && enough_images);
                 let mut r = Rng::new(7 + i as u64);
-                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * cg * 9), r.vec(o));
                 let dy = r.vec(n * o * h * w);
                 let x_img = (&x[..], c * h * w);
                 let ndx = n * c * h * w;

@@ -1,9 +1,10 @@
-//! Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1, ungrouped convolutions (GoogLeNet's
-//! conv2/3x3 and every inception 3x3: ~60 % of the net's multiply-adds). Each 2x2 output tile
-//! is `Aᵀ [Σ_c (G g Gᵀ) ⊙ (Bᵀ d B)] A` of the 4x4 input tile `d` around it (Lavin & Gray 2016),
-//! so a layer is 16 GEMMs, one per tile position ξ, of (O x C)·(C x tiles): 16 multiplies per
-//! 4 outputs and input channel instead of 36, 2.25x fewer than im2col's GEMM. The backward is
-//! the exact adjoint of the same linear maps:
+//! Winograd F(2x2, 3x3) for the 3x3, stride 1, pad 1 convolutions (GoogLeNet's conv2/3x3 and
+//! every inception 3x3: ~60 % of the net's multiply-adds; AlexNet's conv3-5, two of them in two
+//! groups, whose GEMMs run group by group). Each 2x2 output tile is `Aᵀ [Σ_c (G g Gᵀ) ⊙ (Bᵀ d
+//! B)] A` of the 4x4 input tile `d` around it (Lavin & Gray 2016), so a layer is 16 GEMMs, one
+//! per tile position ξ, of (O x C)·(C x tiles): 16 multiplies per 4 outputs and input channel
+//! instead of 36, 2.25x fewer than im2col's GEMM. The backward is the exact adjoint of the same
+//! linear maps:
 //! - input gradient: dM = A dy Aᵀ per tile, dV_ξ = U_ξᵀ · dM_ξ, dx = Σ_tiles B dV Bᵀ;
 //! - weight gradient: dU_ξ = Σ_tiles dM_ξ · V_ξᵀ, dW = Gᵀ dU G.
 //!
@@ -26,22 +27,29 @@ use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-/// Whether a convolution takes this path: 3x3, stride 1, pad 1, one group, maps of at least
+/// Whether a convolution takes this path: 3x3, stride 1, pad 1, maps of at least
 /// `WINOGRAD_MIN_SIDE`, and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the
 /// im2col path, for comparison). With fewer images than threads each image is split over the
-/// threads by channels (`fwd_few`), on maps of at least `WINOGRAD_FEW_MIN_SIDE`.
+/// threads by channels (`fwd_few`), for one group on maps of at least `WINOGRAD_FEW_MIN_SIDE`.
 pub(crate) fn applies(g: &Geom) -> bool {
     let side = g.h.min(g.w);
     tuning().winograd
         && fits(g)
         && side >= WINOGRAD_MIN_SIDE
-        && (g.n >= rayon::current_num_threads() || side >= WINOGRAD_FEW_MIN_SIDE)
+        && (g.n >= rayon::current_num_threads() || splits_images(g))
 }
 
 /// Whether the Winograd kernels compute a convolution of this shape at all: 3x3, stride 1,
-/// pad 1, one group.
+/// pad 1, any groups (AlexNet's conv4 and conv5 have two).
 pub(crate) fn fits(g: &Geom) -> bool {
-    g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1 && g.groups == 1
+    g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1
+}
+
+/// Whether fewer images than threads take `fwd_few`'s split of each image by channels: one
+/// group (its runs of output channels read all of V) on maps of at least
+/// `WINOGRAD_FEW_MIN_SIDE`.
+fn splits_images(g: &Geom) -> bool {
+    g.groups == 1 && g.h.min(g.w) >= WINOGRAD_FEW_MIN_SIDE
 }
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
@@ -689,14 +697,15 @@ pub(crate) fn fwd_with<T: Float>(
     m: usize,
 ) -> (Vec<T>, Vec<T>) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let (cg, og) = (g.cg(), g.og());
     let f = Transforms::of(m);
-    let u = (f.filter)(w, o * c);
+    let u = (f.filter)(w, o * cg);
     let len = g.n * o * hw;
     let mut y = Vec::with_capacity(len);
     if len == 0 {
         return (y, u);
     }
-    if g.n < rayon::current_num_threads() {
+    if g.n < rayon::current_num_threads() && g.groups == 1 {
         fwd_few(
             (x, x_img),
             &u,
@@ -732,20 +741,25 @@ pub(crate) fn fwd_with<T: Float>(
                         &mut s.rows,
                     );
                 }
-                // Output channels in chunks whose GEMM outputs stay in L2 for the transform.
-                let step = out_chunk(ld, o, t.xi());
-                for o0 in (0..o).step_by(step) {
-                    let oc = step.min(o - o0);
-                    let xi = (o * c, c * ld, oc * ld);
-                    let lhs = &u[o0 * c..];
+                // Output channels in chunks whose GEMM outputs stay in L2 for the transform,
+                // each chunk within one group (its filters read only its group's rows of V).
+                let step = out_chunk(ld, og, t.xi());
+                let chunks = (0..g.groups).flat_map(|gi| {
+                    (0..og)
+                        .step_by(step)
+                        .map(move |o0| (gi, gi * og + o0, step.min(og - o0)))
+                });
+                for (gi, o0, oc) in chunks {
+                    let xi = (o * cg, c * ld, oc * ld);
+                    let (lhs, rhs) = (&u[o0 * cg..], &s.a[gi * cg * ld..]);
                     gemms(
                         t.xi(),
-                        (oc, ld, c),
+                        (oc, ld, cg),
                         &mut s.b,
                         false,
                         lhs,
-                        (c, 1),
-                        &s.a,
+                        (cg, 1),
+                        rhs,
                         (ld, 1),
                         xi,
                     );
@@ -788,7 +802,9 @@ pub(crate) fn bwd_both_with<T: Float>(
     m: usize,
 ) -> Vec<T> {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
-    let (ndx, oc) = (g.n * c * hw, o * c);
+    let (cg, og) = (g.cg(), g.og());
+    // Filters: O of C/groups channels.
+    let (ndx, oc) = (g.n * c * hw, o * cg);
     let len = ndx + 9 * oc + o;
     let mut out = Vec::with_capacity(len);
     if g.n == 0 || hw == 0 {
@@ -807,7 +823,7 @@ pub(crate) fn bwd_both_with<T: Float>(
             &transformed[..]
         }
     };
-    if g.n < rayon::current_num_threads() {
+    if g.n < rayon::current_num_threads() && g.groups == 1 {
         bwd_both_few(
             (x, x_img),
             dy,
@@ -849,20 +865,17 @@ pub(crate) fn bwd_both_with<T: Float>(
                     let to = Strides::xi_major(c, ld, at);
                     (f.input)(xj, &t, &rows, &mut v, to, &mut s.rows);
                 }
-                let xi = (o * c, o * ld, c * ld);
-                gemms(
-                    xis,
-                    (c, ld, o),
-                    &mut s.b,
-                    false,
-                    u,
-                    (1, c),
-                    &s.a,
-                    (ld, 1),
-                    xi,
-                );
-                let xi = (o * ld, c * ld, oc);
-                gemms(xis, (o, c, ld), du, true, &s.a, (ld, 1), &v, (1, ld), xi);
+                // Group by group: dV_ξ = U_ξᵀ · dM_ξ and dU_ξ += dM_ξ · V_ξᵀ over the group's
+                // rows of dM (its filters) and of V and dV (its input channels).
+                for gi in 0..g.groups {
+                    let (dm, gv) = (&s.a[gi * og * ld..], &v[gi * cg * ld..]);
+                    let xi = (oc, o * ld, c * ld);
+                    let (dv, lhs) = (&mut s.b[gi * cg * ld..], &u[gi * og * cg..]);
+                    gemms(xis, (cg, ld, og), dv, false, lhs, (1, cg), dm, (ld, 1), xi);
+                    let xi = (o * ld, c * ld, oc);
+                    let dug = &mut du[gi * og * cg..];
+                    gemms(xis, (og, cg, ld), dug, true, dm, (ld, 1), gv, (1, ld), xi);
+                }
                 for j in 0..nb {
                     let accj = &mut acc[j * c * hp * wp..][..c * hp * wp];
                     let at = j * rows.len() * t.tw;
