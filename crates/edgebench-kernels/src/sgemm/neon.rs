@@ -48,11 +48,14 @@ impl Microkernel<8, 12> for Neon {
     }
 
     /// A last panel of up to 4 or 8 wanted columns computes one or two vectors per row, not
-    /// three: GoogLeNet's 7x7 and 14x14 maps (49 and 196 columns) leave 1 and 4.
+    /// three: GoogLeNet's 7x7 and 14x14 maps (49 and 196 columns) leave 1 and 4. One wanted
+    /// column (49 = 4 x 12 + 1: also the Winograd tiles of a 13x13 map) takes a kernel of its
+    /// own, 2 FMAs per step instead of 8.
     unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
         // SAFETY: as the caller promises.
         unsafe {
             match cols.div_ceil(4) {
+                1 if cols == 1 => neon_edge_column(kc, a, b, tile),
                 1 => neon_edge_kernel::<1>(kc, a, b, tile),
                 2 => neon_edge_kernel::<2>(kc, a, b, tile),
                 _ => neon_kernel(kc, a, b, tile, 12, true),
@@ -333,6 +336,46 @@ macro_rules! neon_edge_asm {
             options(nostack),
         )
     };
+}
+
+/// The first column of the NEON tile, overwritten into `tile` (row stride 12): A's 8-float
+/// column times the first float of B's row, per step two FMAs (rows 0-3 and 4-7) by lane,
+/// into four pairs of accumulators (steps mod 4), so that consecutive FMAs into one register
+/// do not wait on each other.
+///
+/// # Safety
+/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; `tile` is valid for 8 x 12 floats.
+// Not inlined: inside the macro kernel it changed the code of the full tiles' path.
+#[inline(never)]
+unsafe fn neon_edge_column(kc: usize, a: *const f32, b: *const f32, tile: *mut f32) {
+    use std::arch::aarch64::*;
+    // SAFETY: step p reads a[8p..8p + 8] and b[12p] (p < kc, inside the panels), and the
+    // stores write column 0 of the tile's 8 rows; NEON is part of the aarch64 baseline.
+    unsafe {
+        let zero = vdupq_n_f32(0.0);
+        let (mut lo, mut hi) = ([zero; 4], [zero; 4]);
+        let step = |p: usize, lo: &mut float32x4_t, hi: &mut float32x4_t| {
+            let bp = *b.add(12 * p);
+            *lo = vfmaq_n_f32(*lo, vld1q_f32(a.add(8 * p)), bp);
+            *hi = vfmaq_n_f32(*hi, vld1q_f32(a.add(8 * p + 4)), bp);
+        };
+        let body = kc - kc % 4;
+        for p in (0..body).step_by(4) {
+            for s in 0..4 {
+                step(p + s, &mut lo[s], &mut hi[s]);
+            }
+        }
+        for p in body..kc {
+            step(p, &mut lo[p - body], &mut hi[p - body]);
+        }
+        let sum = |v: [float32x4_t; 4]| vaddq_f32(vaddq_f32(v[0], v[1]), vaddq_f32(v[2], v[3]));
+        let mut column = [0f32; 8];
+        vst1q_f32(column.as_mut_ptr(), sum(lo));
+        vst1q_f32(column.as_mut_ptr().add(4), sum(hi));
+        for (i, &v) in column.iter().enumerate() {
+            *tile.add(12 * i) = v;
+        }
+    }
 }
 
 /// One step of the one-vector edge kernel: B's vector in `$b`, rows 0-7 in v16-v23 (`even`)

@@ -92,6 +92,12 @@ fn matches_the_f64_reference_at_every_thread_count<
         (MR, 4, 3),
         (2 * MR, NR + 8, 6),
         (MR + 3, 7, 1),
+        // One column past whole panels (13x13 Winograd tiles: 49), at depths that leave 0 to
+        // 3 steps after the kernel's groups of four.
+        (MR, 4 * NR + 1, 7),
+        (2 * MR + 3, NR + 1, 8),
+        (MR - 1, 1, 2),
+        (3, 2 * NR + 1, kc + 2),
         (MR, 2 * NR + 6, 2),
         (3 * MR, 2 * NR, 8),
         (37, 41, 29),
