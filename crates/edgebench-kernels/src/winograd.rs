@@ -52,6 +52,13 @@ fn splits_images(g: &Geom) -> bool {
     g.groups == 1 && g.h.min(g.w) >= WINOGRAD_FEW_MIN_SIDE
 }
 
+/// Whether `fwd_with` and `bwd_both_with` split each image over the threads by channels
+/// (`fwd_few`, `bwd_both_few`): fewer images than threads, one group. Any map size: `applies`
+/// keeps small maps off the path, the per-layer benches and tests call it directly.
+fn few_images(g: &Geom) -> bool {
+    g.n < rayon::current_num_threads() && g.groups == 1
+}
+
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
 /// else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every layer.
 fn tile_size(g: &Geom) -> usize {
@@ -705,7 +712,7 @@ pub(crate) fn fwd_with<T: Float>(
     if len == 0 {
         return (y, u);
     }
-    if g.n < rayon::current_num_threads() && g.groups == 1 {
+    if few_images(g) {
         fwd_few(
             (x, x_img),
             &u,
@@ -823,7 +830,7 @@ pub(crate) fn bwd_both_with<T: Float>(
             &transformed[..]
         }
     };
-    if g.n < rayon::current_num_threads() && g.groups == 1 {
+    if few_images(g) {
         bwd_both_few(
             (x, x_img),
             dy,
