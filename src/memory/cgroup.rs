@@ -176,9 +176,10 @@ impl TrialCgroup {
 pub(crate) const TRIAL_CGROUP_ENV: &str = "EDGEBENCH_TRIAL_CGROUP";
 
 /// SIGKILLs every process in the cgroup at `dir` but `except`, again until none is left (a
-/// process may fork while it is being killed); returns how many were killed.
+/// process may fork while it is being killed); returns how many distinct processes were
+/// killed (one that takes several rounds to exit counts once).
 pub(crate) fn kill_members(dir: &Path, except: Option<u32>) -> usize {
-    let mut killed = 0;
+    let mut killed = std::collections::BTreeSet::new();
     for _ in 0..50 {
         let pids: Vec<i32> = std::fs::read_to_string(dir.join("cgroup.procs"))
             .unwrap_or_default()
@@ -192,12 +193,12 @@ pub(crate) fn kill_members(dir: &Path, except: Option<u32>) -> usize {
         for pid in pids {
             // SAFETY: kill(2) with plain integers; a pid already gone fails harmlessly.
             if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                killed += 1;
+                killed.insert(pid);
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    killed
+    killed.len()
 }
 
 /// The pid of the edgebench process that made a trial or probe cgroup, from its name
@@ -216,11 +217,18 @@ fn owner_pid(name: &str) -> Option<u32> {
 }
 
 /// What [`remove_stale`] cleaned up.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct StaleCleanup {
     pub cgroups: usize,
     pub processes: usize,
+    /// Stale cgroups that could not be removed, with the reason.
+    pub left: Vec<(PathBuf, String)>,
 }
+
+/// How long a stale cgroup's killed processes get to leave it. A killed process leaves only
+/// once the kernel has run its exit, which on a loaded board (every core busy, memory in swap)
+/// takes far longer than on an idle one.
+const STALE_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Removes the trial cgroups under `parent` whose edgebench process is gone (killed with
 /// -9, or ended by a second Ctrl-C before it could remove them), killing what still runs in
@@ -240,22 +248,37 @@ pub(crate) fn remove_stale(parent: &CgroupParent, paths: &HostPaths) -> StaleCle
         }
         let dir = entry.path();
         done.processes += kill_members(&dir, None);
-        // The killed processes leave the cgroup as they exit.
-        for _ in 0..50 {
-            if std::fs::remove_dir(&dir).is_ok() {
-                done.cgroups += 1;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+        match remove_when_empty(&dir, STALE_REMOVAL_WAIT) {
+            Ok(()) => done.cgroups += 1,
+            Err(e) => done.left.push((dir, e.to_string())),
         }
     }
     done
 }
 
+/// Removes the cgroup directory `dir`, retrying for up to `wait` while it is busy: a killed
+/// process is gone from `cgroup.procs` before the kernel has finished its exit, and until then
+/// the cgroup cannot be removed.
+fn remove_when_empty(dir: &Path, wait: std::time::Duration) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EBUSY)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl Drop for TrialCgroup {
     fn drop(&mut self) {
-        // Fails only while a process is still inside; then the directory is left for the admin.
-        let _ = std::fs::remove_dir(&self.dir);
+        // Fails only while a process is still inside; then the directory is left, and the next
+        // run removes it as stale.
+        let _ = remove_when_empty(&self.dir, std::time::Duration::from_secs(2));
     }
 }
 
@@ -399,7 +422,8 @@ mod tests {
             done,
             StaleCleanup {
                 cgroups: 2,
-                processes: 0
+                processes: 0,
+                left: Vec::new(),
             }
         );
         assert!(!parent.dir.join("edgebench-7-1").exists());
@@ -410,6 +434,40 @@ mod tests {
             "its owner, pid 8, lives"
         );
         assert!(parent.dir.join(live).exists());
+    }
+
+    // On the host's real cgroupfs: a plain directory is never busy.
+    #[test]
+    fn a_busy_cgroup_is_waited_for_and_removed_once_its_killed_member_has_exited() {
+        use std::time::{Duration, Instant};
+        let parent = locate(&HostPaths::default())
+            .expect("this test needs a writable memory cgroup: run it as root, as .ci/run does");
+        let cgroup = TrialCgroup::create(
+            &parent,
+            &format!("edgebench-test-busy-{}", std::process::id()),
+            None,
+            None,
+        )
+        .unwrap();
+        let mut member = std::process::Command::new("sleep")
+            .arg("317")
+            .spawn()
+            .unwrap();
+        cgroup.add(member.id()).unwrap();
+
+        let start = Instant::now();
+        let busy = remove_when_empty(&cgroup.dir, Duration::from_millis(300)).unwrap_err();
+        assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
+        assert!(start.elapsed() >= Duration::from_millis(300));
+        assert!(cgroup.dir.exists());
+
+        assert_eq!(cgroup.kill_remaining(), 1);
+        remove_when_empty(&cgroup.dir, Duration::from_secs(15)).unwrap();
+        assert!(!cgroup.dir.exists());
+        assert!(
+            member.wait().unwrap().code().is_none(),
+            "killed by a signal"
+        );
     }
 
     #[test]

@@ -308,6 +308,14 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
                 stale.processes
             );
         }
+        for (dir, why) in &stale.left {
+            tracing::warn!(
+                "cannot remove the trial cgroup {} left by an edgebench process that ended \
+                 without cleaning up ({why}); a process in it did not end: remove it with \
+                 `rmdir` once `cgroup.procs` there is empty",
+                dir.display()
+            );
+        }
     }
     // Resume counts per repetition: each repetition of a key is done, or not, as one trial
     // of a key without repetitions would be.
