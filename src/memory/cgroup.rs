@@ -230,6 +230,10 @@ pub(crate) struct StaleCleanup {
 /// takes far longer than on an idle one.
 const STALE_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
+/// How long a trial's own cgroup waits for its killed processes when the trial ends; one that
+/// stays busy longer is removed as stale by the next run.
+const TRIAL_REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Removes the trial cgroups under `parent` whose edgebench process is gone (killed with
 /// -9, or ended by a second Ctrl-C before it could remove them), killing what still runs in
 /// them first. A cgroup whose owner lives belongs to another sweep and is left alone.
@@ -278,7 +282,7 @@ impl Drop for TrialCgroup {
     fn drop(&mut self) {
         // Fails only while a process is still inside; then the directory is left, and the next
         // run removes it as stale.
-        let _ = remove_when_empty(&self.dir, std::time::Duration::from_secs(2));
+        let _ = remove_when_empty(&self.dir, TRIAL_REMOVAL_WAIT);
     }
 }
 

@@ -311,8 +311,8 @@ fn run(req: RunRequest<'_>, store: &mut Store) -> anyhow::Result<RunOutcome> {
         for (dir, why) in &stale.left {
             tracing::warn!(
                 "cannot remove the trial cgroup {} left by an edgebench process that ended \
-                 without cleaning up ({why}); a process in it did not end: remove it with \
-                 `rmdir` once `cgroup.procs` there is empty",
+                 without cleaning up ({why}): remove it with `rmdir` once `cgroup.procs` \
+                 there is empty",
                 dir.display()
             );
         }
