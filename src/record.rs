@@ -212,10 +212,52 @@ impl WorkItem {
     }
 }
 
+/// Iteration records for the unit tests (re-exported by `testkit::rows`); here, beside their
+/// type, so that this module's own tests need nothing from the test kit.
+#[cfg(test)]
+pub(crate) mod test_records {
+    use super::IterationRecord;
+
+    /// Step `step` taking `step_s`, starting at 0 on the clock; loss 1.0, learning rate 0.01.
+    pub(crate) fn iteration(step: usize, step_s: f64) -> IterationRecord {
+        IterationRecord {
+            step,
+            epoch: 0,
+            loss: 1.0,
+            lr: 0.01,
+            data_s: 0.0,
+            step_s,
+            t_start_ns: 0,
+            t_end_ns: (step_s * 1e9) as i64,
+        }
+    }
+
+    /// Step `step` from `from_ns` to `to_ns` on the monotonic clock; loss 1.0, learning rate 0.01.
+    pub(crate) fn iteration_ns(step: usize, from_ns: i64, to_ns: i64) -> IterationRecord {
+        IterationRecord {
+            step_s: (to_ns - from_ns) as f64 * 1e-9,
+            t_start_ns: from_ns,
+            t_end_ns: to_ns,
+            ..iteration(step, 0.0)
+        }
+    }
+
+    /// Step `step` from `from_ms` to `to_ms` (milliseconds on the monotonic clock), with neither
+    /// loss nor learning rate, as a workload that trains nothing records it.
+    pub(crate) fn iteration_ms(step: usize, from_ms: i64, to_ms: i64) -> IterationRecord {
+        IterationRecord {
+            loss: f64::NAN,
+            lr: f64::NAN,
+            step_s: (to_ms - from_ms) as f64 * 1e-3,
+            ..iteration_ns(step, from_ms * 1_000_000, to_ms * 1_000_000)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_records::iteration_ms as rec;
     use super::*;
-    use crate::testkit::rows::iteration_ms as rec;
 
     #[test]
     fn the_window_spans_the_measured_records_gaps_included() {

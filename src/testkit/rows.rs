@@ -1,6 +1,6 @@
 //! Result rows and iteration records for the unit tests of the tables, figures and metrics.
 
-use crate::record::IterationRecord;
+pub(crate) use crate::record::test_records::{iteration, iteration_ms, iteration_ns};
 use crate::store::{ResultRow, TrialStatus};
 use serde_json::Value;
 
@@ -36,39 +36,4 @@ pub(crate) fn mlp_row(style: &str, status: TrialStatus, secs: f64) -> ResultRow 
         },
         serde_json::json!({"style": style, "size": "small", "n": 64}),
     )
-}
-
-/// Step `step` taking `step_s`, starting at 0 on the clock; loss 1.0, learning rate 0.01.
-pub(crate) fn iteration(step: usize, step_s: f64) -> IterationRecord {
-    IterationRecord {
-        step,
-        epoch: 0,
-        loss: 1.0,
-        lr: 0.01,
-        data_s: 0.0,
-        step_s,
-        t_start_ns: 0,
-        t_end_ns: (step_s * 1e9) as i64,
-    }
-}
-
-/// Step `step` from `from_ns` to `to_ns` on the monotonic clock; loss 1.0, learning rate 0.01.
-pub(crate) fn iteration_ns(step: usize, from_ns: i64, to_ns: i64) -> IterationRecord {
-    IterationRecord {
-        step_s: (to_ns - from_ns) as f64 * 1e-9,
-        t_start_ns: from_ns,
-        t_end_ns: to_ns,
-        ..iteration(step, 0.0)
-    }
-}
-
-/// Step `step` from `from_ms` to `to_ms` (milliseconds on the monotonic clock), with neither
-/// loss nor learning rate, as a workload that trains nothing records it.
-pub(crate) fn iteration_ms(step: usize, from_ms: i64, to_ms: i64) -> IterationRecord {
-    IterationRecord {
-        loss: f64::NAN,
-        lr: f64::NAN,
-        step_s: (to_ms - from_ms) as f64 * 1e-3,
-        ..iteration_ns(step, from_ms * 1_000_000, to_ms * 1_000_000)
-    }
 }
