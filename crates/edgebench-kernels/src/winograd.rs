@@ -22,7 +22,7 @@
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE, WINOGRAD_MIN_SIDE};
-use crate::util::{deinterleave2, relu_f, sum, sum_partials, Float};
+use crate::util::{deinterleave2, par_chunks_zeroed, relu_f, sum, sum_partials, zeros, Float};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -235,16 +235,17 @@ fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
             block
         })
         .collect();
-    let mut u = vec![T::ZERO; A * A * oc];
-    u.par_chunks_mut(oc.max(1))
-        .enumerate()
-        .for_each(|(xi, row)| {
+    par_chunks_zeroed(
+        A * A * oc,
+        oc.max(1),
+        || (),
+        |_, xi, row| {
             for (b, block) in blocks.iter().enumerate() {
                 let nf = block.len() / (A * A);
                 row[b * FILTERS_PER_BLOCK..][..nf].copy_from_slice(&block[xi * nf..][..nf]);
             }
-        });
-    u
+        },
+    )
 }
 
 /// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (9 floats
@@ -959,7 +960,8 @@ fn fwd_few<T: Float>(
     let t = Tiles::new(g, 1, m);
     let xis = t.xi();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
-    let mut v = vec![T::ZERO; xis * c * t.max_cols()];
+    // Zeroed on all threads: at batch 1 a serial fill of V kept the other cores waiting.
+    let mut v = zeros(xis * c * t.max_cols());
     for (xn, yn) in x.chunks(x_img).zip(y.chunks_exact_mut(o * hw)) {
         for (_, _, rows) in t.blocks(1) {
             let ld = rows.len() * t.tw;
@@ -1016,11 +1018,12 @@ fn bwd_both_few<T: Float>(
     let f = Transforms::<T>::of(m);
     let (hp, wp) = t.padded();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
-    let (mut v, mut dm) = (vec![T::ZERO; xis * c * cols], vec![T::ZERO; xis * o * cols]);
+    // The buffers are zeroed on all threads, as in `fwd_few`.
+    let (mut v, mut dm) = (zeros(xis * c * cols), zeros(xis * o * cols));
     // Each run of input channels' padded planes of dx.
-    let mut accs = vec![T::ZERO; c * hp * wp];
+    let mut accs = zeros(c * hp * wp);
     // dU by runs of filters, each run's block ξ-major ([ξ][filters][C]), and db.
-    let (mut du, mut db) = (vec![T::ZERO; xis * oc], vec![T::ZERO; o]);
+    let (mut du, mut db) = (zeros(xis * oc), vec![T::ZERO; o]);
     let (dx, tail) = out.split_at_mut(ndx);
     let images = x.chunks(x_img).zip(dy.chunks_exact(o * hw));
     for ((xn, dyn_), dxn) in images.zip(dx.chunks_exact_mut(c * hw)) {
