@@ -63,6 +63,10 @@ impl Sgd {
     /// Returns the learning rate used.
     pub fn step(&mut self, iter: usize, params: &[Param], grads: &GradStore) -> Result<f64> {
         let lr = learning_rate(&self.solver, iter, self.max_iter);
+        // The host updates run all at once, one task per parameter, so that the many small
+        // parameters (biases, 1x1 filters: one chunk each) share the cores instead of each
+        // running alone, and the pool wakes once per step instead of once per parameter.
+        let mut on_host: Vec<(&Tensor, Tensor, Momentum)> = Vec::new();
         // CUDA f32 parameters are updated together after the loop (one launch per 32): weight,
         // gradient, momentum (a clone shares the history's buffer, which the kernel updates in
         // place), rate, decay.
@@ -89,7 +93,7 @@ impl Sgd {
                         decay: decay as f32,
                         history: Mutex::new(v.as_mut_slice()),
                     };
-                    w.inplace_op2(&grad.contiguous()?, &update)?;
+                    on_host.push((w, grad.contiguous()?, update));
                 }
                 History::Device(history)
                     if w.device().is_cuda() && w.dtype() == candle_core::DType::F32 =>
@@ -111,6 +115,9 @@ impl Sgd {
                 }
             }
         }
+        on_host
+            .par_iter()
+            .try_for_each(|(w, grad, update)| w.inplace_op2(grad, update))?;
         let updates: Vec<_> = on_gpu
             .iter()
             .map(|(w, g, v, rate, decay)| edgebench_kernels::SgdUpdate {
@@ -222,6 +229,66 @@ mod tests {
             models::by_name("googlenet").unwrap().solver.policy,
             LrPolicy::Poly { .. }
         ));
+    }
+
+    /// Many parameters, small and larger than one chunk, with their own rates and decays: each
+    /// is updated exactly once per step, as the update written out in f64 does it.
+    #[test]
+    fn every_parameter_is_updated_once_per_step() -> Result<()> {
+        let dev = Device::Cpu;
+        let sizes = [1, 7, CHUNK - 1, CHUNK + 3, 3 * CHUNK + 5, 2, 64, 9 * 64];
+        let params: Vec<Param> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let init: Vec<f32> = (0..n)
+                    .map(|k| ((k * 7 + i) % 13) as f32 * 0.1 - 0.6)
+                    .collect();
+                Ok(Param {
+                    name: format!("p{i}"),
+                    var: Var::from_vec(init, n, &dev)?,
+                    lr_mult: 1.0 + i as f64,
+                    decay_mult: (i % 2) as f64,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let s = solver(LrPolicy::Step {
+            gamma: 0.1,
+            stepsize: 1000,
+        });
+        let mut sgd = Sgd::new(s, &params, 10)?;
+        let mut want: Vec<Vec<f64>> = params
+            .iter()
+            .map(|p| {
+                p.var
+                    .as_tensor()
+                    .to_vec1::<f32>()
+                    .map(|v| v.into_iter().map(f64::from).collect())
+            })
+            .collect::<Result<_>>()?;
+        let mut hist: Vec<Vec<f64>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
+        for iter in 0..2 {
+            // loss = Σ_i (i + 1) · Σ w_i: parameter i's gradient is i + 1 everywhere.
+            let mut loss = Tensor::new(0f32, &dev)?;
+            for (i, p) in params.iter().enumerate() {
+                loss = (loss + (p.var.as_tensor().sum_all()? * (i + 1) as f64)?)?;
+            }
+            sgd.step(iter, &params, &loss.backward()?)?;
+            for (i, p) in params.iter().enumerate() {
+                let (rate, decay) = (0.01 * p.lr_mult, 0.0005 * p.decay_mult);
+                for (w, v) in want[i].iter_mut().zip(&mut hist[i]) {
+                    *v = 0.9 * *v + rate * ((i + 1) as f64 + decay * *w);
+                    *w -= *v;
+                }
+            }
+        }
+        for (i, p) in params.iter().enumerate() {
+            let got = p.var.as_tensor().to_vec1::<f32>()?;
+            for (k, (&g, &w)) in got.iter().zip(&want[i]).enumerate() {
+                assert!((g as f64 - w).abs() < 1e-5, "p{i}[{k}]: {g} vs {w}");
+            }
+        }
+        Ok(())
     }
 
     /// Two steps on a weight and a bias, checked against the update written out by hand.
