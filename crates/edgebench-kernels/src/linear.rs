@@ -2,14 +2,16 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use crate::matmul::{gemm_strided, gemm_uninit};
+use crate::matmul::{gemm_into_ptr, gemm_strided, gemm_uninit, SERIAL};
 use crate::relu::ReluMask;
 #[cfg(target_arch = "aarch64")]
-use crate::tuning::{LINEAR_STREAM_COLS_PER_TASK, LINEAR_STREAM_MAX_ROWS_NEON};
-use crate::tuning::{LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK};
+use crate::tuning::LINEAR_STREAM_MAX_ROWS_NEON;
+use crate::tuning::{
+    LINEAR_STREAM_COLS_PER_TASK, LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK,
+};
 #[cfg(target_arch = "aarch64")]
 use crate::util::{as_f32, as_f32_mut, as_f32_out, is_f32};
-use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float};
+use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float, SharedPtr};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -160,6 +162,35 @@ fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) ->
             .for_each(|(t, dx)| neon::axpys(dx, dy, w, (t * cols, i)));
     }
     out
+}
+
+/// dx (n, i) = dy (n, o) · W (o, i) for a few rows of dy, by bands of dx's columns on all
+/// threads. gemm runs a product this thin on the calling thread alone, one pass over W while the
+/// other cores wait; each band is the same pass over its columns of W.
+fn banded_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
+    let cols = LINEAR_STREAM_COLS_PER_TASK;
+    let fill = |dx: &mut [std::mem::MaybeUninit<T>]| {
+        let out = SharedPtr(dx.as_mut_ptr().cast::<T>());
+        (0..i.div_ceil(cols)).into_par_iter().for_each(|band| {
+            let first = band * cols;
+            // SAFETY: the band's columns of dx's n rows lie inside dx, and no other band writes
+            // them.
+            unsafe {
+                gemm_into_ptr(
+                    (n, cols.min(i - first), o),
+                    out.at(first),
+                    (i, 1),
+                    dy,
+                    (o, 1),
+                    &w[first..],
+                    (i, 1),
+                    SERIAL,
+                )
+            }
+        });
+    };
+    // SAFETY: the bands cover dx's i columns, and gemm writes every element of its band.
+    unsafe { vec_written_by(n * i, fill) }
 }
 
 /// The fully connected loops at batch 1 to 8 in NEON: W's rows four at a time, sixteen floats
@@ -568,9 +599,9 @@ pub(crate) enum LinearBwd {
 impl LinearBwd {
     fn run<T: Float>(&self, dy: &[T], other: &[T], (n, o): (usize, usize), i: usize) -> Vec<T> {
         match self {
-            // On x86 dx stays on gemm: as fast as a streaming pass over W at 1-4 rows,
-            // measured. On aarch64 the gemm crate's matrix-vector loop runs 2.3 FLOP per
-            // instruction, the NEON pass over W's rows 4 at a time over 5.
+            // On aarch64 the gemm crate's matrix-vector loop runs 2.3 FLOP per instruction,
+            // the NEON pass over W's rows 4 at a time over 5. Elsewhere dx takes gemm by bands
+            // of columns.
             #[cfg(target_arch = "aarch64")]
             LinearBwd::Data
                 if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && as_f32(dy).is_some() && i > 0 =>
@@ -579,6 +610,12 @@ impl LinearBwd {
             }
             LinearBwd::Weight if (1..=stream_rows::<T>()).contains(&n) && i > 0 => {
                 stream_weight(dy, other, (n, i, o))
+            }
+            LinearBwd::Data
+                if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n)
+                    && rayon::current_num_threads() > 1 =>
+            {
+                banded_data(dy, other, (n, i, o))
             }
             // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
             LinearBwd::Data => unsafe {
@@ -658,9 +695,11 @@ mod tests {
     fn matches_candle_and_finite_differences() {
         crate::test_util::on_thread_counts(|| {
             // Rows up to LINEAR_STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows
-            // of W are two streaming tasks, 37 inputs more than two 16-lane chunks.
+            // of W are two streaming tasks, 37 inputs more than two 16-lane chunks, 1030 inputs
+            // three bands of dx's columns (the last of 6).
             for (n, i, o, relu) in [
                 (3, 7, 5, false),
+                (2, 1030, 3, false),
                 (2, 12, 4, true),
                 (1, 5, 9, true),
                 (4, 37, 70, true),

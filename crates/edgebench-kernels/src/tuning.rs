@@ -62,9 +62,8 @@ pub(crate) const LINEAR_STREAM_ROWS_PER_TASK: usize = 64;
 #[cfg(target_arch = "aarch64")]
 pub(crate) const LINEAR_STREAM_MAX_ROWS_NEON: usize = 8;
 
-/// dx's columns per parallel task of the fully connected layer's streaming input gradient
-/// (aarch64): 2 KiB of dx stay in L1 while W's rows stream past.
-#[cfg(target_arch = "aarch64")]
+/// dx's columns per parallel task of the fully connected layer's input gradient at a few rows:
+/// 2 KiB of each row of dx stay in L1 while W's rows stream past.
 pub(crate) const LINEAR_STREAM_COLS_PER_TASK: usize = 512;
 
 /// LRN channels per task: long enough that sliding the window beats summing it afresh, short
