@@ -2,16 +2,18 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use crate::matmul::{gemm_into_ptr, gemm_strided, gemm_uninit, SERIAL};
+use crate::matmul::{gemm_strided, gemm_uninit};
 use crate::relu::ReluMask;
+#[cfg(target_arch = "aarch64")]
+use crate::tuning::LINEAR_STREAM_COLS_PER_TASK;
 #[cfg(target_arch = "aarch64")]
 use crate::tuning::LINEAR_STREAM_MAX_ROWS_NEON;
 use crate::tuning::{
-    LINEAR_STREAM_COLS_PER_TASK, LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK,
+    LINEAR_DATA_ROWS_PER_TASK, LINEAR_STREAM_MAX_ROWS, LINEAR_STREAM_ROWS_PER_TASK,
 };
 #[cfg(target_arch = "aarch64")]
 use crate::util::{as_f32, as_f32_mut, as_f32_out, is_f32};
-use crate::util::{nchw_slice, relu_f, vec_written_by, zeros, Float, SharedPtr};
+use crate::util::{nchw_slice, relu_f, sum_partials, vec_written_by, zeros, Float};
 use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -164,33 +166,50 @@ fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) ->
     out
 }
 
-/// dx (n, i) = dy (n, o) · W (o, i) for a few rows of dy, by bands of dx's columns on all
-/// threads. gemm runs a product this thin on the calling thread alone, one pass over W while the
-/// other cores wait; each band is the same pass over its columns of W.
-fn banded_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    let cols = LINEAR_STREAM_COLS_PER_TASK;
-    let fill = |dx: &mut [std::mem::MaybeUninit<T>]| {
-        let out = SharedPtr(dx.as_mut_ptr().cast::<T>());
-        (0..i.div_ceil(cols)).into_par_iter().for_each(|band| {
-            let first = band * cols;
-            // SAFETY: the band's columns of dx's n rows lie inside dx, and no other band writes
-            // them.
-            unsafe {
-                gemm_into_ptr(
-                    (n, cols.min(i - first), o),
-                    out.at(first),
-                    (i, 1),
-                    dy,
-                    (o, 1),
-                    &w[first..],
-                    (i, 1),
-                    SERIAL,
-                )
+/// dx (n, i) = dy (n, o) · W (o, i) for a few rows of dy: one pass over W by runs of its rows,
+/// each task adding its rows, four at a time, into its own partial dx (which stays in the
+/// cache), the partials then summed in task order (the same result for any thread count). gemm
+/// runs a product this thin on the calling thread alone; bands of dx's columns instead read W in
+/// short pieces a row apart, at half the rate of the forward's pass over it.
+fn rows_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
+    if o == 0 || i == 0 {
+        return zeros(n * i);
+    }
+    let rows = LINEAR_DATA_ROWS_PER_TASK;
+    let partials: Vec<Vec<T>> = w[..o * i]
+        .par_chunks(rows * i)
+        .enumerate()
+        .map(|(task, wt)| {
+            let mut dx = vec![T::ZERO; n * i];
+            let first = task * rows;
+            let mut quads = wt.chunks_exact(4 * i);
+            for (q, quad) in (&mut quads).enumerate() {
+                let (w0, rest) = quad.split_at(i);
+                let (w1, rest) = rest.split_at(i);
+                let (w2, w3) = rest.split_at(i);
+                for (r, dxr) in dx.chunks_exact_mut(i).enumerate() {
+                    let d = &dy[r * o + first + 4 * q..][..4];
+                    let lanes = dxr.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3);
+                    for ((((x, &a), &b), &c), &e) in lanes {
+                        let s = a.mul_add_fast(d[0], *x);
+                        let s = b.mul_add_fast(d[1], s);
+                        *x = e.mul_add_fast(d[3], c.mul_add_fast(d[2], s));
+                    }
+                }
             }
-        });
-    };
-    // SAFETY: the bands cover dx's i columns, and gemm writes every element of its band.
-    unsafe { vec_written_by(n * i, fill) }
+            let done = first + 4 * (wt.len() / (4 * i));
+            for (k, wr) in quads.remainder().chunks_exact(i).enumerate() {
+                for (r, dxr) in dx.chunks_exact_mut(i).enumerate() {
+                    let d = dy[r * o + done + k];
+                    for (x, &a) in dxr.iter_mut().zip(wr) {
+                        *x = a.mul_add_fast(d, *x);
+                    }
+                }
+            }
+            dx
+        })
+        .collect();
+    sum_partials(partials)
 }
 
 /// The fully connected loops at batch 1 to 8 in NEON: W's rows four at a time, sixteen floats
@@ -600,8 +619,8 @@ impl LinearBwd {
     fn run<T: Float>(&self, dy: &[T], other: &[T], (n, o): (usize, usize), i: usize) -> Vec<T> {
         match self {
             // On aarch64 the gemm crate's matrix-vector loop runs 2.3 FLOP per instruction,
-            // the NEON pass over W's rows 4 at a time over 5. Elsewhere dx takes gemm by bands
-            // of columns.
+            // the NEON pass over W's rows 4 at a time over 5. Elsewhere dx takes a pass over W
+            // by runs of rows on all threads.
             #[cfg(target_arch = "aarch64")]
             LinearBwd::Data
                 if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n) && as_f32(dy).is_some() && i > 0 =>
@@ -615,7 +634,7 @@ impl LinearBwd {
                 if (1..=LINEAR_STREAM_MAX_ROWS).contains(&n)
                     && rayon::current_num_threads() > 1 =>
             {
-                banded_data(dy, other, (n, i, o))
+                rows_data(dy, other, (n, i, o))
             }
             // SAFETY: gemm_uninit writes all of the (n, i) product dx, as vec_written_by needs.
             LinearBwd::Data => unsafe {
@@ -695,11 +714,12 @@ mod tests {
     fn matches_candle_and_finite_differences() {
         crate::test_util::on_thread_counts(|| {
             // Rows up to LINEAR_STREAM_MAX_ROWS take the streaming loops, more take gemm; 70 rows
-            // of W are two streaming tasks, 37 inputs more than two 16-lane chunks, 1030 inputs
-            // three bands of dx's columns (the last of 6).
+            // of W are two streaming tasks, 37 inputs more than two 16-lane chunks; 301 rows of W
+            // are three tasks of the input gradient, the last 45 rows (eleven groups of four and
+            // one).
             for (n, i, o, relu) in [
                 (3, 7, 5, false),
-                (2, 1030, 3, false),
+                (2, 37, 301, true),
                 (2, 12, 4, true),
                 (1, 5, 9, true),
                 (4, 37, 70, true),
@@ -738,7 +758,8 @@ mod tests {
                         .to_scalar()
                         .unwrap()
                 };
-                for j in 0..wv.len() {
+                // Every weight of the small shapes, about 200 of the large one's.
+                for j in (0..wv.len()).step_by(1 + wv.len() / 200) {
                     let (mut p, mut m) = (wv.clone(), wv.clone());
                     p[j] += eps;
                     m[j] -= eps;

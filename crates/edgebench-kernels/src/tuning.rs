@@ -62,9 +62,15 @@ pub(crate) const LINEAR_STREAM_ROWS_PER_TASK: usize = 64;
 #[cfg(target_arch = "aarch64")]
 pub(crate) const LINEAR_STREAM_MAX_ROWS_NEON: usize = 8;
 
-/// dx's columns per parallel task of the fully connected layer's input gradient at a few rows:
-/// 2 KiB of each row of dx stay in L1 while W's rows stream past.
+/// dx's columns per parallel task of the fully connected layer's streaming input gradient
+/// (aarch64): 2 KiB of dx stay in L1 while W's rows stream past.
+#[cfg(target_arch = "aarch64")]
 pub(crate) const LINEAR_STREAM_COLS_PER_TASK: usize = 512;
+
+/// W's rows per parallel task of the fully connected layer's input gradient at a few rows
+/// elsewhere (`rows_data`): each task sums them into its own partial dx, so fc6's 4096 rows are
+/// 32 partials of 36 KB per row of dx, GoogLeNet's 1000- and 1024-row layers 8.
+pub(crate) const LINEAR_DATA_ROWS_PER_TASK: usize = 128;
 
 /// LRN channels per task: long enough that sliding the window beats summing it afresh, short
 /// enough that a batch-1 sample still splits over the cores.
