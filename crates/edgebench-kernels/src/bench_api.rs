@@ -17,9 +17,9 @@ use std::mem::MaybeUninit;
 pub enum ConvPath {
     /// im2col + GEMM (every layer shape).
     Im2col,
-    /// Winograd F(2x2, 3x3) (3x3, stride 1, pad 1).
+    /// Winograd F(2x2, 3x3) (3x3, stride 1, pad 1) or F(2x2, 5x5) (5x5, stride 1, pad 2).
     Winograd2,
-    /// Winograd F(4x4, 3x3) (the same shapes).
+    /// Winograd F(4x4, 3x3) (3x3, stride 1, pad 1).
     Winograd4,
 }
 
@@ -71,7 +71,7 @@ impl ConvLayer {
 
     /// Whether `path` computes this layer.
     pub fn supports(&self, path: ConvPath) -> bool {
-        path == ConvPath::Im2col || winograd::fits(&self.g)
+        path == ConvPath::Im2col || winograd::tile_fits(&self.g, Self::tile(path))
     }
 
     fn tile(path: ConvPath) -> usize {

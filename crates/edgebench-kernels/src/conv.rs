@@ -1431,9 +1431,10 @@ mod tests {
     #[test]
     fn row_blocks_match_candle() {
         // Single images with columns over tuning::COL_BLOCK_BYTES go through im2col/GEMM/col2im in
-        // blocks of output rows, the last one shorter.
+        // blocks of output rows, the last one shorter (pad 1: a 5x5 "same" layer would take the
+        // Winograd path).
         let cases: [Case; 2] = [
-            ([1, 64, 43, 43], [8, 64, 5, 5], p(1, 2, 1, true)),
+            ([1, 64, 43, 43], [8, 64, 5, 5], p(1, 1, 1, true)),
             ([1, 32, 45, 45], [8, 16, 7, 7], p(2, 3, 2, false)),
         ];
         for (i, c) in cases.iter().enumerate() {
@@ -1500,9 +1501,10 @@ mod tests {
 
     /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
     /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
-    /// odd sizes (a last tile half outside), 1x1 maps and grouped layers; on 1 to 16 threads
-    /// (more threads than images: fewer images per task, and the im2col path's per-image
-    /// splits).
+    /// odd sizes (a last tile half outside), 1x1 maps and grouped layers, with 3x3 filters
+    /// (F(2x2) and F(4x4)) and 5x5 (F(2x2, 5x5), whose input tiles reach two tiles on); on 1
+    /// to 16 threads (more threads than images: fewer images per task, and the im2col path's
+    /// per-image splits).
     #[test]
     fn winograd_matches_im2col_path() {
         // (N, C, H, W, O, groups)
@@ -1523,23 +1525,29 @@ mod tests {
             (3, 9, 11, 12, 6, 3),
             (1, 4, 40, 40, 6, 2),
         ];
+        let layers = shapes.iter().flat_map(|&s| [(s, 3), (s, 5)]).enumerate();
         let run = || {
-            for (i, &(n, c, h, w, o, groups)) in shapes.iter().enumerate() {
+            for (i, ((n, c, h, w, o, groups), k)) in layers.clone() {
                 let p = Conv2d {
                     stride: 1,
-                    pad: 1,
+                    pad: k / 2,
                     groups,
-                    relu: i % 2 == 0,
+                    relu: i % 4 < 2,
                 };
                 let cg = c / groups;
-                let g = Geom::new(&[n, c, h, w], &[o, cg, 3, 3], &[o], p).unwrap();
+                let g = Geom::new(&[n, c, h, w], &[o, cg, k, k], &[o], p).unwrap();
                 let (min_side, side) = (crate::tuning::WINOGRAD_MIN_SIDE, h.min(w));
                 let few_min_side = crate::tuning::WINOGRAD_FEW_MIN_SIDE;
                 let splits = groups == 1 && side >= few_min_side;
-                let enough_images = n >= rayon::current_num_threads() || splits;
+                let threads = rayon::current_num_threads();
+                let enough_images = if k == 5 {
+                    n >= crate::tuning::WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads
+                } else {
+                    n >= threads || splits
+                };
                 assert_eq!(winograd::applies(&g), side >= min_side && enough_images);
                 let mut r = Rng::new(7 + i as u64);
-                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * cg * 9), r.vec(o));
+                let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * cg * k * k), r.vec(o));
                 let dy = r.vec(n * o * h * w);
                 let x_img = (&x[..], c * h * w);
                 let ndx = n * c * h * w;
@@ -1556,8 +1564,9 @@ mod tests {
                 let with_zeros = winograd::bwd_both(x_img, &dy, &wt, Some(&zeros), &g);
                 assert!(with_zeros[..ndx].iter().all(|&v| v == 0.0));
                 assert_eq!(with_zeros[ndx..], own[ndx..]);
-                for m in [2, 4] {
-                    let ctx = format!("F({m}x{m}) {:?} relu {}", (n, c, h, w, o), p.relu);
+                for m in [2, 4].into_iter().filter(|&m| winograd::tile_fits(&g, m)) {
+                    let shape = (n, c, h, w, o, groups);
+                    let ctx = format!("F({m}x{m}, {k}x{k}) {shape:?} relu {}", p.relu);
                     let e = max_rel(
                         &winograd::fwd_with(x_img, &wt, &b, &g, p.relu, m).0,
                         &want_y,
@@ -1574,20 +1583,28 @@ mod tests {
         crate::test_util::on_thread_counts(run);
     }
 
-    /// In f32 each F(2x2) pass stays as close to the exact result (f64 im2col) as im2col's own
-    /// f32 does (within 3x; measured 0.6-1.7x, ~1e-5 of max(|value|, 1)); F(4x4) within 20x.
+    /// In f32 each F(2x2, 3x3) pass stays as close to the exact result (f64 im2col) as im2col's
+    /// own f32 does (within 3x; measured 0.6-1.7x, ~1e-5 of max(|value|, 1)); F(4x4, 3x3)
+    /// within 20x; F(2x2, 5x5), whose G has 2/3 and sums five taps, within 40x (measured
+    /// 13-26x, ~2e-4 of max(|value|, 1)).
     #[test]
     fn winograd_f32_error_is_small() {
+        for (k, tiles) in [(3, &[(2, 3.0), (4, 20.0)][..]), (5, &[(2, 40.0)][..])] {
+            winograd_f32_error_within(k, tiles);
+        }
+    }
+
+    fn winograd_f32_error_within(k: usize, tiles: &[(usize, f64)]) {
         let (n, c, h, w, o) = (2, 64, 16, 16, 32);
         let p = Conv2d {
             stride: 1,
-            pad: 1,
+            pad: k / 2,
             groups: 1,
             relu: false,
         };
-        let g = Geom::new(&[n, c, h, w], &[o, c, 3, 3], &[o], p).unwrap();
+        let g = Geom::new(&[n, c, h, w], &[o, c, k, k], &[o], p).unwrap();
         let mut r = Rng::new(3);
-        let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * 9), r.vec(o));
+        let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * k * k), r.vec(o));
         let dy = r.vec(n * o * h * w);
         let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<_>>();
         let back = |v: Vec<f32>| v.into_iter().map(f64::from).collect::<Vec<_>>();
@@ -1605,7 +1622,7 @@ mod tests {
         ];
         // F(4x4)'s transforms have coefficients up to 8 (and 1/24 in G), so its rounding error
         // is larger: measured 8-17x im2col's, ~1e-4 of max(|value|, 1).
-        for (m, bound) in [(2, 3.0), (4, 20.0)] {
+        for &(m, bound) in tiles {
             let both = winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m);
             let winograd = [
                 back(winograd::fwd_with(xi32, &w32, &b32, &g, false, m).0),
@@ -1621,12 +1638,12 @@ mod tests {
                     max_rel(&exact[pass], &im2col[pass]),
                 );
                 println!(
-                    "F({m}x{m}) {e}: {ew:.2e} vs im2col {ei:.2e} ({:.1}x)",
+                    "F({m}x{m}, {k}x{k}) {e}: {ew:.2e} vs im2col {ei:.2e} ({:.1}x)",
                     ew / ei
                 );
                 assert!(
                     ew < bound * ei.max(1e-6),
-                    "F({m}x{m}) {e}: winograd f32 off by {ew}, im2col by {ei}"
+                    "F({m}x{m}, {k}x{k}) {e}: winograd f32 off by {ew}, im2col by {ei}"
                 );
             }
         }

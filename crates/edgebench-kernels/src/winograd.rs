@@ -18,31 +18,49 @@
 //! instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than
 //! im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8
 //! (f32 error ~10x im2col's; the tests bound it).
+//!
+//! The 5x5, stride 1, pad 2 convolutions (AlexNet's conv2, GoogLeNet's inception 5x5s) take
+//! F(2x2, 5x5): 6x6 input tiles at stride 2, 36 GEMMs, 36 multiplies per 4 outputs instead of
+//! 100 (2.8x fewer). Its input transform is F(4x4, 3x3)'s (the same points 0, ±1, ±2, ∞); only
+//! G (6x5) and Aᵀ (2x6) differ.
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
-use crate::tuning::{tuning, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE, WINOGRAD_MIN_SIDE};
+use crate::tuning::{
+    tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
+    WINOGRAD_MIN_SIDE,
+};
 use crate::util::{deinterleave2, par_chunks_zeroed, relu_f, sum, sum_partials, zeros, Float};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-/// Whether a convolution takes this path: 3x3, stride 1, pad 1, maps of at least
-/// `WINOGRAD_MIN_SIDE`, and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`; the
-/// im2col path, for comparison). With fewer images than threads each image is split over the
-/// threads by channels (`fwd_few`), for one group on maps of at least `WINOGRAD_FEW_MIN_SIDE`.
+/// Whether a convolution takes this path: 3x3 or 5x5 "same", stride 1 (`fits`), maps of at
+/// least `WINOGRAD_MIN_SIDE`, and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`;
+/// the im2col path, for comparison). With fewer images than threads each image of a 3x3 layer
+/// is split over the threads by channels (`fwd_few`), for one group on maps of at least
+/// `WINOGRAD_FEW_MIN_SIDE`; a 5x5 layer needs `WINOGRAD_5X5_MIN_IMAGES_PER_THREAD` images per
+/// thread.
 pub(crate) fn applies(g: &Geom) -> bool {
     let side = g.h.min(g.w);
-    tuning().winograd
-        && fits(g)
-        && side >= WINOGRAD_MIN_SIDE
-        && (g.n >= rayon::current_num_threads() || splits_images(g))
+    let threads = rayon::current_num_threads();
+    let enough_images = if g.kh == 5 {
+        g.n >= WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads
+    } else {
+        g.n >= threads || splits_images(g)
+    };
+    tuning().winograd && fits(g) && side >= WINOGRAD_MIN_SIDE && enough_images
 }
 
-/// Whether the Winograd kernels compute a convolution of this shape at all: 3x3, stride 1,
-/// pad 1, any groups (AlexNet's conv4 and conv5 have two).
+/// Whether the Winograd kernels compute a convolution of this shape at all: 3x3 with pad 1 or
+/// 5x5 with pad 2, stride 1, any groups (AlexNet's conv2, conv4 and conv5 have two).
 pub(crate) fn fits(g: &Geom) -> bool {
-    g.kh == 3 && g.kw == 3 && g.stride == 1 && g.pad == 1
+    g.kh == g.kw && (g.kh == 3 || g.kh == 5) && g.pad == g.kh / 2 && g.stride == 1
+}
+
+/// Whether output tiles of `m` x `m` compute this shape: 2 or 4 for 3x3 filters, 2 for 5x5.
+pub(crate) fn tile_fits(g: &Geom, m: usize) -> bool {
+    fits(g) && (m == 2 || (m == 4 && g.kh == 3))
 }
 
 /// Whether fewer images than threads take `fwd_few`'s split of each image by channels: one
@@ -60,8 +78,12 @@ fn few_images(g: &Geom) -> bool {
 }
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
-/// else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every layer.
+/// else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every 3x3
+/// layer. 5x5 layers always take 2.
 fn tile_size(g: &Geom) -> usize {
+    if g.kh == 5 {
+        return 2;
+    }
     let forced = tuning().winograd_tile;
     forced.unwrap_or(if g.h.min(g.w) >= WINOGRAD_F4_MIN_SIDE {
         4
@@ -77,8 +99,10 @@ fn tiles_target() -> usize {
 /// The tiling of one image and how a task's images are cut into GEMM blocks.
 #[derive(Clone, Copy)]
 struct Tiles {
-    /// Output tile side: 2 for F(2x2, 3x3), 4 for F(4x4, 3x3).
+    /// Output tile side: 2 for F(2x2, 3x3) and F(2x2, 5x5), 4 for F(4x4, 3x3).
     m: usize,
+    /// Filter side: 3 or 5.
+    r: usize,
     h: usize,
     w: usize,
     /// Tile rows and columns (m x m outputs each).
@@ -100,6 +124,7 @@ impl Tiles {
         };
         Tiles {
             m,
+            r: g.kh,
             h: g.h,
             w: g.w,
             th,
@@ -108,17 +133,30 @@ impl Tiles {
             rb,
         }
     }
+    /// Input tile side: m + r - 1.
+    fn a(&self) -> usize {
+        self.m + self.r - 1
+    }
     /// Tile positions: the GEMMs per block.
     fn xi(&self) -> usize {
-        (self.m + 2) * (self.m + 2)
+        self.a() * self.a()
+    }
+    /// Zero border of the input: r / 2.
+    fn pad(&self) -> usize {
+        self.r / 2
+    }
+    /// Groups of m input rows (or columns) past a tile's own that its input tile reaches into:
+    /// 1 for F(2x2, 3x3) and F(4x4, 3x3), 2 for F(2x2, 5x5).
+    fn ext(&self) -> usize {
+        (self.a() - 1) / self.m
     }
     /// Most tile columns of a block.
     fn max_cols(&self) -> usize {
         self.nb * self.rb * self.tw
     }
-    /// Padded plane of the input gradient: a border of one, rounded up to whole tiles.
+    /// Padded plane of the input gradient: a border of r / 2, rounded up to whole tiles.
     fn padded(&self) -> (usize, usize) {
-        (self.m * self.th + 2, self.m * self.tw + 2)
+        (self.m * self.th + self.r - 1, self.m * self.tw + self.r - 1)
     }
     /// The blocks of a task of `nimg` images: (first image, images, tile rows).
     fn blocks(&self, nimg: usize) -> impl Iterator<Item = (usize, usize, Range<usize>)> + '_ {
@@ -131,12 +169,12 @@ impl Tiles {
     }
 }
 
-/// The 1-D transforms of Winograd F(M x M, 3x3), whose input tiles are `A` = M + 2 wide: Bᵀ
-/// (A x A), G (A x 3), Aᵀ (M x A) and their adjoints, each applied element by element to whole
+/// The 1-D transforms of Winograd F(M x M, R x R), whose input tiles are `A` = M + R - 1 wide:
+/// Bᵀ (A x A), G (A x R), Aᵀ (M x A) and their adjoints, each applied element by element to whole
 /// vectors (one element per tile of a band). The transforms below apply them along the rows and
 /// then down the columns of every tile, so a tile size states only its matrices, written out to
 /// use their structure (zeros, ±1, shared sums).
-trait Tile<const M: usize, const A: usize> {
+trait Tile<const M: usize, const A: usize, const R: usize> {
     /// `out[k] = Σ_l Bᵀ[k][l] d[l]`.
     fn bt<T: Float>(d: [&[T]; A], out: [&mut [T]; A]);
     /// `out[r] = Σ_k Bᵀ[k][r] d[k]` (the adjoint of `bt`).
@@ -147,10 +185,10 @@ trait Tile<const M: usize, const A: usize> {
     fn a<T: Float>(p: [&[T]; M], out: [&mut [T]; A]);
     /// Row `j` of `a`: `out = Σ_b A[j][b] p[b]`.
     fn a_row<T: Float>(p: [&[T]; M], j: usize, out: &mut [T]);
-    /// `G v` of one row or column of a 3x3 filter.
-    fn g<T: Float>(v: [T; 3]) -> [T; A];
+    /// `G v` of one row or column of an R x R filter.
+    fn g<T: Float>(v: [T; R]) -> [T; A];
     /// `Gᵀ v` (the adjoint of `g`).
-    fn gt<T: Float>(v: [T; A]) -> [T; 3];
+    fn gt<T: Float>(v: [T; A]) -> [T; R];
 }
 
 /// `K` disjoint `len`-long windows of `s` at increasing offsets `at`.
@@ -208,25 +246,27 @@ fn interleave<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<
     }
 }
 
-/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (3x3), ξ = A·row + column, laid out
+/// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (R x R), ξ = A·row + column, laid out
 /// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters
 /// into a ξ-major block of its own, and the blocks' rows are then copied whole into U: a
 /// gather of U from per-filter tiles took a strided load per element.
-fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     w: &[T],
     oc: usize,
 ) -> Vec<T> {
     const FILTERS_PER_BLOCK: usize = 256;
-    let blocks: Vec<Vec<T>> = w[..9 * oc]
-        .par_chunks(9 * FILTERS_PER_BLOCK)
+    let rr = R * R;
+    let blocks: Vec<Vec<T>> = w[..rr * oc]
+        .par_chunks(rr * FILTERS_PER_BLOCK)
         .map(|gs| {
-            let nf = gs.len() / 9;
+            let nf = gs.len() / rr;
             let mut block = vec![T::ZERO; A * A * nf];
-            for (f, g) in gs.chunks_exact(9).enumerate() {
-                // G g (A x 3) column by column, then each of its rows times Gᵀ.
-                let cols: [[T; A]; 3] = std::array::from_fn(|j| W::g([g[j], g[3 + j], g[6 + j]]));
+            for (f, g) in gs.chunks_exact(rr).enumerate() {
+                // G g (A x R) column by column, then each of its rows times Gᵀ.
+                let cols: [[T; A]; R] =
+                    std::array::from_fn(|j| W::g(std::array::from_fn(|i| g[i * R + j])));
                 for i in 0..A {
-                    let row = W::g([cols[0][i], cols[1][i], cols[2][i]]);
+                    let row = W::g(std::array::from_fn(|j| cols[j][i]));
                     for (l, &v) in row.iter().enumerate() {
                         block[(i * A + l) * nf + f] = v;
                     }
@@ -248,46 +288,50 @@ fn filter_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     )
 }
 
-/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (9 floats
-/// per filter). dU holds each tile position's filters contiguous (ξ-major), so both products
-/// run along a block of filters as vectors; only the last step, a filter's 9 values into its
-/// row of dW, goes filter by filter (filter by filter throughout, each of dU's 16 or 36
-/// elements would be a strided load).
-fn filter_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+/// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (R·R
+/// floats per filter). dU holds each tile position's filters contiguous (ξ-major), so both
+/// products run along a block of filters as vectors; only the last step, a filter's R·R values
+/// into its row of dW, goes filter by filter (filter by filter throughout, each of dU's 16 or
+/// 36 elements would be a strided load).
+fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     du: &[T],
     oc: usize,
     dw: &mut [MaybeUninit<T>],
 ) {
     const FILTERS_PER_BLOCK: usize = 128;
-    dw[..9 * oc]
-        .par_chunks_mut(9 * FILTERS_PER_BLOCK)
+    // The largest R·A and R·R of the tile sizes (F(2x2, 5x5): 30 and 25).
+    const MAX_RA: usize = 30;
+    const MAX_RR: usize = 25;
+    debug_assert!(R * A <= MAX_RA && R * R <= MAX_RR);
+    let rr = R * R;
+    dw[..rr * oc]
+        .par_chunks_mut(rr * FILTERS_PER_BLOCK)
         .enumerate()
         .for_each(|(blk, out)| {
-            let nf = (out.len() / 9).min(FILTERS_PER_BLOCK);
+            let nf = (out.len() / rr).min(FILTERS_PER_BLOCK);
             let f0 = blk * FILTERS_PER_BLOCK;
-            // Gᵀ dU (3 x A): t[k·A + l] for every filter of the block.
-            let mut t = [[T::ZERO; FILTERS_PER_BLOCK]; 18];
+            // Gᵀ dU (R x A): t[k·A + l] for every filter of the block.
+            let mut t = [[T::ZERO; FILTERS_PER_BLOCK]; MAX_RA];
             for l in 0..A {
                 let col: [&[T]; A] = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
-                let [t0, t1, t2] = windows_at(&mut t[..3 * A], [l, A + l, 2 * A + l], 1);
-                let (t0, t1, t2) = (&mut t0[0][..nf], &mut t1[0][..nf], &mut t2[0][..nf]);
                 for f in 0..nf {
-                    let [r0, r1, r2] = W::gt(std::array::from_fn(|i| col[i][f]));
-                    (t0[f], t1[f], t2[f]) = (r0, r1, r2);
+                    let r = W::gt(std::array::from_fn(|i| col[i][f]));
+                    for (k, &v) in r.iter().enumerate() {
+                        t[k * A + l][f] = v;
+                    }
                 }
             }
-            // (Gᵀ dU) G (3 x 3): e[k·3 + j].
-            let mut e = [[T::ZERO; FILTERS_PER_BLOCK]; 9];
-            for k in 0..3 {
-                let row: [&[T]; A] = std::array::from_fn(|l| &t[k * A + l][..nf]);
-                let [e0, e1, e2] = windows_at(&mut e[..], [3 * k, 3 * k + 1, 3 * k + 2], 1);
-                let (e0, e1, e2) = (&mut e0[0][..nf], &mut e1[0][..nf], &mut e2[0][..nf]);
+            // (Gᵀ dU) G (R x R): e[k·R + j].
+            let mut e = [[T::ZERO; FILTERS_PER_BLOCK]; MAX_RR];
+            for k in 0..R {
                 for f in 0..nf {
-                    let [r0, r1, r2] = W::gt(std::array::from_fn(|l| row[l][f]));
-                    (e0[f], e1[f], e2[f]) = (r0, r1, r2);
+                    let r = W::gt(std::array::from_fn(|l| t[k * A + l][f]));
+                    for (j, &v) in r.iter().enumerate() {
+                        e[k * R + j][f] = v;
+                    }
                 }
             }
-            for (f, out) in out.chunks_exact_mut(9).enumerate() {
+            for (f, out) in out.chunks_exact_mut(rr).enumerate() {
                 for (o, e) in out.iter_mut().zip(&e) {
                     o.write(e[f]);
                 }
@@ -302,21 +346,22 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
 struct Rows<T> {
     /// Zero-bordered copy of one input row.
     line: Vec<T>,
-    /// A row's M phases (or M runs being interleaved), `tw + 1` each.
+    /// A row's M phases (or M runs being interleaved), `tw + ext` each.
     ph: Vec<T>,
-    /// Band-long vectors: the row pass of the input transform (M·A runs of (rows + 1)·tw), or
-    /// up to A·(A + 1) of n for the other transforms.
+    /// Band-long vectors: the row pass of the input transform (M·A runs of (rows + ext)·tw),
+    /// or up to A·(A + 1) of n for the other transforms.
     v: Vec<T>,
 }
 
 impl<T: Float> Rows<T> {
     fn new(t: &Tiles) -> Rows<T> {
-        let n = (t.rb + 1) * t.tw;
-        // The input adjoint's A·A + A runs are the most (F(2x2): 20, F(4x4): 42).
-        let a = t.m + 2;
+        let n = (t.rb + t.ext()) * t.tw;
+        // The input adjoint's A·A + A runs are the most (F(2x2, 3x3): 20, 6x6 tiles: 42).
+        let a = t.a();
+        let phases = t.m * (t.tw + t.ext());
         Rows {
-            line: vec![T::ZERO; t.m * (t.tw + 1)],
-            ph: vec![T::ZERO; t.m * (t.tw + 1)],
+            line: vec![T::ZERO; phases],
+            ph: vec![T::ZERO; phases],
             v: vec![T::ZERO; a * (a + 1) * n],
         }
     }
@@ -347,7 +392,7 @@ impl Strides {
 
 /// V[ξ][c][(th - rows.start)·tw + tw'] = (Bᵀ d B)[ξ] of one image's channels `x` (C, h, w), for
 /// tile rows `rows`, placed in `v` by `to`.
-fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     x: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -355,30 +400,33 @@ fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     to: Strides,
     s: &mut Rows<T>,
 ) {
-    debug_assert_eq!(t.m, M);
+    debug_assert_eq!((t.m, t.r), (M, R));
     let (h, w, tw) = (t.h, t.w, t.tw);
+    let (pad, ext) = (t.pad(), t.ext());
     let n = rows.len() * tw;
-    // Padded rows M·start .. M·end + 2 by phase (p mod M): tile row i takes the M rows of group
-    // i and the first A - M of group i + 1, so each phase is read at offsets 0 and tw.
-    let groups = rows.len() + 1;
+    // Padded rows M·start .. M·end + A - M by phase (p mod M): tile row i takes the M rows of
+    // group i and the first A - M of the next `ext` groups, so each phase is read at offsets
+    // 0, tw, .. ext·tw.
+    let groups = rows.len() + ext;
     let run = groups * tw;
     let slot = |q: usize, k: usize| (q * A + k) * run;
     for (c, plane) in x.chunks_exact(h * w).enumerate() {
-        // Bᵀ along each padded row p (input row p - 1), A values per tile.
+        // Bᵀ along each padded row p (input row p - pad), A values per tile.
         for pr in 0..M * groups {
             let p = M * rows.start + pr;
             let base = (pr / M) * tw;
             let at_k = |k: usize| slot(pr % M, k) + base;
-            if p == 0 || p > h {
+            if p < pad || p >= h + pad {
                 for k in 0..A {
                     s.v[at_k(k)..at_k(k) + tw].fill(T::ZERO);
                 }
                 continue;
             }
-            // line[0] and line[w + 1..] are the zero border, never written.
-            s.line[1..=w].copy_from_slice(&plane[(p - 1) * w..p * w]);
-            deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + 1));
-            let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + 1) + l / M..][..tw]);
+            // line[..pad] and line[w + pad..] are the zero border, never written.
+            let row = p - pad;
+            s.line[pad..pad + w].copy_from_slice(&plane[row * w..(row + 1) * w]);
+            deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + ext));
+            let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + ext) + l / M..][..tw]);
             W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
         }
         // Bᵀ down the columns, for every tile of the band at once.
@@ -394,7 +442,7 @@ fn input_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
 /// One image's output (O, h, w) from M[ξ][o][at + ...] (tile rows `rows`): Aᵀ M A, plus the
 /// bias, ReLU'd when `relu`.
 #[allow(clippy::too_many_arguments)]
-fn output_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     m: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -441,7 +489,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
 
 /// dM[ξ][o][...] = (A dy Aᵀ)[ξ] per tile of one image's output gradient `dy` (O, h, w), tile
 /// rows `rows` (outputs past the edge count as zero), placed in `dm` by `to`.
-fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     dy: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -492,7 +540,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
 
 /// acc (C padded planes of one image's input gradient) += Σ_tiles B dV Bᵀ, from
 /// dV[ξ][c][at + ...] for tile rows `rows`.
-fn input_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
+fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     dv: &[T],
     t: &Tiles,
     rows: &Range<usize>,
@@ -500,8 +548,8 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
     acc: &mut [T],
     s: &mut Rows<T>,
 ) {
-    debug_assert_eq!(t.m, M);
-    let tw = t.tw;
+    debug_assert_eq!((t.m, t.r), (M, R));
+    let (tw, ext) = (t.tw, t.ext());
     let n = rows.len() * tw;
     let (hp, wp) = t.padded();
     let channels = acc.len() / (hp * wp);
@@ -519,30 +567,33 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, W: Tile<M, A>>(
             let ur = std::array::from_fn(|l| &u[(r * A + l) * n..][..n]);
             W::b(ur, windows_mut::<T, A>(cs, n));
             let cr: [&[T]; A] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
-            // Tile tw' covers padded columns M·tw' .. M·tw' + A: phase q gets c_q, and the
-            // first A - M phases also the left neighbour's c_(M + q).
+            // Tile tw' covers padded columns M·tw' .. M·tw' + A: its column j goes to phase
+            // j mod M, group tw' + j / M (the first M columns to its own group, the other
+            // A - M to the next `ext` groups).
+            let full = wp / M;
             for (i, th) in rows.clone().enumerate() {
                 let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
-                let mut ph = windows_mut::<T, M>(&mut s.ph, tw + 1);
+                let mut ph = windows_mut::<T, M>(&mut s.ph, tw + ext);
                 for (q, run) in ph.iter_mut().enumerate() {
                     run[..tw].copy_from_slice(tile(q));
-                    run[tw] = T::ZERO;
+                    run[tw..].fill(T::ZERO);
                 }
-                for (q, run) in ph.iter_mut().take(A - M).enumerate() {
-                    for (e, &v) in run[1..].iter_mut().zip(tile(M + q)) {
+                for j in M..A {
+                    let run = &mut ph[j % M][j / M..];
+                    for (e, &v) in run.iter_mut().zip(tile(j)) {
                         *e += v;
                     }
                 }
                 let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
-                let (body, tail) = row.split_at_mut(M * tw);
-                let heads = ph.each_ref().map(|run| &run[..tw]);
+                let (body, tail) = row.split_at_mut(M * full);
+                let heads = ph.each_ref().map(|run| &run[..full]);
                 for (j, group) in body.chunks_exact_mut(M).enumerate() {
                     for q in 0..M {
                         group[q] += heads[q][j];
                     }
                 }
                 for (e, run) in tail.iter_mut().zip(&ph) {
-                    *e += run[tw];
+                    *e += run[full];
                 }
             }
         }
@@ -610,12 +661,13 @@ fn copy_interiors<T: Float>(
     g: &Geom,
     (hp, wp): (usize, usize),
 ) {
+    let pad = g.pad;
     for (dst, src) in dx
         .chunks_exact_mut(g.h * g.w)
         .zip(acc.chunks_exact(hp * wp))
     {
         for (r, row) in dst.chunks_exact_mut(g.w).enumerate() {
-            let from = &src[(r + 1) * wp + 1..][..g.w];
+            let from = &src[(r + pad) * wp + pad..][..g.w];
             for (d, &v) in row.iter_mut().zip(from) {
                 d.write(v);
             }
@@ -675,22 +727,24 @@ struct Transforms<T> {
 }
 
 impl<T: Float> Transforms<T> {
-    fn of(m: usize) -> Transforms<T> {
-        if m == 4 {
-            Transforms::tile::<4, 6, F4>()
-        } else {
-            Transforms::tile::<2, 4, F2>()
+    /// The transforms of output tiles of `m` x `m` for `r` x `r` filters (`tile_fits`).
+    fn of(m: usize, r: usize) -> Transforms<T> {
+        match (m, r) {
+            (4, 3) => Transforms::tile::<4, 6, 3, F4>(),
+            (2, 3) => Transforms::tile::<2, 4, 3, F2>(),
+            (2, 5) => Transforms::tile::<2, 6, 5, F2R5>(),
+            _ => unreachable!("no Winograd tile F({m}x{m}, {r}x{r})"),
         }
     }
 
-    fn tile<const M: usize, const A: usize, W: Tile<M, A>>() -> Transforms<T> {
+    fn tile<const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>() -> Transforms<T> {
         Transforms {
-            filter: filter_transform::<T, M, A, W>,
-            filter_adjoint: filter_adjoint::<T, M, A, W>,
-            input: input_transform::<T, M, A, W>,
-            output: output_transform::<T, M, A, W>,
-            output_adjoint: output_adjoint::<T, M, A, W>,
-            input_adjoint: input_adjoint::<T, M, A, W>,
+            filter: filter_transform::<T, M, A, R, W>,
+            filter_adjoint: filter_adjoint::<T, M, A, R, W>,
+            input: input_transform::<T, M, A, R, W>,
+            output: output_transform::<T, M, A, R, W>,
+            output_adjoint: output_adjoint::<T, M, A, R, W>,
+            input_adjoint: input_adjoint::<T, M, A, R, W>,
         }
     }
 }
@@ -706,7 +760,7 @@ pub(crate) fn fwd_with<T: Float>(
 ) -> (Vec<T>, Vec<T>) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (cg, og) = (g.cg(), g.og());
-    let f = Transforms::of(m);
+    let f = Transforms::of(m, g.kh);
     let u = (f.filter)(w, o * cg);
     let len = g.n * o * hw;
     let mut y = Vec::with_capacity(len);
@@ -785,7 +839,7 @@ pub(crate) fn fwd_with<T: Float>(
     (y, u)
 }
 
-/// [dx (N·C·H·W) | dW (O·C·9) | db (O)] in one pass over the tiles: each block's output
+/// [dx (N·C·H·W) | dW (O·C·R·R) | db (O)] in one pass over the tiles: each block's output
 /// gradient transform dM serves both the input gradient (dV = Uᵀ·dM) and the weight gradient
 /// (dU += dM·Vᵀ). (A layer whose input needs no gradient takes im2col's weight gradient.)
 /// `filters`: the forward's transformed filters (`fwd`), if it kept them; else w's are
@@ -813,7 +867,8 @@ pub(crate) fn bwd_both_with<T: Float>(
     let (cg, og) = (g.cg(), g.og());
     // Filters: O of C/groups channels.
     let (ndx, oc) = (g.n * c * hw, o * cg);
-    let len = ndx + 9 * oc + o;
+    let rr = g.kh * g.kw;
+    let len = ndx + rr * oc + o;
     let mut out = Vec::with_capacity(len);
     if g.n == 0 || hw == 0 {
         out.resize(len, T::ZERO);
@@ -822,7 +877,7 @@ pub(crate) fn bwd_both_with<T: Float>(
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
     let xis = t.xi();
-    let f = Transforms::of(m);
+    let f = Transforms::of(m, g.kh);
     let transformed;
     let u = match filters {
         Some(u) if u.len() == xis * oc => u,
@@ -898,7 +953,7 @@ pub(crate) fn bwd_both_with<T: Float>(
         })
         .collect();
     let total = sum_partials(partials);
-    let (tail_dw, tail_db) = out.spare_capacity_mut()[ndx..].split_at_mut(9 * oc);
+    let (tail_dw, tail_db) = out.spare_capacity_mut()[ndx..].split_at_mut(rr * oc);
     (f.filter_adjoint)(&total[..xis * oc], oc, tail_dw);
     // A plain loop (a chained iterator does not vectorise).
     for (d, &v) in tail_db.iter_mut().zip(&total[xis * oc..]) {
@@ -956,7 +1011,7 @@ fn fwd_few<T: Float>(
     y: &mut [MaybeUninit<T>],
 ) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
-    let f = Transforms::of(m);
+    let f = Transforms::of(m, g.kh);
     let t = Tiles::new(g, 1, m);
     let xis = t.xi();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
@@ -1015,7 +1070,7 @@ fn bwd_both_few<T: Float>(
     let (ndx, oc) = (g.n * c * hw, o * c);
     let t = Tiles::new(g, 1, m);
     let (xis, cols) = (t.xi(), t.max_cols());
-    let f = Transforms::<T>::of(m);
+    let f = Transforms::<T>::of(m, g.kh);
     let (hp, wp) = t.padded();
     let (c_step, o_step) = (channel_runs(c), channel_runs(o));
     // The buffers are zeroed on all threads, as in `fwd_few`.
@@ -1087,10 +1142,11 @@ fn bwd_both_few<T: Float>(
     }
     // Each run's dU block is ξ-major over its filters, as `filter_adjoint` takes it, and its
     // filters' rows of dW are one slice.
-    let (tail_dw, tail_db) = tail.split_at_mut(9 * oc);
+    let rr = g.kh * g.kw;
+    let (tail_dw, tail_db) = tail.split_at_mut(rr * oc);
     du.par_chunks(o_step * xis * c)
-        .zip(tail_dw.par_chunks_mut(o_step * 9 * c))
-        .for_each(|(run, dw)| (f.filter_adjoint)(run, dw.len() / 9, dw));
+        .zip(tail_dw.par_chunks_mut(o_step * rr * c))
+        .for_each(|(run, dw)| (f.filter_adjoint)(run, dw.len() / rr, dw));
     // Every image's dx was copied out once its last band was done (each run of input channels
     // its own planes); dW just above.
     for (d, &v) in tail_db.iter_mut().zip(&db) {
@@ -1101,7 +1157,7 @@ fn bwd_both_few<T: Float>(
 /// F(2x2, 3x3): 4x4 input tiles at stride 2, 16 tile positions.
 struct F2;
 
-impl Tile<2, 4> for F2 {
+impl Tile<2, 4, 3> for F2 {
     #[inline(always)]
     fn bt<T: Float>(d: [&[T]; 4], out: [&mut [T]; 4]) {
         let n = out[0].len();
@@ -1197,7 +1253,7 @@ const G4: [[f64; 3]; 6] = [
     [0.0, 0.0, 1.0],
 ];
 
-impl Tile<4, 6> for F4 {
+impl Tile<4, 6, 3> for F4 {
     #[inline(always)]
     fn bt<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
         let n = out[0].len();
@@ -1293,5 +1349,96 @@ impl Tile<4, 6> for F4 {
 
     fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
         std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G4[i][k]) * v[i]))
+    }
+}
+
+// ---- F(2x2, 5x5): 6x6 input tiles at stride 2, 36 tile positions ----
+//
+// The same points 0, ±1, ±2, ∞ as F(4x4, 3x3), so the same Bᵀ; G (6x5) and Aᵀ (2x6) are the
+// Toom-Cook matrices of those points for a filter of 5 and an output of 2.
+
+/// F(2x2, 5x5).
+struct F2R5;
+
+/// G of F(2x2, 5x5): row i is (p_i^0, .., p_i^4) / N_i, with N_i of F(4x4, 3x3)'s G4.
+const G2R5: [[f64; 5]; 6] = [
+    [0.25, 0.0, 0.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0, 1.0 / 3.0, 2.0 / 3.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0, -1.0 / 3.0, 2.0 / 3.0],
+    [0.0, 0.0, 0.0, 0.0, 1.0],
+];
+
+impl Tile<2, 6, 5> for F2R5 {
+    #[inline(always)]
+    fn bt<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
+        F4::bt(d, out)
+    }
+
+    #[inline(always)]
+    fn b<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
+        F4::b(d, out)
+    }
+
+    #[inline(always)]
+    fn at<T: Float>(m: [&[T]; 6], out: [&mut [T]; 2]) {
+        let n = out[0].len();
+        let two = T::from_f64(2.0);
+        let [m0, m1, m2, m3, m4, m5] = m.map(|m| &m[..n]);
+        let [o0, o1] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            o0[k] = m0[k] + m1[k] + m2[k] + m3[k] + m4[k];
+            o1[k] = m1[k] - m2[k] + two * (m3[k] - m4[k]) + m5[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a<T: Float>(p: [&[T]; 2], out: [&mut [T]; 6]) {
+        let n = out[0].len();
+        let two = T::from_f64(2.0);
+        let [p0, p1] = p.map(|p| &p[..n]);
+        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
+        for k in 0..n {
+            let p12 = two * p1[k];
+            o0[k] = p0[k];
+            o1[k] = p0[k] + p1[k];
+            o2[k] = p0[k] - p1[k];
+            o3[k] = p0[k] + p12;
+            o4[k] = p0[k] - p12;
+            o5[k] = p1[k];
+        }
+    }
+
+    #[inline(always)]
+    fn a_row<T: Float>(p: [&[T]; 2], j: usize, out: &mut [T]) {
+        let n = out.len();
+        let [p0, p1] = p.map(|p| &p[..n]);
+        let c1 = match j {
+            0 => {
+                out.copy_from_slice(p0);
+                return;
+            }
+            5 => {
+                out.copy_from_slice(p1);
+                return;
+            }
+            1 => 1.0,
+            2 => -1.0,
+            3 => 2.0,
+            _ => -2.0,
+        };
+        let c1 = T::from_f64(c1);
+        for k in 0..n {
+            out[k] = p0[k] + c1 * p1[k];
+        }
+    }
+
+    fn g<T: Float>(v: [T; 5]) -> [T; 6] {
+        std::array::from_fn(|i| (0..5).fold(T::ZERO, |s, k| s + T::from_f64(G2R5[i][k]) * v[k]))
+    }
+
+    fn gt<T: Float>(v: [T; 6]) -> [T; 5] {
+        std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G2R5[i][k]) * v[i]))
     }
 }
