@@ -67,6 +67,10 @@ fn conv_layers() -> Vec<(&'static str, ConvLayer)> {
         ("goog 4e-3x3", three(160, 14, 320)),
         ("goog 5b-3x3", three(192, 7, 384)),
         (
+            "goog 3b-5x5",
+            conv_layer([n, 32, 28, 28], [96, 32, 5, 5], 1, 2, 1),
+        ),
+        (
             "goog 4b-1x1",
             conv_layer([n, 512, 14, 14], [160, 512, 1, 1], 1, 0, 1),
         ),
