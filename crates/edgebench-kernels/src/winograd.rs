@@ -1344,12 +1344,22 @@ impl Tile<4, 6, 3> for F4 {
     }
 
     fn g<T: Float>(v: [T; 3]) -> [T; 6] {
-        std::array::from_fn(|i| (0..3).fold(T::ZERO, |s, k| s + T::from_f64(G4[i][k]) * v[k]))
+        g_times(&G4, v)
     }
 
     fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
-        std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G4[i][k]) * v[i]))
+        gt_times(&G4, v)
     }
+}
+
+/// `G v` for a G written out as a table (F(4x4, 3x3), F(2x2, 5x5)).
+fn g_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; R]) -> [T; A] {
+    std::array::from_fn(|i| (0..R).fold(T::ZERO, |s, k| s + T::from_f64(g[i][k]) * v[k]))
+}
+
+/// `Gᵀ v` for a G written out as a table.
+fn gt_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; A]) -> [T; R] {
+    std::array::from_fn(|k| (0..A).fold(T::ZERO, |s, i| s + T::from_f64(g[i][k]) * v[i]))
 }
 
 // ---- F(2x2, 5x5): 6x6 input tiles at stride 2, 36 tile positions ----
@@ -1435,10 +1445,10 @@ impl Tile<2, 6, 5> for F2R5 {
     }
 
     fn g<T: Float>(v: [T; 5]) -> [T; 6] {
-        std::array::from_fn(|i| (0..5).fold(T::ZERO, |s, k| s + T::from_f64(G2R5[i][k]) * v[k]))
+        g_times(&G2R5, v)
     }
 
     fn gt<T: Float>(v: [T; 6]) -> [T; 5] {
-        std::array::from_fn(|k| (0..6).fold(T::ZERO, |s, i| s + T::from_f64(G2R5[i][k]) * v[i]))
+        gt_times(&G2R5, v)
     }
 }
