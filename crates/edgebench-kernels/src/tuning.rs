@@ -43,8 +43,8 @@ pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
 
 /// 5x5 layers take the Winograd path (F(2x2, 5x5)) only with at least this many images per
 /// thread. With fewer, its GEMMs have too few tile columns: at batch 1 (1 or 2 threads) it ran
-/// level with im2col on 28x28 and 27x27 maps and up to 1.8x slower on 14x14; at batch 8 on one
-/// thread and batch 32 on two, 1.2-1.7x faster (`conv_paths ... 5`).
+/// level with im2col to 1.3x slower on 28x28 and 27x27 maps and up to 2x slower on 14x14; at
+/// batch 8 on one thread and batch 32 on two, 1.1-1.8x faster (`conv_paths ... 5`).
 pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
