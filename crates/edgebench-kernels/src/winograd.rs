@@ -246,6 +246,128 @@ fn interleave<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<
     }
 }
 
+/// Elements per block of `map_lanes`: two NEON or SSE vectors of f32.
+const LANES: usize = 8;
+
+/// `out[o][k] = f([ins[0][k], .., ins[I - 1][k]])[o]` for every k below `out[0].len()`, in
+/// blocks of `LANES` elements whose loads all come before their stores. The compiler cannot
+/// tell that the slices of an array do not overlap: the plain loop over k ran one element at
+/// a time on aarch64 (F(2x2)'s Bᵀ: 18 instructions per element), where a block's lanes become
+/// vector operations without run-time overlap checks. The last, partial block is a whole one
+/// ending at the last element (recomputing a few), and runs of 4 to 7 (a row pass over 7
+/// tiles) two blocks of 4: most rows here are short.
+#[inline(always)]
+fn map_lanes<T: Float, const I: usize, const O: usize>(
+    ins: [&[T]; I],
+    out: [&mut [T]; O],
+    f: impl Fn([T; I]) -> [T; O],
+) {
+    let n = out[0].len();
+    let ins = ins.map(|s| &s[..n]);
+    let mut out = out.map(|s| &mut s[..n]);
+    if n < 4 {
+        for k in 0..n {
+            let r = f(std::array::from_fn(|i| ins[i][k]));
+            for o in 0..O {
+                out[o][k] = r[o];
+            }
+        }
+    } else if n < LANES {
+        lanes_at::<T, 4, I, O>(&ins, &mut out, 0, &f);
+        lanes_at::<T, 4, I, O>(&ins, &mut out, n - 4, &f);
+    } else {
+        {
+            let chunks = ins.map(|s| s.as_chunks::<LANES>().0);
+            let out = out.each_mut().map(|s| s.as_chunks_mut::<LANES>().0);
+            for c in 0..n / LANES {
+                let y = lanes(std::array::from_fn(|i| chunks[i][c]), &f);
+                for o in 0..O {
+                    out[o][c] = y[o];
+                }
+            }
+        }
+        if !n.is_multiple_of(LANES) {
+            lanes_at::<T, LANES, I, O>(&ins, &mut out, n - LANES, &f);
+        }
+    }
+}
+
+/// `f` on each of `L` lanes.
+#[inline(always)]
+fn lanes<T: Float, const L: usize, const I: usize, const O: usize>(
+    x: [[T; L]; I],
+    f: &impl Fn([T; I]) -> [T; O],
+) -> [[T; L]; O] {
+    let mut y = [[T::ZERO; L]; O];
+    for l in 0..L {
+        let r = f(std::array::from_fn(|i| x[i][l]));
+        for o in 0..O {
+            y[o][l] = r[o];
+        }
+    }
+    y
+}
+
+/// `map_lanes`' block of `L` elements from element `at`.
+#[inline(always)]
+fn lanes_at<T: Float, const L: usize, const I: usize, const O: usize>(
+    ins: &[&[T]; I],
+    out: &mut [&mut [T]; O],
+    at: usize,
+    f: &impl Fn([T; I]) -> [T; O],
+) {
+    let x = std::array::from_fn(|i| {
+        let block: &[T; L] = ins[i][at..at + L].try_into().expect("L elements");
+        *block
+    });
+    let y = lanes(x, f);
+    for o in 0..O {
+        out[o][at..at + L].copy_from_slice(&y[o]);
+    }
+}
+
+/// The filters of a block (`K` taps each, filter-major) tap by tap: `rows[k][f]` = tap k of
+/// filter f. Four filters at a time, so each row takes four taps per store.
+fn filters_to_taps<T: Float, const K: usize>(filters: &[T], taps: &mut [T]) {
+    let nf = filters.len() / K;
+    let rows = windows_mut::<T, K>(taps, nf);
+    let (filters, _) = filters.as_chunks::<K>();
+    let (quads, rest) = filters.as_chunks::<4>();
+    let rows = rows.map(|r| r.as_chunks_mut::<4>());
+    for (c, q) in quads.iter().enumerate() {
+        for k in 0..K {
+            rows[k].0[c] = [q[0][k], q[1][k], q[2][k], q[3][k]];
+        }
+    }
+    for (f, g) in rest.iter().enumerate() {
+        for k in 0..K {
+            rows[k].1[f] = g[k];
+        }
+    }
+}
+
+/// The inverse of `filters_to_taps`: `out[f·K + k]` = `taps[k·nf + f]`, initialising `out`.
+fn taps_to_filters<T: Float, const K: usize>(taps: &[T], out: &mut [MaybeUninit<T>]) {
+    let nf = out.len() / K;
+    let rows: [&[T]; K] = std::array::from_fn(|k| &taps[k * nf..(k + 1) * nf]);
+    let rows = rows.map(|r| r.as_chunks::<4>());
+    let (filters, _) = out.as_chunks_mut::<K>();
+    let (quads, rest) = filters.as_chunks_mut::<4>();
+    for (c, q) in quads.iter_mut().enumerate() {
+        for k in 0..K {
+            let v = rows[k].0[c];
+            for l in 0..4 {
+                q[l][k].write(v[l]);
+            }
+        }
+    }
+    for (f, g) in rest.iter_mut().enumerate() {
+        for k in 0..K {
+            g[k].write(rows[k].1[f]);
+        }
+    }
+}
+
 /// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (R x R), ξ = A·row + column, laid out
 /// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters
 /// into a ξ-major block of its own, and the blocks' rows are then copied whole into U: a
@@ -260,17 +382,27 @@ fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
         .par_chunks(rr * FILTERS_PER_BLOCK)
         .map(|gs| {
             let nf = gs.len() / rr;
+            // The block's filters tap by tap (taps[k·nf + f]: tap k of filter f), so that both
+            // products with G run along the block's filters as vectors.
+            let mut taps = vec![T::ZERO; rr * nf];
+            match R {
+                3 => filters_to_taps::<T, 9>(gs, &mut taps),
+                5 => filters_to_taps::<T, 25>(gs, &mut taps),
+                _ => unreachable!("Winograd filters are 3x3 or 5x5"),
+            }
+            // G g (A x R), column by column: gg[(i·R + j)·nf + f].
+            let mut gg = vec![T::ZERO; A * R * nf];
+            for j in 0..R {
+                let col = std::array::from_fn(|l| &taps[(l * R + j) * nf..][..nf]);
+                let at_i = std::array::from_fn(|i| (i * R + j) * nf);
+                map_lanes(col, windows_at(&mut gg, at_i, nf), W::g);
+            }
+            // Each row of G g times Gᵀ: block[(i·A + l)·nf + f].
             let mut block = vec![T::ZERO; A * A * nf];
-            for (f, g) in gs.chunks_exact(rr).enumerate() {
-                // G g (A x R) column by column, then each of its rows times Gᵀ.
-                let cols: [[T; A]; R] =
-                    std::array::from_fn(|j| W::g(std::array::from_fn(|i| g[i * R + j])));
-                for i in 0..A {
-                    let row = W::g(std::array::from_fn(|j| cols[j][i]));
-                    for (l, &v) in row.iter().enumerate() {
-                        block[(i * A + l) * nf + f] = v;
-                    }
-                }
+            for i in 0..A {
+                let row = std::array::from_fn(|j| &gg[(i * R + j) * nf..][..nf]);
+                let at_l = std::array::from_fn(|l| (i * A + l) * nf);
+                map_lanes(row, windows_at(&mut block, at_l, nf), W::g);
             }
             block
         })
@@ -299,42 +431,31 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
     dw: &mut [MaybeUninit<T>],
 ) {
     const FILTERS_PER_BLOCK: usize = 128;
-    // The largest R·A and R·R of the tile sizes (F(2x2, 5x5): 30 and 25).
-    const MAX_RA: usize = 30;
-    const MAX_RR: usize = 25;
-    debug_assert!(R * A <= MAX_RA && R * R <= MAX_RR);
     let rr = R * R;
     dw[..rr * oc]
         .par_chunks_mut(rr * FILTERS_PER_BLOCK)
         .enumerate()
         .for_each(|(blk, out)| {
-            let nf = (out.len() / rr).min(FILTERS_PER_BLOCK);
+            let nf = out.len() / rr;
             let f0 = blk * FILTERS_PER_BLOCK;
-            // Gᵀ dU (R x A): t[k·A + l] for every filter of the block.
-            let mut t = [[T::ZERO; FILTERS_PER_BLOCK]; MAX_RA];
+            // Gᵀ dU (R x A), column by column: t[(k·A + l)·nf + f] for every filter of the block.
+            let mut t = vec![T::ZERO; R * A * nf];
             for l in 0..A {
-                let col: [&[T]; A] = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
-                for f in 0..nf {
-                    let r = W::gt(std::array::from_fn(|i| col[i][f]));
-                    for (k, &v) in r.iter().enumerate() {
-                        t[k * A + l][f] = v;
-                    }
-                }
+                let col = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
+                let at_k = std::array::from_fn(|k| (k * A + l) * nf);
+                map_lanes(col, windows_at(&mut t, at_k, nf), W::gt);
             }
-            // (Gᵀ dU) G (R x R): e[k·R + j].
-            let mut e = [[T::ZERO; FILTERS_PER_BLOCK]; MAX_RR];
+            // (Gᵀ dU) G (R x R), row by row: e[(k·R + j)·nf + f].
+            let mut e = vec![T::ZERO; rr * nf];
             for k in 0..R {
-                for f in 0..nf {
-                    let r = W::gt(std::array::from_fn(|l| t[k * A + l][f]));
-                    for (j, &v) in r.iter().enumerate() {
-                        e[k * R + j][f] = v;
-                    }
-                }
+                let row = std::array::from_fn(|l| &t[(k * A + l) * nf..][..nf]);
+                let at_j = std::array::from_fn(|j| (k * R + j) * nf);
+                map_lanes(row, windows_at(&mut e, at_j, nf), W::gt);
             }
-            for (f, out) in out.chunks_exact_mut(rr).enumerate() {
-                for (o, e) in out.iter_mut().zip(&e) {
-                    o.write(e[f]);
-                }
+            match R {
+                3 => taps_to_filters::<T, 9>(&e, out),
+                5 => taps_to_filters::<T, 25>(&e, out),
+                _ => unreachable!("Winograd filters are 3x3 or 5x5"),
             }
         });
 }
@@ -456,7 +577,6 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
     let (h, w, tw) = (t.h, t.w, t.tw);
     let n = rows.len() * tw;
     let xi_stride = bias.len() * ld;
-    let act = |v: T| if relu { relu_f(v) } else { v };
     for (o, (plane, &b)) in y.chunks_exact_mut(h * w).zip(bias).enumerate() {
         let mv = |xi: usize| &m[xi * xi_stride + o * ld + at..][..n];
         // sa[a][j] = (Aᵀ M)[a][j] (M·A vectors, a-major; each M vector read once), then each
@@ -472,8 +592,13 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
             let sj = std::array::from_fn(|j| &row[j * n..(j + 1) * n]);
             let mut yb = windows_mut::<T, M>(ys, n);
             W::at(sj, yb.each_mut().map(|v| &mut **v));
-            for v in yb.iter_mut().flat_map(|v| v.iter_mut()) {
-                *v = act(*v + b);
+            // One loop per run and per activation, so that each is a plain vector loop.
+            for v in yb.iter_mut() {
+                if relu {
+                    v.iter_mut().for_each(|e| *e = relu_f(*e + b));
+                } else {
+                    v.iter_mut().for_each(|e| *e += b);
+                }
             }
             for (i, th) in rows.clone().enumerate() {
                 let r = M * th + a;
@@ -1160,52 +1285,26 @@ struct F2;
 impl Tile<2, 4, 3> for F2 {
     #[inline(always)]
     fn bt<T: Float>(d: [&[T]; 4], out: [&mut [T]; 4]) {
-        let n = out[0].len();
-        let [d0, d1, d2, d3] = d.map(|d| &d[..n]);
-        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            o0[k] = d0[k] - d2[k];
-            o1[k] = d1[k] + d2[k];
-            o2[k] = d2[k] - d1[k];
-            o3[k] = d1[k] - d3[k];
-        }
+        map_lanes(d, out, |[d0, d1, d2, d3]| {
+            [d0 - d2, d1 + d2, d2 - d1, d1 - d3]
+        });
     }
 
     #[inline(always)]
     fn b<T: Float>(d: [&[T]; 4], out: [&mut [T]; 4]) {
-        let n = out[0].len();
-        let [d0, d1, d2, d3] = d.map(|d| &d[..n]);
-        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            o0[k] = d0[k];
-            o1[k] = d1[k] - d2[k] + d3[k];
-            o2[k] = d1[k] + d2[k] - d0[k];
-            o3[k] = T::ZERO - d3[k];
-        }
+        map_lanes(d, out, |[d0, d1, d2, d3]| {
+            [d0, d1 - d2 + d3, d1 + d2 - d0, T::ZERO - d3]
+        });
     }
 
     #[inline(always)]
     fn at<T: Float>(m: [&[T]; 4], out: [&mut [T]; 2]) {
-        let n = out[0].len();
-        let [m0, m1, m2, m3] = m.map(|m| &m[..n]);
-        let [o0, o1] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            o0[k] = m0[k] + m1[k] + m2[k];
-            o1[k] = m1[k] - m2[k] - m3[k];
-        }
+        map_lanes(m, out, |[m0, m1, m2, m3]| [m0 + m1 + m2, m1 - m2 - m3]);
     }
 
     #[inline(always)]
     fn a<T: Float>(p: [&[T]; 2], out: [&mut [T]; 4]) {
-        let n = out[0].len();
-        let [p0, p1] = p.map(|p| &p[..n]);
-        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            o0[k] = p0[k];
-            o1[k] = p0[k] + p1[k];
-            o2[k] = p0[k] - p1[k];
-            o3[k] = T::ZERO - p1[k];
-        }
+        map_lanes(p, out, |[p0, p1]| [p0, p0 + p1, p0 - p1, T::ZERO - p1]);
     }
 
     #[inline(always)]
@@ -1220,11 +1319,13 @@ impl Tile<2, 4, 3> for F2 {
         }
     }
 
+    #[inline(always)]
     fn g<T: Float>([a, b, c]: [T; 3]) -> [T; 4] {
         let half = T::from_f64(0.5);
         [a, (a + b + c) * half, (a - b + c) * half, c]
     }
 
+    #[inline(always)]
     fn gt<T: Float>([d0, d1, d2, d3]: [T; 4]) -> [T; 3] {
         let half = T::from_f64(0.5);
         [
@@ -1256,70 +1357,57 @@ const G4: [[f64; 3]; 6] = [
 impl Tile<4, 6, 3> for F4 {
     #[inline(always)]
     fn bt<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
-        let n = out[0].len();
         let (four, five, two) = (T::from_f64(4.0), T::from_f64(5.0), T::from_f64(2.0));
-        let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
-        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
-            o0[k] = four * a0 - five * a2 + a4;
-            o1[k] = a3 + a4 - four * (a1 + a2);
-            o2[k] = four * (a1 - a2) - a3 + a4;
-            o3[k] = two * (a3 - a1) - a2 + a4;
-            o4[k] = two * (a1 - a3) - a2 + a4;
-            o5[k] = four * a1 - five * a3 + a5;
-        }
+        map_lanes(d, out, |[a0, a1, a2, a3, a4, a5]| {
+            [
+                four * a0 - five * a2 + a4,
+                a3 + a4 - four * (a1 + a2),
+                four * (a1 - a2) - a3 + a4,
+                two * (a3 - a1) - a2 + a4,
+                two * (a1 - a3) - a2 + a4,
+                four * a1 - five * a3 + a5,
+            ]
+        });
     }
 
     #[inline(always)]
     fn b<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
-        let n = out[0].len();
         let (two, four, five) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(5.0));
-        let [d0, d1, d2, d3, d4, d5] = d.map(|d| &d[..n]);
-        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            let (a0, a1, a2, a3, a4, a5) = (d0[k], d1[k], d2[k], d3[k], d4[k], d5[k]);
-            o0[k] = four * a0;
-            o1[k] = four * (a2 - a1 + a5) + two * (a4 - a3);
-            o2[k] = T::ZERO - five * a0 - four * (a1 + a2) - a3 - a4;
-            o3[k] = a1 - a2 + two * (a3 - a4) - five * a5;
-            o4[k] = a0 + a1 + a2 + a3 + a4;
-            o5[k] = a5;
-        }
+        map_lanes(d, out, |[a0, a1, a2, a3, a4, a5]| {
+            [
+                four * a0,
+                four * (a2 - a1 + a5) + two * (a4 - a3),
+                T::ZERO - five * a0 - four * (a1 + a2) - a3 - a4,
+                a1 - a2 + two * (a3 - a4) - five * a5,
+                a0 + a1 + a2 + a3 + a4,
+                a5,
+            ]
+        });
     }
 
     #[inline(always)]
     fn at<T: Float>(m: [&[T]; 6], out: [&mut [T]; 4]) {
-        let n = out[0].len();
         let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
-        let [m0, m1, m2, m3, m4, m5] = m.map(|m| &m[..n]);
-        let [o0, o1, o2, o3] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            let (p12, n12) = (m1[k] + m2[k], m1[k] - m2[k]);
-            let (p34, n34) = (m3[k] + m4[k], m3[k] - m4[k]);
-            o0[k] = m0[k] + p12 + p34;
-            o1[k] = n12 + two * n34;
-            o2[k] = p12 + four * p34;
-            o3[k] = n12 + eight * n34 + m5[k];
-        }
+        map_lanes(m, out, |[m0, m1, m2, m3, m4, m5]| {
+            let (p12, n12) = (m1 + m2, m1 - m2);
+            let (p34, n34) = (m3 + m4, m3 - m4);
+            [
+                m0 + p12 + p34,
+                n12 + two * n34,
+                p12 + four * p34,
+                n12 + eight * n34 + m5,
+            ]
+        });
     }
 
     #[inline(always)]
     fn a<T: Float>(p: [&[T]; 4], out: [&mut [T]; 6]) {
-        let n = out[0].len();
         let (two, four, eight) = (T::from_f64(2.0), T::from_f64(4.0), T::from_f64(8.0));
-        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
-        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            let (e, od) = (p0[k] + p2[k], p1[k] + p3[k]);
-            let (e4, od4) = (p0[k] + four * p2[k], two * p1[k] + eight * p3[k]);
-            o0[k] = p0[k];
-            o1[k] = e + od;
-            o2[k] = e - od;
-            o3[k] = e4 + od4;
-            o4[k] = e4 - od4;
-            o5[k] = p3[k];
-        }
+        map_lanes(p, out, |[p0, p1, p2, p3]| {
+            let (e, od) = (p0 + p2, p1 + p3);
+            let (e4, od4) = (p0 + four * p2, two * p1 + eight * p3);
+            [p0, e + od, e - od, e4 + od4, e4 - od4, p3]
+        });
     }
 
     #[inline(always)]
@@ -1343,21 +1431,25 @@ impl Tile<4, 6, 3> for F4 {
         }
     }
 
+    #[inline(always)]
     fn g<T: Float>(v: [T; 3]) -> [T; 6] {
         g_times(&G4, v)
     }
 
+    #[inline(always)]
     fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
         gt_times(&G4, v)
     }
 }
 
 /// `G v` for a G written out as a table (F(4x4, 3x3), F(2x2, 5x5)).
+#[inline(always)]
 fn g_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; R]) -> [T; A] {
     std::array::from_fn(|i| (0..R).fold(T::ZERO, |s, k| s + T::from_f64(g[i][k]) * v[k]))
 }
 
 /// `Gᵀ v` for a G written out as a table.
+#[inline(always)]
 fn gt_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; A]) -> [T; R] {
     std::array::from_fn(|k| (0..A).fold(T::ZERO, |s, i| s + T::from_f64(g[i][k]) * v[i]))
 }
@@ -1393,31 +1485,19 @@ impl Tile<2, 6, 5> for F2R5 {
 
     #[inline(always)]
     fn at<T: Float>(m: [&[T]; 6], out: [&mut [T]; 2]) {
-        let n = out[0].len();
         let two = T::from_f64(2.0);
-        let [m0, m1, m2, m3, m4, m5] = m.map(|m| &m[..n]);
-        let [o0, o1] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            o0[k] = m0[k] + m1[k] + m2[k] + m3[k] + m4[k];
-            o1[k] = m1[k] - m2[k] + two * (m3[k] - m4[k]) + m5[k];
-        }
+        map_lanes(m, out, |[m0, m1, m2, m3, m4, m5]| {
+            [m0 + m1 + m2 + m3 + m4, m1 - m2 + two * (m3 - m4) + m5]
+        });
     }
 
     #[inline(always)]
     fn a<T: Float>(p: [&[T]; 2], out: [&mut [T]; 6]) {
-        let n = out[0].len();
         let two = T::from_f64(2.0);
-        let [p0, p1] = p.map(|p| &p[..n]);
-        let [o0, o1, o2, o3, o4, o5] = out.map(|o| &mut o[..n]);
-        for k in 0..n {
-            let p12 = two * p1[k];
-            o0[k] = p0[k];
-            o1[k] = p0[k] + p1[k];
-            o2[k] = p0[k] - p1[k];
-            o3[k] = p0[k] + p12;
-            o4[k] = p0[k] - p12;
-            o5[k] = p1[k];
-        }
+        map_lanes(p, out, |[p0, p1]| {
+            let p12 = two * p1;
+            [p0, p0 + p1, p0 - p1, p0 + p12, p0 - p12, p1]
+        });
     }
 
     #[inline(always)]
@@ -1444,11 +1524,65 @@ impl Tile<2, 6, 5> for F2R5 {
         }
     }
 
+    #[inline(always)]
     fn g<T: Float>(v: [T; 5]) -> [T; 6] {
         g_times(&G2R5, v)
     }
 
+    #[inline(always)]
     fn gt<T: Float>(v: [T; 6]) -> [T; 5] {
         gt_times(&G2R5, v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length from 0 to 40 (whole blocks, overlapping last blocks, pairs of 4 and the
+    /// element loop) against the plain loop, with the elements past `n` left alone.
+    #[test]
+    fn map_lanes_matches_the_element_loop() {
+        let f = |[a, b, c]: [f64; 3]| [a - c, a * b + c];
+        for n in 0..=40 {
+            let ins: [Vec<f64>; 3] = std::array::from_fn(|i| {
+                (0..n + 3).map(|k| (k * 7 + i * 3) as f64 % 11.0).collect()
+            });
+            let (mut o0, mut o1) = (vec![-1.0; n + 3], vec![-1.0; n + 3]);
+            map_lanes(
+                [&ins[0][..], &ins[1][..], &ins[2][..]],
+                [&mut o0[..n], &mut o1[..n]],
+                f,
+            );
+            for k in 0..n {
+                let want = f([ins[0][k], ins[1][k], ins[2][k]]);
+                assert_eq!([o0[k], o1[k]], want, "n {n}, element {k}");
+            }
+            assert!(o0[n..].iter().chain(&o1[n..]).all(|&v| v == -1.0), "n {n}");
+        }
+    }
+
+    /// The two transposes of a block of filters, for whole groups of four and the rest.
+    #[test]
+    fn filter_taps_round_trip() {
+        fn check<const K: usize>() {
+            for nf in 0..=11 {
+                let filters: Vec<f32> = (0..nf * K).map(|v| v as f32).collect();
+                let mut taps = vec![0.0; nf * K];
+                filters_to_taps::<f32, K>(&filters, &mut taps);
+                for f in 0..nf {
+                    for k in 0..K {
+                        assert_eq!(taps[k * nf + f], filters[f * K + k], "K {K}, nf {nf}");
+                    }
+                }
+                let mut back = vec![MaybeUninit::new(-1.0f32); nf * K];
+                taps_to_filters::<f32, K>(&taps, &mut back);
+                // SAFETY: every element was initialised (with -1 before the call).
+                let back: Vec<f32> = back.iter().map(|v| unsafe { v.assume_init() }).collect();
+                assert_eq!(back, filters, "K {K}, nf {nf}");
+            }
+        }
+        check::<9>();
+        check::<25>();
     }
 }
