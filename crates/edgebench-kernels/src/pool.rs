@@ -685,8 +685,10 @@ pub(crate) fn max_scatter_into<T: Float>(
             let dxp = init_slice(dxp, T::ZERO);
             let outs = i * plane_out..(i + 1) * plane_out;
             for (&a, &d) in arg[outs.clone()].iter().zip(&dy[outs]) {
-                if a != NO_ARG {
-                    dxp[a as usize] += d;
+                // NO_ARG lies past every plane (`max_fwd` asserts it): one compare skips it
+                // and checks the index.
+                if let Some(e) = dxp.get_mut(a as usize) {
+                    *e += d;
                 }
             }
         });
