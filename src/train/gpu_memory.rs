@@ -80,7 +80,7 @@ mod pool {
 }
 
 #[cfg(feature = "cuda")]
-pub use pool::track;
+pub(crate) use pool::track;
 
 /// The most bytes this process had allocated on the GPU at once since it opened the device
 /// (`crate::train::device`); None without a CUDA device.
