@@ -380,32 +380,36 @@ fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
     let rr = R * R;
     let blocks: Vec<Vec<T>> = w[..rr * oc]
         .par_chunks(rr * FILTERS_PER_BLOCK)
-        .map(|gs| {
-            let nf = gs.len() / rr;
-            // The block's filters tap by tap (taps[k·nf + f]: tap k of filter f), so that both
-            // products with G run along the block's filters as vectors.
-            let mut taps = vec![T::ZERO; rr * nf];
-            match R {
-                3 => filters_to_taps::<T, 9>(gs, &mut taps),
-                5 => filters_to_taps::<T, 25>(gs, &mut taps),
-                _ => unreachable!("Winograd filters are 3x3 or 5x5"),
-            }
-            // G g (A x R), column by column: gg[(i·R + j)·nf + f].
-            let mut gg = vec![T::ZERO; A * R * nf];
-            for j in 0..R {
-                let col = std::array::from_fn(|l| &taps[(l * R + j) * nf..][..nf]);
-                let at_i = std::array::from_fn(|i| (i * R + j) * nf);
-                map_lanes(col, windows_at(&mut gg, at_i, nf), W::g);
-            }
-            // Each row of G g times Gᵀ: block[(i·A + l)·nf + f].
-            let mut block = vec![T::ZERO; A * A * nf];
-            for i in 0..A {
-                let row = std::array::from_fn(|j| &gg[(i * R + j) * nf..][..nf]);
-                let at_l = std::array::from_fn(|l| (i * A + l) * nf);
-                map_lanes(row, windows_at(&mut block, at_l, nf), W::g);
-            }
-            block
-        })
+        // Each worker's scratch (the taps and G g of a block), reused from block to block.
+        .map_init(
+            || (Vec::new(), Vec::new()),
+            |(taps, gg): &mut (Vec<T>, Vec<T>), gs| {
+                let nf = gs.len() / rr;
+                // The block's filters tap by tap (taps[k·nf + f]: tap k of filter f), so that both
+                // products with G run along the block's filters as vectors.
+                taps.resize(rr * nf, T::ZERO);
+                match R {
+                    3 => filters_to_taps::<T, 9>(gs, taps),
+                    5 => filters_to_taps::<T, 25>(gs, taps),
+                    _ => unreachable!("Winograd filters are 3x3 or 5x5"),
+                }
+                // G g (A x R), column by column: gg[(i·R + j)·nf + f].
+                gg.resize(A * R * nf, T::ZERO);
+                for j in 0..R {
+                    let col = std::array::from_fn(|l| &taps[(l * R + j) * nf..][..nf]);
+                    let at_i = std::array::from_fn(|i| (i * R + j) * nf);
+                    map_lanes(col, windows_at(gg, at_i, nf), W::g);
+                }
+                // Each row of G g times Gᵀ: block[(i·A + l)·nf + f].
+                let mut block = vec![T::ZERO; A * A * nf];
+                for i in 0..A {
+                    let row = std::array::from_fn(|j| &gg[(i * R + j) * nf..][..nf]);
+                    let at_l = std::array::from_fn(|l| (i * A + l) * nf);
+                    map_lanes(row, windows_at(&mut block, at_l, nf), W::g);
+                }
+                block
+            },
+        )
         .collect();
     par_chunks_zeroed(
         A * A * oc,
@@ -435,29 +439,33 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
     dw[..rr * oc]
         .par_chunks_mut(rr * FILTERS_PER_BLOCK)
         .enumerate()
-        .for_each(|(blk, out)| {
-            let nf = out.len() / rr;
-            let f0 = blk * FILTERS_PER_BLOCK;
-            // Gᵀ dU (R x A), column by column: t[(k·A + l)·nf + f] for every filter of the block.
-            let mut t = vec![T::ZERO; R * A * nf];
-            for l in 0..A {
-                let col = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
-                let at_k = std::array::from_fn(|k| (k * A + l) * nf);
-                map_lanes(col, windows_at(&mut t, at_k, nf), W::gt);
-            }
-            // (Gᵀ dU) G (R x R), row by row: e[(k·R + j)·nf + f].
-            let mut e = vec![T::ZERO; rr * nf];
-            for k in 0..R {
-                let row = std::array::from_fn(|l| &t[(k * A + l) * nf..][..nf]);
-                let at_j = std::array::from_fn(|j| (k * R + j) * nf);
-                map_lanes(row, windows_at(&mut e, at_j, nf), W::gt);
-            }
-            match R {
-                3 => taps_to_filters::<T, 9>(&e, out),
-                5 => taps_to_filters::<T, 25>(&e, out),
-                _ => unreachable!("Winograd filters are 3x3 or 5x5"),
-            }
-        });
+        // Each worker's scratch (Gᵀ dU and Gᵀ dU G of a block), reused from block to block.
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(t, e): &mut (Vec<T>, Vec<T>), (blk, out)| {
+                let nf = out.len() / rr;
+                let f0 = blk * FILTERS_PER_BLOCK;
+                // Gᵀ dU (R x A), column by column: t[(k·A + l)·nf + f] for every filter of the block.
+                t.resize(R * A * nf, T::ZERO);
+                for l in 0..A {
+                    let col = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
+                    let at_k = std::array::from_fn(|k| (k * A + l) * nf);
+                    map_lanes(col, windows_at(t, at_k, nf), W::gt);
+                }
+                // (Gᵀ dU) G (R x R), row by row: e[(k·R + j)·nf + f].
+                e.resize(rr * nf, T::ZERO);
+                for k in 0..R {
+                    let row = std::array::from_fn(|l| &t[(k * A + l) * nf..][..nf]);
+                    let at_j = std::array::from_fn(|j| (k * R + j) * nf);
+                    map_lanes(row, windows_at(e, at_j, nf), W::gt);
+                }
+                match R {
+                    3 => taps_to_filters::<T, 9>(e, out),
+                    5 => taps_to_filters::<T, 25>(e, out),
+                    _ => unreachable!("Winograd filters are 3x3 or 5x5"),
+                }
+            },
+        );
 }
 
 /// Per-task scratch of the transforms. The tile arithmetic runs over whole bands (all tiles of
