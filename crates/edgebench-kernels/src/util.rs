@@ -112,34 +112,170 @@ pub(crate) fn as_f32_out<T: Float>(
     })
 }
 
-/// `even[j]`, `odd[j]` = `src[2j]`, `src[2j + 1]`, as far as all three reach. On aarch64 f32
-/// goes four pairs at a time through NEON's two-way structure load (`ld2`): one load and two
-/// stores where the element loop takes a load and a store per element.
-pub(crate) fn deinterleave2<T: Float>(src: &[T], even: &mut [T], odd: &mut [T]) {
-    let len = (src.len() / 2).min(even.len()).min(odd.len());
-    let (src, even, odd) = (&src[..2 * len], &mut even[..len], &mut odd[..len]);
+/// `runs[q][j] = src[M·j + q]` (the source's M phases), as far as all of them reach. On
+/// aarch64 f32 with M of 2 or 4 goes four groups at a time through NEON's structure load
+/// (`ld2`, `ld4`): one load and M stores where the element loop takes a load and a store per
+/// element. A last, partial block of four is a whole one ending at the last group (rewriting a
+/// few): the rows here are short (7 to 28 groups), so a scalar tail would cost as much as the
+/// vectors.
+#[inline(always)]
+pub(crate) fn deinterleave<T: Float, const M: usize>(src: &[T], runs: [&mut [T]; M]) {
+    let len = runs.iter().map(|r| r.len()).fold(src.len() / M, usize::min);
+    let (src, runs) = (&src[..M * len], runs.map(|r| &mut r[..len]));
+    #[cfg(target_arch = "aarch64")]
+    if is_f32::<T>() && (M == 2 || M == 4) && len >= 4 {
+        let (s, dst) = (
+            src.as_ptr().cast::<f32>(),
+            runs.map(|r| r.as_mut_ptr().cast()),
+        );
+        for j in (0..len - 4).step_by(4).chain([len - 4]) {
+            // SAFETY: T is f32; M·j + 4·M <= M·len floats of src, and j + 4 <= len of every
+            // run.
+            unsafe { neon::deinterleave4(s.add(M * j), &dst, j) };
+        }
+        return;
+    }
+    #[allow(clippy::needless_range_loop)]
+    for j in 0..len {
+        for q in 0..M {
+            runs[q][j] = src[M * j + q];
+        }
+    }
+}
+
+/// `out[M·j + q] = runs[q][j]` for every whole group of `out` that the runs reach, the inverse
+/// of `deinterleave`, initialising them; returns the groups written. On aarch64 f32 with M of 2
+/// or 4 goes four groups at a time through NEON's structure store (`st2`, `st4`), a last
+/// partial block as a whole one ending at the last group.
+#[inline(always)]
+pub(crate) fn interleave<T: Float, const M: usize>(
+    runs: [&[T]; M],
+    out: &mut [std::mem::MaybeUninit<T>],
+) -> usize {
+    let len = runs.iter().map(|r| r.len()).fold(out.len() / M, usize::min);
+    let runs = runs.map(|r| &r[..len]);
+    #[cfg(target_arch = "aarch64")]
+    if is_f32::<T>() && (M == 2 || M == 4) && len >= 4 {
+        let (src, o) = (
+            runs.map(|r| r.as_ptr().cast()),
+            out.as_mut_ptr().cast::<f32>(),
+        );
+        for j in (0..len - 4).step_by(4).chain([len - 4]) {
+            // SAFETY: T is f32; j + 4 <= len of every run, and M·j + 4·M <= M·len elements
+            // of out.
+            unsafe { neon::interleave4::<M, false>(&src, j, o.add(M * j)) };
+        }
+        return len;
+    }
+    for (j, group) in out[..M * len].chunks_exact_mut(M).enumerate() {
+        for q in 0..M {
+            group[q].write(runs[q][j]);
+        }
+    }
+    len
+}
+
+/// `out[M·j + q] += runs[q][j]` for every whole group of `out` that the runs reach, as
+/// `interleave` (the last groups past the blocks of four one by one); returns the groups added
+/// to.
+#[inline(always)]
+pub(crate) fn interleave_add<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [T]) -> usize {
+    let len = runs.iter().map(|r| r.len()).fold(out.len() / M, usize::min);
+    let (runs, out) = (runs.map(|r| &r[..len]), &mut out[..M * len]);
     #[allow(unused_mut)]
     let mut from = 0;
     #[cfg(target_arch = "aarch64")]
-    if let (Some(s), Some(e), Some(o)) = (as_f32(src), as_f32_mut(even), as_f32_mut(odd)) {
-        use std::arch::aarch64::*;
+    if is_f32::<T>() && (M == 2 || M == 4) {
         from = len - len % 4;
+        let (src, o) = (
+            runs.map(|r| r.as_ptr().cast()),
+            out.as_mut_ptr().cast::<f32>(),
+        );
         for j in (0..from).step_by(4) {
-            // SAFETY: 2j + 8 <= 2·len floats of s, and j + 4 <= len of e and o; NEON is part
-            // of the aarch64 baseline.
-            unsafe {
-                let v = vld2q_f32(s.as_ptr().add(2 * j));
-                vst1q_f32(e.as_mut_ptr().add(j), v.0);
-                vst1q_f32(o.as_mut_ptr().add(j), v.1);
+            // SAFETY: T is f32; j + 4 <= len of every run, and M·j + 4·M <= M·len floats of
+            // out.
+            unsafe { neon::interleave4::<M, true>(&src, j, o.add(M * j)) };
+        }
+    }
+    #[allow(clippy::needless_range_loop)]
+    for j in from..len {
+        for q in 0..M {
+            out[M * j + q] += runs[q][j];
+        }
+    }
+    len
+}
+
+/// NEON structure loads and stores of four groups of 2 or 4 f32 (`deinterleave`,
+/// `interleave`).
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    /// `dst[q][j + i] = src[M·i + q]` for i below 4, M = `dst.len()` (2 or 4).
+    ///
+    /// # Safety
+    /// `src` holds 4·M floats, and every `dst[q]` has 4 writable floats from `j`.
+    #[inline(always)]
+    pub(super) unsafe fn deinterleave4(src: *const f32, dst: &[*mut f32], j: usize) {
+        // SAFETY: as the caller promises; NEON is part of the aarch64 baseline.
+        unsafe {
+            match dst {
+                [a, b] => {
+                    let v = vld2q_f32(src);
+                    vst1q_f32(a.add(j), v.0);
+                    vst1q_f32(b.add(j), v.1);
+                }
+                [a, b, c, d] => {
+                    let v = vld4q_f32(src);
+                    vst1q_f32(a.add(j), v.0);
+                    vst1q_f32(b.add(j), v.1);
+                    vst1q_f32(c.add(j), v.2);
+                    vst1q_f32(d.add(j), v.3);
+                }
+                _ => unreachable!("two or four phases"),
             }
         }
     }
-    for ((pair, e), o) in src[2 * from..]
-        .chunks_exact(2)
-        .zip(&mut even[from..])
-        .zip(&mut odd[from..])
-    {
-        (*e, *o) = (pair[0], pair[1]);
+
+    /// `out[M·i + q] (+)= src[q][j + i]` for i below 4, M = `src.len()` (2 or 4).
+    ///
+    /// # Safety
+    /// Every `src[q]` has 4 readable floats from `j`, and `out` holds 4·M floats.
+    #[inline(always)]
+    pub(super) unsafe fn interleave4<const M: usize, const ADD: bool>(
+        src: &[*const f32],
+        j: usize,
+        out: *mut f32,
+    ) {
+        // SAFETY: as the caller promises; NEON is part of the aarch64 baseline.
+        unsafe {
+            let run = |q: usize| vld1q_f32(src[q].add(j));
+            match M {
+                2 => {
+                    let mut v = float32x4x2_t(run(0), run(1));
+                    if ADD {
+                        let o = vld2q_f32(out);
+                        v = float32x4x2_t(vaddq_f32(o.0, v.0), vaddq_f32(o.1, v.1));
+                    }
+                    vst2q_f32(out, v);
+                }
+                4 => {
+                    let mut v = float32x4x4_t(run(0), run(1), run(2), run(3));
+                    if ADD {
+                        let o = vld4q_f32(out);
+                        v = float32x4x4_t(
+                            vaddq_f32(o.0, v.0),
+                            vaddq_f32(o.1, v.1),
+                            vaddq_f32(o.2, v.2),
+                            vaddq_f32(o.3, v.3),
+                        );
+                    }
+                    vst4q_f32(out, v);
+                }
+                _ => unreachable!("two or four phases"),
+            }
+        }
     }
 }
 
@@ -354,32 +490,49 @@ pub(crate) fn native_or_host(
 mod tests {
     use super::*;
 
-    /// Every length around the NEON path's four pairs, with runs shorter than half the source.
-    fn check<T: Float + std::fmt::Debug>(of: fn(usize) -> T) {
-        for n in 0..21 {
+    /// Every length around the NEON path's four groups, with runs shorter than the source's
+    /// groups; phases of 2, 3 and 4.
+    fn check<T: Float + std::fmt::Debug, const M: usize>(of: fn(usize) -> T) {
+        for n in 0..41 {
             for short in [0, 1, 3] {
                 let src: Vec<T> = (0..n).map(of).collect();
-                let len = (n / 2).saturating_sub(short);
-                let (mut even, mut odd) = (vec![T::LOWEST; len + short], vec![T::LOWEST; len]);
-                deinterleave2(&src, &mut even, &mut odd);
+                let len = (n / M).saturating_sub(short);
+                let mut runs: [Vec<T>; M] =
+                    std::array::from_fn(|q| vec![T::LOWEST; len + if q == 0 { short } else { 0 }]);
+                deinterleave(&src, runs.each_mut().map(|r| &mut r[..]));
                 for j in 0..len {
-                    assert_eq!(
-                        (even[j], odd[j]),
-                        (src[2 * j], src[2 * j + 1]),
-                        "n {n}, j {j}"
-                    );
+                    for q in 0..M {
+                        assert_eq!(runs[q][j], src[M * j + q], "M {M}, n {n}, j {j}, q {q}");
+                    }
                 }
                 assert!(
-                    even[len..].iter().all(|&v| v == T::LOWEST),
-                    "n {n}: past the end"
+                    runs[0][len..].iter().all(|&v| v == T::LOWEST),
+                    "M {M}, n {n}: past the end"
                 );
+                // Back again, into a row with a partial group at its end that stays as it was.
+                let mut out: Vec<T> = (0..M * len + M - 1).map(|i| of(i + 1000)).collect();
+                let joined = runs.each_ref().map(|r| &r[..len]);
+                // SAFETY: MaybeUninit<T> has T's layout; interleave writes only whole T values.
+                let out_uninit =
+                    unsafe { &mut *(&mut out[..] as *mut [T] as *mut [std::mem::MaybeUninit<T>]) };
+                assert_eq!(interleave::<T, M>(joined, out_uninit), len);
+                assert_eq!(out[..M * len], src[..M * len], "M {M}, n {n}");
+                let tail: Vec<T> = (M * len..M * len + M - 1).map(|i| of(i + 1000)).collect();
+                assert_eq!(out[M * len..], tail[..], "M {M}, n {n}: past the groups");
+                assert_eq!(interleave_add::<T, M>(joined, &mut out), len);
+                for (i, (&o, &s)) in out.iter().zip(&src).enumerate().take(M * len) {
+                    assert_eq!(o, s + s, "M {M}, n {n}, i {i}: added");
+                }
             }
         }
     }
 
     #[test]
-    fn deinterleave2_splits_even_and_odd_elements() {
-        check::<f32>(|i| i as f32 * 0.5 - 3.0);
-        check::<f64>(|i| i as f64 * 0.25 + 1.0);
+    fn deinterleave_and_interleave_split_and_join_phases() {
+        check::<f32, 2>(|i| i as f32 * 0.5 - 3.0);
+        check::<f32, 3>(|i| i as f32 * 0.5 - 3.0);
+        check::<f32, 4>(|i| i as f32 * 0.5 - 3.0);
+        check::<f64, 2>(|i| i as f64 * 0.25 + 1.0);
+        check::<f64, 4>(|i| i as f64 * 0.25 + 1.0);
     }
 }

@@ -14,7 +14,7 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 conv2/3x3) take F(4x4, 3x3)
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 and 28x28) take F(4x4, 3x3)
 //! instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than
 //! im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8
 //! (f32 error ~10x im2col's; the tests bound it).
@@ -30,7 +30,10 @@ use crate::tuning::{
     tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
     WINOGRAD_MIN_SIDE,
 };
-use crate::util::{deinterleave2, par_chunks_zeroed, relu_f, sum, sum_partials, zeros, Float};
+use crate::util::{
+    deinterleave, interleave, interleave_add, par_chunks_zeroed, relu_f, sum, sum_partials, zeros,
+    Float,
+};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -214,34 +217,12 @@ fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
     })
 }
 
-/// Splits `src` into its `M` phases, `runs[q][j] = src[M·j + q]`, as far as both reach.
-#[inline(always)]
-fn deinterleave<T: Float, const M: usize>(src: &[T], mut runs: [&mut [T]; M]) {
-    if let [even, odd] = &mut runs[..] {
-        return deinterleave2(src, even, odd);
-    }
-    let len = runs.iter().map(|r| r.len()).fold(src.len() / M, usize::min);
-    let runs = runs.map(|r| &mut r[..len]);
-    for (j, group) in src[..M * len].chunks_exact(M).enumerate() {
-        for q in 0..M {
-            runs[q][j] = group[q];
-        }
-    }
-}
-
 /// `out[M·j + q] = runs[q][j]`, the inverse of `deinterleave`: one output row from its phases;
 /// a last, partial tile takes its columns from the runs' elements after the full tiles.
 #[inline(always)]
-fn interleave<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<T>]) {
-    let full = out.len() / M;
-    let (body, tail) = out.split_at_mut(M * full);
-    let heads = runs.map(|r| &r[..full]);
-    for (j, group) in body.chunks_exact_mut(M).enumerate() {
-        for q in 0..M {
-            group[q].write(heads[q][j]);
-        }
-    }
-    for (q, e) in tail.iter_mut().enumerate() {
+fn interleave_row<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUninit<T>]) {
+    let full = interleave::<T, M>(runs, out);
+    for (q, e) in out[M * full..].iter_mut().enumerate() {
         e.write(runs[q][full]);
     }
 }
@@ -614,7 +595,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                     continue;
                 }
                 let tiles = std::array::from_fn(|q| &yb[q][i * tw..(i + 1) * tw]);
-                interleave::<T, M>(tiles, &mut plane[r * w..(r + 1) * w]);
+                interleave_row::<T, M>(tiles, &mut plane[r * w..(r + 1) * w]);
             }
         }
     }
@@ -718,14 +699,8 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
                     }
                 }
                 let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
-                let (body, tail) = row.split_at_mut(M * full);
-                let heads = ph.each_ref().map(|run| &run[..full]);
-                for (j, group) in body.chunks_exact_mut(M).enumerate() {
-                    for q in 0..M {
-                        group[q] += heads[q][j];
-                    }
-                }
-                for (e, run) in tail.iter_mut().zip(&ph) {
+                interleave_add::<T, M>(ph.each_ref().map(|run| &run[..full]), row);
+                for (e, run) in row[M * full..].iter_mut().zip(&ph) {
                     *e += run[full];
                 }
             }
