@@ -51,7 +51,7 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
 /// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes
 /// more of its last tiles. GoogLeNet's 56x56 conv2/3x3 is faster with F(4x4), and so are its
-/// 28x28 layers on the boards' cores: 2 % fewer instructions per step at batch 1 and 5 % at
+/// 28x28 layers on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
 /// batch 8 (Cortex-A57). On a 2-core Xeon the 28x28 layers alone are 3–13 % faster at batch 32
 /// and 1–8 % slower at batch 1, and the whole step level at both. F(4x4) on the 14x14 layers
 /// gained nothing at batch 8 and cost 5 % more instructions at batch 1 (16 tiles per image, under

@@ -128,11 +128,11 @@ pub(crate) fn deinterleave<T: Float, const M: usize>(src: &[T], runs: [&mut [T];
             src.as_ptr().cast::<f32>(),
             runs.map(|r| r.as_mut_ptr().cast()),
         );
-        for j in (0..len - 4).step_by(4).chain([len - 4]) {
+        for_blocks_of_four(len, |j| {
             // SAFETY: T is f32; M·j + 4·M <= M·len floats of src, and j + 4 <= len of every
             // run.
             unsafe { neon::deinterleave4(s.add(M * j), &dst, j) };
-        }
+        });
         return;
     }
     #[allow(clippy::needless_range_loop)]
@@ -160,11 +160,11 @@ pub(crate) fn interleave<T: Float, const M: usize>(
             runs.map(|r| r.as_ptr().cast()),
             out.as_mut_ptr().cast::<f32>(),
         );
-        for j in (0..len - 4).step_by(4).chain([len - 4]) {
+        for_blocks_of_four(len, |j| {
             // SAFETY: T is f32; j + 4 <= len of every run, and M·j + 4·M <= M·len elements
             // of out.
             unsafe { neon::interleave4::<M, false>(&src, j, o.add(M * j)) };
-        }
+        });
         return len;
     }
     for (j, group) in out[..M * len].chunks_exact_mut(M).enumerate() {
@@ -204,6 +204,24 @@ pub(crate) fn interleave_add<T: Float, const M: usize>(runs: [&[T]; M], out: &mu
         }
     }
     len
+}
+
+/// `f(j)` for the blocks of four at j = 0, 4, 8, .. and, for a `len` (at least 4) that is not a
+/// multiple of four, the block ending at `len`. A plain loop: an iterator chaining the last
+/// block on cost more instructions than the blocks' own loads and stores.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn for_blocks_of_four(len: usize, mut f: impl FnMut(usize)) {
+    let last = len - 4;
+    let mut j = 0;
+    loop {
+        let at = j.min(last);
+        f(at);
+        if at == last {
+            break;
+        }
+        j += 4;
+    }
 }
 
 /// NEON structure loads and stores of four groups of 2 or 4 f32 (`deinterleave`,
