@@ -50,13 +50,17 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
 /// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes
-/// more of its last tiles. GoogLeNet's 56x56 conv2/3x3 is faster with F(4x4), and so are its
-/// 28x28 layers on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
-/// batch 8 (Cortex-A57). On a 2-core Xeon the 28x28 layers alone are 3–13 % faster at batch 32
-/// and 1–8 % slower at batch 1, and the whole step level at both. F(4x4) on the 14x14 layers
-/// gained nothing at batch 8 and cost 5 % more instructions at batch 1 (16 tiles per image, under
-/// two NEON panels).
+/// more of its last tiles. GoogLeNet's 56x56 conv2/3x3 is faster with F(4x4) everywhere. Its
+/// 28x28 layers are on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
+/// batch 8 (Cortex-A57). On a 2-core Xeon those layers alone are 3–13 % faster at batch 32 and
+/// 1–8 % slower at batch 1, the whole step level to 1 % slower at both, with 4–18 MiB more peak
+/// RSS at batch 32: x86 keeps F(2x2) there. F(4x4) on the 14x14 layers gained nothing at batch
+/// 8 and cost 5 % more instructions at batch 1 (16 tiles per image, under two NEON panels).
+#[cfg(target_arch = "aarch64")]
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
+/// See the aarch64 value.
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 48;
 
 /// Fully connected layers with at most this many rows (batch) take streaming loops for the
 /// forward and the weight gradient instead of gemm: with so few rows they are bound by reading
@@ -96,9 +100,9 @@ pub struct Tuning {
     /// `EDGEBENCH_WINOGRAD` (default on): `0` turns the Winograd convolutions off, so every
     /// convolution takes the im2col path.
     pub winograd: bool,
-    /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24, else
-    /// F(2x2)): `2` or `4` sets the output tile side for every Winograd layer; other values
-    /// are ignored.
+    /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24 on
+    /// aarch64, 48 elsewhere, else F(2x2)): `2` or `4` sets the output tile side for every
+    /// Winograd layer; other values are ignored.
     pub winograd_tile: Option<usize>,
     /// `EDGEBENCH_WINOGRAD_TILES` (default 196): target tile columns per Winograd GEMM block;
     /// 0 is ignored.

@@ -14,10 +14,10 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 and 28x28) take F(4x4, 3x3)
-//! instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x fewer than
-//! im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients up to 8
-//! (f32 error ~10x im2col's; the tests bound it).
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64) take
+//! F(4x4, 3x3) instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x
+//! fewer than im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients
+//! up to 8 (f32 error ~10x im2col's; the tests bound it).
 //!
 //! The 5x5, stride 1, pad 2 convolutions (AlexNet's conv2, GoogLeNet's inception 5x5s) take
 //! F(2x2, 5x5): 6x6 input tiles at stride 2, 36 GEMMs, 36 multiplies per 4 outputs instead of
