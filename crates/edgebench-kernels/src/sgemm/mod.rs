@@ -732,9 +732,11 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
         let next_lines = b_panel_lines.min(next_b.len() / 16);
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
-            for line in ip * lines_per_tile..((ip + 1) * lines_per_tile).min(next_lines) {
-                prefetch_l2(next_b.as_ptr().wrapping_add(line * 16));
-            }
+            let first_line = ip * lines_per_tile;
+            prefetch_l2_lines(
+                next_b.as_ptr().wrapping_add(first_line * 16),
+                lines_per_tile.min(next_lines.saturating_sub(first_line)),
+            );
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
                 // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c.
@@ -781,6 +783,46 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
             }
         }
     }
+}
+
+/// Fetches `lines` consecutive cache lines from `first` into L2. On aarch64 four per loop step:
+/// one at a time, the loop's counter, address and branch took three of every four of its
+/// instructions (GoogLeNet's batch-8 step counted 0.5 % fewer under qemu). x86 keeps one per
+/// step: no timing there has compared the two.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[inline(always)]
+fn prefetch_l2_lines(first: *const f32, lines: usize) {
+    let mut line = first;
+    #[cfg(target_arch = "aarch64")]
+    let lines = {
+        for _ in 0..lines / 4 {
+            prefetch_l2_four(line);
+            line = line.wrapping_add(64);
+        }
+        lines % 4
+    };
+    for _ in 0..lines {
+        prefetch_l2(line);
+        line = line.wrapping_add(16);
+    }
+}
+
+/// Fetches the four cache lines from `first` on into L2: one asm block with immediate offsets,
+/// where four calls of `prefetch_l2` would each compute the address into a register.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+fn prefetch_l2_four(first: *const f32) {
+    // SAFETY: PRFM is a hint that does not fault and writes no register.
+    unsafe {
+        std::arch::asm!(
+            "prfm pldl2keep, [{line}]",
+            "prfm pldl2keep, [{line}, #64]",
+            "prfm pldl2keep, [{line}, #128]",
+            "prfm pldl2keep, [{line}, #192]",
+            line = in(reg) first,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
 }
 
 /// Fetches the cache line at `line` into L2 (a hint: it never faults, and nothing waits for it).
