@@ -110,23 +110,22 @@ impl Pool2d {
         if self.kind == PoolKind::Max {
             return self.max_fwd(x, (n, c, h, w)).0;
         }
+        // A window's sum is the sum of its columns' sums over its rows: the rows are added
+        // whole, in a loop that vectorises, and each output sums only its few column sums.
         par_chunks_zeroed(
             len,
             plane_out,
-            || (),
-            |_, i, o| {
+            || vec![T::ZERO; w],
+            |col_sums, i, o| {
                 let xp = &x[i * plane..(i + 1) * plane];
-                let mut o = o.iter_mut();
-                for hy in &hw {
-                    for wx in &ww {
-                        let mut sum = T::ZERO;
-                        for row in xp[hy.start * w..hy.end * w].chunks_exact(w) {
-                            for &e in &row[wx.start..wx.end] {
-                                sum += e;
-                            }
-                        }
+                for (hy, o) in hw.iter().zip(o.chunks_exact_mut(ww.len())) {
+                    sum_rows(&xp[hy.start * w..hy.end * w], col_sums);
+                    for (wx, o) in ww.iter().zip(o) {
                         let size = hy.avg_len * wx.avg_len;
-                        *o.next().expect("output plane sized from windows") = if size == 0 {
+                        let sum = col_sums[wx.start..wx.end]
+                            .iter()
+                            .fold(T::ZERO, |s, &v| s + v);
+                        *o = if size == 0 {
                             T::ZERO
                         } else {
                             sum / T::from_f64(size as f64)
@@ -155,24 +154,28 @@ impl Pool2d {
             // No argmax recorded (the op was not `MaxPoolCpu`): find it again.
             return max_scatter(plane, &self.max_fwd(x, (n, c, h, w)).1, dy, n * c);
         }
+        // Per output row, its windows' shares summed into one input row's worth of gradient,
+        // which is then added whole to each row the windows cover (a loop that vectorises).
         par_chunks_zeroed(
             len,
             plane,
-            || (),
-            |_, i, dxp| {
-                let mut g = dy[outs(i)].iter();
-                for hy in &hw {
-                    for wx in &ww {
-                        let g = *g.next().expect("grad plane sized from windows");
+            || vec![T::ZERO; w],
+            |row_grad, i, dxp| {
+                for (hy, gy) in hw.iter().zip(dy[outs(i)].chunks_exact(ww.len())) {
+                    row_grad.fill(T::ZERO);
+                    for (wx, &g) in ww.iter().zip(gy) {
                         let size = hy.avg_len * wx.avg_len;
                         if size == 0 {
                             continue;
                         }
                         let g = g / T::from_f64(size as f64);
-                        for row in dxp[hy.start * w..hy.end * w].chunks_exact_mut(w) {
-                            for e in &mut row[wx.start..wx.end] {
-                                *e += g;
-                            }
+                        for e in &mut row_grad[wx.start..wx.end] {
+                            *e += g;
+                        }
+                    }
+                    for row in dxp[hy.start * w..hy.end * w].chunks_exact_mut(w) {
+                        for (e, &g) in row.iter_mut().zip(row_grad.iter()) {
+                            *e += g;
                         }
                     }
                 }
@@ -608,6 +611,21 @@ fn max_rows<T: Float>(
             }
         }
         oy += 1;
+    }
+}
+
+/// `sums[c]` = the sum of column c over the whole rows of `rows` (`sums.len()` wide), zero when
+/// there are none.
+fn sum_rows<T: Float>(rows: &[T], sums: &mut [T]) {
+    let mut rows = rows.chunks_exact(sums.len());
+    match rows.next() {
+        Some(first) => sums.copy_from_slice(first),
+        None => sums.fill(T::ZERO),
+    }
+    for row in rows {
+        for (s, &v) in sums.iter_mut().zip(row) {
+            *s += v;
+        }
     }
 }
 
