@@ -266,11 +266,12 @@ fn no_sensor_message(probed: &[Probe], errors: &[String]) -> String {
 mod tests {
     use crate::config::{Ina226Config, PowerConfig};
     use crate::testkit::jetson as fixtures;
+    use crate::testkit::power::for_run;
 
     #[test]
     fn no_sensor_lists_every_place_probed() {
         let root = tempfile::tempdir().unwrap();
-        let err = fixtures::for_run(root.path(), &PowerConfig::default())
+        let err = for_run(root.path(), &PowerConfig::default())
             .err()
             .unwrap()
             .to_string();
@@ -292,10 +293,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let err = fixtures::for_run(root.path(), &cfg)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = for_run(root.path(), &cfg).err().unwrap().to_string();
         assert!(err.contains("no-such-i2c"), "{err}");
     }
 
@@ -328,10 +326,7 @@ mod tests {
                 }),
                 ..Default::default()
             };
-            let err = fixtures::for_run(root.path(), &cfg)
-                .err()
-                .unwrap()
-                .to_string();
+            let err = for_run(root.path(), &cfg).err().unwrap().to_string();
             assert!(err.contains(key) && err.contains(allowed), "{err}");
             assert!(
                 !err.contains("no-such-i2c"),

@@ -166,6 +166,7 @@ mod tests {
     use crate::power::energy::{self, trial_energy};
     use crate::power::{PowerSource, Reading, TrialPowerRecord};
     use crate::testkit::jetson as fixtures;
+    use crate::testkit::power::for_run;
     use crate::testkit::rows::iteration_ns;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
@@ -182,7 +183,7 @@ mod tests {
                 ("VDD_SOC", 5000, 400),
             ],
         );
-        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
+        let m = for_run(root.path(), &PowerConfig::default()).unwrap();
         assert_eq!(m.board.profile.name, "orin-nx");
         assert_eq!(m.total.len(), 1);
         assert_eq!(m.total[0].1, "VDD_IN");
@@ -208,7 +209,7 @@ mod tests {
     fn a_lost_sensor_is_probed_again_and_its_readings_resume() {
         let root = tempfile::tempdir().unwrap();
         fixtures::orin_nx_rails(root.path(), &[("VDD_IN", 5000, 1500)]);
-        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
+        let m = for_run(root.path(), &PowerConfig::default()).unwrap();
         let dev = root.path().join("bus/i2c/drivers/ina3221/1-0040/hwmon");
         let ms = |n| Duration::from_millis(n);
         let h = m.start();
@@ -297,7 +298,7 @@ mod tests {
     fn the_run_warning_counts_only_trials_marked_power_incomplete() {
         let root = tempfile::tempdir().unwrap();
         fixtures::orin_nx_rails(root.path(), &[("VDD_IN", 5000, 1500)]);
-        let mut m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
+        let mut m = for_run(root.path(), &PowerConfig::default()).unwrap();
         let (fail, reads) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicUsize::new(0)),

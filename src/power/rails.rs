@@ -158,6 +158,7 @@ mod tests {
     use crate::config::{PowerConfig, PowerScope};
     use crate::power::{energy, hwmon, sensors, sensors_text, PowerMonitor};
     use crate::testkit::jetson::{self as fixtures, host, TX2_MODULE};
+    use crate::testkit::power::for_run;
     use std::time::Duration;
 
     #[test]
@@ -255,7 +256,7 @@ mod tests {
                 scope,
                 ..Default::default()
             };
-            fixtures::for_run(root.path(), &cfg).unwrap()
+            for_run(root.path(), &cfg).unwrap()
         };
         let mean = |m: &PowerMonitor| {
             let h = m.start();
@@ -296,10 +297,7 @@ mod tests {
             scope: Some(PowerScope::Board),
             ..Default::default()
         };
-        let err = fixtures::for_run(root.path(), &cfg)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = for_run(root.path(), &cfg).err().unwrap().to_string();
         assert!(
             err.contains("VDD_MUX") && err.contains("--power-scope module"),
             "{err}"
@@ -321,10 +319,7 @@ mod tests {
             scope: Some(PowerScope::Board),
             ..Default::default()
         };
-        let err = fixtures::for_run(root.path(), &cfg)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = for_run(root.path(), &cfg).err().unwrap().to_string();
         assert!(
             err.contains("orin-nx")
                 && err.contains("no carrier-board monitor")
@@ -337,7 +332,7 @@ mod tests {
             total: vec!["VDD_IN".into()],
             ..Default::default()
         };
-        let m = fixtures::for_run(root.path(), &cfg).unwrap();
+        let m = for_run(root.path(), &cfg).unwrap();
         assert_eq!(m.scope, PowerScope::Board);
     }
 
@@ -367,17 +362,14 @@ mod tests {
             "{:?}",
             r.warnings
         );
-        let m = fixtures::for_run(root.path(), &PowerConfig::default()).unwrap();
+        let m = for_run(root.path(), &PowerConfig::default()).unwrap();
         assert_eq!(m.sensor_period, hwmon::INA238_PERIOD);
         // Module scope asked for explicitly: nothing on Thor measures the module alone.
         let cfg = PowerConfig {
             scope: Some(PowerScope::Module),
             ..Default::default()
         };
-        let err = fixtures::for_run(root.path(), &cfg)
-            .err()
-            .unwrap()
-            .to_string();
+        let err = for_run(root.path(), &cfg).err().unwrap().to_string();
         assert!(
             err.contains("agx-thor") && err.contains("VIN") && err.contains("--power-scope board"),
             "{err}"

@@ -1179,7 +1179,7 @@ mod tests {
             root,
             &[("VDD_IN", 5000, 2000), ("VDD_CPU_GPU_CV", 5000, 800)],
         );
-        jetson::for_run(root, &Default::default()).unwrap()
+        crate::testkit::power::for_run(root, &Default::default()).unwrap()
     }
 
     #[test]

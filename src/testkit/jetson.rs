@@ -32,17 +32,6 @@ pub fn host_under(root: &Path) -> HostPaths {
     }
 }
 
-/// [`crate::power::PowerMonitor::for_run`] on the sysfs tree at `sys`, on the board `cfg`
-/// forces or the tree detects as (as a sweep resolves it).
-pub fn for_run(
-    sys: &Path,
-    cfg: &crate::config::PowerConfig,
-) -> anyhow::Result<crate::power::PowerMonitor> {
-    let host = host(sys);
-    let board = crate::board::select(&host, cfg.board.as_deref())?;
-    crate::power::PowerMonitor::for_run(&host, cfg, board)
-}
-
 /// The device tree's `compatible` of an Orin NX on its developer-kit carrier (tegra234).
 pub const ORIN_NX_COMPATIBLE: &str =
     "nvidia,p3768-0000+p3767-0000\0nvidia,p3767-0000\0nvidia,tegra234\0";

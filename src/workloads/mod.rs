@@ -1156,7 +1156,7 @@ mod tests {
 
     #[test]
     fn step_metrics_are_median_iqr_and_total() {
-        let rec = crate::testkit::rows::iteration;
+        let rec = crate::record::test_records::iteration;
         let m = step_metrics(&[rec(0, 1.0), rec(1, 3.0), rec(2, 2.0), rec(3, 10.0)]);
         assert_eq!(m.time_per_iteration_s, Some(2.5));
         assert_eq!(m.total_time_s, Some(16.0));
