@@ -786,7 +786,7 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
 }
 
 /// Fetches `lines` consecutive cache lines from `first` into L2. On aarch64 four per loop step:
-/// one at a time, the loop's counter, address and branch took three of every four of its
+/// one at a time, the loop's counter, address and branch took four of every five of its
 /// instructions (GoogLeNet's batch-8 step counted 0.5 % fewer under qemu). x86 keeps one per
 /// step: no timing there has compared the two.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
