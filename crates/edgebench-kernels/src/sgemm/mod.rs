@@ -338,7 +338,9 @@ pub(crate) unsafe fn sgemm_strided(
 
 /// Packs rows `pc..pc + kc` of B (row stride `n`), from column `jc` on, into the panels of NR
 /// columns that `dst` holds (`dst.len() / (kc * NR)` of them, the first one starting at column
-/// `jc + first_panel * NR`), each kc x NR row by row; columns at and past `jc + nc` are zeros.
+/// `jc + first_panel * NR`), each kc x NR row by row. Columns of a last, partial panel past
+/// `jc + nc` hold whatever floats lie there (B's next columns or a repeat of its last wanted
+/// one): the microkernel computes those tile columns, and the macro-kernel never stores them.
 /// The panels are filled row after row: B's rows are read in contiguous stretches of up to
 /// 768 bytes (a run of eight panels). Packing one panel at a time reads 96 bytes per row and
 /// comes back for the rest of each cache line after it has left (by panel, with a memcpy call
@@ -358,9 +360,14 @@ fn pack_b<const NR: usize>(
     if b.cs != 1 {
         for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
             #[cfg(target_arch = "aarch64")]
-            if b.rs == 1 && NR.is_multiple_of(4) && j_run + (g + 1) * NR <= jc + nc {
-                let cols: [&[f32]; NR] =
-                    std::array::from_fn(|j| &b.data[(j_run + g * NR + j) * b.cs + pc..][..kc]);
+            if b.rs == 1 && NR.is_multiple_of(4) && j_run + g * NR < jc + nc {
+                // A partial panel repeats its last wanted column: the same transposes, where
+                // scalar copies took about twice the instructions of the whole panel's.
+                let last = jc + nc - 1;
+                let cols: [&[f32]; NR] = std::array::from_fn(|j| {
+                    let col = (j_run + g * NR + j).min(last);
+                    &b.data[col * b.cs + pc..][..kc]
+                });
                 transpose_rows_neon(&cols, panel);
                 continue;
             }
@@ -377,23 +384,32 @@ fn pack_b<const NR: usize>(
         }
         return;
     }
-    // The last panel of the run may be partial: zeroed whole, then its columns copied one by
-    // one down the depth (copying each row's few floats would take a memcpy and a memset call).
-    let full = (jc + nc).saturating_sub(j_run) / NR;
-    let (whole, partial) = dst.split_at_mut((full * panel_len).min(dst.len()));
-    for (g, panel) in whole.chunks_exact_mut(panel_len).enumerate() {
+    for (g, panel) in dst.chunks_exact_mut(panel_len).enumerate() {
         // Row p of the panel from row pc + p of B: fixed-size copies, inlined vector moves,
-        // not a memcpy call per row.
+        // not a memcpy call per row. A partial panel's rows are copied whole as well, as far as
+        // B's floats reach (past its wanted columns they run into B's next columns or rows);
+        // column by column its scalar copies took about as many instructions as the whole
+        // panels' copies.
         let j0 = j_run + g * NR;
-        copy_runs::<NR>((&b.data[pc * b.rs + j0..], b.rs), (panel, NR), kc);
-    }
-    for (g, panel) in partial.chunks_exact_mut(panel_len).enumerate() {
-        panel.fill(0.0);
-        let j0 = j_run + (full + g) * NR;
-        for j in j0..(jc + nc).max(j0) {
-            for p in 0..kc {
-                panel[p * NR + j - j0] = b.data[(pc + p) * b.rs + j];
+        let first = pc * b.rs + j0;
+        let whole_rows = if j0 + NR <= jc + nc {
+            kc
+        } else {
+            match b.data.len().checked_sub(first + NR) {
+                Some(room) => (room / b.rs.max(1) + 1).min(kc),
+                None => 0,
             }
+        };
+        copy_runs::<NR>(
+            (&b.data[first.min(b.data.len())..], b.rs),
+            (panel, NR),
+            whole_rows,
+        );
+        let wanted = (jc + nc).saturating_sub(j0).min(NR);
+        for p in whole_rows..kc {
+            let row = &mut panel[p * NR..][..NR];
+            row[..wanted].copy_from_slice(&b.data[(pc + p) * b.rs + j0..][..wanted]);
+            row[wanted..].fill(0.0);
         }
     }
 }

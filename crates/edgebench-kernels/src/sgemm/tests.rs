@@ -151,16 +151,14 @@ fn layouts((rows, cols): (usize, usize)) -> [(usize, usize); 3] {
     [(cols, 1), (1, rows), (2 * cols + 1, 2)]
 }
 
-/// The packed layouts element by element: A's panels column by column, B's row by row,
-/// both padded with zeros (depths around the transposes' four and eight columns, rows
-/// that fill a panel or do not, and B's runs of panels with a partial last panel), from
-/// operands row-major, transposed and with both strides above 1.
+/// The packed layouts element by element: A's panels column by column, padded with zeros, B's
+/// row by row, a partial last panel's columns past the wanted ones written with some of B's
+/// floats (never left as they were; the tiles' columns they give are not stored), at depths
+/// around the transposes' four and eight columns, rows that fill a panel or do not, and B's runs
+/// of panels with a partial last panel, from operands row-major, transposed and with both
+/// strides above 1.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn packed_panels_hold_their_elements_and_zero_padding<
-    K: Microkernel<MR, NR>,
-    const MR: usize,
-    const NR: usize,
->() {
+fn packed_panels_hold_their_elements<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>() {
     assert!(
         K::available(),
         "the CPU lacks the instructions of this kernel"
@@ -222,15 +220,12 @@ fn packed_panels_hold_their_elements_and_zero_padding<
         for (idx, &got) in packed.iter().enumerate() {
             let (panel, p, j) = (idx / (kc * NR), idx % (kc * NR) / NR, idx % NR);
             let col = (panels.start + panel) * NR + j;
-            let want = if col < nc {
-                b[(pc + p) * n + jc + col]
+            let at = format!("B nc {nc}, strides {rs}, {cs}: panel {panel}, depth {p}, column {j}");
+            if col < nc {
+                assert_eq!(got, b[(pc + p) * n + jc + col], "{at}");
             } else {
-                0.0
-            };
-            assert_eq!(
-                got, want,
-                "B nc {nc}, strides {rs}, {cs}: panel {panel}, depth {p}, column {j}"
-            );
+                assert!(got == 0.0 || b.contains(&got), "{at}: {got}");
+            }
         }
     }
 }
@@ -427,8 +422,8 @@ macro_rules! kernel_tests {
 
             #[test]
             $(#[$ignore])?
-            fn packed_panels_hold_their_elements_and_zero_padding() {
-                super::packed_panels_hold_their_elements_and_zero_padding::<$kernel, $mr, $nr>(
+            fn packed_panels_hold_their_elements() {
+                super::packed_panels_hold_their_elements::<$kernel, $mr, $nr>(
                 );
             }
 
