@@ -29,10 +29,30 @@ pub(crate) const WINOGRAD_TILES: usize = 196;
 /// the cache for the output transform.
 pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 
-/// Maps smaller than this (on either side) stay on im2col: a 7x7 map is 4x4 tiles covering 8x8
-/// (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd measured
-/// slower there (GoogLeNet 5a/5b).
+/// Maps smaller than this (on either side) stay on im2col, unless a task has at least
+/// `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images (aarch64): a 7x7 map is 4x4 F(2x2) tiles covering
+/// 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
+/// measured slower there (GoogLeNet 5a/5b, x86_64).
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
+
+/// Maps from this side up to `WINOGRAD_MIN_SIDE` take the Winograd path too when a task has at
+/// least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, their 3x3 layers with F(4x4, 3x3): a 7x7
+/// map is then 2x2 tiles, 144 multiplies per 49 outputs and channel pair where im2col does 441.
+/// GoogLeNet's batch-8 step on the Cortex-A57 counted 1.7 % fewer instructions; with one image
+/// per task (4 tiles) its batch-1 step counted 4 % more.
+pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = 7;
+
+/// On aarch64 3x3 maps of any side take F(4x4, 3x3) when a task has at least this many images,
+/// and maps from `WINOGRAD_BATCHED_MIN_SIDE` take the Winograd path: GoogLeNet's 14x14 maps are
+/// then 4x4 tiles of 6x6 (576 multiplies per channel pair instead of F(2x2)'s 784), and the
+/// images of a block give the GEMMs enough tile columns. With one image (16 tiles) F(4x4)
+/// counted 5 % more instructions for GoogLeNet's batch-1 step.
+#[cfg(target_arch = "aarch64")]
+pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
+/// See the aarch64 value: x86_64 keeps F(2x2) below `WINOGRAD_F4_MIN_SIDE` and maps under
+/// `WINOGRAD_MIN_SIDE` on im2col.
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
 /// path (each image split over the threads by channels). A 14x14 map is 49 tiles (F(2x2)), few

@@ -14,7 +14,8 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64) take
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64), and on
+//! aarch64 every map when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
 //! F(4x4, 3x3) instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x
 //! fewer than im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients
 //! up to 8 (f32 error ~10x im2col's; the tests bound it).
@@ -27,7 +28,8 @@
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{
-    tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
+    tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
+    WINOGRAD_F4_MIN_IMAGES_PER_TASK, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
     WINOGRAD_MIN_SIDE,
 };
 use crate::util::{
@@ -39,7 +41,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 /// Whether a convolution takes this path: 3x3 or 5x5 "same", stride 1 (`fits`), maps of at
-/// least `WINOGRAD_MIN_SIDE`, and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`;
+/// least `WINOGRAD_MIN_SIDE` (or `WINOGRAD_BATCHED_MIN_SIDE` with enough images per task,
+/// `batched_f4`), and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`;
 /// the im2col path, for comparison). With fewer images than threads each image of a 3x3 layer
 /// is split over the threads by channels (`fwd_few`), for one group on maps of at least
 /// `WINOGRAD_FEW_MIN_SIDE`; a 5x5 layer needs `WINOGRAD_5X5_MIN_IMAGES_PER_THREAD` images per
@@ -52,7 +55,15 @@ pub(crate) fn applies(g: &Geom) -> bool {
     } else {
         g.n >= threads || splits_images(g)
     };
-    tuning().winograd && fits(g) && side >= WINOGRAD_MIN_SIDE && enough_images
+    let large_enough =
+        side >= WINOGRAD_MIN_SIDE || (side >= WINOGRAD_BATCHED_MIN_SIDE && batched_f4(g));
+    tuning().winograd && fits(g) && large_enough && enough_images
+}
+
+/// Whether a task has enough images for F(4x4, 3x3) on maps of any side and for the Winograd
+/// path on maps from `WINOGRAD_BATCHED_MIN_SIDE` (aarch64 only).
+fn batched_f4(g: &Geom) -> bool {
+    WINOGRAD_F4_MIN_IMAGES_PER_TASK.is_some_and(|min| g.images_per_task() >= min)
 }
 
 /// Whether the Winograd kernels compute a convolution of this shape at all: 3x3 with pad 1 or
@@ -80,15 +91,16 @@ fn few_images(g: &Geom) -> bool {
     g.n < rayon::current_num_threads() && g.groups == 1
 }
 
-/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
-/// else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every 3x3
+/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
+/// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every 3x3
 /// layer. 5x5 layers always take 2.
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
         return 2;
     }
     let forced = tuning().winograd_tile;
-    forced.unwrap_or(if g.h.min(g.w) >= WINOGRAD_F4_MIN_SIDE {
+    let side = g.h.min(g.w);
+    forced.unwrap_or(if side >= WINOGRAD_F4_MIN_SIDE || batched_f4(g) {
         4
     } else {
         2
