@@ -1339,7 +1339,8 @@ impl Tile<2, 4, 3> for F2 {
 /// F(4x4, 3x3).
 struct F4;
 
-/// G of F(4x4, 3x3).
+/// G of F(4x4, 3x3), the table `F4::g` and `F4::gt` are tested against.
+#[cfg(test)]
 const G4: [[f64; 3]; 6] = [
     [0.25, 0.0, 0.0],
     [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
@@ -1426,14 +1427,37 @@ impl Tile<4, 6, 3> for F4 {
         }
     }
 
+    /// `G4 v` with its rows' shared sums: 9 operations where the table's 18 products and 18
+    /// sums run every zero coefficient too (the filter transforms run it on every filter of
+    /// every step).
     #[inline(always)]
-    fn g<T: Float>(v: [T; 3]) -> [T; 6] {
-        g_times(&G4, v)
+    fn g<T: Float>([a, b, c]: [T; 3]) -> [T; 6] {
+        let (quarter, sixth) = (T::from_f64(0.25), T::from_f64(1.0 / 6.0));
+        let (twelfth, twenty_fourth) = (T::from_f64(1.0 / 12.0), T::from_f64(1.0 / 24.0));
+        let outer = a + c;
+        let (even, odd) = (a * twenty_fourth + c * sixth, b * twelfth);
+        [
+            a * quarter,
+            T::ZERO - (outer + b) * sixth,
+            (b - outer) * sixth,
+            even + odd,
+            even - odd,
+            c,
+        ]
     }
 
+    /// `G4ᵀ v`, from the sums and differences of its middle pairs.
     #[inline(always)]
-    fn gt<T: Float>(v: [T; 6]) -> [T; 3] {
-        gt_times(&G4, v)
+    fn gt<T: Float>([v0, v1, v2, v3, v4, v5]: [T; 6]) -> [T; 3] {
+        let (quarter, sixth) = (T::from_f64(0.25), T::from_f64(1.0 / 6.0));
+        let (twelfth, twenty_fourth) = (T::from_f64(1.0 / 12.0), T::from_f64(1.0 / 24.0));
+        let (s12, d12) = (v1 + v2, v2 - v1);
+        let (s34, d34) = (v3 + v4, v3 - v4);
+        [
+            v0 * quarter - s12 * sixth + s34 * twenty_fourth,
+            d12 * sixth + d34 * twelfth,
+            (s34 - s12) * sixth + v5,
+        ]
     }
 }
 
@@ -1457,7 +1481,7 @@ fn gt_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; 
 /// F(2x2, 5x5).
 struct F2R5;
 
-/// G of F(2x2, 5x5): row i is (p_i^0, .., p_i^4) / N_i, with N_i of F(4x4, 3x3)'s G4.
+/// G of F(2x2, 5x5): row i is (p_i^0, .., p_i^4) / N_i, with N_i of F(4x4, 3x3)'s G (`G4`).
 const G2R5: [[f64; 5]; 6] = [
     [0.25, 0.0, 0.0, 0.0, 0.0],
     [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
@@ -1554,6 +1578,28 @@ mod tests {
                 assert_eq!([o0[k], o1[k]], want, "n {n}, element {k}");
             }
             assert!(o0[n..].iter().chain(&o1[n..]).all(|&v| v == -1.0), "n {n}");
+        }
+    }
+
+    /// F(4x4, 3x3)'s G and Gᵀ written out with shared sums are the products with its table.
+    #[test]
+    fn f4_filter_products_match_the_table() {
+        let mut r = crate::test_util::Rng::new(11);
+        for _ in 0..100 {
+            let v: [f64; 3] = std::array::from_fn(|_| r.vec(1)[0]);
+            for (got, want) in F4::g(v).iter().zip(g_times(&G4, v)) {
+                assert!(
+                    (got - want).abs() <= 1e-15 * want.abs().max(1.0),
+                    "G: {got} against {want}"
+                );
+            }
+            let v: [f64; 6] = std::array::from_fn(|_| r.vec(1)[0]);
+            for (got, want) in F4::gt(v).iter().zip(gt_times(&G4, v)) {
+                assert!(
+                    (got - want).abs() <= 1e-15 * want.abs().max(1.0),
+                    "Gᵀ: {got} against {want}"
+                );
+            }
         }
     }
 
