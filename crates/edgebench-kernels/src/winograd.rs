@@ -247,8 +247,8 @@ const LANES: usize = 8;
 /// tell that the slices of an array do not overlap: the plain loop over k ran one element at
 /// a time on aarch64 (F(2x2)'s Bᵀ: 18 instructions per element), where a block's lanes become
 /// vector operations without run-time overlap checks. The last, partial block is a whole one
-/// ending at the last element (recomputing a few), and runs of 4 to 7 (a row pass over 7
-/// tiles) two blocks of 4: most rows here are short.
+/// ending at the last element (recomputing a few), and runs of 5 to 7 (a row pass over 7
+/// tiles) two blocks of 4, runs of 4 (F(4x4) on a 14x14 map) one: most rows here are short.
 #[inline(always)]
 fn map_lanes<T: Float, const I: usize, const O: usize>(
     ins: [&[T]; I],
@@ -267,7 +267,9 @@ fn map_lanes<T: Float, const I: usize, const O: usize>(
         }
     } else if n < LANES {
         lanes_at::<T, 4, I, O>(&ins, &mut out, 0, &f);
-        lanes_at::<T, 4, I, O>(&ins, &mut out, n - 4, &f);
+        if n > 4 {
+            lanes_at::<T, 4, I, O>(&ins, &mut out, n - 4, &f);
+        }
     } else {
         {
             let chunks = ins.map(|s| s.as_chunks::<LANES>().0);
