@@ -33,8 +33,8 @@ use crate::tuning::{
     WINOGRAD_MIN_SIDE,
 };
 use crate::util::{
-    deinterleave, interleave, interleave_add, par_chunks_zeroed, relu_f, sum, sum_partials, zeros,
-    Float,
+    copy_short, deinterleave, fill_short, interleave, interleave_add, par_chunks_zeroed, relu_f,
+    sum, sum_partials, zeros, Float,
 };
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -542,13 +542,13 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
             let at_k = |k: usize| slot(pr % M, k) + base;
             if p < pad || p >= h + pad {
                 for k in 0..A {
-                    s.v[at_k(k)..at_k(k) + tw].fill(T::ZERO);
+                    fill_short(&mut s.v[at_k(k)..at_k(k) + tw], T::ZERO);
                 }
                 continue;
             }
             // line[..pad] and line[w + pad..] are the zero border, never written.
             let row = p - pad;
-            s.line[pad..pad + w].copy_from_slice(&plane[row * w..(row + 1) * w]);
+            copy_short(&mut s.line[pad..pad + w], &plane[row * w..(row + 1) * w]);
             deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + ext));
             let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + ext) + l / M..][..tw]);
             W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
@@ -639,7 +639,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
                 let mut q = windows_at::<T, M>(p, at_b, tw);
                 if row >= h {
                     for q in q {
-                        q.fill(T::ZERO);
+                        fill_short(q, T::ZERO);
                     }
                     continue;
                 }
@@ -703,8 +703,8 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
                 let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
                 let mut ph = windows_mut::<T, M>(&mut s.ph, tw + ext);
                 for (q, run) in ph.iter_mut().enumerate() {
-                    run[..tw].copy_from_slice(tile(q));
-                    run[tw..].fill(T::ZERO);
+                    copy_short(&mut run[..tw], tile(q));
+                    fill_short(&mut run[tw..], T::ZERO);
                 }
                 for j in M..A {
                     let run = &mut ph[j % M][j / M..];
