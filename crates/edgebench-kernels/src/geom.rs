@@ -279,12 +279,13 @@ impl Geom {
 /// GoogLeNet conv1's im2col cost as much as its GEMM).
 fn gather_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
     fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
-        // On aarch64 the f32 rows take the first lane of NEON structure loads (`ld2`, `ld4`):
+        // On aarch64 stride-2 f32 rows take the first lane of NEON structure loads (`ld2`):
         // the compiler's shuffles took 17 instructions per 8 elements and a scalar tail of up
-        // to 7 (conv1's rows of 112), about 2.4 per element.
+        // to 7 (GoogLeNet conv1's rows of 112), about 2.4 per element. For stride 4 it emits
+        // `ld4` itself (AlexNet conv1's step counted 1.3 M more instructions through here).
         #[cfg(target_arch = "aarch64")]
         let done = match (crate::util::as_f32_mut(dst), crate::util::as_f32(src)) {
-            (Some(d), Some(s)) => neon::gather_every::<S>(d, s),
+            (Some(d), Some(s)) if S == 2 => neon::gather_even(d, s),
             _ => 0,
         };
         #[cfg(not(target_arch = "aarch64"))]
@@ -342,21 +343,14 @@ fn scatter_add_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
 mod neon {
     use std::arch::aarch64::*;
 
-    /// `dst[i] = src[S·i]` (S = 2 or 4) for the leading blocks of four elements whose loads stay
-    /// inside `src`, eight per iteration where they can; returns how many elements it wrote.
-    pub(super) fn gather_every<const S: usize>(dst: &mut [f32], src: &[f32]) -> usize {
-        let blocks = dst.len().min(src.len() / S) / 4;
+    /// `dst[i] = src[2i]` for the leading blocks of four elements whose loads stay inside
+    /// `src`, eight per iteration where they can; returns how many elements it wrote.
+    pub(super) fn gather_even(dst: &mut [f32], src: &[f32]) -> usize {
+        let blocks = dst.len().min(src.len() / 2) / 4;
         let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        // SAFETY: block b reads src[4·S·b..4·S·(b + 1)] (inside src: b < src.len() / (4·S)) and
-        // writes dst[4b..4b + 4] (b < dst.len() / 4); NEON is part of the aarch64 baseline.
-        let block = |b: usize| unsafe {
-            let first = match S {
-                2 => vld2q_f32(s.add(8 * b)).0,
-                4 => vld4q_f32(s.add(16 * b)).0,
-                _ => unreachable!("strides 2 and 4"),
-            };
-            vst1q_f32(d.add(4 * b), first);
-        };
+        // SAFETY: block b reads src[8b..8b + 8] (inside src: b < src.len() / 8) and writes
+        // dst[4b..4b + 4] (b < dst.len() / 4); NEON is part of the aarch64 baseline.
+        let block = |b: usize| unsafe { vst1q_f32(d.add(4 * b), vld2q_f32(s.add(8 * b)).0) };
         for b in (0..blocks - blocks % 2).step_by(2) {
             block(b);
             block(b + 1);
