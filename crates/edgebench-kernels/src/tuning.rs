@@ -74,8 +74,8 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// 28x28 layers are on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
 /// batch 8 (Cortex-A57). On a 2-core Xeon those layers alone are 3–13 % faster at batch 32 and
 /// 1–8 % slower at batch 1, the whole step level to 1 % slower at both, with 4–18 MiB more peak
-/// RSS at batch 32: x86 keeps F(2x2) there. F(4x4) on the 14x14 layers gained nothing at batch
-/// 8 and cost 5 % more instructions at batch 1 (16 tiles per image, under two NEON panels).
+/// RSS at batch 32: x86 keeps F(2x2) there. Smaller maps take F(4x4) on aarch64 only with
+/// several images per task (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
 #[cfg(target_arch = "aarch64")]
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
 /// See the aarch64 value.
@@ -121,8 +121,9 @@ pub struct Tuning {
     /// convolution takes the im2col path.
     pub winograd: bool,
     /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24 on
-    /// aarch64, 48 elsewhere, else F(2x2)): `2` or `4` sets the output tile side for every
-    /// Winograd layer; other values are ignored.
+    /// aarch64, 48 elsewhere, and on aarch64 on every map with at least four images per task,
+    /// else F(2x2)): `2` or `4` sets the output tile side for every Winograd layer; other
+    /// values are ignored.
     pub winograd_tile: Option<usize>,
     /// `EDGEBENCH_WINOGRAD_TILES` (default 196): target tile columns per Winograd GEMM block;
     /// 0 is ignored.

@@ -1309,7 +1309,7 @@ impl Tile<2, 4, 3> for F2 {
         let n = out.len();
         let [p0, p1] = p.map(|p| &p[..n]);
         match j {
-            0 => out.copy_from_slice(p0),
+            0 => copy_short(out, p0),
             1 => (0..n).for_each(|k| out[k] = p0[k] + p1[k]),
             2 => (0..n).for_each(|k| out[k] = p0[k] - p1[k]),
             _ => (0..n).for_each(|k| out[k] = T::ZERO - p1[k]),
@@ -1412,16 +1412,15 @@ impl Tile<4, 6, 3> for F4 {
     fn a_row<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
         let n = out.len();
         let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
+        // Columns 0 and 5 are copies and 1 and 2 sums and differences (the same values as the
+        // products with 0 and ±1 below, without the multiplications).
         let (c1, c2, c3) = match j {
-            0 => (0.0, 0.0, 0.0),
-            1 => (1.0, 1.0, 1.0),
-            2 => (-1.0, 1.0, -1.0),
+            0 => return copy_short(out, p0),
+            1 => return (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
+            2 => return (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
             3 => (2.0, 4.0, 8.0),
             4 => (-2.0, 4.0, -8.0),
-            _ => {
-                out.copy_from_slice(p3);
-                return;
-            }
+            _ => return copy_short(out, p3),
         };
         let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
         for k in 0..n {
@@ -1526,14 +1525,8 @@ impl Tile<2, 6, 5> for F2R5 {
         let n = out.len();
         let [p0, p1] = p.map(|p| &p[..n]);
         let c1 = match j {
-            0 => {
-                out.copy_from_slice(p0);
-                return;
-            }
-            5 => {
-                out.copy_from_slice(p1);
-                return;
-            }
+            0 => return copy_short(out, p0),
+            5 => return copy_short(out, p1),
             1 => 1.0,
             2 => -1.0,
             3 => 2.0,
