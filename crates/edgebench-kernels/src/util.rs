@@ -345,36 +345,29 @@ pub(crate) fn unsupported_dtypes(op: &str, dtypes: &[DType]) -> candle_core::Err
     candle_core::Error::Msg(msg).bt()
 }
 
-/// `dst.copy_from_slice(src)` for the short runs of the transforms and im2col (2 to 56
-/// elements, a row of a small map or a tile row), by fixed-size blocks of eight or four (the
-/// last one ending at the last element) instead of a call into libc's memcpy: for runs that
-/// short the call, its arguments and the caller's spills around it took several times the
-/// copy (3 M calls in GoogLeNet's batch-8 step on aarch64).
+/// Runs up to this long take `copy_short`'s and `fill_short`'s fixed-size blocks; longer ones
+/// libc's memcpy and memset, which move them faster than a loop of blocks.
+const SHORT_RUN: usize = 32;
+
+/// `dst.copy_from_slice(src)` for the short runs of the transforms and im2col (a row of a small
+/// map, a tile row), by fixed-size blocks of eight or four (the last one ending at the last
+/// element) instead of a call into libc's memcpy: for runs that short the call, its arguments
+/// and the caller's spills around it took several times the copy (3 M calls in GoogLeNet's
+/// batch-8 step on aarch64).
 #[inline(always)]
 pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     assert_eq!(dst.len(), src.len(), "copy_short: lengths differ");
     let n = dst.len();
-    if n >= 8 {
-        blocks_ending_at::<8>(n, |at| {
-            let block: [T; 8] = src[at..at + 8].try_into().expect("8 elements");
-            dst[at..at + 8].copy_from_slice(&block);
-        });
-    } else if n >= 4 {
-        for at in [0, n - 4] {
-            let block: [T; 4] = src[at..at + 4].try_into().expect("4 elements");
-            dst[at..at + 4].copy_from_slice(&block);
-        }
-    } else {
-        // Element by element without a loop, which the compiler would turn back into a call.
-        if n > 0 {
-            dst[0] = src[0];
-        }
-        if n > 1 {
-            dst[1] = src[1];
-        }
-        if n > 2 {
-            dst[2] = src[2];
-        }
+    if n > SHORT_RUN {
+        return dst.copy_from_slice(src);
+    }
+    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+    // SAFETY: every block lies inside 0..n of both slices, which are distinct (one is borrowed
+    // mutably).
+    unsafe {
+        let block =
+            |at: usize, len: usize| std::ptr::copy_nonoverlapping(s.add(at), d.add(at), len);
+        short_blocks(n, |at| block(at, 8), |at| block(at, 4), |at| block(at, 1));
     }
 }
 
@@ -383,35 +376,53 @@ pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
 #[inline(always)]
 pub(crate) fn fill_short<T: Copy>(dst: &mut [T], v: T) {
     let n = dst.len();
-    if n >= 8 {
-        blocks_ending_at::<8>(n, |at| dst[at..at + 8].copy_from_slice(&[v; 8]));
-    } else if n >= 4 {
-        dst[..4].copy_from_slice(&[v; 4]);
-        dst[n - 4..].copy_from_slice(&[v; 4]);
-    } else {
-        if n > 0 {
-            dst[0] = v;
-        }
-        if n > 1 {
-            dst[1] = v;
-        }
-        if n > 2 {
-            dst[2] = v;
-        }
+    if n > SHORT_RUN {
+        return dst.fill(v);
+    }
+    let d = dst.as_mut_ptr();
+    // SAFETY: every block lies inside 0..n of dst.
+    unsafe {
+        short_blocks(
+            n,
+            |at| d.add(at).cast::<[T; 8]>().write_unaligned([v; 8]),
+            |at| d.add(at).cast::<[T; 4]>().write_unaligned([v; 4]),
+            |at| d.add(at).write(v),
+        );
     }
 }
 
-/// `f(at)` for blocks of `B` elements at 0, B, 2B, .., the last one at n - B (overlapping the
-/// one before it when B does not divide n); n >= B.
+/// Covers 0..n (n <= `SHORT_RUN`) with blocks: of eight at 0, 8, .. and one ending at n when
+/// n >= 8, two of four (at 0 and n - 4) when 4 <= n < 8, else single elements. Straight-line
+/// code per length class: a loop of single elements would be compiled back into a call.
 #[inline(always)]
-fn blocks_ending_at<const B: usize>(n: usize, mut f: impl FnMut(usize)) {
-    let last = n - B;
-    let mut at = 0;
-    while at < last {
-        f(at);
-        at += B;
+fn short_blocks(
+    n: usize,
+    mut eight: impl FnMut(usize),
+    mut four: impl FnMut(usize),
+    mut one: impl FnMut(usize),
+) {
+    if n >= 8 {
+        let last = n - 8;
+        let mut at = 0;
+        while at < last {
+            eight(at);
+            at += 8;
+        }
+        eight(last);
+    } else if n >= 4 {
+        four(0);
+        four(n - 4);
+    } else {
+        if n > 0 {
+            one(0);
+        }
+        if n > 1 {
+            one(1);
+        }
+        if n > 2 {
+            one(2);
+        }
     }
-    f(last);
 }
 
 /// The sum of `v` in 16 interleaved partial sums, so it vectorises: one running sum is a chain
@@ -629,7 +640,7 @@ mod tests {
     /// order written out, for lengths around 16 and its multiples.
     #[test]
     fn short_copies_and_fills_write_exactly_their_run() {
-        for n in 0..40 {
+        for n in 0..70 {
             let src: Vec<u32> = (100..100 + n as u32).collect();
             let mut dst = vec![7u32; n + 2];
             copy_short(&mut dst[1..n + 1], &src);
