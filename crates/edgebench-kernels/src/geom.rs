@@ -3,7 +3,7 @@
 //! CUDA paths (`im2col`, `cudnn`) share.
 
 use crate::tuning;
-use crate::util::{fill_short, Float};
+use crate::util::Float;
 use candle_core::{bail, Result};
 use std::ops::Range;
 
@@ -162,12 +162,12 @@ impl Geom {
                     }
                     for (oh, dst) in out_rows.clone().zip(row.chunks_exact_mut(wo)) {
                         let Some(ih) = self.in_row(oh, ki) else {
-                            fill_short(dst, T::ZERO);
+                            dst.fill(T::ZERO);
                             continue;
                         };
                         let src = &plane[ih * self.w..(ih + 1) * self.w];
-                        fill_short(&mut dst[..lo], T::ZERO);
-                        fill_short(&mut dst[hi..], T::ZERO);
+                        dst[..lo].fill(T::ZERO);
+                        dst[hi..].fill(T::ZERO);
                         if lo < hi {
                             let iw0 = lo * s + kj - self.pad;
                             gather_strided(&mut dst[lo..hi], &src[iw0..], s);

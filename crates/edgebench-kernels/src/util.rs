@@ -345,86 +345,6 @@ pub(crate) fn unsupported_dtypes(op: &str, dtypes: &[DType]) -> candle_core::Err
     candle_core::Error::Msg(msg).bt()
 }
 
-/// Runs up to this long take `copy_short`'s and `fill_short`'s fixed-size blocks; longer ones
-/// libc's memcpy and memset, which move them faster than a loop of blocks.
-const SHORT_RUN: usize = 32;
-
-/// `dst.copy_from_slice(src)` for the short runs of the transforms and im2col (a row of a small
-/// map, a tile row), by fixed-size blocks of eight or four (the last one ending at the last
-/// element) instead of a call into libc's memcpy: for runs that short the call, its arguments
-/// and the caller's spills around it took several times the copy (3 M calls in GoogLeNet's
-/// batch-8 step on aarch64).
-#[inline(always)]
-pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
-    assert_eq!(dst.len(), src.len(), "copy_short: lengths differ");
-    let n = dst.len();
-    if n > SHORT_RUN {
-        return dst.copy_from_slice(src);
-    }
-    let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-    // SAFETY: every block lies inside 0..n of both slices, which are distinct (one is borrowed
-    // mutably).
-    unsafe {
-        let block =
-            |at: usize, len: usize| std::ptr::copy_nonoverlapping(s.add(at), d.add(at), len);
-        short_blocks(n, |at| block(at, 8), |at| block(at, 4), |at| block(at, 1));
-    }
-}
-
-/// `dst.fill(v)` for short runs, by fixed-size blocks as `copy_short` (a memset call each,
-/// otherwise).
-#[inline(always)]
-pub(crate) fn fill_short<T: Copy>(dst: &mut [T], v: T) {
-    let n = dst.len();
-    if n > SHORT_RUN {
-        return dst.fill(v);
-    }
-    let d = dst.as_mut_ptr();
-    // SAFETY: every block lies inside 0..n of dst.
-    unsafe {
-        short_blocks(
-            n,
-            |at| d.add(at).cast::<[T; 8]>().write_unaligned([v; 8]),
-            |at| d.add(at).cast::<[T; 4]>().write_unaligned([v; 4]),
-            |at| d.add(at).write(v),
-        );
-    }
-}
-
-/// Covers 0..n (n <= `SHORT_RUN`) with blocks: of eight at 0, 8, .. and one ending at n when
-/// n >= 8, two of four (at 0 and n - 4) when 4 <= n < 8, else single elements. Straight-line
-/// code per length class: a loop of single elements would be compiled back into a call.
-#[inline(always)]
-fn short_blocks(
-    n: usize,
-    mut eight: impl FnMut(usize),
-    mut four: impl FnMut(usize),
-    mut one: impl FnMut(usize),
-) {
-    if n >= 8 {
-        let last = n - 8;
-        let mut at = 0;
-        while at < last {
-            eight(at);
-            at += 8;
-        }
-        eight(last);
-    } else if n >= 4 {
-        four(0);
-        four(n - 4);
-    } else {
-        if n > 0 {
-            one(0);
-        }
-        if n > 1 {
-            one(1);
-        }
-        if n > 2 {
-            one(2);
-        }
-    }
-}
-
 /// The sum of `v` in 16 interleaved partial sums, so it vectorises: one running sum is a chain
 /// of dependent adds, ~4 cycles per element (the bias gradients sum every output gradient).
 /// The order of the additions is fixed (the remainder's, then the partial sums in lane order),
@@ -638,28 +558,6 @@ mod tests {
     /// `sum` adds the remainder past the last 16, then 16 lane-wise partial sums in lane order,
     /// in f32 and f64 (on aarch64 the f32 sum runs on NEON vectors): the same bits as that
     /// order written out, for lengths around 16 and its multiples.
-    #[test]
-    fn short_copies_and_fills_write_exactly_their_run() {
-        for n in 0..70 {
-            let src: Vec<u32> = (100..100 + n as u32).collect();
-            let mut dst = vec![7u32; n + 2];
-            copy_short(&mut dst[1..n + 1], &src);
-            assert_eq!(dst[1..n + 1], src[..], "copy of {n}");
-            assert_eq!(
-                (dst[0], dst[n + 1]),
-                (7, 7),
-                "copy of {n} stays inside its run"
-            );
-            fill_short(&mut dst[1..n + 1], 3);
-            assert!(dst[1..n + 1].iter().all(|&v| v == 3), "fill of {n}");
-            assert_eq!(
-                (dst[0], dst[n + 1]),
-                (7, 7),
-                "fill of {n} stays inside its run"
-            );
-        }
-    }
-
     #[test]
     fn sum_adds_in_its_stated_order() {
         fn check<T: Float + std::fmt::Debug>(v: &[T]) {

@@ -33,8 +33,8 @@ use crate::tuning::{
     WINOGRAD_MIN_SIDE,
 };
 use crate::util::{
-    copy_short, deinterleave, fill_short, interleave, interleave_add, par_chunks_zeroed, relu_f,
-    sum, sum_partials, zeros, Float,
+    deinterleave, interleave, interleave_add, par_chunks_zeroed, relu_f, sum, sum_partials, zeros,
+    Float,
 };
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -542,13 +542,13 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
             let at_k = |k: usize| slot(pr % M, k) + base;
             if p < pad || p >= h + pad {
                 for k in 0..A {
-                    fill_short(&mut s.v[at_k(k)..at_k(k) + tw], T::ZERO);
+                    s.v[at_k(k)..at_k(k) + tw].fill(T::ZERO);
                 }
                 continue;
             }
             // line[..pad] and line[w + pad..] are the zero border, never written.
             let row = p - pad;
-            copy_short(&mut s.line[pad..pad + w], &plane[row * w..(row + 1) * w]);
+            s.line[pad..pad + w].copy_from_slice(&plane[row * w..(row + 1) * w]);
             deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + ext));
             let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + ext) + l / M..][..tw]);
             W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
@@ -639,7 +639,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
                 let mut q = windows_at::<T, M>(p, at_b, tw);
                 if row >= h {
                     for q in q {
-                        fill_short(q, T::ZERO);
+                        q.fill(T::ZERO);
                     }
                     continue;
                 }
@@ -703,8 +703,8 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
                 let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
                 let mut ph = windows_mut::<T, M>(&mut s.ph, tw + ext);
                 for (q, run) in ph.iter_mut().enumerate() {
-                    copy_short(&mut run[..tw], tile(q));
-                    fill_short(&mut run[tw..], T::ZERO);
+                    run[..tw].copy_from_slice(tile(q));
+                    run[tw..].fill(T::ZERO);
                 }
                 for j in M..A {
                     let run = &mut ph[j % M][j / M..];
@@ -1309,7 +1309,7 @@ impl Tile<2, 4, 3> for F2 {
         let n = out.len();
         let [p0, p1] = p.map(|p| &p[..n]);
         match j {
-            0 => copy_short(out, p0),
+            0 => out.copy_from_slice(p0),
             1 => (0..n).for_each(|k| out[k] = p0[k] + p1[k]),
             2 => (0..n).for_each(|k| out[k] = p0[k] - p1[k]),
             _ => (0..n).for_each(|k| out[k] = T::ZERO - p1[k]),
@@ -1415,12 +1415,12 @@ impl Tile<4, 6, 3> for F4 {
         // Columns 0 and 5 are copies and 1 and 2 sums and differences (the same values as the
         // products with 0 and ±1 below, without the multiplications).
         let (c1, c2, c3) = match j {
-            0 => return copy_short(out, p0),
+            0 => return out.copy_from_slice(p0),
             1 => return (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
             2 => return (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
             3 => (2.0, 4.0, 8.0),
             4 => (-2.0, 4.0, -8.0),
-            _ => return copy_short(out, p3),
+            _ => return out.copy_from_slice(p3),
         };
         let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
         for k in 0..n {
@@ -1525,8 +1525,8 @@ impl Tile<2, 6, 5> for F2R5 {
         let n = out.len();
         let [p0, p1] = p.map(|p| &p[..n]);
         let c1 = match j {
-            0 => return copy_short(out, p0),
-            5 => return copy_short(out, p1),
+            0 => return out.copy_from_slice(p0),
+            5 => return out.copy_from_slice(p1),
             1 => 1.0,
             2 => -1.0,
             3 => 2.0,

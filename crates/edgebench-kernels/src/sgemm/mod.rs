@@ -782,17 +782,12 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
                 for (i, row) in tile.iter().enumerate().take(valid_rows) {
                     let src = &row[..cols];
                     // SAFETY: row i0 + i, columns j0..j0 + cols, lie inside c; a destination
-                    // that is overwritten may be uninitialised, so it is written as
-                    // MaybeUninit (f32 and MaybeUninit<f32> share a layout), and one that is
-                    // added to is initialised (the caller's promise).
+                    // that is overwritten may be uninitialised, so it is written through the
+                    // pointer, and one that is added to is initialised (the caller's promise).
                     unsafe {
                         let dst = c.add((i0 + i) * ldc + j0);
                         if overwrite {
-                            // Fixed-size blocks, not a memcpy call per row of the tile.
-                            let dst = std::slice::from_raw_parts_mut(dst.cast(), cols);
-                            let src =
-                                &*(src as *const [f32] as *const [std::mem::MaybeUninit<f32>]);
-                            crate::util::copy_short(dst, src);
+                            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
                         } else {
                             let dst = std::slice::from_raw_parts_mut(dst, cols);
                             for (d, s) in dst.iter_mut().zip(src) {
