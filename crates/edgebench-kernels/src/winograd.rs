@@ -470,7 +470,7 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
 struct Rows<T> {
     /// Zero-bordered copy of one input row.
     line: Vec<T>,
-    /// A row's M phases (or M runs being interleaved), `tw + ext` each.
+    /// A row's M phases, `tw + ext` each.
     ph: Vec<T>,
     /// Band-long vectors: the row pass of the input transform (M·A runs of (rows + ext)·tw),
     /// or up to A·(A + 1) of n for the other transforms.
@@ -677,7 +677,7 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
     s: &mut Rows<T>,
 ) {
     debug_assert_eq!((t.m, t.r), (M, R));
-    let (tw, ext) = (t.tw, t.ext());
+    let tw = t.tw;
     let n = rows.len() * tw;
     let (hp, wp) = t.padded();
     let channels = acc.len() / (hp * wp);
@@ -695,27 +695,18 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
             let ur = std::array::from_fn(|l| &u[(r * A + l) * n..][..n]);
             W::b(ur, windows_mut::<T, A>(cs, n));
             let cr: [&[T]; A] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
-            // Tile tw' covers padded columns M·tw' .. M·tw' + A: its column j goes to phase
-            // j mod M, group tw' + j / M (the first M columns to its own group, the other
-            // A - M to the next `ext` groups).
-            let full = wp / M;
+            // Tile tw' covers padded columns M·tw' .. M·tw' + A: its first M columns are group
+            // tw' of the row, added phase by phase; column j >= M is element M·tw' + j, in
+            // the next `ext` groups. Straight into the row: copied into phase runs first, the
+            // runs took a memcpy call each per tile row.
             for (i, th) in rows.clone().enumerate() {
                 let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
-                let mut ph = windows_mut::<T, M>(&mut s.ph, tw + ext);
-                for (q, run) in ph.iter_mut().enumerate() {
-                    run[..tw].copy_from_slice(tile(q));
-                    run[tw..].fill(T::ZERO);
-                }
+                let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
+                interleave_add::<T, M>(std::array::from_fn(tile), &mut row[..M * tw]);
                 for j in M..A {
-                    let run = &mut ph[j % M][j / M..];
-                    for (e, &v) in run.iter_mut().zip(tile(j)) {
+                    for (e, &v) in row[j..].iter_mut().step_by(M).zip(tile(j)) {
                         *e += v;
                     }
-                }
-                let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
-                interleave_add::<T, M>(ph.each_ref().map(|run| &run[..full]), row);
-                for (e, run) in row[M * full..].iter_mut().zip(&ph) {
-                    *e += run[full];
                 }
             }
         }
