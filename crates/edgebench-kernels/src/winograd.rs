@@ -710,6 +710,7 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
 /// from the tiles and the others one by one: through phase runs (below) each run took a memcpy
 /// call per tile row, 35 M instructions of GoogLeNet's batch-8 step in libc.
 #[cfg(target_arch = "aarch64")]
+#[inline(always)]
 fn add_tile_row<T: Float, const M: usize, const A: usize>(
     tiles: [&[T]; A],
     row: &mut [T],
@@ -729,6 +730,7 @@ fn add_tile_row<T: Float, const M: usize, const A: usize>(
 /// element-by-element adds made GoogLeNet's batch-32 step about 1 % slower (2-core EPYC VM,
 /// five of six alternating rounds).
 #[cfg(not(target_arch = "aarch64"))]
+#[inline(always)]
 fn add_tile_row<T: Float, const M: usize, const A: usize>(
     tiles: [&[T]; A],
     row: &mut [T],
