@@ -678,6 +678,8 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
 ) {
     debug_assert_eq!((t.m, t.r), (M, R));
     let tw = t.tw;
+    #[cfg(not(target_arch = "aarch64"))]
+    let ext = t.ext();
     let n = rows.len() * tw;
     let (hp, wp) = t.padded();
     let channels = acc.len() / (hp * wp);
@@ -695,64 +697,50 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
             let ur = std::array::from_fn(|l| &u[(r * A + l) * n..][..n]);
             W::b(ur, windows_mut::<T, A>(cs, n));
             let cr: [&[T]; A] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
+            // Tile tw' covers padded columns M·tw' .. M·tw' + A: its column j goes to element
+            // M·tw' + j of the row (the first M to its own group, the other A - M to the next
+            // `ext` groups).
+            #[cfg(not(target_arch = "aarch64"))]
+            let full = wp / M;
             for (i, th) in rows.clone().enumerate() {
-                let tiles = std::array::from_fn(|j| &cr[j][i * tw..(i + 1) * tw]);
+                let tile = |j: usize| &cr[j][i * tw..(i + 1) * tw];
                 let row = &mut plane[(M * th + r) * wp..(M * th + r + 1) * wp];
-                add_tile_row::<T, M, A>(tiles, row, &mut s.ph);
+                // On aarch64 the first M columns are added phase by phase straight from the
+                // tiles and the others one by one: through phase runs (below) each run took a
+                // memcpy call per tile row, 35 M instructions of GoogLeNet's batch-8 step in
+                // libc.
+                #[cfg(target_arch = "aarch64")]
+                {
+                    interleave_add::<T, M>(std::array::from_fn(tile), &mut row[..M * tw]);
+                    for j in M..A {
+                        for (e, &v) in row[j..].iter_mut().step_by(M).zip(tile(j)) {
+                            *e += v;
+                        }
+                    }
+                }
+                // Elsewhere the columns are copied and added into M phase runs, which are then
+                // interleaved into the row: on x86-64 the direct adds made GoogLeNet's batch-32
+                // step about 1 % slower (2-core EPYC VM, five of six alternating rounds).
+                #[cfg(not(target_arch = "aarch64"))]
+                {
+                    let mut ph = windows_mut::<T, M>(&mut s.ph, tw + ext);
+                    for (q, run) in ph.iter_mut().enumerate() {
+                        run[..tw].copy_from_slice(tile(q));
+                        run[tw..].fill(T::ZERO);
+                    }
+                    for j in M..A {
+                        let run = &mut ph[j % M][j / M..];
+                        for (e, &v) in run.iter_mut().zip(tile(j)) {
+                            *e += v;
+                        }
+                    }
+                    interleave_add::<T, M>(ph.each_ref().map(|run| &run[..full]), row);
+                    for (e, run) in row[M * full..].iter_mut().zip(&ph) {
+                        *e += run[full];
+                    }
+                }
             }
         }
-    }
-}
-
-/// row += the columns of a band's tiles: tile tw' covers padded columns M·tw' .. M·tw' + A, so
-/// its column j goes to element M·tw' + j (the first M to its own group, the other A - M to
-/// the next `ext` groups). On aarch64 the first M columns are added phase by phase straight
-/// from the tiles and the others one by one: through phase runs (below) each run took a memcpy
-/// call per tile row, 35 M instructions of GoogLeNet's batch-8 step in libc.
-#[cfg(target_arch = "aarch64")]
-#[inline(always)]
-fn add_tile_row<T: Float, const M: usize, const A: usize>(
-    tiles: [&[T]; A],
-    row: &mut [T],
-    _ph: &mut [T],
-) {
-    let tw = tiles[0].len();
-    interleave_add::<T, M>(std::array::from_fn(|q| tiles[q]), &mut row[..M * tw]);
-    for (j, tile) in tiles.iter().enumerate().skip(M) {
-        for (e, &v) in row[j..].iter_mut().step_by(M).zip(*tile) {
-            *e += v;
-        }
-    }
-}
-
-/// `add_tile_row` through M phase runs (`ph`, `tw + ext` each): the tiles' columns copied and
-/// added into them, then the runs interleaved into the row. On x86-64 the direct version's
-/// element-by-element adds made GoogLeNet's batch-32 step about 1 % slower (2-core EPYC VM,
-/// five of six alternating rounds).
-#[cfg(not(target_arch = "aarch64"))]
-#[inline(always)]
-fn add_tile_row<T: Float, const M: usize, const A: usize>(
-    tiles: [&[T]; A],
-    row: &mut [T],
-    ph: &mut [T],
-) {
-    let tw = tiles[0].len();
-    let ext = (A - 1) / M;
-    let full = row.len() / M;
-    let mut ph = windows_mut::<T, M>(ph, tw + ext);
-    for (q, run) in ph.iter_mut().enumerate() {
-        run[..tw].copy_from_slice(tiles[q]);
-        run[tw..].fill(T::ZERO);
-    }
-    for (j, tile) in tiles.iter().enumerate().skip(M) {
-        let run = &mut ph[j % M][j / M..];
-        for (e, &v) in run.iter_mut().zip(*tile) {
-            *e += v;
-        }
-    }
-    interleave_add::<T, M>(ph.each_ref().map(|run| &run[..full]), row);
-    for (e, run) in row[M * full..].iter_mut().zip(&ph) {
-        *e += run[full];
     }
 }
 
