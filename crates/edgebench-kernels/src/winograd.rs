@@ -92,8 +92,8 @@ fn few_images(g: &Geom) -> bool {
 }
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
-/// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for every 3x3
-/// layer. 5x5 layers always take 2.
+/// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
+/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers always take 2.
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
         return 2;
