@@ -23,7 +23,9 @@
 //! The 5x5, stride 1, pad 2 convolutions (AlexNet's conv2, GoogLeNet's inception 5x5s) take
 //! F(2x2, 5x5): 6x6 input tiles at stride 2, 36 GEMMs, 36 multiplies per 4 outputs instead of
 //! 100 (2.8x fewer). Its input transform is F(4x4, 3x3)'s (the same points 0, ±1, ±2, ∞); only
-//! G (6x5) and Aᵀ (2x6) differ.
+//! G (6x5) and Aᵀ (2x6) differ. On aarch64, with at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK`
+//! images per task, they take F(4x4, 5x5) instead: 8x8 input tiles at stride 4, 64 GEMMs, 64
+//! multiplies per 16 outputs (6.25x fewer than im2col), with the points 0, ±1, ±2, ±½, ∞.
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
@@ -72,9 +74,9 @@ pub(crate) fn fits(g: &Geom) -> bool {
     g.kh == g.kw && (g.kh == 3 || g.kh == 5) && g.pad == g.kh / 2 && g.stride == 1
 }
 
-/// Whether output tiles of `m` x `m` compute this shape: 2 or 4 for 3x3 filters, 2 for 5x5.
+/// Whether output tiles of `m` x `m` (2 or 4) compute this shape.
 pub(crate) fn tile_fits(g: &Geom, m: usize) -> bool {
-    fits(g) && (m == 2 || (m == 4 && g.kh == 3))
+    fits(g) && (m == 2 || m == 4)
 }
 
 /// Whether fewer images than threads take `fwd_few`'s split of each image by channels: one
@@ -93,10 +95,11 @@ fn few_images(g: &Geom) -> bool {
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
 /// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
-/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers always take 2.
+/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5) with
+/// enough images per task, else F(2x2, 5x5).
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
-        return 2;
+        return if batched_f4(g) { 4 } else { 2 };
     }
     let forced = tuning().winograd_tile;
     let side = g.h.min(g.w);
@@ -114,7 +117,7 @@ fn tiles_target() -> usize {
 /// The tiling of one image and how a task's images are cut into GEMM blocks.
 #[derive(Clone, Copy)]
 struct Tiles {
-    /// Output tile side: 2 for F(2x2, 3x3) and F(2x2, 5x5), 4 for F(4x4, 3x3).
+    /// Output tile side: 2 for F(2x2, 3x3) and F(2x2, 5x5), 4 for F(4x4, 3x3) and F(4x4, 5x5).
     m: usize,
     /// Filter side: 3 or 5.
     r: usize,
@@ -161,7 +164,7 @@ impl Tiles {
         self.r / 2
     }
     /// Groups of m input rows (or columns) past a tile's own that its input tile reaches into:
-    /// 1 for F(2x2, 3x3) and F(4x4, 3x3), 2 for F(2x2, 5x5).
+    /// 1 for F(2x2, 3x3), F(4x4, 3x3) and F(4x4, 5x5), 2 for F(2x2, 5x5).
     fn ext(&self) -> usize {
         (self.a() - 1) / self.m
     }
@@ -480,7 +483,7 @@ struct Rows<T> {
 impl<T: Float> Rows<T> {
     fn new(t: &Tiles) -> Rows<T> {
         let n = (t.rb + t.ext()) * t.tw;
-        // The input adjoint's A·A + A runs are the most (F(2x2, 3x3): 20, 6x6 tiles: 42).
+        // The input adjoint's A·A + A runs are the most (F(2x2, 3x3): 20, 6x6 tiles: 42, 8x8: 72).
         let a = t.a();
         let phases = t.m * (t.tw + t.ext());
         Rows {
@@ -877,6 +880,7 @@ impl<T: Float> Transforms<T> {
             (4, 3) => Transforms::tile::<4, 6, 3, F4>(),
             (2, 3) => Transforms::tile::<2, 4, 3, F2>(),
             (2, 5) => Transforms::tile::<2, 6, 5, F2R5>(),
+            (4, 5) => Transforms::tile::<4, 8, 5, F4R5>(),
             _ => unreachable!("no Winograd tile F({m}x{m}, {r}x{r})"),
         }
     }
@@ -1484,7 +1488,7 @@ impl Tile<4, 6, 3> for F4 {
     }
 }
 
-/// `G v` for a G written out as a table (F(4x4, 3x3), F(2x2, 5x5)).
+/// `G v` for a G written out as a table (F(4x4, 3x3) in the tests, the 5x5 tiles).
 #[inline(always)]
 fn g_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; R]) -> [T; A] {
     std::array::from_fn(|i| (0..R).fold(T::ZERO, |s, k| s + T::from_f64(g[i][k]) * v[k]))
@@ -1568,6 +1572,144 @@ impl Tile<2, 6, 5> for F2R5 {
     #[inline(always)]
     fn gt<T: Float>(v: [T; 6]) -> [T; 5] {
         gt_times(&G2R5, v)
+    }
+}
+
+// ---- F(4x4, 5x5): 8x8 input tiles at stride 4, 64 tile positions ----
+//
+// The points 0, ±1, ±2, ±1/2, ∞ (those of F(6x6, 3x3)): Bᵀ (8x8) is Lavin & Gray's for them,
+// G (8x5) and Aᵀ (4x8) the Toom-Cook matrices of a filter of 5 and an output of 4. Each pair ±p
+// shares its even and odd sums: `out[±p] = even ± odd`.
+
+/// F(4x4, 5x5).
+struct F4R5;
+
+/// G of F(4x4, 5x5): row i is (p_i^0, .., p_i^4) / N_i, with N_i = Π_{j≠i} (p_i - p_j) over the
+/// finite points (row 0's sign taken into Bᵀ's row 0).
+const G4R5: [[f64; 5]; 8] = [
+    [1.0, 0.0, 0.0, 0.0, 0.0],
+    [-2.0 / 9.0, -2.0 / 9.0, -2.0 / 9.0, -2.0 / 9.0, -2.0 / 9.0],
+    [-2.0 / 9.0, 2.0 / 9.0, -2.0 / 9.0, 2.0 / 9.0, -2.0 / 9.0],
+    [1.0 / 90.0, 1.0 / 45.0, 2.0 / 45.0, 4.0 / 45.0, 8.0 / 45.0],
+    [1.0 / 90.0, -1.0 / 45.0, 2.0 / 45.0, -4.0 / 45.0, 8.0 / 45.0],
+    [32.0 / 45.0, 16.0 / 45.0, 8.0 / 45.0, 4.0 / 45.0, 2.0 / 45.0],
+    [
+        32.0 / 45.0,
+        -16.0 / 45.0,
+        8.0 / 45.0,
+        -4.0 / 45.0,
+        2.0 / 45.0,
+    ],
+    [0.0, 0.0, 0.0, 0.0, 1.0],
+];
+
+impl Tile<4, 8, 5> for F4R5 {
+    #[inline(always)]
+    fn bt<T: Float>(d: [&[T]; 8], out: [&mut [T]; 8]) {
+        let c = |v: f64| T::from_f64(v);
+        let (c21_4, c17_4, c5_4, c5_2) = (c(21.0 / 4.0), c(17.0 / 4.0), c(1.25), c(2.5));
+        let (quarter, half, two, four, five) = (c(0.25), c(0.5), c(2.0), c(4.0), c(5.0));
+        map_lanes(d, out, |[a0, a1, a2, a3, a4, a5, a6, a7]| {
+            let (e1, o1) = (a2 + a6 - c17_4 * a4, a1 + a5 - c17_4 * a3);
+            let (e2, o2) = (
+                quarter * a2 + a6 - c5_4 * a4,
+                half * a1 + two * a5 - c5_2 * a3,
+            );
+            let (e3, o3) = (four * a2 + a6 - five * a4, two * a1 + half * a5 - c5_2 * a3);
+            [
+                a0 - a6 + c21_4 * (a4 - a2),
+                e1 + o1,
+                e1 - o1,
+                e2 + o2,
+                e2 - o2,
+                e3 + o3,
+                e3 - o3,
+                a7 - a1 + c21_4 * (a3 - a5),
+            ]
+        });
+    }
+
+    #[inline(always)]
+    fn b<T: Float>(d: [&[T]; 8], out: [&mut [T]; 8]) {
+        let c = |v: f64| T::from_f64(v);
+        let (c21_4, c17_4, c5_4, c5_2) = (c(21.0 / 4.0), c(17.0 / 4.0), c(1.25), c(2.5));
+        let (quarter, half, two, four, five) = (c(0.25), c(0.5), c(2.0), c(4.0), c(5.0));
+        map_lanes(d, out, |[d0, d1, d2, d3, d4, d5, d6, d7]| {
+            let (s1, t1) = (d1 + d2, d1 - d2);
+            let (s2, t2) = (d3 + d4, d3 - d4);
+            let (s3, t3) = (d5 + d6, d5 - d6);
+            [
+                d0,
+                t1 + half * t2 + two * t3 - d7,
+                s1 + quarter * s2 + four * s3 - c21_4 * d0,
+                c21_4 * d7 - c17_4 * t1 - c5_2 * (t2 + t3),
+                c21_4 * d0 - c17_4 * s1 - c5_4 * s2 - five * s3,
+                t1 + two * t2 + half * t3 - c21_4 * d7,
+                s1 + s2 + s3 - d0,
+                d7,
+            ]
+        });
+    }
+
+    #[inline(always)]
+    fn at<T: Float>(m: [&[T]; 8], out: [&mut [T]; 4]) {
+        let c = |v: f64| T::from_f64(v);
+        let (quarter, half, eighth) = (c(0.25), c(0.5), c(0.125));
+        let (two, four, eight) = (c(2.0), c(4.0), c(8.0));
+        map_lanes(m, out, |[m0, m1, m2, m3, m4, m5, m6, m7]| {
+            let (s1, t1) = (m1 + m2, m1 - m2);
+            let (s2, t2) = (m3 + m4, m3 - m4);
+            let (s3, t3) = (m5 + m6, m5 - m6);
+            [
+                m0 + s1 + s2 + s3,
+                t1 + two * t2 + half * t3,
+                s1 + four * s2 + quarter * s3,
+                t1 + eight * t2 + eighth * t3 + m7,
+            ]
+        });
+    }
+
+    #[inline(always)]
+    fn a<T: Float>(p: [&[T]; 4], out: [&mut [T]; 8]) {
+        let c = |v: f64| T::from_f64(v);
+        let (quarter, half, eighth) = (c(0.25), c(0.5), c(0.125));
+        let (two, four, eight) = (c(2.0), c(4.0), c(8.0));
+        map_lanes(p, out, |[p0, p1, p2, p3]| {
+            let (e1, o1) = (p0 + p2, p1 + p3);
+            let (e2, o2) = (p0 + four * p2, two * p1 + eight * p3);
+            let (e3, o3) = (p0 + quarter * p2, half * p1 + eighth * p3);
+            [p0, e1 + o1, e1 - o1, e2 + o2, e2 - o2, e3 + o3, e3 - o3, p3]
+        });
+    }
+
+    #[inline(always)]
+    fn a_row<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
+        let n = out.len();
+        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
+        let (c1, c2, c3) = match j {
+            0 => return out.copy_from_slice(p0),
+            1 => return (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
+            2 => return (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
+            3 => (2.0, 4.0, 8.0),
+            4 => (-2.0, 4.0, -8.0),
+            5 => (0.5, 0.25, 0.125),
+            6 => (-0.5, 0.25, -0.125),
+            _ => return out.copy_from_slice(p3),
+        };
+        let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
+        for k in 0..n {
+            out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
+        }
+    }
+
+    #[inline(always)]
+    fn g<T: Float>(v: [T; 5]) -> [T; 8] {
+        g_times(&G4R5, v)
+    }
+
+    #[inline(always)]
+    fn gt<T: Float>(v: [T; 8]) -> [T; 5] {
+        gt_times(&G4R5, v)
     }
 }
 

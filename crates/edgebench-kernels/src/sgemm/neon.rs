@@ -88,8 +88,8 @@ pub(super) fn transpose_rows_neon<const R: usize>(rows: &[&[f32]; R], dst: &mut 
                 let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
                 let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
                 let out = dst.as_mut_ptr().add(p * R + i);
-                vst1q_f32(out, vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
-                vst1q_f32(out.add(R), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+                vst1q_f32(out, vreinterpretq_f32_f64(low_halves(t0, t2)));
+                vst1q_f32(out.add(R), vreinterpretq_f32_f64(low_halves(t1, t3)));
                 vst1q_f32(out.add(2 * R), vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
                 vst1q_f32(out.add(3 * R), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
             }
@@ -100,6 +100,27 @@ pub(super) fn transpose_rows_neon<const R: usize>(rows: &[&[f32]; R], dst: &mut 
             dst[p * R + i] = row[p];
         }
     }
+}
+
+/// (a[0], b[0]) as one `zip1`: LLVM lowers `vtrn1q_f64` to a register copy and an insert
+/// when `a` is still live (it was, for both of the transpose's pairs), two instructions.
+#[inline(always)]
+fn low_halves(
+    a: std::arch::aarch64::float64x2_t,
+    b: std::arch::aarch64::float64x2_t,
+) -> std::arch::aarch64::float64x2_t {
+    let out;
+    // SAFETY: one register-to-register instruction of the aarch64 baseline.
+    unsafe {
+        std::arch::asm!(
+            "zip1 {out:v}.2d, {a:v}.2d, {b:v}.2d",
+            out = lateout(vreg) out,
+            a = in(vreg) a,
+            b = in(vreg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
 }
 
 /// `$op` (fmla or fmul) by lane, as assembly text: for each position, accumulator `v$acc`
