@@ -1542,6 +1542,7 @@ mod tests {
                 let threads = rayon::current_num_threads();
                 let enough_images = if k == 5 {
                     n >= crate::tuning::WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads
+                        || (crate::tuning::WINOGRAD_5X5_F4 && groups == 1)
                 } else {
                     n >= threads || splits
                 };

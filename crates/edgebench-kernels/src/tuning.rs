@@ -67,6 +67,12 @@ pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
 /// batch 8 on one thread and batch 32 on two, 1.1-1.8x faster (`conv_paths ... 5`).
 pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 
+/// On aarch64 5x5 layers take F(4x4, 5x5) (8x8 tiles: 64 multiplies per 16 outputs and channel
+/// pair, F(2x2, 5x5) 144), and one-group layers take the Winograd path at any batch. On the
+/// Cortex-A57 GoogLeNet's batch-8 step counted 2.5 % fewer instructions with F(4x4, 5x5), and
+/// its batch-1 step 5 % fewer with its 28x28 and 14x14 5x5 layers on it instead of im2col.
+pub(crate) const WINOGRAD_5X5_F4: bool = cfg!(target_arch = "aarch64");
+
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
 /// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes

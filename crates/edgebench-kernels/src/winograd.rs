@@ -23,14 +23,14 @@
 //! The 5x5, stride 1, pad 2 convolutions (AlexNet's conv2, GoogLeNet's inception 5x5s) take
 //! F(2x2, 5x5): 6x6 input tiles at stride 2, 36 GEMMs, 36 multiplies per 4 outputs instead of
 //! 100 (2.8x fewer). Its input transform is F(4x4, 3x3)'s (the same points 0, ±1, ±2, ∞); only
-//! G (6x5) and Aᵀ (2x6) differ. On aarch64, with at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK`
-//! images per task, they take F(4x4, 5x5) instead: 8x8 input tiles at stride 4, 64 GEMMs, 64
-//! multiplies per 16 outputs (6.25x fewer than im2col), with the points 0, ±1, ±2, ±½, ∞.
+//! G (6x5) and Aᵀ (2x6) differ. On aarch64 they take F(4x4, 5x5) instead
+//! (`WINOGRAD_5X5_F4`): 8x8 input tiles at stride 4, 64 GEMMs, 64 multiplies per 16 outputs
+//! (6.25x fewer than im2col), with the points 0, ±1, ±2, ±½, ∞.
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{
-    tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
+    tuning, WINOGRAD_5X5_F4, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
     WINOGRAD_F4_MIN_IMAGES_PER_TASK, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
     WINOGRAD_MIN_SIDE,
 };
@@ -48,12 +48,12 @@ use std::ops::Range;
 /// the im2col path, for comparison). With fewer images than threads each image of a 3x3 layer
 /// is split over the threads by channels (`fwd_few`), for one group on maps of at least
 /// `WINOGRAD_FEW_MIN_SIDE`; a 5x5 layer needs `WINOGRAD_5X5_MIN_IMAGES_PER_THREAD` images per
-/// thread.
+/// thread, or one group where it takes F(4x4, 5x5) (`WINOGRAD_5X5_F4`).
 pub(crate) fn applies(g: &Geom) -> bool {
     let side = g.h.min(g.w);
     let threads = rayon::current_num_threads();
     let enough_images = if g.kh == 5 {
-        g.n >= WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads
+        g.n >= WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads || (WINOGRAD_5X5_F4 && g.groups == 1)
     } else {
         g.n >= threads || splits_images(g)
     };
@@ -95,11 +95,11 @@ fn few_images(g: &Geom) -> bool {
 
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
 /// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
-/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5) with
-/// enough images per task, else F(2x2, 5x5).
+/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5) where
+/// `WINOGRAD_5X5_F4` (aarch64), else F(2x2, 5x5).
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
-        return if batched_f4(g) { 4 } else { 2 };
+        return if WINOGRAD_5X5_F4 { 4 } else { 2 };
     }
     let forced = tuning().winograd_tile;
     let side = g.h.min(g.w);
