@@ -209,11 +209,25 @@ trait Tile<const M: usize, const A: usize, const R: usize> {
     fn gt<T: Float>(v: [T; A]) -> [T; R];
 }
 
+/// `[f(0), .., f(K - 1)]`, always inlined: `std::array::from_fn` stayed an outlined call in
+/// several transforms (12 call sites each in the input and output transforms on aarch64).
+#[inline(always)]
+fn array_of<T, const K: usize>(mut f: impl FnMut(usize) -> T) -> [T; K] {
+    let mut out = [const { MaybeUninit::<T>::uninit() }; K];
+    for (i, e) in out.iter_mut().enumerate() {
+        e.write(f(i));
+    }
+    // SAFETY: all K elements were written just above, and `[MaybeUninit<T>; K]` has the
+    // layout of `[T; K]`; `out` itself drops nothing.
+    unsafe { std::mem::transmute_copy(&out) }
+}
+
 /// `K` disjoint `len`-long windows of `s` at increasing offsets `at`.
+#[inline(always)]
 fn windows_at<T, const K: usize>(s: &mut [T], at: [usize; K], len: usize) -> [&mut [T]; K] {
     let mut rest = &mut s[at[0]..];
     let mut from = at[0];
-    std::array::from_fn(|i| {
+    array_of(|i| {
         let next = if i + 1 < K { at[i + 1] } else { from + len };
         let (w, r) = std::mem::take(&mut rest).split_at_mut(next - from);
         rest = r;
@@ -223,9 +237,10 @@ fn windows_at<T, const K: usize>(s: &mut [T], at: [usize; K], len: usize) -> [&m
 }
 
 /// `K` consecutive `len`-long windows of `s` from its start.
+#[inline(always)]
 fn windows_mut<T, const K: usize>(s: &mut [T], len: usize) -> [&mut [T]; K] {
     let mut rest = s;
-    std::array::from_fn(|_| {
+    array_of(|_| {
         let (w, r) = std::mem::take(&mut rest).split_at_mut(len);
         rest = r;
         w
@@ -270,7 +285,7 @@ fn map_lanes<T: Float, const I: usize, const O: usize>(
     }
     if n < 4 {
         for k in 0..n {
-            let r = f(std::array::from_fn(|i| ins[i][k]));
+            let r = f(array_of(|i| ins[i][k]));
             for o in 0..O {
                 out[o][k] = r[o];
             }
@@ -285,7 +300,7 @@ fn map_lanes<T: Float, const I: usize, const O: usize>(
             let chunks = ins.map(|s| s.as_chunks::<LANES>().0);
             let out = out.each_mut().map(|s| s.as_chunks_mut::<LANES>().0);
             for c in 0..n / LANES {
-                let y = lanes(std::array::from_fn(|i| chunks[i][c]), &f);
+                let y = lanes(array_of(|i| chunks[i][c]), &f);
                 for o in 0..O {
                     out[o][c] = y[o];
                 }
@@ -305,7 +320,7 @@ fn lanes<T: Float, const L: usize, const I: usize, const O: usize>(
 ) -> [[T; L]; O] {
     let mut y = [[T::ZERO; L]; O];
     for l in 0..L {
-        let r = f(std::array::from_fn(|i| x[i][l]));
+        let r = f(array_of(|i| x[i][l]));
         for o in 0..O {
             y[o][l] = r[o];
         }
@@ -321,7 +336,7 @@ fn lanes_at<T: Float, const L: usize, const I: usize, const O: usize>(
     at: usize,
     f: &impl Fn([T; I]) -> [T; O],
 ) {
-    let x = std::array::from_fn(|i| {
+    let x = array_of(|i| {
         let block: &[T; L] = ins[i][at..at + L].try_into().expect("L elements");
         *block
     });
@@ -354,7 +369,7 @@ fn filters_to_taps<T: Float, const K: usize>(filters: &[T], taps: &mut [T]) {
 /// The inverse of `filters_to_taps`: `out[f·K + k]` = `taps[k·nf + f]`, initialising `out`.
 fn taps_to_filters<T: Float, const K: usize>(taps: &[T], out: &mut [MaybeUninit<T>]) {
     let nf = out.len() / K;
-    let rows: [&[T]; K] = std::array::from_fn(|k| &taps[k * nf..(k + 1) * nf]);
+    let rows: [&[T]; K] = array_of(|k| &taps[k * nf..(k + 1) * nf]);
     let rows = rows.map(|r| r.as_chunks::<4>());
     let (filters, _) = out.as_chunks_mut::<K>();
     let (quads, rest) = filters.as_chunks_mut::<4>();
@@ -401,15 +416,15 @@ fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                 // G g (A x R), column by column: gg[(i·R + j)·nf + f].
                 gg.resize(A * R * nf, T::ZERO);
                 for j in 0..R {
-                    let col = std::array::from_fn(|l| &taps[(l * R + j) * nf..][..nf]);
-                    let at_i = std::array::from_fn(|i| (i * R + j) * nf);
+                    let col = array_of(|l| &taps[(l * R + j) * nf..][..nf]);
+                    let at_i = array_of(|i| (i * R + j) * nf);
                     map_lanes(col, windows_at(gg, at_i, nf), W::g);
                 }
                 // Each row of G g times Gᵀ: block[(i·A + l)·nf + f].
                 let mut block = vec![T::ZERO; A * A * nf];
                 for i in 0..A {
-                    let row = std::array::from_fn(|j| &gg[(i * R + j) * nf..][..nf]);
-                    let at_l = std::array::from_fn(|l| (i * A + l) * nf);
+                    let row = array_of(|j| &gg[(i * R + j) * nf..][..nf]);
+                    let at_l = array_of(|l| (i * A + l) * nf);
                     map_lanes(row, windows_at(&mut block, at_l, nf), W::g);
                 }
                 block
@@ -453,15 +468,15 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
                 // Gᵀ dU (R x A), column by column: t[(k·A + l)·nf + f] for every filter of the block.
                 t.resize(R * A * nf, T::ZERO);
                 for l in 0..A {
-                    let col = std::array::from_fn(|i| &du[(i * A + l) * oc + f0..][..nf]);
-                    let at_k = std::array::from_fn(|k| (k * A + l) * nf);
+                    let col = array_of(|i| &du[(i * A + l) * oc + f0..][..nf]);
+                    let at_k = array_of(|k| (k * A + l) * nf);
                     map_lanes(col, windows_at(t, at_k, nf), W::gt);
                 }
                 // (Gᵀ dU) G (R x R), row by row: e[(k·R + j)·nf + f].
                 e.resize(rr * nf, T::ZERO);
                 for k in 0..R {
-                    let row = std::array::from_fn(|l| &t[(k * A + l) * nf..][..nf]);
-                    let at_j = std::array::from_fn(|j| (k * R + j) * nf);
+                    let row = array_of(|l| &t[(k * A + l) * nf..][..nf]);
+                    let at_j = array_of(|j| (k * R + j) * nf);
                     map_lanes(row, windows_at(e, at_j, nf), W::gt);
                 }
                 match R {
@@ -560,14 +575,14 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
             let row = p - pad;
             s.line[pad..pad + w].copy_from_slice(&plane[row * w..(row + 1) * w]);
             deinterleave(&s.line, windows_mut::<T, M>(&mut s.ph, tw + ext));
-            let d = std::array::from_fn(|l| &s.ph[(l % M) * (tw + ext) + l / M..][..tw]);
-            W::bt(d, windows_at(&mut s.v, std::array::from_fn(at_k), tw));
+            let d = array_of(|l| &s.ph[(l % M) * (tw + ext) + l / M..][..tw]);
+            W::bt(d, windows_at(&mut s.v, array_of(at_k), tw));
         }
         // Bᵀ down the columns, for every tile of the band at once.
         let off = c * to.ch + to.at;
         for k in 0..A {
-            let d = std::array::from_fn(|l| &s.v[slot(l % M, k) + (l / M) * tw..][..n]);
-            let at_i = std::array::from_fn(|i| (i * A + k) * to.xi + off);
+            let d = array_of(|l| &s.v[slot(l % M, k) + (l / M) * tw..][..n]);
+            let at_i = array_of(|i| (i * A + k) * to.xi + off);
             W::bt(d, windows_at(v, at_i, n));
         }
     }
@@ -596,13 +611,13 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
         // row a of Y = sa A.
         let (sa, ys) = s.v[..(M * A + M) * n].split_at_mut(M * A * n);
         for j in 0..A {
-            let mj = std::array::from_fn(|i| mv(i * A + j));
-            let at_a = std::array::from_fn(|a| (a * A + j) * n);
+            let mj = array_of(|i| mv(i * A + j));
+            let at_a = array_of(|a| (a * A + j) * n);
             W::at(mj, windows_at(sa, at_a, n));
         }
         for a in 0..M {
             let row = &sa[a * A * n..(a + 1) * A * n];
-            let sj = std::array::from_fn(|j| &row[j * n..(j + 1) * n]);
+            let sj = array_of(|j| &row[j * n..(j + 1) * n]);
             let mut yb = windows_mut::<T, M>(ys, n);
             W::at(sj, yb.each_mut().map(|v| &mut **v));
             // One loop per run and per activation, so that each is a plain vector loop.
@@ -618,7 +633,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                 if r >= h {
                     continue;
                 }
-                let tiles = std::array::from_fn(|q| &yb[q][i * tw..(i + 1) * tw]);
+                let tiles = array_of(|q| &yb[q][i * tw..(i + 1) * tw]);
                 interleave_row::<T, M>(tiles, &mut plane[r * w..(r + 1) * w]);
             }
         }
@@ -645,7 +660,7 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
         for (i, th) in rows.clone().enumerate() {
             for a in 0..M {
                 let row = M * th + a;
-                let at_b = std::array::from_fn(|b| (a * M + b) * n + i * tw);
+                let at_b = array_of(|b| (a * M + b) * n + i * tw);
                 let mut q = windows_at::<T, M>(p, at_b, tw);
                 if row >= h {
                     for q in q {
@@ -666,11 +681,11 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
         for j in 0..A {
             // r[a] = (dy Aᵀ)[a][j] for the M rows a.
             for a in 0..M {
-                let pa = std::array::from_fn(|b| &p[(a * M + b) * n..][..n]);
+                let pa = array_of(|b| &p[(a * M + b) * n..][..n]);
                 W::a_row(pa, j, &mut r[a * n..(a + 1) * n]);
             }
-            let ra = std::array::from_fn(|a| &r[a * n..(a + 1) * n]);
-            let at_i = std::array::from_fn(|i| (i * A + j) * to.xi + off);
+            let ra = array_of(|a| &r[a * n..(a + 1) * n]);
+            let at_i = array_of(|i| (i * A + j) * to.xi + off);
             W::a(ra, windows_at(dm, at_i, n));
         }
     }
@@ -699,14 +714,14 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
         // u[r][l] = (B dV)[r][l] over the band (r-major), then c[r][j] = (u Bᵀ)[r][j].
         let (u, cs) = s.v[..(A * A + A) * n].split_at_mut(A * A * n);
         for l in 0..A {
-            let d = std::array::from_fn(|k| dv(k * A + l));
-            let at_r = std::array::from_fn(|r| (r * A + l) * n);
+            let d = array_of(|k| dv(k * A + l));
+            let at_r = array_of(|r| (r * A + l) * n);
             W::b(d, windows_at(u, at_r, n));
         }
         for r in 0..A {
-            let ur = std::array::from_fn(|l| &u[(r * A + l) * n..][..n]);
+            let ur = array_of(|l| &u[(r * A + l) * n..][..n]);
             W::b(ur, windows_mut::<T, A>(cs, n));
-            let cr: [&[T]; A] = std::array::from_fn(|j| &cs[j * n..(j + 1) * n]);
+            let cr: [&[T]; A] = array_of(|j| &cs[j * n..(j + 1) * n]);
             // Tile tw' covers padded columns M·tw' .. M·tw' + A: its column j goes to element
             // M·tw' + j of the row (the first M to its own group, the other A - M to the next
             // `ext` groups).
@@ -721,7 +736,7 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
                 // libc.
                 #[cfg(target_arch = "aarch64")]
                 {
-                    interleave_add::<T, M>(std::array::from_fn(tile), &mut row[..M * tw]);
+                    interleave_add::<T, M>(array_of(tile), &mut row[..M * tw]);
                     for j in M..A {
                         for (e, &v) in row[j..].iter_mut().step_by(M).zip(tile(j)) {
                             *e += v;
@@ -1498,13 +1513,13 @@ impl Tile<4, 6, 3> for F4 {
 /// `G v` for a G written out as a table (F(4x4, 3x3) in the tests, the 5x5 tiles).
 #[inline(always)]
 fn g_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; R]) -> [T; A] {
-    std::array::from_fn(|i| (0..R).fold(T::ZERO, |s, k| s + T::from_f64(g[i][k]) * v[k]))
+    array_of(|i| (0..R).fold(T::ZERO, |s, k| s + T::from_f64(g[i][k]) * v[k]))
 }
 
 /// `Gᵀ v` for a G written out as a table.
 #[inline(always)]
 fn gt_times<T: Float, const A: usize, const R: usize>(g: &[[f64; R]; A], v: [T; A]) -> [T; R] {
-    std::array::from_fn(|k| (0..A).fold(T::ZERO, |s, i| s + T::from_f64(g[i][k]) * v[i]))
+    array_of(|k| (0..A).fold(T::ZERO, |s, i| s + T::from_f64(g[i][k]) * v[i]))
 }
 
 // ---- F(2x2, 5x5): 6x6 input tiles at stride 2, 36 tile positions ----
