@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p edgebench-kernels --example conv_paths -- BATCH C SIDE O [ROUNDS
 //! [GROUPS [KERNEL]]]` (a KERNEL x KERNEL, stride 1, "same" layer on a SIDE x SIDE map; one
-//! group and 3x3 by default; 5x5 has no F(4x4) path).
+//! group and 3x3 by default).
 
 use edgebench_kernels::bench_api::{values, ConvLayer, ConvPath};
 use edgebench_kernels::{keep_freed_memory, Conv2d};

@@ -19,7 +19,7 @@ pub enum ConvPath {
     Im2col,
     /// Winograd F(2x2, 3x3) (3x3, stride 1, pad 1) or F(2x2, 5x5) (5x5, stride 1, pad 2).
     Winograd2,
-    /// Winograd F(4x4, 3x3) (3x3, stride 1, pad 1).
+    /// Winograd F(4x4, 3x3) (3x3, stride 1, pad 1) or F(4x4, 5x5) (5x5, stride 1, pad 2).
     Winograd4,
 }
 

@@ -1502,9 +1502,9 @@ mod tests {
     /// Forward, input gradient and weight/bias gradient against the im2col path, in f64, for
     /// maps that take several images per GEMM, one image in bands of tile rows (40x40, 45x37),
     /// odd sizes (a last tile half outside), 1x1 maps and grouped layers, with 3x3 filters
-    /// (F(2x2) and F(4x4)) and 5x5 (F(2x2, 5x5), whose input tiles reach two tiles on); on 1
-    /// to 16 threads (more threads than images: fewer images per task, and the im2col path's
-    /// per-image splits).
+    /// (F(2x2) and F(4x4)) and 5x5 (F(2x2, 5x5), whose input tiles reach two tiles on, and
+    /// F(4x4, 5x5)); on 1 to 16 threads (more threads than images: fewer images per task, and
+    /// the im2col path's per-image splits).
     #[test]
     fn winograd_matches_im2col_path() {
         // (N, C, H, W, O, groups)
