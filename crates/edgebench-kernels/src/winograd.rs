@@ -1400,6 +1400,29 @@ const G4: [[f64; 3]; 6] = [
     [0.0, 0.0, 1.0],
 ];
 
+/// Column `j` of an `A`-point, four-output Aᵀ applied to the rows `p`: p0 + c p1 + c² p2 +
+/// c³ p3 at the tile's j-th point c (0, 1, -1, 2, -2, with `A` = 8 also ½ and -½), p3 at the
+/// last (∞). Columns 0, ±1 and ∞ are copies, sums and differences (the same values as the
+/// products, without the multiplications).
+#[inline(always)]
+fn a_row_m4<T: Float, const A: usize>(p: [&[T]; 4], j: usize, out: &mut [T]) {
+    let n = out.len();
+    let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
+    match j {
+        0 => out.copy_from_slice(p0),
+        1 => (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
+        2 => (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
+        _ if j + 1 == A => out.copy_from_slice(p3),
+        _ => {
+            let c = [2.0, -2.0, 0.5, -0.5][j - 3];
+            let (c1, c2, c3) = (T::from_f64(c), T::from_f64(c * c), T::from_f64(c * c * c));
+            for k in 0..n {
+                out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
+            }
+        }
+    }
+}
+
 impl Tile<4, 6, 3> for F4 {
     #[inline(always)]
     fn bt<T: Float>(d: [&[T]; 6], out: [&mut [T]; 6]) {
@@ -1458,22 +1481,7 @@ impl Tile<4, 6, 3> for F4 {
 
     #[inline(always)]
     fn a_row<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
-        let n = out.len();
-        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
-        // Columns 0 and 5 are copies and 1 and 2 sums and differences (the same values as the
-        // products with 0 and ±1 below, without the multiplications).
-        let (c1, c2, c3) = match j {
-            0 => return out.copy_from_slice(p0),
-            1 => return (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
-            2 => return (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
-            3 => (2.0, 4.0, 8.0),
-            4 => (-2.0, 4.0, -8.0),
-            _ => return out.copy_from_slice(p3),
-        };
-        let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
-        for k in 0..n {
-            out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
-        }
+        a_row_m4::<T, 6>(p, j, out);
     }
 
     /// `G4 v` with its rows' shared sums: 9 operations where the table's 18 products and 18
@@ -1706,22 +1714,7 @@ impl Tile<4, 8, 5> for F4R5 {
 
     #[inline(always)]
     fn a_row<T: Float>(p: [&[T]; 4], j: usize, out: &mut [T]) {
-        let n = out.len();
-        let [p0, p1, p2, p3] = p.map(|p| &p[..n]);
-        let (c1, c2, c3) = match j {
-            0 => return out.copy_from_slice(p0),
-            1 => return (0..n).for_each(|k| out[k] = p0[k] + p1[k] + p2[k] + p3[k]),
-            2 => return (0..n).for_each(|k| out[k] = p0[k] - p1[k] + p2[k] - p3[k]),
-            3 => (2.0, 4.0, 8.0),
-            4 => (-2.0, 4.0, -8.0),
-            5 => (0.5, 0.25, 0.125),
-            6 => (-0.5, 0.25, -0.125),
-            _ => return out.copy_from_slice(p3),
-        };
-        let (c1, c2, c3) = (T::from_f64(c1), T::from_f64(c2), T::from_f64(c3));
-        for k in 0..n {
-            out[k] = p0[k] + c1 * p1[k] + c2 * p2[k] + c3 * p3[k];
-        }
+        a_row_m4::<T, 8>(p, j, out);
     }
 
     #[inline(always)]
