@@ -2,6 +2,8 @@
 //! back-propagates when kernel == stride with no padding; GoogLeNet and AlexNet need overlapping,
 //! padded and ceil-mode windows.
 
+#[cfg(target_arch = "aarch64")]
+use crate::util::{as_f32, as_f32_mut};
 use crate::util::{
     deinterleave, init_slice, native_or_host, nchw_slice, par_chunks_zeroed, vec_written_by, zeros,
     Float,
@@ -468,6 +470,13 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
         // (wrapping for padding, which never wins).
         let at0 = (r * g.w) as u32;
         let at = |kj: usize| at0.wrapping_add(kj as u32).wrapping_sub(g.pad as u32);
+        #[cfg(target_arch = "aarch64")]
+        if g.k == 3 && g.s == 2 {
+            if let (Some(row), Some(m)) = (as_f32(&sc.row), as_f32_mut(m)) {
+                neon::max_cols_3_stride_2(row, at(0), m, a);
+                continue;
+            }
+        }
         if g.k == 3 && g.s <= 2 {
             // All three taps in one loop: from the row itself, or (stride 2) from its even
             // and odd columns, where tap kj of window o is `halves[kj % 2][o + kj / 2]`.
@@ -721,6 +730,62 @@ pub(crate) fn max_scatter_into<T: Float>(
                 add(a, d);
             }
         });
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{max_step, NO_ARG};
+    use std::arch::aarch64::*;
+
+    /// `max_cols`' pass for a 3-wide window at stride 2 on one padded row, in f32: `m[o]`,
+    /// `a[o]` = the first strict maximum from -FLT_MAX of `row[2o]`, `row[2o + 1]` and
+    /// `row[2o + 2]`, with its index `at0 + 2o + kj` (wrapping, as the padding's are). Four
+    /// outputs per step, their taps from two structure loads (`ld2`: the even and odd columns)
+    /// instead of splitting the row into halves first and reading them again: GoogLeNet's
+    /// stride-2 pools run this pass on every input row.
+    pub(super) fn max_cols_3_stride_2(row: &[f32], at0: u32, m: &mut [f32], a: &mut [u32]) {
+        let n = m.len();
+        let a = &mut a[..n];
+        assert!(row.len() > 2 * n, "max_cols_3_stride_2: row too short");
+        // Step i reads row[8i..8i + 10] and writes outputs 4i..4i + 4.
+        let steps = if row.len() >= 10 {
+            ((row.len() - 10) / 8 + 1).min(n / 4)
+        } else {
+            0
+        };
+        // SAFETY: every step's loads and stores lie inside `row`, `m` and `a` (above); NEON
+        // is part of the aarch64 baseline.
+        unsafe {
+            let (lowest, none) = (vdupq_n_f32(f32::MIN), vdupq_n_u32(NO_ARG));
+            let (one, two, eight) = (vdupq_n_u32(1), vdupq_n_u32(2), vdupq_n_u32(8));
+            let mut at = vaddq_u32(vdupq_n_u32(at0), vld1q_u32([0, 2, 4, 6].as_ptr()));
+            for i in 0..steps {
+                let p = row.as_ptr().add(8 * i);
+                let pair = vld2q_f32(p);
+                let (even, odd) = (pair.0, pair.1);
+                let next_even = vld2q_f32(p.add(2)).0;
+                let win = vcgtq_f32(even, lowest);
+                let (mut best, mut arg) = (vbslq_f32(win, even, lowest), vbslq_u32(win, at, none));
+                let win = vcgtq_f32(odd, best);
+                best = vbslq_f32(win, odd, best);
+                arg = vbslq_u32(win, vaddq_u32(at, one), arg);
+                let win = vcgtq_f32(next_even, best);
+                best = vbslq_f32(win, next_even, best);
+                arg = vbslq_u32(win, vaddq_u32(at, two), arg);
+                vst1q_f32(m.as_mut_ptr().add(4 * i), best);
+                vst1q_u32(a.as_mut_ptr().add(4 * i), arg);
+                at = vaddq_u32(at, eight);
+            }
+        }
+        for o in 4 * steps..n {
+            let (mut best, mut arg) = (f32::MIN, NO_ARG);
+            for kj in 0..3 {
+                let at = at0.wrapping_add((2 * o + kj) as u32);
+                max_step::<f32, false>(row[2 * o + kj], &mut best, &mut arg, at);
+            }
+            (m[o], a[o]) = (best, arg);
+        }
+    }
 }
 
 /// Max pooling on the CPU that keeps the forward's argmax for its backward (see
@@ -1262,6 +1327,72 @@ mod tests {
                 );
             }
         });
+    }
+
+    /// Caffe's max-pool forward in f32 with its argmax (`NO_ARG` where no element of the
+    /// window exceeds -FLT_MAX), window by window.
+    fn reference_max_arg_f32(x: &[f32], (h, w): (usize, usize), p: Pool2d) -> (Vec<f32>, Vec<u32>) {
+        let (oh, ow) = (
+            pool_output_size(h, p.kernel, p.stride, p.pad),
+            pool_output_size(w, p.kernel, p.stride, p.pad),
+        );
+        let (mut y, mut arg) = (Vec::new(), Vec::new());
+        for plane in 0..x.len() / (h * w) {
+            for ph in 0..oh {
+                for pw in 0..ow {
+                    let (hs, ws) = (ph * p.stride, pw * p.stride);
+                    let (he, we) = (
+                        (hs + p.kernel).min(h + p.pad),
+                        (ws + p.kernel).min(w + p.pad),
+                    );
+                    let (mut m, mut at) = (f32::MIN, NO_ARG);
+                    for yy in hs.max(p.pad)..he {
+                        for xx in ws.max(p.pad)..we {
+                            let i = (yy - p.pad) * w + xx - p.pad;
+                            if x[plane * h * w + i] > m {
+                                (m, at) = (x[plane * h * w + i], i as u32);
+                            }
+                        }
+                    }
+                    y.push(m);
+                    arg.push(at);
+                }
+            }
+        }
+        (y, arg)
+    }
+
+    #[test]
+    fn f32_max_pool_argmax_matches_caffe_on_every_row_width() {
+        // f32 has paths of its own (NEON on aarch64): rows of every width from 1 to 40, so
+        // that each takes whole vectors, a tail or both, with ties, NaN, +inf and -FLT_MAX.
+        let mut rng = Rng::new(12);
+        for (kernel, stride, pad) in [(3, 2, 0), (3, 2, 1), (3, 1, 1), (2, 2, 0)] {
+            let p = max(kernel, stride, pad);
+            for w in 1..=40 {
+                for h in [1, 2, 5] {
+                    if p.check(h, w).is_err() {
+                        continue;
+                    }
+                    let x: Vec<f32> = (0..2 * h * w)
+                        .map(|_| match rng.next_u64() % 16 {
+                            0 => f32::NAN,
+                            1 | 2 => f32::MIN,
+                            3 => f32::INFINITY,
+                            v => (v % 3) as f32,
+                        })
+                        .collect();
+                    let (y, arg) = p.max_fwd(&x, (1, 2, h, w));
+                    let (want_y, want_arg) = reference_max_arg_f32(&x, (h, w), p);
+                    assert_eq!(arg, want_arg, "{p:?} on {h}x{w}: argmax");
+                    let same = |a: f32, b: f32| a == b || (a.is_nan() && b.is_nan());
+                    assert!(
+                        y.iter().zip(&want_y).all(|(&a, &b)| same(a, b)),
+                        "{p:?} on {h}x{w}: {y:?} against {want_y:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
