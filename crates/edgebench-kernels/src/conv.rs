@@ -1604,6 +1604,65 @@ mod tests {
         }
     }
 
+    /// The f32 transforms of their own (NEON on aarch64) on maps of many sizes: tile rows of
+    /// exactly four tiles and of more, partial last tiles and tile rows, with and without the
+    /// ReLU, on 1 to 16 threads (one image per thread, or split by channels). Within F(4x4)'s
+    /// bound above, against f64 im2col.
+    #[test]
+    fn winograd_f32_matches_f64_on_maps_of_every_shape() {
+        let shapes = [
+            (1, 8, 16, 16, 5),
+            (2, 8, 13, 13, 6),
+            (1, 8, 14, 14, 4),
+            (1, 6, 23, 17, 5),
+        ];
+        let more = [
+            (1, 4, 28, 28, 3),
+            (2, 4, 9, 30, 3),
+            (1, 4, 5, 7, 2),
+            (3, 4, 7, 7, 3),
+        ];
+        let run = || {
+            for (i, &(n, c, h, w, o)) in shapes.iter().chain(&more).enumerate() {
+                for k in [3, 5] {
+                    let relu = (i + k) % 2 == 0;
+                    let p = Conv2d {
+                        stride: 1,
+                        pad: k / 2,
+                        groups: 1,
+                        relu,
+                    };
+                    let g = Geom::new(&[n, c, h, w], &[o, c, k, k], &[o], p).unwrap();
+                    let mut r = Rng::new(40 + i as u64);
+                    let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * c * k * k), r.vec(o));
+                    let dy = r.vec(n * o * h * w);
+                    let f = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<_>>();
+                    let back = |v: &[f32]| v.iter().map(|&v| f64::from(v)).collect::<Vec<_>>();
+                    let (x32, w32, b32, dy32) = (f(&x), f(&wt), f(&b), f(&dy));
+                    let xi = (&x[..], c * h * w);
+                    let mut exact_grads = bwd_data_im2col(&dy, &wt, &g);
+                    exact_grads.extend(bwd_filter_im2col(xi, &dy, &g));
+                    let exact = [fwd_im2col(xi, &wt, &b, &g, relu), exact_grads];
+                    for m in [2, 4].into_iter().filter(|&m| winograd::tile_fits(&g, m)) {
+                        let xi32 = (&x32[..], c * h * w);
+                        let got = [
+                            back(&winograd::fwd_with(xi32, &w32, &b32, &g, relu, m).0),
+                            back(&winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m)),
+                        ];
+                        for (pass, name) in ["forward", "gradients"].into_iter().enumerate() {
+                            let e = max_rel(&exact[pass], &got[pass]);
+                            assert!(
+                                e < 5e-4,
+                                "F({m}x{m}, {k}x{k}) {name} on ({n}, {c}, {h}, {w}) -> {o}: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+        };
+        crate::test_util::on_thread_counts(run);
+    }
+
     fn winograd_f32_error_within(k: usize, tiles: &[(usize, f64)]) {
         let (n, c, h, w, o) = (2, 64, 16, 16, 32);
         let p = Conv2d {
