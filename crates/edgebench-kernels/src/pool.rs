@@ -1233,20 +1233,19 @@ mod tests {
         });
     }
 
-    /// Caffe's max-pool backward as written there: per window the first strict maximum from
-    /// -FLT_MAX in row-major order takes the window's gradient.
-    fn reference_max_bwd(
-        x: &[f64],
-        dy: &[f64],
-        (n, c, h, w): (usize, usize, usize, usize),
+    /// Caffe's max pooling window by window: per output, the index in `x` of its window's
+    /// first strict maximum from -FLT_MAX in row-major order (none when no element exceeds it).
+    fn reference_argmax<T: Float>(
+        x: &[T],
+        (h, w): (usize, usize),
         p: Pool2d,
-    ) -> Vec<f64> {
+    ) -> Vec<Option<usize>> {
         let (oh, ow) = (
             pool_output_size(h, p.kernel, p.stride, p.pad),
             pool_output_size(w, p.kernel, p.stride, p.pad),
         );
-        let mut dx = vec![0.0; x.len()];
-        for plane in 0..n * c {
+        let mut args = Vec::new();
+        for plane in 0..x.len() / (h * w) {
             for ph in 0..oh {
                 for pw in 0..ow {
                     let (hs, ws) = (ph * p.stride, pw * p.stride);
@@ -1254,7 +1253,7 @@ mod tests {
                         (hs + p.kernel).min(h + p.pad),
                         (ws + p.kernel).min(w + p.pad),
                     );
-                    let (mut m, mut arg) = (f64::MIN, None);
+                    let (mut m, mut arg) = (T::LOWEST, None);
                     for yy in hs.max(p.pad)..he {
                         for xx in ws.max(p.pad)..we {
                             let at = plane * h * w + (yy - p.pad) * w + xx - p.pad;
@@ -1263,10 +1262,24 @@ mod tests {
                             }
                         }
                     }
-                    if let Some(at) = arg {
-                        dx[at] += dy[(plane * oh + ph) * ow + pw];
-                    }
+                    args.push(arg);
                 }
+            }
+        }
+        args
+    }
+
+    /// Caffe's max-pool backward as written there: each window's gradient to its argmax.
+    fn reference_max_bwd(
+        x: &[f64],
+        dy: &[f64],
+        (_, _, h, w): (usize, usize, usize, usize),
+        p: Pool2d,
+    ) -> Vec<f64> {
+        let mut dx = vec![0.0; x.len()];
+        for (arg, &d) in reference_argmax(x, (h, w), p).into_iter().zip(dy) {
+            if let Some(at) = arg {
+                dx[at] += d;
             }
         }
         dx
@@ -1332,34 +1345,13 @@ mod tests {
     /// Caffe's max-pool forward in f32 with its argmax (`NO_ARG` where no element of the
     /// window exceeds -FLT_MAX), window by window.
     fn reference_max_arg_f32(x: &[f32], (h, w): (usize, usize), p: Pool2d) -> (Vec<f32>, Vec<u32>) {
-        let (oh, ow) = (
-            pool_output_size(h, p.kernel, p.stride, p.pad),
-            pool_output_size(w, p.kernel, p.stride, p.pad),
-        );
-        let (mut y, mut arg) = (Vec::new(), Vec::new());
-        for plane in 0..x.len() / (h * w) {
-            for ph in 0..oh {
-                for pw in 0..ow {
-                    let (hs, ws) = (ph * p.stride, pw * p.stride);
-                    let (he, we) = (
-                        (hs + p.kernel).min(h + p.pad),
-                        (ws + p.kernel).min(w + p.pad),
-                    );
-                    let (mut m, mut at) = (f32::MIN, NO_ARG);
-                    for yy in hs.max(p.pad)..he {
-                        for xx in ws.max(p.pad)..we {
-                            let i = (yy - p.pad) * w + xx - p.pad;
-                            if x[plane * h * w + i] > m {
-                                (m, at) = (x[plane * h * w + i], i as u32);
-                            }
-                        }
-                    }
-                    y.push(m);
-                    arg.push(at);
-                }
-            }
-        }
-        (y, arg)
+        reference_argmax(x, (h, w), p)
+            .into_iter()
+            .map(|arg| match arg {
+                Some(at) => (x[at], (at % (h * w)) as u32),
+                None => (f32::MIN, NO_ARG),
+            })
+            .unzip()
     }
 
     #[test]
