@@ -366,9 +366,11 @@ fn filters_to_taps<T: Float, const K: usize>(filters: &[T], taps: &mut [T]) {
     let (filters, _) = filters.as_chunks::<K>();
     let (quads, rest) = filters.as_chunks::<4>();
     let rows = rows.map(|r| r.as_chunks_mut::<4>());
-    for (c, q) in quads.iter().enumerate().filter(|_| !quads_done) {
-        for k in 0..K {
-            rows[k].0[c] = [q[0][k], q[1][k], q[2][k], q[3][k]];
+    if !quads_done {
+        for (c, q) in quads.iter().enumerate() {
+            for k in 0..K {
+                rows[k].0[c] = [q[0][k], q[1][k], q[2][k], q[3][k]];
+            }
         }
     }
     for (f, g) in rest.iter().enumerate() {
@@ -395,11 +397,13 @@ fn taps_to_filters<T: Float, const K: usize>(taps: &[T], out: &mut [MaybeUninit<
     let rows = rows.map(|r| r.as_chunks::<4>());
     let (filters, _) = out.as_chunks_mut::<K>();
     let (quads, rest) = filters.as_chunks_mut::<4>();
-    for (c, q) in quads.iter_mut().enumerate().filter(|_| !quads_done) {
-        for k in 0..K {
-            let v = rows[k].0[c];
-            for l in 0..4 {
-                q[l][k].write(v[l]);
+    if !quads_done {
+        for (c, q) in quads.iter_mut().enumerate() {
+            for k in 0..K {
+                let v = rows[k].0[c];
+                for l in 0..4 {
+                    q[l][k].write(v[l]);
+                }
             }
         }
     }
@@ -805,18 +809,20 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
             #[cfg(target_arch = "aarch64")]
             let overlap_in_next_tile = A - M <= M;
             #[cfg(target_arch = "aarch64")]
-            for j in (M..A).filter(|_| overlap_in_next_tile) {
-                let (head, tail) = cs.split_at_mut(j * n);
-                let (dst, src) = (&mut head[(j - M) * n..][..n], &tail[..n]);
-                let firsts = &mut s.firsts[..rows.len()];
-                for (i, f) in firsts.iter_mut().enumerate() {
-                    *f = dst[i * tw];
-                }
-                for (d, &s) in dst[1..].iter_mut().zip(&src[..n - 1]) {
-                    *d += s;
-                }
-                for (i, &f) in firsts.iter().enumerate() {
-                    dst[i * tw] = f;
+            if overlap_in_next_tile {
+                for j in M..A {
+                    let (head, tail) = cs.split_at_mut(j * n);
+                    let (dst, src) = (&mut head[(j - M) * n..][..n], &tail[..n]);
+                    let firsts = &mut s.firsts[..rows.len()];
+                    for (i, f) in firsts.iter_mut().enumerate() {
+                        *f = dst[i * tw];
+                    }
+                    for (d, &s) in dst[1..].iter_mut().zip(&src[..n - 1]) {
+                        *d += s;
+                    }
+                    for (i, &f) in firsts.iter().enumerate() {
+                        dst[i * tw] = f;
+                    }
                 }
             }
             let cr: [&[T]; A] = array_of(|j| &cs[j * n..(j + 1) * n]);
@@ -1831,9 +1837,9 @@ impl Tile<4, 8, 5> for F4R5 {
     }
 }
 
-/// The filter transforms' transposes in f32 on aarch64, four filters at a time: four taps of
-/// all four by one structure load or store per filter (`ld4`/`st4` of one lane each), where
-/// the element loops took a load and an insert or a store per float.
+/// The f32 paths of their own on aarch64: the 3x3 layers' input transform, output transform
+/// and output gradient's transform four tiles at a time in registers, and the filter
+/// transforms' transposes four taps of four filters at a time.
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::array_of;
@@ -2068,8 +2074,8 @@ mod neon {
         (0..tw.div_ceil(4)).map(move |g| (4 * g).min(tw - 4))
     }
 
-    /// Checks the tiling an output-side transform of M x M tiles works on: `tw` tiles of M
-    /// columns span the w columns, tile rows `rows` lie in the h rows.
+    /// Checks the tiling a transform of M x M output tiles works on: `tw` tiles of M columns
+    /// span the w columns, tile rows `rows` lie in the h rows.
     fn check_tiling<const M: usize>((h, w, tw): (usize, usize, usize), rows: &Range<usize>) {
         assert!(
             tw >= 4 && w <= M * tw && w + M > M * tw && M * rows.end < h + M,
