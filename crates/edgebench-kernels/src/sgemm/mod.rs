@@ -78,6 +78,28 @@ trait Microkernel<const MR: usize, const NR: usize> {
         overwrite: bool,
     );
 
+    /// Whether [`Self::kernel_b_rows`] reads B's rows where they lie: then a narrow row-major
+    /// B (see [`B_IN_PLACE_COLUMNS`]) is not packed.
+    const B_ROWS_IN_PLACE: bool = false;
+
+    /// [`Self::kernel`] with B's rows of NR floats read `ldb` floats apart (NR: a packed panel).
+    ///
+    /// # Safety
+    /// As for [`Self::kernel`], with the NR floats at `b + p·ldb` readable for p < kc; `ldb`
+    /// is NR unless [`Self::B_ROWS_IN_PLACE`].
+    unsafe fn kernel_b_rows(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        assert_eq!(ldb, NR, "this microkernel reads packed B panels only");
+        // SAFETY: as the caller promises.
+        unsafe { Self::kernel(kc, a, b, c, ldc, overwrite) }
+    }
+
     /// The tile of an edge panel whose first `cols` (< NR) columns are wanted, overwritten into
     /// an MR x NR scratch tile (row stride NR): by default the whole tile, its other columns
     /// computed from the zero padding.
@@ -496,6 +518,14 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
     index * units / parts..(index + 1) * units / parts
 }
 
+/// Most columns of a row-major B that a microkernel with [`Microkernel::B_ROWS_IN_PLACE`]
+/// reads where it lies instead of packing it (as BLIS's unpacked path for skinny products
+/// does): a depth block of it (KC rows, 256 KiB at KC = 256) stays in L2, where its rows of NR
+/// floats are read as a packed panel's would be, and the copy is saved. GoogLeNet's products
+/// at batch 1 are 16 to 196 columns wide (Winograd tiles, 14x14 and 7x7 maps); copying their
+/// B took about 1 % of the step's instructions on aarch64.
+const B_IN_PLACE_COLUMNS: usize = 256;
+
 /// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn depth_block_len(nc: usize, (nr, kc): (usize, usize)) -> usize {
@@ -626,6 +656,9 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
         }
     }
     let progress_by_group: Vec<Progress> = groups.iter().map(|_| Progress::default()).collect();
+    // A narrow row-major B is read where it lies; only each depth block's last, partial panel
+    // is packed.
+    let b_in_place = K::B_ROWS_IN_PLACE && b.cs == 1 && n <= B_IN_PLACE_COLUMNS;
     // Taken out of the thread-local while the pool runs: a worker that waits here may steal a
     // task that calls sgemm itself, which then packs into a buffer of its own.
     let mut pack_b_buf = Aligned(PACK_B.take());
@@ -638,14 +671,22 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
             // the next while the others finish theirs. The buffer packed here was last read
             // by group g - 2, all of whose row runs this thread has seen finished (below).
             let buffer = (g % 2) * packed_len;
-            let (runs, panels, block_len) =
-                (group.runs_per_block(), group.panels(), group.block_len());
+            let (panels, block_len) = (group.panels(), group.block_len());
+            let runs = if b_in_place {
+                usize::from(!group.nc.is_multiple_of(NR))
+            } else {
+                group.runs_per_block()
+            };
             let items = group.blocks() * runs;
             while let Some(item) = claim(&progress.next_run, items) {
                 let (blk, run) = (item / runs, item % runs);
                 let pc = group.pg + blk * K::KC;
                 let kc = K::KC.min(group.pg + group.kg - pc);
-                let run_panels = even_run(panels, runs, run);
+                let run_panels = if b_in_place {
+                    panels - 1..panels
+                } else {
+                    even_run(panels, runs, run)
+                };
                 // SAFETY: this run's panels of this block, inside this group's buffer
                 // (packed_len floats from `buffer`) and written by this thread only.
                 let dst = unsafe {
@@ -689,6 +730,8 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
                         // SAFETY: K::available(), the caller's promise.
                         unsafe { pack_a::<K, MR, NR>(a, rows, (pc, kc), packed_a) };
                         let overwrite = pc == 0 && !accumulate;
+                        let b_rows =
+                            b_in_place.then(|| (b.data[pc * b.rs + group.jc..].as_ptr(), b.rs));
                         // SAFETY: native_kernel() holds (the caller's promise); the panels
                         // hold kc x MR and kc x NR floats, and the tile writes stay inside
                         // this task's rows 0..rows and columns jc..jc + nc of C.
@@ -698,6 +741,7 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
                                 (packed_a, packed_b),
                                 (c, rows, ldc),
                                 (group.jc, group.nc),
+                                b_rows,
                                 overwrite,
                             )
                         }
@@ -721,17 +765,21 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
 }
 
 /// Every MR x NR tile of a thread's rows of C against one packed B block: B panel outer (it
-/// stays in L1 while the A panels stream from L2), A panel inner.
+/// stays in L1 while the A panels stream from L2), A panel inner. With `b_rows` (the block's
+/// first row of B at its column `jc`, and B's row stride), the full panels are read from B's
+/// rows instead: only a last, partial panel comes from `packed_b`.
 ///
 /// # Safety
 /// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
-/// rows (row stride `ldc`) of columns `jc..jc + nc`.
+/// rows (row stride `ldc`) of columns `jc..jc + nc`; `b_rows`, if given, reaches kc rows of
+/// columns `jc..jc + nc` of B and [`Microkernel::B_ROWS_IN_PLACE`] holds.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     kc: usize,
     (packed_a, packed_b): (&[f32], &[f32]),
     (c, rows, ldc): (*mut f32, usize, usize),
     (jc, nc): (usize, usize),
+    b_rows: Option<(*const f32, usize)>,
     overwrite: bool,
 ) {
     let a_panels = packed_a.len() / (kc * MR);
@@ -745,7 +793,15 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
         let j0 = jc + jp * NR;
         let cols = NR.min(jc + nc - j0);
         let next_b = &packed_b[((jp + 1) * kc * NR).min(packed_b.len())..];
-        let next_lines = b_panel_lines.min(next_b.len() / 16);
+        // B read in place is narrow: its rows are in L2 already.
+        let next_lines = match b_rows {
+            Some(_) => 0,
+            None => b_panel_lines.min(next_b.len() / 16),
+        };
+        let b_src = match b_rows {
+            Some((first, ldb)) if cols == NR => (first.wrapping_add(jp * NR), ldb),
+            _ => (b_panel.as_ptr(), NR),
+        };
         for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
             let i0 = ip * MR;
             let first_line = ip * lines_per_tile;
@@ -755,29 +811,28 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
             );
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
-                // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c.
+                // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c; a B panel read
+                // in place is a full one, inside B (the caller's promise).
                 unsafe {
-                    K::kernel(
-                        kc,
-                        a_panel.as_ptr(),
-                        b_panel.as_ptr(),
-                        c.add(i0 * ldc + j0),
-                        ldc,
-                        overwrite,
-                    )
+                    let c = c.add(i0 * ldc + j0);
+                    if K::B_ROWS_IN_PLACE {
+                        K::kernel_b_rows(kc, a_panel.as_ptr(), b_src, c, ldc, overwrite)
+                    } else {
+                        K::kernel(kc, a_panel.as_ptr(), b_panel.as_ptr(), c, ldc, overwrite)
+                    }
                 }
             } else {
                 // An edge tile: the full tile into a scratch tile, then its valid part.
                 let mut tile = [[0f32; NR]; MR];
-                // SAFETY: the scratch tile is MR x NR with row stride NR.
+                let tile_at = tile.as_mut_ptr().cast::<f32>();
+                // SAFETY: the scratch tile is MR x NR with row stride NR; B's panel is packed,
+                // or a full one read in place (as above).
                 unsafe {
-                    K::edge_kernel(
-                        kc,
-                        a_panel.as_ptr(),
-                        b_panel.as_ptr(),
-                        tile.as_mut_ptr().cast::<f32>(),
-                        cols,
-                    )
+                    if b_src.1 == NR {
+                        K::edge_kernel(kc, a_panel.as_ptr(), b_src.0, tile_at, cols)
+                    } else {
+                        K::kernel_b_rows(kc, a_panel.as_ptr(), b_src, tile_at, NR, true)
+                    }
                 };
                 for (i, row) in tile.iter().enumerate().take(valid_rows) {
                     let src = &row[..cols];

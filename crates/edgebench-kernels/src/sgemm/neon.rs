@@ -44,7 +44,23 @@ impl Microkernel<8, 12> for Neon {
         overwrite: bool,
     ) {
         // SAFETY: as the caller promises.
-        unsafe { neon_kernel(kc, a, b, c, ldc, overwrite) }
+        unsafe { neon_kernel(kc, a, (b, 12), c, ldc, overwrite) }
+    }
+
+    /// The step's B row loads with a register post-increment: the same instruction whatever
+    /// the stride.
+    const B_ROWS_IN_PLACE: bool = true;
+
+    unsafe fn kernel_b_rows(
+        kc: usize,
+        a: *const f32,
+        (b, ldb): (*const f32, usize),
+        c: *mut f32,
+        ldc: usize,
+        overwrite: bool,
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { neon_kernel(kc, a, (b, ldb), c, ldc, overwrite) }
     }
 
     /// A last panel of up to 4 or 8 wanted columns computes one or two vectors per row, not
@@ -58,7 +74,7 @@ impl Microkernel<8, 12> for Neon {
                 1 if cols == 1 => neon_edge_column(kc, a, b, tile),
                 1 => neon_edge_kernel::<1>(kc, a, b, tile),
                 2 => neon_edge_kernel::<2>(kc, a, b, tile),
-                _ => neon_kernel(kc, a, b, tile, 12, true),
+                _ => neon_kernel(kc, a, (b, 12), tile, 12, true),
             }
         }
     }
@@ -133,12 +149,12 @@ macro_rules! neon_by_lane {
 
 /// One step of the NEON microkernel, as assembly text: the step's 8 values of A in `$lo` (rows
 /// 0-3) and `$hi` (rows 4-7) times its row of B, loaded here into v4, v5, v6 with one
-/// three-register load, added into the accumulators by `fmla` (or written to them by `fmul`),
-/// row i of C in v(8 + 3i)..v(10 + 3i).
+/// three-register load (which then steps `{ldb}` bytes on, to the next row), added into the
+/// accumulators by `fmla` (or written to them by `fmul`), row i of C in v(8 + 3i)..v(10 + 3i).
 macro_rules! neon_step {
     ($op:literal, $lo:literal, $hi:literal) => {
         concat!(
-            "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], #48\n",
+            "ld1 {{v4.4s, v5.4s, v6.4s}}, [{b}], {ldb}\n",
             neon_by_lane!(
                 $op,
                 [
@@ -227,17 +243,17 @@ macro_rules! neon_prefetch_row {
 }
 
 /// C[0..8][0..12] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
-/// A panel (kc x 8, column by column) and a packed B panel (kc x 12, row by row): 24 4-lane
-/// accumulators, each step one 8-float column of A and one 12-float row of B, three FMAs per
-/// element of A (by lane, without a broadcast).
+/// A panel (kc x 8, column by column) and kc rows of 12 floats of B, `ldb` floats apart (12: a
+/// packed panel): 24 4-lane accumulators, each step one 8-float column of A and one 12-float
+/// row of B, three FMAs per element of A (by lane, without a broadcast).
 ///
 /// # Safety
-/// kc >= 1; `a` holds 8 kc floats, `b` 12 kc floats; the 8 x 12 tile of `c` is valid for
-/// reads and writes.
+/// kc >= 1; `a` holds 8 kc floats; the 12 floats at `b + p·ldb` are readable for p < kc; the
+/// 8 x 12 tile of `c` is valid for reads and writes.
 unsafe fn neon_kernel(
     kc: usize,
     a: *const f32,
-    b: *const f32,
+    (b, ldb): (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     overwrite: bool,
@@ -245,7 +261,7 @@ unsafe fn neon_kernel(
     // The loop in assembly, as on x86_64: the 24 accumulators and the step's five operands
     // take 29 of the 32 vector registers, and code generated from intrinsics tends to spill
     // with that many live values. Only base ASIMD instructions: a Cortex-A57 runs them.
-    // SAFETY: the loop reads kc x 8 floats from a and kc x 12 from b (the panels' sizes),
+    // SAFETY: the loop reads kc x 8 floats from a and 12 floats of each of b's kc rows,
     // writes only registers, then reads (unless overwrite) and writes the 8 x 12 tile of c;
     // prefetches do not fault.
     unsafe {
@@ -297,6 +313,7 @@ unsafe fn neon_kernel(
             c = inout(reg) c => _,
             cp = out(reg) _,
             ldc = in(reg) ldc * 4,
+            ldb = in(reg) ldb * 4,
             overwrite = in(reg) overwrite as usize,
             out("v0") _, out("v1") _, out("v2") _, out("v3") _, out("v4") _,
             out("v5") _, out("v6") _, out("v8") _, out("v9") _, out("v10") _, out("v11") _,
