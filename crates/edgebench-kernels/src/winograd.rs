@@ -37,8 +37,8 @@ use crate::tuning::{
 #[cfg(target_arch = "aarch64")]
 use crate::util::{as_f32, as_f32_mut, as_f32_out};
 use crate::util::{
-    deinterleave, interleave, interleave_add, par_chunks_zeroed, relu_f, sum, sum_partials, zeros,
-    Float,
+    deinterleave, interleave, interleave_add, relu_f, sum, sum_partials, vec_written_by, zeros,
+    Float, Scratch, SharedPtr,
 };
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -262,6 +262,25 @@ fn interleave_row<T: Float, const M: usize>(runs: [&[T]; M], out: &mut [MaybeUni
 /// Elements per block of `map_lanes`: two NEON or SSE vectors of f32.
 const LANES: usize = 8;
 
+/// An element that `map_lanes` writes: a float, or uninitialised room for one.
+trait Slot<T>: Sized {
+    fn hold(v: T) -> Self;
+}
+
+impl<T: Float> Slot<T> for T {
+    #[inline(always)]
+    fn hold(v: T) -> T {
+        v
+    }
+}
+
+impl<T: Float> Slot<T> for MaybeUninit<T> {
+    #[inline(always)]
+    fn hold(v: T) -> MaybeUninit<T> {
+        MaybeUninit::new(v)
+    }
+}
+
 /// `out[o][k] = f([ins[0][k], .., ins[I - 1][k]])[o]` for every k below `out[0].len()`, in
 /// blocks of `LANES` elements whose loads all come before their stores. The compiler cannot
 /// tell that the slices of an array do not overlap: the plain loop over k ran one element at
@@ -270,9 +289,9 @@ const LANES: usize = 8;
 /// ending at the last element (recomputing a few), and runs of 5 to 7 (a row pass over 7
 /// tiles) two blocks of 4, runs of 4 (F(4x4) on a 14x14 map) one: most rows here are short.
 #[inline(always)]
-fn map_lanes<T: Float, const I: usize, const O: usize>(
+fn map_lanes<T: Float, S: Slot<T>, const I: usize, const O: usize>(
     ins: [&[T]; I],
-    out: [&mut [T]; O],
+    out: [&mut [S]; O],
     f: impl Fn([T; I]) -> [T; O],
 ) {
     let n = out[0].len();
@@ -289,13 +308,13 @@ fn map_lanes<T: Float, const I: usize, const O: usize>(
         for k in 0..n {
             let r = f(array_of(|i| ins[i][k]));
             for o in 0..O {
-                out[o][k] = r[o];
+                out[o][k] = S::hold(r[o]);
             }
         }
     } else if n < LANES {
-        lanes_at::<T, 4, I, O>(&ins, &mut out, 0, &f);
+        lanes_at::<T, S, 4, I, O>(&ins, &mut out, 0, &f);
         if n > 4 {
-            lanes_at::<T, 4, I, O>(&ins, &mut out, n - 4, &f);
+            lanes_at::<T, S, 4, I, O>(&ins, &mut out, n - 4, &f);
         }
     } else {
         {
@@ -304,12 +323,12 @@ fn map_lanes<T: Float, const I: usize, const O: usize>(
             for c in 0..n / LANES {
                 let y = lanes(array_of(|i| chunks[i][c]), &f);
                 for o in 0..O {
-                    out[o][c] = y[o];
+                    out[o][c] = array_of(|l| S::hold(y[o][l]));
                 }
             }
         }
         if !n.is_multiple_of(LANES) {
-            lanes_at::<T, LANES, I, O>(&ins, &mut out, n - LANES, &f);
+            lanes_at::<T, S, LANES, I, O>(&ins, &mut out, n - LANES, &f);
         }
     }
 }
@@ -332,9 +351,9 @@ fn lanes<T: Float, const L: usize, const I: usize, const O: usize>(
 
 /// `map_lanes`' block of `L` elements from element `at`.
 #[inline(always)]
-fn lanes_at<T: Float, const L: usize, const I: usize, const O: usize>(
+fn lanes_at<T: Float, S: Slot<T>, const L: usize, const I: usize, const O: usize>(
     ins: &[&[T]; I],
-    out: &mut [&mut [T]; O],
+    out: &mut [&mut [S]; O],
     at: usize,
     f: &impl Fn([T; I]) -> [T; O],
 ) {
@@ -344,7 +363,8 @@ fn lanes_at<T: Float, const L: usize, const I: usize, const O: usize>(
     });
     let y = lanes(x, f);
     for o in 0..O {
-        out[o][at..at + L].copy_from_slice(&y[o]);
+        let block: &mut [S; L] = (&mut out[o][at..at + L]).try_into().expect("L elements");
+        *block = array_of(|l| S::hold(y[o][l]));
     }
 }
 
@@ -415,59 +435,79 @@ fn taps_to_filters<T: Float, const K: usize>(taps: &[T], out: &mut [MaybeUninit<
 }
 
 /// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (R x R), ξ = A·row + column, laid out
-/// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters
-/// into a ξ-major block of its own, and the blocks' rows are then copied whole into U: a
-/// gather of U from per-filter tiles took a strided load per element.
+/// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters,
+/// the last product writing straight into the block's stretch of every row of U, which is never
+/// zeroed: every element is written once. (A gather of U from per-filter tiles took a strided
+/// load per element; a zeroed block per task, copied into a zeroed U, cost GoogLeNet's batch-1
+/// step on aarch64 about 40 MB of memset and 20 MB of memcpy.)
 fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     w: &[T],
     oc: usize,
 ) -> Vec<T> {
     const FILTERS_PER_BLOCK: usize = 256;
     let rr = R * R;
-    let blocks: Vec<Vec<T>> = w[..rr * oc]
-        .par_chunks(rr * FILTERS_PER_BLOCK)
-        // Each worker's scratch (the taps and G g of a block), reused from block to block.
-        .map_init(
-            || (Vec::new(), Vec::new()),
-            |(taps, gg): &mut (Vec<T>, Vec<T>), gs| {
-                let nf = gs.len() / rr;
-                // The block's filters tap by tap (taps[k·nf + f]: tap k of filter f), so that both
-                // products with G run along the block's filters as vectors.
-                taps.resize(rr * nf, T::ZERO);
-                match R {
-                    3 => filters_to_taps::<T, 9>(gs, taps),
-                    5 => filters_to_taps::<T, 25>(gs, taps),
-                    _ => unreachable!("Winograd filters are 3x3 or 5x5"),
-                }
-                // G g (A x R), column by column: gg[(i·R + j)·nf + f].
-                gg.resize(A * R * nf, T::ZERO);
-                for j in 0..R {
-                    let col = array_of(|l| &taps[(l * R + j) * nf..][..nf]);
-                    let at_i = array_of(|i| (i * R + j) * nf);
-                    map_lanes(col, windows_at(gg, at_i, nf), W::g);
-                }
-                // Each row of G g times Gᵀ: block[(i·A + l)·nf + f].
-                let mut block = vec![T::ZERO; A * A * nf];
-                for i in 0..A {
-                    let row = array_of(|j| &gg[(i * R + j) * nf..][..nf]);
-                    let at_l = array_of(|l| (i * A + l) * nf);
-                    map_lanes(row, windows_at(&mut block, at_l, nf), W::g);
-                }
-                block
-            },
-        )
-        .collect();
-    par_chunks_zeroed(
-        A * A * oc,
-        oc.max(1),
-        || (),
-        |_, xi, row| {
-            for (b, block) in blocks.iter().enumerate() {
-                let nf = block.len() / (A * A);
-                row[b * FILTERS_PER_BLOCK..][..nf].copy_from_slice(&block[xi * nf..][..nf]);
-            }
-        },
-    )
+    let write = |u: &mut [MaybeUninit<T>]| {
+        let u = SharedPtr(u.as_mut_ptr());
+        w[..rr * oc]
+            .par_chunks(rr * FILTERS_PER_BLOCK)
+            .enumerate()
+            // Each worker's scratch (the taps and G g of a block).
+            .for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(taps, gg): &mut (Vec<T>, Vec<T>), (b, gs)| {
+                    let nf = gs.len() / rr;
+                    // In f32 on aarch64, whole quads of filters in NEON registers.
+                    #[cfg(target_arch = "aarch64")]
+                    let in_registers = matches!((A, R), (4, 3) | (6, 3) | (8, 5));
+                    #[cfg(target_arch = "aarch64")]
+                    if let (Some(gs), true) = (as_f32(gs), in_registers && nf.is_multiple_of(4)) {
+                        // SAFETY: T is f32 (`gs` is), and the block's stretch of every row of U
+                        // is this task's (as below).
+                        let first = unsafe { u.at(b * FILTERS_PER_BLOCK) }.cast::<f32>();
+                        // SAFETY: nf floats from first + ξ·oc lie in row ξ of U, this block's.
+                        unsafe {
+                            match A {
+                                4 => neon::filter_transform::<3, 9, 4>(gs, first, oc, neon::g_f2),
+                                6 => neon::filter_transform::<3, 9, 6>(gs, first, oc, neon::g_f4),
+                                _ => {
+                                    neon::filter_transform::<5, 25, 8>(gs, first, oc, neon::g_f4r5)
+                                }
+                            }
+                        }
+                        return;
+                    }
+                    // The block's filters tap by tap (taps[k·nf + f]: tap k of filter f), so that
+                    // both products with G run along the block's filters as vectors.
+                    taps.resize(rr * nf, T::ZERO);
+                    match R {
+                        3 => filters_to_taps::<T, 9>(gs, taps),
+                        5 => filters_to_taps::<T, 25>(gs, taps),
+                        _ => unreachable!("Winograd filters are 3x3 or 5x5"),
+                    }
+                    // G g (A x R), column by column: gg[(i·R + j)·nf + f].
+                    gg.resize(A * R * nf, T::ZERO);
+                    for j in 0..R {
+                        let col = array_of(|l| &taps[(l * R + j) * nf..][..nf]);
+                        let at_i = array_of(|i| (i * R + j) * nf);
+                        map_lanes(col, windows_at(gg, at_i, nf), W::g);
+                    }
+                    // Each row of G g times Gᵀ: u[(i·A + l)·oc + filter].
+                    for i in 0..A {
+                        let row = array_of(|j| &gg[(i * R + j) * nf..][..nf]);
+                        // SAFETY: this block's filters in row ξ = i·A + l of U: inside U (oc
+                        // filters per row), and written by this task only.
+                        let out = array_of(|l| unsafe {
+                            let first = (i * A + l) * oc + b * FILTERS_PER_BLOCK;
+                            std::slice::from_raw_parts_mut(u.at(first), nf)
+                        });
+                        map_lanes(row, out, W::g);
+                    }
+                },
+            );
+    };
+    // SAFETY: the blocks cover all oc filters, and each writes its filters' elements of every
+    // row of U (above).
+    unsafe { vec_written_by(A * A * oc, write) }
 }
 
 /// dW[o][c] = Gᵀ dU[o][c] G (the adjoint of `filter_transform`), written into `dw` (R·R
@@ -491,6 +531,26 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
             |(t, e): &mut (Vec<T>, Vec<T>), (blk, out)| {
                 let nf = out.len() / rr;
                 let f0 = blk * FILTERS_PER_BLOCK;
+                // In f32 on aarch64, whole quads of filters in NEON registers.
+                #[cfg(target_arch = "aarch64")]
+                let in_registers = matches!((A, R), (4, 3) | (6, 3) | (8, 5));
+                #[cfg(target_arch = "aarch64")]
+                if let (Some(du), Some(out), true) = (
+                    as_f32(du),
+                    as_f32_out(&mut *out),
+                    in_registers && nf.is_multiple_of(4),
+                ) {
+                    let first = du[f0..].as_ptr();
+                    // SAFETY: nf floats from first + ξ·oc lie in row ξ of dU (ξ < A·A).
+                    unsafe {
+                        match A {
+                            4 => neon::filter_adjoint::<3, 9, 4>(first, oc, out, neon::gt_f2),
+                            6 => neon::filter_adjoint::<3, 9, 6>(first, oc, out, neon::gt_f4),
+                            _ => neon::filter_adjoint::<5, 25, 8>(first, oc, out, neon::gt_f4r5),
+                        }
+                    }
+                    return;
+                }
                 // Gᵀ dU (R x A), column by column: t[(k·A + l)·nf + f] for every filter of the block.
                 t.resize(R * A * nf, T::ZERO);
                 for l in 0..A {
@@ -583,16 +643,20 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
     debug_assert_eq!((t.m, t.r), (M, R));
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if R == 3 && tw >= 4 && s.v.len() >= (M * rows.len() + A - M) * (M * tw + M) {
+    if (R == 3 || (R, M) == (5, 4))
+        && tw >= 4
+        && s.v.len() >= (M * rows.len() + A - M) * (M * tw + M)
+    {
         if let (Some(x), Some(v), Some(band)) =
             (as_f32(x), as_f32_mut(&mut *v), as_f32_mut(&mut s.v))
         {
             let c = neon::lanes([4.0, 5.0, 2.0, 0.0]);
             let shape = (h, w, tw);
-            return match M {
-                4 => neon::input_transform::<4, 6>(x, shape, rows, v, to, band, |d| {
+            return match (M, R) {
+                (4, 3) => neon::input_transform::<4, 6>(x, shape, rows, v, to, band, |d| {
                     neon::bt_f4(d, c)
                 }),
+                (4, _) => neon::input_transform::<4, 8>(x, shape, rows, v, to, band, neon::bt_f4r5),
                 _ => neon::input_transform::<2, 4>(x, shape, rows, v, to, band, neon::bt_f2),
             };
         }
@@ -650,14 +714,26 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if R == 3 && tw >= 4 {
+    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
         if let (Some(m), Some(y), Some(bias)) = (as_f32(m), as_f32_out(&mut *y), as_f32(bias)) {
             let (shape, ld_at) = ((h, w, tw), (ld, at));
             let c = neon::lanes([2.0, 4.0, 8.0, 0.0]);
-            return match M {
-                4 => neon::output_transform::<4, 6>(m, shape, rows, ld_at, y, bias, relu, |d| {
-                    neon::at_f4(d, c)
-                }),
+            return match (M, R) {
+                (4, 3) => {
+                    neon::output_transform::<4, 6>(m, shape, rows, ld_at, y, bias, relu, |d| {
+                        neon::at_f4(d, c)
+                    })
+                }
+                (4, _) => neon::output_transform::<4, 8>(
+                    m,
+                    shape,
+                    rows,
+                    ld_at,
+                    y,
+                    bias,
+                    relu,
+                    neon::at_f4r5,
+                ),
                 _ => neon::output_transform::<2, 4>(
                     m,
                     shape,
@@ -721,13 +797,14 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if R == 3 && tw >= 4 {
+    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
         if let (Some(dy), Some(dm)) = (as_f32(dy), as_f32_mut(&mut *dm)) {
             let c = neon::lanes([2.0, 4.0, 8.0, 0.0]);
-            return match M {
-                4 => {
+            return match (M, R) {
+                (4, 3) => {
                     neon::output_adjoint::<4, 6>(dy, (h, w, tw), rows, dm, to, |p| neon::a_f4(p, c))
                 }
+                (4, _) => neon::output_adjoint::<4, 8>(dy, (h, w, tw), rows, dm, to, neon::a_f4r5),
                 _ => neon::output_adjoint::<2, 4>(dy, (h, w, tw), rows, dm, to, neon::a_f2),
             };
         }
@@ -783,6 +860,23 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
 ) {
     debug_assert_eq!((t.m, t.r), (M, R));
     let tw = t.tw;
+    #[cfg(target_arch = "aarch64")]
+    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
+        if let (Some(dv), Some(acc)) = (as_f32(dv), as_f32_mut(&mut *acc)) {
+            let (hp, wp) = t.padded();
+            let shape = (hp, wp, tw);
+            return match (M, R) {
+                (4, 3) => {
+                    let c = neon::lanes([4.0, 5.0, 2.0, 0.0]);
+                    neon::input_adjoint::<4, 6>(dv, shape, rows, (ld, at), acc, |d| {
+                        neon::b_f4(d, c)
+                    })
+                }
+                (4, _) => neon::input_adjoint::<4, 8>(dv, shape, rows, (ld, at), acc, neon::b_f4r5),
+                _ => neon::input_adjoint::<2, 4>(dv, shape, rows, (ld, at), acc, neon::b_f2),
+            };
+        }
+    }
     #[cfg(not(target_arch = "aarch64"))]
     let ext = t.ext();
     let n = rows.len() * tw;
@@ -879,17 +973,17 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
 }
 
 /// Per-task buffers: the transformed input or gradient and the GEMM's output.
-struct Task<T> {
-    a: Vec<T>,
-    b: Vec<T>,
+struct Task<T: Float> {
+    a: Scratch<T>,
+    b: Scratch<T>,
     rows: Rows<T>,
 }
 
 impl<T: Float> Task<T> {
     fn new(t: &Tiles, a_channels: usize, b_channels: usize) -> Task<T> {
         Task {
-            a: vec![T::ZERO; t.xi() * a_channels * t.max_cols()],
-            b: vec![T::ZERO; t.xi() * b_channels * t.max_cols()],
+            a: Scratch::new(t.xi() * a_channels * t.max_cols()),
+            b: Scratch::new(t.xi() * b_channels * t.max_cols()),
             rows: Rows::new(t),
         }
     }
@@ -1187,8 +1281,9 @@ pub(crate) fn bwd_both_with<T: Float>(
         .map(|((dxs, xs), dys)| {
             // s.a: dM, s.b: dV; v: V.
             let mut s = Task::new(&t, o, c);
-            let mut v = vec![T::ZERO; xis * c * t.max_cols()];
-            let mut acc = vec![T::ZERO; t.nb * c * hp * wp];
+            let mut v = Scratch::new(xis * c * t.max_cols());
+            // Zeroed below as each image's first band starts.
+            let mut acc = Scratch::new(t.nb * c * hp * wp);
             // [dU (ξ·O·C) | db (O)]
             let mut grads = vec![T::ZERO; xis * oc + o];
             let (du, db) = grads.split_at_mut(xis * oc);
@@ -1216,7 +1311,9 @@ pub(crate) fn bwd_both_with<T: Float>(
                     gemms(xis, (cg, ld, og), dv, false, lhs, (1, cg), dm, (ld, 1), xi);
                     let xi = (o * ld, c * ld, oc);
                     let dug = &mut du[gi * og * cg..];
-                    gemms(xis, (og, cg, ld), dug, true, dm, (ld, 1), gv, (1, ld), xi);
+                    // The task's first block writes dU, the others add to it.
+                    let add = n0 > 0 || rows.start > 0;
+                    gemms(xis, (og, cg, ld), dug, add, dm, (ld, 1), gv, (1, ld), xi);
                 }
                 for j in 0..nb {
                     let accj = &mut acc[j * c * hp * wp..][..c * hp * wp];
@@ -1308,7 +1405,7 @@ fn fwd_few<T: Float>(
                     let mut s = Rows::new(&t);
                     // Output channels in chunks whose GEMM outputs stay in L2, as in `fwd_with`.
                     let step = out_chunk(ld, outs, xis);
-                    let mut b = vec![T::ZERO; xis * step.min(outs) * ld];
+                    let mut b = Scratch::new(xis * step.min(outs) * ld);
                     for o0 in (0..outs).step_by(step) {
                         let (oc, first) = (step.min(outs - o0), k * o_step + o0);
                         let xi = (o * c, ld, oc * ld);
@@ -1380,7 +1477,7 @@ fn bwd_both_few<T: Float>(
                             }
                             // dV_ξ = U_ξᵀ · dM_ξ for this run's channels, ξ-major as
                             // `input_adjoint` takes it.
-                            let mut dv = vec![T::ZERO; xis * cc * ld];
+                            let mut dv = Scratch::new(xis * cc * ld);
                             let xi = (o * c, ld, cc * ld);
                             let lhs = &u[k * c_step..];
                             gemms(
@@ -1837,9 +1934,10 @@ impl Tile<4, 8, 5> for F4R5 {
     }
 }
 
-/// The f32 paths of their own on aarch64: the 3x3 layers' input transform, output transform
-/// and output gradient's transform four tiles at a time in registers, and the filter
-/// transforms' transposes four taps of four filters at a time.
+/// The f32 paths of their own on aarch64, for F(2x2, 3x3), F(4x4, 3x3) and F(4x4, 5x5): the
+/// input, output, output-gradient and input-gradient transforms four tiles at a time in
+/// registers, the filter transforms and their adjoints four filters at a time, and the
+/// transposes of the filter blocks the generic path takes.
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::array_of;
@@ -1906,7 +2004,7 @@ mod neon {
         }
     }
 
-    /// `input_transform` for 3x3 filters on output tiles of M x M (A = M + 2) in f32, four
+    /// `input_transform` for output tiles of M x M (A = M + R - 1, R = 3 or 5) in f32, four
     /// tiles of a tile row at a time in registers: per channel the band's rows (and the pad
     /// rows and columns around them) are copied into `band` with zero borders; each of a tile
     /// row's A rows then gives the four tiles' columns by two structure loads (columns 0..M
@@ -1927,12 +2025,14 @@ mod neon {
         if n == 0 || channels == 0 {
             return;
         }
-        // Padded rows M·start .. M·end + A - M (input rows one less), columns -1 .. M·tw + M - 1.
+        // Padded rows M·start .. M·end + A - M (input rows `pad` less), columns -pad ..
+        // M·tw + M - pad, where pad = (A - M) / 2 = R / 2.
+        let pad = (A - M) / 2;
         let (line, lines) = (M * tw + M, M * rows.len() + A - M);
         let band = &mut band[..lines * line];
         band.fill(0.0);
         let first_row = M * rows.start;
-        let inside = |pr: usize| (first_row + pr).checked_sub(1).filter(|&r| r < h);
+        let inside = |pr: usize| (first_row + pr).checked_sub(pad).filter(|&r| r < h);
         assert!(
             v.len() >= (A * A - 1) * to.xi + (channels - 1) * to.ch + to.at + n,
             "input_transform: destination too short"
@@ -1940,7 +2040,7 @@ mod neon {
         for (ch, plane) in x.chunks_exact(h * w).enumerate() {
             for pr in 0..lines {
                 if let Some(r) = inside(pr) {
-                    band[pr * line + 1..][..w].copy_from_slice(&plane[r * w..(r + 1) * w]);
+                    band[pr * line + pad..][..w].copy_from_slice(&plane[r * w..(r + 1) * w]);
                 }
             }
             // SAFETY: the loads read band[(M·i + q)·line + M·t0..][..5·M] with t0 <= tw - 4,
@@ -1980,6 +2080,242 @@ mod neon {
                 vsubq_f32(e, od),
                 vaddq_f32(e4, od4),
                 vsubq_f32(e4, od4),
+                p3,
+            ]
+        }
+    }
+
+    /// F(4x4, 3x3)'s B (6 x 6, the adjoint of `bt_f4`) times six vectors: `c` = (4, 5, 2, _).
+    #[inline(always)]
+    pub(super) fn b_f4(
+        [a0, a1, a2, a3, a4, a5]: [float32x4_t; 6],
+        c: float32x4_t,
+    ) -> [float32x4_t; 6] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let (p12, p34) = (vaddq_f32(a1, a2), vaddq_f32(a3, a4));
+            let (n12, d43) = (vsubq_f32(a1, a2), vsubq_f32(a4, a3));
+            let t = vsubq_f32(a5, n12);
+            let sum = vfmaq_laneq_f32::<0>(vfmaq_laneq_f32::<1>(p34, a0, c), p12, c);
+            [
+                vmulq_laneq_f32::<0>(a0, c),
+                vfmaq_laneq_f32::<0>(vmulq_laneq_f32::<2>(d43, c), t, c),
+                vnegq_f32(sum),
+                vfmsq_laneq_f32::<1>(vfmsq_laneq_f32::<2>(n12, d43, c), a5, c),
+                vaddq_f32(vaddq_f32(a0, p12), p34),
+                a5,
+            ]
+        }
+    }
+
+    /// F(2x2, 3x3)'s B (4 x 4, the adjoint of `bt_f2`) times four vectors.
+    #[inline(always)]
+    pub(super) fn b_f2([d0, d1, d2, d3]: [float32x4_t; 4]) -> [float32x4_t; 4] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let n12 = vsubq_f32(d1, d2);
+            [
+                d0,
+                vaddq_f32(n12, d3),
+                vsubq_f32(vaddq_f32(d1, d2), d0),
+                vnegq_f32(d3),
+            ]
+        }
+    }
+
+    /// `input_adjoint` for output tiles of M x M (A = M + R - 1 <= 2·M) in f32, four tiles
+    /// of a tile row at a time in registers: the A·A tile positions of dV loaded in order (one
+    /// pointer stepping by the position stride), B dV Bᵀ down the columns and along the rows
+    /// (`b` is B), and each of the tiles' A rows added into its row of the padded plane: the
+    /// first M columns into the four tiles' own columns by one structure load and store
+    /// (`ld2`/`ld4`, `st2`/`st4`), the last A - M into the first columns of the four tiles
+    /// after them by another. A tile row's last group of four ends at its last tile; in the
+    /// lanes of the tiles that the group before it added, it adds -0 (which leaves every value
+    /// as it is). `acc` holds whole padded planes of `hp` x `wp`.
+    pub(super) fn input_adjoint<const M: usize, const A: usize>(
+        dv: &[f32],
+        (hp, wp, tw): (usize, usize, usize),
+        rows: &Range<usize>,
+        (ld, at): (usize, usize),
+        acc: &mut [f32],
+        b: impl Fn([float32x4_t; A]) -> [float32x4_t; A],
+    ) {
+        let (n, planes) = (rows.len() * tw, acc.len() / (hp * wp).max(1));
+        if n == 0 || planes == 0 {
+            return;
+        }
+        let xi_stride = planes * ld;
+        assert!(
+            tw >= 4 && A - M <= M && M * tw + A - M <= wp && M * (rows.end - 1) + A <= hp,
+            "input_adjoint: {M}x{M} tiles, {tw} per row, rows {rows:?}, plane {hp}x{wp}"
+        );
+        assert!(
+            dv.len() >= (A * A - 1) * xi_stride + (planes - 1) * ld + at + n,
+            "input_adjoint: dV too short"
+        );
+        // SAFETY: the loads read dv[ξ·xi_stride + c·ld + at + k..][..4] with k = i·tw + t0 and
+        // k + 4 <= n (checked above); the structure loads and stores read and write 4·M floats
+        // from column M·t0 or M·(t0 + 1) of padded row M·th + r < hp (checked above), inside
+        // the row where M·(t0 + 1) + 4·M <= wp, else through a copy of the row's rest; NEON is
+        // part of the aarch64 baseline.
+        unsafe {
+            let keep = vdupq_n_f32(-0.0);
+            let lane = vld1q_u32([0, 1, 2, 3].as_ptr());
+            for (c, plane) in acc.chunks_exact_mut(hp * wp).enumerate() {
+                let base = dv.as_ptr().add(c * ld + at);
+                for (i, th) in rows.clone().enumerate() {
+                    let mut added = 0;
+                    for t0 in groups_of_four(tw) {
+                        // The lanes of the tiles the previous group added.
+                        let again = vcltq_u32(lane, vdupq_n_u32((added - t0) as u32));
+                        added = t0 + 4;
+                        let mut p = base.add(i * tw + t0);
+                        let d: [[float32x4_t; A]; A] = array_of(|_| {
+                            array_of(|_| {
+                                let v = vld1q_f32(p);
+                                p = p.wrapping_add(xi_stride);
+                                v
+                            })
+                        });
+                        // u[l] = B times column l of dV; row r of B dV Bᵀ = B times (u[l][r]).
+                        let u: [[float32x4_t; A]; A] = array_of(|l| b(array_of(|k| d[k][l])));
+                        let tile_rows = (0..A).map(|r| (r, b(array_of(|l| u[l][r]))));
+                        for (r, e) in tile_rows {
+                            let e: [float32x4_t; A] = array_of(|j| vbslq_f32(again, keep, e[j]));
+                            let row = plane.as_mut_ptr().add((M * th + r) * wp);
+                            let own = row.add(M * t0);
+                            let mut v = load_tile_columns::<M>(own);
+                            for j in 0..M {
+                                v[j] = vaddq_f32(v[j], e[j]);
+                            }
+                            store_tile_columns::<M>(own, v);
+                            let next = row.add(M * (t0 + 1));
+                            let add_next = |v: &mut [float32x4_t; M]| {
+                                for j in M..A {
+                                    v[j - M] = vaddq_f32(v[j - M], e[j]);
+                                }
+                            };
+                            if M * (t0 + 1) + 4 * M <= wp {
+                                let mut v = load_tile_columns::<M>(next);
+                                add_next(&mut v);
+                                store_tile_columns::<M>(next, v);
+                            } else {
+                                let rest = wp - M * (t0 + 1);
+                                let mut tmp = [0f32; 16];
+                                std::ptr::copy_nonoverlapping(next, tmp.as_mut_ptr(), rest);
+                                let mut v = load_tile_columns::<M>(tmp.as_ptr());
+                                add_next(&mut v);
+                                store_tile_columns::<M>(tmp.as_mut_ptr(), v);
+                                std::ptr::copy_nonoverlapping(tmp.as_ptr(), next, rest);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// F(4x4, 5x5)'s Bᵀ (8 x 8) times eight vectors (the generic `F4R5::bt`, fused).
+    #[inline(always)]
+    pub(super) fn bt_f4r5([a0, a1, a2, a3, a4, a5, a6, a7]: [float32x4_t; 8]) -> [float32x4_t; 8] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let e1 = vfmsq_n_f32(vaddq_f32(a2, a6), a4, 4.25);
+            let o1 = vfmsq_n_f32(vaddq_f32(a1, a5), a3, 4.25);
+            let e2 = vfmsq_n_f32(vfmaq_n_f32(a6, a2, 0.25), a4, 1.25);
+            let o2 = vfmsq_n_f32(vfmaq_n_f32(vmulq_n_f32(a1, 0.5), a5, 2.0), a3, 2.5);
+            let e3 = vfmsq_n_f32(vfmaq_n_f32(a6, a2, 4.0), a4, 5.0);
+            let o3 = vfmsq_n_f32(vfmaq_n_f32(vmulq_n_f32(a1, 2.0), a5, 0.5), a3, 2.5);
+            [
+                vfmaq_n_f32(vsubq_f32(a0, a6), vsubq_f32(a4, a2), 5.25),
+                vaddq_f32(e1, o1),
+                vsubq_f32(e1, o1),
+                vaddq_f32(e2, o2),
+                vsubq_f32(e2, o2),
+                vaddq_f32(e3, o3),
+                vsubq_f32(e3, o3),
+                vfmaq_n_f32(vsubq_f32(a7, a1), vsubq_f32(a3, a5), 5.25),
+            ]
+        }
+    }
+
+    /// The sums and the differences of an 8-point transform's middle pairs (v1, v2), (v3, v4)
+    /// and (v5, v6): its points ±1, ±2 and ±½ in pairs.
+    #[inline(always)]
+    fn middle_pairs(v: [float32x4_t; 8]) -> ([float32x4_t; 3], [float32x4_t; 3]) {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            (
+                array_of(|p| vaddq_f32(v[2 * p + 1], v[2 * p + 2])),
+                array_of(|p| vsubq_f32(v[2 * p + 1], v[2 * p + 2])),
+            )
+        }
+    }
+
+    /// F(4x4, 5x5)'s B (8 x 8, the adjoint of `bt_f4r5`) times eight vectors.
+    #[inline(always)]
+    pub(super) fn b_f4r5(d: [float32x4_t; 8]) -> [float32x4_t; 8] {
+        let (d0, d7) = (d[0], d[7]);
+        let ([s1, s2, s3], [t1, t2, t3]) = middle_pairs(d);
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            [
+                d0,
+                vfmaq_n_f32(vfmaq_n_f32(vsubq_f32(t1, d7), t2, 0.5), t3, 2.0),
+                vfmsq_n_f32(vfmaq_n_f32(vfmaq_n_f32(s1, s2, 0.25), s3, 4.0), d0, 5.25),
+                vfmsq_n_f32(
+                    vfmsq_n_f32(vmulq_n_f32(d7, 5.25), t1, 4.25),
+                    vaddq_f32(t2, t3),
+                    2.5,
+                ),
+                vfmsq_n_f32(
+                    vfmsq_n_f32(vfmsq_n_f32(vmulq_n_f32(d0, 5.25), s1, 4.25), s2, 1.25),
+                    s3,
+                    5.0,
+                ),
+                vfmsq_n_f32(vfmaq_n_f32(vfmaq_n_f32(t1, t2, 2.0), t3, 0.5), d7, 5.25),
+                vsubq_f32(vaddq_f32(vaddq_f32(s1, s2), s3), d0),
+                d7,
+            ]
+        }
+    }
+
+    /// F(4x4, 5x5)'s Aᵀ (4 x 8) times eight vectors.
+    #[inline(always)]
+    pub(super) fn at_f4r5(m: [float32x4_t; 8]) -> [float32x4_t; 4] {
+        let (m0, m7) = (m[0], m[7]);
+        let ([s1, s2, s3], [t1, t2, t3]) = middle_pairs(m);
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            [
+                vaddq_f32(vaddq_f32(m0, s1), vaddq_f32(s2, s3)),
+                vfmaq_n_f32(vfmaq_n_f32(t1, t2, 2.0), t3, 0.5),
+                vfmaq_n_f32(vfmaq_n_f32(s1, s2, 4.0), s3, 0.25),
+                vfmaq_n_f32(vfmaq_n_f32(vaddq_f32(t1, m7), t2, 8.0), t3, 0.125),
+            ]
+        }
+    }
+
+    /// F(4x4, 5x5)'s A (8 x 4) times four vectors.
+    #[inline(always)]
+    pub(super) fn a_f4r5([p0, p1, p2, p3]: [float32x4_t; 4]) -> [float32x4_t; 8] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let (e1, o1) = (vaddq_f32(p0, p2), vaddq_f32(p1, p3));
+            let (e2, o2) = (
+                vfmaq_n_f32(p0, p2, 4.0),
+                vfmaq_n_f32(vmulq_n_f32(p1, 2.0), p3, 8.0),
+            );
+            let e3 = vfmaq_n_f32(p0, p2, 0.25);
+            let o3 = vfmaq_n_f32(vmulq_n_f32(p1, 0.5), p3, 0.125);
+            [
+                p0,
+                vaddq_f32(e1, o1),
+                vsubq_f32(e1, o1),
+                vaddq_f32(e2, o2),
+                vsubq_f32(e2, o2),
+                vaddq_f32(e3, o3),
+                vsubq_f32(e3, o3),
                 p3,
             ]
         }
@@ -2083,7 +2419,7 @@ mod neon {
         );
     }
 
-    /// `output_adjoint` for output tiles of M x M (A = M + 2) in f32, four tiles of a tile row
+    /// `output_adjoint` for output tiles of M x M (A = M + R - 1) in f32, four tiles of a tile row
     /// at a time in registers: each output row of the four tiles read by one structure load
     /// (split into its M columns), A dy Aᵀ (`a` is A), and the A·A tile positions stored in
     /// order. Rows and columns past the map read as zero.
@@ -2137,7 +2473,7 @@ mod neon {
         }
     }
 
-    /// `output_transform` for output tiles of M x M (A = M + 2) in f32, four tiles of a tile
+    /// `output_transform` for output tiles of M x M (A = M + R - 1) in f32, four tiles of a tile
     /// row at a time in registers: each tile position's GEMM output loaded once (in order, one
     /// pointer stepping by the position stride), M A row by row and Aᵀ (M A) column by column
     /// (`at` is Aᵀ), the bias and the ReLU without a pass over memory between them, and each
@@ -2223,28 +2559,251 @@ mod neon {
         // the aarch64 baseline.
         unsafe {
             for c in 0..quads {
-                let f = src.add(4 * c * K);
-                let row = |k: usize| dst.add(k * nf + 4 * c);
-                for k in (0..K - K % 4).step_by(4) {
-                    let zero = vdupq_n_f32(0.0);
-                    let mut v = float32x4x4_t(zero, zero, zero, zero);
-                    v = vld4q_lane_f32::<0>(f.add(k), v);
-                    v = vld4q_lane_f32::<1>(f.add(K + k), v);
-                    v = vld4q_lane_f32::<2>(f.add(2 * K + k), v);
-                    v = vld4q_lane_f32::<3>(f.add(3 * K + k), v);
-                    vst1q_f32(row(k), v.0);
-                    vst1q_f32(row(k + 1), v.1);
-                    vst1q_f32(row(k + 2), v.2);
-                    vst1q_f32(row(k + 3), v.3);
+                for (k, v) in load_taps::<K>(src.add(4 * c * K)).into_iter().enumerate() {
+                    vst1q_f32(dst.add(k * nf + 4 * c), v);
                 }
-                for k in K - K % 4..K {
-                    let mut v = vdupq_n_f32(0.0);
-                    v = vld1q_lane_f32::<0>(f.add(k), v);
-                    v = vld1q_lane_f32::<1>(f.add(K + k), v);
-                    v = vld1q_lane_f32::<2>(f.add(2 * K + k), v);
-                    v = vld1q_lane_f32::<3>(f.add(3 * K + k), v);
-                    vst1q_f32(row(k), v);
+            }
+        }
+    }
+
+    /// The K taps of four consecutive filters (K floats each, from `f`) as K vectors, lane l
+    /// from filter l: four taps of the four filters per `ld4` of one lane per filter, where
+    /// element loops take a load and an insert per float.
+    ///
+    /// # Safety
+    /// 4·K floats are readable from `f`.
+    #[inline(always)]
+    unsafe fn load_taps<const K: usize>(f: *const f32) -> [float32x4_t; K] {
+        // SAFETY: as the caller promises; NEON is part of the aarch64 baseline.
+        unsafe {
+            let mut taps = [vdupq_n_f32(0.0); K];
+            for k in (0..K - K % 4).step_by(4) {
+                let zero = vdupq_n_f32(0.0);
+                let mut v = float32x4x4_t(zero, zero, zero, zero);
+                v = vld4q_lane_f32::<0>(f.add(k), v);
+                v = vld4q_lane_f32::<1>(f.add(K + k), v);
+                v = vld4q_lane_f32::<2>(f.add(2 * K + k), v);
+                v = vld4q_lane_f32::<3>(f.add(3 * K + k), v);
+                (taps[k], taps[k + 1], taps[k + 2], taps[k + 3]) = (v.0, v.1, v.2, v.3);
+            }
+            for (k, tap) in taps.iter_mut().enumerate().skip(K - K % 4) {
+                let mut v = vdupq_n_f32(0.0);
+                v = vld1q_lane_f32::<0>(f.add(k), v);
+                v = vld1q_lane_f32::<1>(f.add(K + k), v);
+                v = vld1q_lane_f32::<2>(f.add(2 * K + k), v);
+                v = vld1q_lane_f32::<3>(f.add(3 * K + k), v);
+                *tap = v;
+            }
+            taps
+        }
+    }
+
+    /// The inverse of `load_taps`: K vectors (lane l: filter l) as four consecutive filters of
+    /// K floats from `f`, by `st4` of one lane per filter.
+    ///
+    /// # Safety
+    /// 4·K floats are writable from `f`.
+    #[inline(always)]
+    unsafe fn store_taps<const K: usize>(f: *mut f32, taps: [float32x4_t; K]) {
+        // SAFETY: as the caller promises; NEON is part of the aarch64 baseline.
+        unsafe {
+            for k in (0..K - K % 4).step_by(4) {
+                let v = float32x4x4_t(taps[k], taps[k + 1], taps[k + 2], taps[k + 3]);
+                vst4q_lane_f32::<0>(f.add(k), v);
+                vst4q_lane_f32::<1>(f.add(K + k), v);
+                vst4q_lane_f32::<2>(f.add(2 * K + k), v);
+                vst4q_lane_f32::<3>(f.add(3 * K + k), v);
+            }
+            for (k, &v) in taps.iter().enumerate().skip(K - K % 4) {
+                vst1q_lane_f32::<0>(f.add(k), v);
+                vst1q_lane_f32::<1>(f.add(K + k), v);
+                vst1q_lane_f32::<2>(f.add(2 * K + k), v);
+                vst1q_lane_f32::<3>(f.add(3 * K + k), v);
+            }
+        }
+    }
+
+    /// F(2x2, 3x3)'s G (4 x 3) times three vectors (the generic `F2::g`).
+    #[inline(always)]
+    pub(super) fn g_f2([a, b, c]: [float32x4_t; 3]) -> [float32x4_t; 4] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let (h, hb) = (vmulq_n_f32(vaddq_f32(a, c), 0.5), vmulq_n_f32(b, 0.5));
+            [a, vaddq_f32(h, hb), vsubq_f32(h, hb), c]
+        }
+    }
+
+    /// F(2x2, 3x3)'s Gᵀ (3 x 4) times four vectors (the generic `F2::gt`).
+    #[inline(always)]
+    pub(super) fn gt_f2([d0, d1, d2, d3]: [float32x4_t; 4]) -> [float32x4_t; 3] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let s = vaddq_f32(d1, d2);
+            [
+                vfmaq_n_f32(d0, s, 0.5),
+                vmulq_n_f32(vsubq_f32(d1, d2), 0.5),
+                vfmaq_n_f32(d3, s, 0.5),
+            ]
+        }
+    }
+
+    /// F(4x4, 3x3)'s G (6 x 3, `G4`) times three vectors (the generic `F4::g`).
+    #[inline(always)]
+    pub(super) fn g_f4([a, b, c]: [float32x4_t; 3]) -> [float32x4_t; 6] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let outer = vaddq_f32(a, c);
+            let even = vfmaq_n_f32(vmulq_n_f32(c, 1.0 / 6.0), a, 1.0 / 24.0);
+            let odd = vmulq_n_f32(b, 1.0 / 12.0);
+            [
+                vmulq_n_f32(a, 0.25),
+                vmulq_n_f32(vaddq_f32(outer, b), -1.0 / 6.0),
+                vmulq_n_f32(vsubq_f32(b, outer), 1.0 / 6.0),
+                vaddq_f32(even, odd),
+                vsubq_f32(even, odd),
+                c,
+            ]
+        }
+    }
+
+    /// F(4x4, 3x3)'s Gᵀ (3 x 6) times six vectors (the generic `F4::gt`).
+    #[inline(always)]
+    pub(super) fn gt_f4([v0, v1, v2, v3, v4, v5]: [float32x4_t; 6]) -> [float32x4_t; 3] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let (p12, n12) = (vaddq_f32(v1, v2), vsubq_f32(v2, v1));
+            let (p34, n34) = (vaddq_f32(v3, v4), vsubq_f32(v3, v4));
+            [
+                vfmaq_n_f32(
+                    vfmsq_n_f32(vmulq_n_f32(v0, 0.25), p12, 1.0 / 6.0),
+                    p34,
+                    1.0 / 24.0,
+                ),
+                vfmaq_n_f32(vmulq_n_f32(n12, 1.0 / 6.0), n34, 1.0 / 12.0),
+                vfmaq_n_f32(v5, vsubq_f32(p34, p12), 1.0 / 6.0),
+            ]
+        }
+    }
+
+    /// F(4x4, 5x5)'s G (8 x 5, `G4R5`) times five vectors: its rows in pairs (±1, ±2, ±½)
+    /// from the sums of the even and of the odd taps.
+    #[inline(always)]
+    pub(super) fn g_f4r5([v0, v1, v2, v3, v4]: [float32x4_t; 5]) -> [float32x4_t; 8] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let (e, o) = (vaddq_f32(vaddq_f32(v0, v2), v4), vaddq_f32(v1, v3));
+            let e2 = vfmaq_n_f32(
+                vfmaq_n_f32(vmulq_n_f32(v0, 1.0 / 90.0), v2, 2.0 / 45.0),
+                v4,
+                8.0 / 45.0,
+            );
+            let o2 = vfmaq_n_f32(vmulq_n_f32(v1, 1.0 / 45.0), v3, 4.0 / 45.0);
+            let e3 = vfmaq_n_f32(
+                vfmaq_n_f32(vmulq_n_f32(v0, 32.0 / 45.0), v2, 8.0 / 45.0),
+                v4,
+                2.0 / 45.0,
+            );
+            let o3 = vfmaq_n_f32(vmulq_n_f32(v1, 16.0 / 45.0), v3, 4.0 / 45.0);
+            [
+                v0,
+                vmulq_n_f32(vaddq_f32(e, o), -2.0 / 9.0),
+                vmulq_n_f32(vsubq_f32(e, o), -2.0 / 9.0),
+                vaddq_f32(e2, o2),
+                vsubq_f32(e2, o2),
+                vaddq_f32(e3, o3),
+                vsubq_f32(e3, o3),
+                v4,
+            ]
+        }
+    }
+
+    /// F(4x4, 5x5)'s Gᵀ (5 x 8) times eight vectors: the pairs of rows of G as sums (even
+    /// taps) and differences (odd taps).
+    #[inline(always)]
+    pub(super) fn gt_f4r5(w: [float32x4_t; 8]) -> [float32x4_t; 5] {
+        let (w0, w7) = (w[0], w[7]);
+        let ([s12, s34, s56], [d12, d34, d56]) = middle_pairs(w);
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let even = |c3: f32, c5: f32, v: float32x4_t| {
+                vfmaq_n_f32(
+                    vfmaq_n_f32(vfmsq_n_f32(v, s12, 2.0 / 9.0), s34, c3),
+                    s56,
+                    c5,
+                )
+            };
+            let odd = |c3: f32, c5: f32| {
+                vfmaq_n_f32(vfmaq_n_f32(vmulq_n_f32(d12, -2.0 / 9.0), d34, c3), d56, c5)
+            };
+            [
+                even(1.0 / 90.0, 32.0 / 45.0, w0),
+                odd(1.0 / 45.0, 16.0 / 45.0),
+                even(2.0 / 45.0, 8.0 / 45.0, vdupq_n_f32(0.0)),
+                odd(4.0 / 45.0, 4.0 / 45.0),
+                even(8.0 / 45.0, 2.0 / 45.0, w7),
+            ]
+        }
+    }
+
+    /// `filter_transform` for the whole quads of filters in `filters` (R·R = K floats each),
+    /// four filters at a time in registers: their taps by `load_taps`, G down each column and
+    /// along each row (`g` is G), and tile position ξ of quad q's four filters stored at
+    /// `u + ξ·oc + 4q`, without the passes over memory between the steps.
+    ///
+    /// # Safety
+    /// For every ξ < A·A, `filters.len() / K` floats are writable from `u + ξ·oc`.
+    pub(super) unsafe fn filter_transform<const R: usize, const K: usize, const A: usize>(
+        filters: &[f32],
+        u: *mut f32,
+        oc: usize,
+        g: impl Fn([float32x4_t; R]) -> [float32x4_t; A],
+    ) {
+        assert_eq!(R * R, K);
+        // SAFETY: quad q reads filters 4q..4q + 4 of `filters` and writes floats 4q..4q + 4
+        // from u + ξ·oc, as the caller promises.
+        unsafe {
+            for q in 0..filters.len() / (4 * K) {
+                let taps = load_taps::<K>(filters.as_ptr().add(4 * q * K));
+                // Column j of G g: G times the filters' column j (taps l·R + j).
+                let gg: [[float32x4_t; A]; R] = array_of(|j| g(array_of(|l| taps[l * R + j])));
+                // Row i of G g Gᵀ: G times row i of G g.
+                for (i, row) in (0..A).map(|i| g(array_of(|j| gg[j][i]))).enumerate() {
+                    for (l, v) in row.into_iter().enumerate() {
+                        vst1q_f32(u.add((i * A + l) * oc + 4 * q), v);
+                    }
                 }
+            }
+        }
+    }
+
+    /// `filter_adjoint` for the whole quads of filters that `dw` holds (K = R·R floats each),
+    /// four filters at a time in registers: tile position ξ of quad q's filters from
+    /// `du + ξ·oc + 4q`, Gᵀ down each column and along each row (`gt` is Gᵀ), and the R·R taps
+    /// into the four filters by `store_taps`, initialising them.
+    ///
+    /// # Safety
+    /// For every ξ < A·A, `dw.len() / K` floats are readable from `du + ξ·oc`.
+    pub(super) unsafe fn filter_adjoint<const R: usize, const K: usize, const A: usize>(
+        du: *const f32,
+        oc: usize,
+        dw: &mut [MaybeUninit<f32>],
+        gt: impl Fn([float32x4_t; A]) -> [float32x4_t; R],
+    ) {
+        assert_eq!(R * R, K);
+        let out = dw.as_mut_ptr().cast::<f32>();
+        // SAFETY: quad q reads floats 4q..4q + 4 from du + ξ·oc (the caller's promise) and
+        // writes filters 4q..4q + 4 of `dw`.
+        unsafe {
+            for q in 0..dw.len() / (4 * K) {
+                let d = |xi: usize| vld1q_f32(du.add(xi * oc + 4 * q));
+                // t[l]: Gᵀ times column l of dU; row k of Gᵀ dU G is Gᵀ times (t[l][k]).
+                let t: [[float32x4_t; R]; A] = array_of(|l| gt(array_of(|i| d(i * A + l))));
+                let mut taps = [vdupq_n_f32(0.0); K];
+                for k in 0..R {
+                    let row = gt(array_of(|l| t[l][k]));
+                    taps[k * R..(k + 1) * R].copy_from_slice(&row);
+                }
+                store_taps::<K>(out.add(4 * q * K), taps);
             }
         }
     }
@@ -2263,22 +2822,8 @@ mod neon {
         // filters is written.
         unsafe {
             for c in 0..quads {
-                let f = dst.add(4 * c * K);
-                let row = |k: usize| vld1q_f32(src.add(k * nf + 4 * c));
-                for k in (0..K - K % 4).step_by(4) {
-                    let v = float32x4x4_t(row(k), row(k + 1), row(k + 2), row(k + 3));
-                    vst4q_lane_f32::<0>(f.add(k), v);
-                    vst4q_lane_f32::<1>(f.add(K + k), v);
-                    vst4q_lane_f32::<2>(f.add(2 * K + k), v);
-                    vst4q_lane_f32::<3>(f.add(3 * K + k), v);
-                }
-                for k in K - K % 4..K {
-                    let v = row(k);
-                    vst1q_lane_f32::<0>(f.add(k), v);
-                    vst1q_lane_f32::<1>(f.add(K + k), v);
-                    vst1q_lane_f32::<2>(f.add(2 * K + k), v);
-                    vst1q_lane_f32::<3>(f.add(3 * K + k), v);
-                }
+                let taps = array_of(|k| vld1q_f32(src.add(k * nf + 4 * c)));
+                store_taps::<K>(dst.add(4 * c * K), taps);
             }
         }
     }
