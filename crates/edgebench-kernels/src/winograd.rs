@@ -2226,15 +2226,32 @@ mod neon {
             let o2 = vfmsq_n_f32(vfmaq_n_f32(vmulq_n_f32(a1, 0.5), a5, 2.0), a3, 2.5);
             let e3 = vfmsq_n_f32(vfmaq_n_f32(a6, a2, 4.0), a4, 5.0);
             let o3 = vfmsq_n_f32(vfmaq_n_f32(vmulq_n_f32(a1, 2.0), a5, 0.5), a3, 2.5);
+            let first = vfmaq_n_f32(vsubq_f32(a0, a6), vsubq_f32(a4, a2), 5.25);
+            let last = vfmaq_n_f32(vsubq_f32(a7, a1), vsubq_f32(a3, a5), 5.25);
+            around_pairs(first, [(e1, o1), (e2, o2), (e3, o3)], last)
+        }
+    }
+
+    /// An 8-point transform's outputs from their first and last and the even and odd parts of
+    /// its three middle pairs: (first, e1 + o1, e1 - o1, .., e3 + o3, e3 - o3, last).
+    #[inline(always)]
+    fn around_pairs(
+        first: float32x4_t,
+        parts: [(float32x4_t, float32x4_t); 3],
+        last: float32x4_t,
+    ) -> [float32x4_t; 8] {
+        // SAFETY: register arithmetic of the aarch64 baseline.
+        unsafe {
+            let [(e1, o1), (e2, o2), (e3, o3)] = parts;
             [
-                vfmaq_n_f32(vsubq_f32(a0, a6), vsubq_f32(a4, a2), 5.25),
+                first,
                 vaddq_f32(e1, o1),
                 vsubq_f32(e1, o1),
                 vaddq_f32(e2, o2),
                 vsubq_f32(e2, o2),
                 vaddq_f32(e3, o3),
                 vsubq_f32(e3, o3),
-                vfmaq_n_f32(vsubq_f32(a7, a1), vsubq_f32(a3, a5), 5.25),
+                last,
             ]
         }
     }
@@ -2308,16 +2325,7 @@ mod neon {
             );
             let e3 = vfmaq_n_f32(p0, p2, 0.25);
             let o3 = vfmaq_n_f32(vmulq_n_f32(p1, 0.5), p3, 0.125);
-            [
-                p0,
-                vaddq_f32(e1, o1),
-                vsubq_f32(e1, o1),
-                vaddq_f32(e2, o2),
-                vsubq_f32(e2, o2),
-                vaddq_f32(e3, o3),
-                vsubq_f32(e3, o3),
-                p3,
-            ]
+            around_pairs(p0, [(e1, o1), (e2, o2), (e3, o3)], p3)
         }
     }
 

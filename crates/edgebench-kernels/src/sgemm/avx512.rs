@@ -35,11 +35,12 @@ impl Microkernel<8, 48> for Avx512 {
     unsafe fn kernel(
         kc: usize,
         a: *const f32,
-        b: *const f32,
+        (b, ldb): (*const f32, usize),
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
+        debug_assert_eq!(ldb, 48, "this kernel reads packed B panels only");
         // SAFETY: as the caller promises.
         unsafe { avx512_kernel(kc, a, b, c, ldc, overwrite) }
     }

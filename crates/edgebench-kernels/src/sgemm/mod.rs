@@ -64,41 +64,25 @@ trait Microkernel<const MR: usize, const NR: usize> {
     unsafe fn transpose_rows(rows: [&[f32]; MR], dst: &mut [f32]);
 
     /// C[0..MR][0..NR] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
-    /// A panel (kc x MR, column by column) and a packed B panel (kc x NR, row by row).
+    /// A panel (kc x MR, column by column) and kc rows of NR floats of B, `ldb` floats apart
+    /// (NR: a packed panel, row by row).
     ///
     /// # Safety
-    /// [`Self::available`]; kc >= 1; `a` holds MR kc floats, `b` NR kc floats; the MR x NR
-    /// tile of `c` is valid for reads and writes.
+    /// [`Self::available`]; kc >= 1; `a` holds MR kc floats; the NR floats at `b + p·ldb` are
+    /// readable for p < kc, and `ldb` is NR unless [`Self::B_ROWS_IN_PLACE`]; the MR x NR tile
+    /// of `c` is valid for reads and writes.
     unsafe fn kernel(
         kc: usize,
         a: *const f32,
-        b: *const f32,
+        b: (*const f32, usize),
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     );
 
-    /// Whether [`Self::kernel_b_rows`] reads B's rows where they lie: then a narrow row-major
-    /// B (see [`B_IN_PLACE_COLUMNS`]) is not packed.
+    /// Whether [`Self::kernel`] takes B's rows at any stride: then a narrow row-major B (see
+    /// [`B_IN_PLACE_COLUMNS`]) is read where it lies instead of packed.
     const B_ROWS_IN_PLACE: bool = false;
-
-    /// [`Self::kernel`] with B's rows of NR floats read `ldb` floats apart (NR: a packed panel).
-    ///
-    /// # Safety
-    /// As for [`Self::kernel`], with the NR floats at `b + p·ldb` readable for p < kc; `ldb`
-    /// is NR unless [`Self::B_ROWS_IN_PLACE`].
-    unsafe fn kernel_b_rows(
-        kc: usize,
-        a: *const f32,
-        (b, ldb): (*const f32, usize),
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
-        assert_eq!(ldb, NR, "this microkernel reads packed B panels only");
-        // SAFETY: as the caller promises.
-        unsafe { Self::kernel(kc, a, b, c, ldc, overwrite) }
-    }
 
     /// The tile of an edge panel whose first `cols` (< NR) columns are wanted, overwritten into
     /// an MR x NR scratch tile (row stride NR): by default the whole tile, its other columns
@@ -109,7 +93,7 @@ trait Microkernel<const MR: usize, const NR: usize> {
     unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
         let _ = cols;
         // SAFETY: as the caller promises.
-        unsafe { Self::kernel(kc, a, b, tile, NR, true) }
+        unsafe { Self::kernel(kc, a, (b, NR), tile, NR, true) }
     }
 }
 
@@ -814,12 +798,14 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
                 // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c; a B panel read
                 // in place is a full one, inside B (the caller's promise).
                 unsafe {
-                    let c = c.add(i0 * ldc + j0);
-                    if K::B_ROWS_IN_PLACE {
-                        K::kernel_b_rows(kc, a_panel.as_ptr(), b_src, c, ldc, overwrite)
-                    } else {
-                        K::kernel(kc, a_panel.as_ptr(), b_panel.as_ptr(), c, ldc, overwrite)
-                    }
+                    K::kernel(
+                        kc,
+                        a_panel.as_ptr(),
+                        b_src,
+                        c.add(i0 * ldc + j0),
+                        ldc,
+                        overwrite,
+                    )
                 }
             } else {
                 // An edge tile: the full tile into a scratch tile, then its valid part.
@@ -831,7 +817,7 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
                     if b_src.1 == NR {
                         K::edge_kernel(kc, a_panel.as_ptr(), b_src.0, tile_at, cols)
                     } else {
-                        K::kernel_b_rows(kc, a_panel.as_ptr(), b_src, tile_at, NR, true)
+                        K::kernel(kc, a_panel.as_ptr(), b_src, tile_at, NR, true)
                     }
                 };
                 for (i, row) in tile.iter().enumerate().take(valid_rows) {

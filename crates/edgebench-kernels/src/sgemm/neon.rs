@@ -35,32 +35,20 @@ impl Microkernel<8, 12> for Neon {
         transpose_rows_neon(&rows, dst)
     }
 
-    unsafe fn kernel(
-        kc: usize,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        overwrite: bool,
-    ) {
-        // SAFETY: as the caller promises.
-        unsafe { neon_kernel(kc, a, (b, 12), c, ldc, overwrite) }
-    }
-
     /// The step's B row loads with a register post-increment: the same instruction whatever
     /// the stride.
     const B_ROWS_IN_PLACE: bool = true;
 
-    unsafe fn kernel_b_rows(
+    unsafe fn kernel(
         kc: usize,
         a: *const f32,
-        (b, ldb): (*const f32, usize),
+        b: (*const f32, usize),
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
         // SAFETY: as the caller promises.
-        unsafe { neon_kernel(kc, a, (b, ldb), c, ldc, overwrite) }
+        unsafe { neon_kernel(kc, a, b, c, ldc, overwrite) }
     }
 
     /// A last panel of up to 4 or 8 wanted columns computes one or two vectors per row, not
