@@ -465,7 +465,7 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
     {
         // The borders stay -FLT_MAX from the allocation; only the interior is rewritten. Every
         // window's tap 0 lies in the padded row, so tap 0 initialises m and a.
-        sc.row[g.pad..g.pad + g.w].copy_from_slice(xr);
+        crate::util::copy_short(&mut sc.row[g.pad..g.pad + g.w], xr);
         // Tap kj of window o is padded column o·s + kj: input index r·w + o·s + kj - pad
         // (wrapping for padding, which never wins).
         let at0 = (r * g.w) as u32;

@@ -627,6 +627,50 @@ pub(crate) fn native_or_host(
     }
 }
 
+/// Copies `n` < 64 elements in pieces of 32, 16, 8, 4, 2 and 1 (as n's bits say), each of a
+/// size known when compiled, instead of a `memcpy` call, which takes more instructions than
+/// so short a copy: the rows of an SGEMM edge tile (1 to NR - 1 floats; GoogLeNet's 49-column
+/// products have one such tile per eight rows) and the rows of GoogLeNet's 7 to 56-wide maps
+/// (see [`copy_short`]).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `n` elements, and they do not overlap.
+#[inline(always)]
+pub(crate) unsafe fn copy_few<T>(src: *const T, dst: *mut T, n: usize) {
+    #[inline(always)]
+    unsafe fn piece<T, const P: usize>(src: *const T, dst: *mut T, n: usize, at: &mut usize) {
+        if n & P != 0 {
+            // SAFETY: *at + P <= n (the pieces before took n's higher bits), the caller's
+            // promise.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(*at), dst.add(*at), P) };
+            *at += P;
+        }
+    }
+    debug_assert!(n < 64, "copy_few: {n} elements");
+    let mut at = 0;
+    // SAFETY: as the caller promises.
+    unsafe {
+        piece::<T, 32>(src, dst, n, &mut at);
+        piece::<T, 16>(src, dst, n, &mut at);
+        piece::<T, 8>(src, dst, n, &mut at);
+        piece::<T, 4>(src, dst, n, &mut at);
+        piece::<T, 2>(src, dst, n, &mut at);
+        piece::<T, 1>(src, dst, n, &mut at);
+    }
+}
+
+/// `dst` = `src` (one length), by [`copy_few`] below 64 elements and `memcpy` from there on.
+#[inline(always)]
+pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    if src.len() >= 64 {
+        return dst.copy_from_slice(src);
+    }
+    assert_eq!(dst.len(), src.len(), "copy_short: lengths differ");
+    // SAFETY: both hold src.len() < 64 elements (asserted), and a shared and a mutable slice
+    // do not overlap.
+    unsafe { copy_few(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

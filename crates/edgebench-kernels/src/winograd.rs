@@ -1040,6 +1040,12 @@ fn copy_interiors<T: Float>(
     {
         for (r, row) in dst.chunks_exact_mut(g.w).enumerate() {
             let from = &src[(r + pad) * wp + pad..][..g.w];
+            if g.w < 64 {
+                // SAFETY: row and from are g.w < 64 long, and do not overlap; writing through
+                // MaybeUninit<T>'s pointer initialises the row.
+                unsafe { crate::util::copy_few(from.as_ptr(), row.as_mut_ptr().cast::<T>(), g.w) };
+                continue;
+            }
             for (d, &v) in row.iter_mut().zip(from) {
                 d.write(v);
             }
@@ -1941,6 +1947,7 @@ impl Tile<4, 8, 5> for F4R5 {
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::array_of;
+    use crate::util::copy_short;
     use std::arch::aarch64::*;
     use std::mem::MaybeUninit;
     use std::ops::Range;
@@ -2040,7 +2047,10 @@ mod neon {
         for (ch, plane) in x.chunks_exact(h * w).enumerate() {
             for pr in 0..lines {
                 if let Some(r) = inside(pr) {
-                    band[pr * line + pad..][..w].copy_from_slice(&plane[r * w..(r + 1) * w]);
+                    copy_short(
+                        &mut band[pr * line + pad..][..w],
+                        &plane[r * w..(r + 1) * w],
+                    );
                 }
             }
             // SAFETY: the loads read band[(M·i + q)·line + M·t0..][..5·M] with t0 <= tw - 4,
@@ -2202,11 +2212,11 @@ mod neon {
                             } else {
                                 let rest = wp - M * (t0 + 1);
                                 let mut tmp = [0f32; 16];
-                                std::ptr::copy_nonoverlapping(next, tmp.as_mut_ptr(), rest);
+                                crate::util::copy_few(next, tmp.as_mut_ptr(), rest);
                                 let mut v = load_tile_columns::<M>(tmp.as_ptr());
                                 add_next(&mut v);
                                 store_tile_columns::<M>(tmp.as_mut_ptr(), v);
-                                std::ptr::copy_nonoverlapping(tmp.as_ptr(), next, rest);
+                                crate::util::copy_few(tmp.as_ptr(), next, rest);
                             }
                         }
                     }
@@ -2467,7 +2477,7 @@ mod neon {
                                 load_tile_columns::<M>(src)
                             } else {
                                 let mut padded = [0f32; 16];
-                                std::ptr::copy_nonoverlapping(src, padded.as_mut_ptr(), w - M * t0);
+                                crate::util::copy_few(src, padded.as_mut_ptr(), w - M * t0);
                                 load_tile_columns::<M>(padded.as_ptr())
                             }
                         };
@@ -2547,7 +2557,7 @@ mod neon {
                             } else {
                                 let mut row = [0f32; 16];
                                 store_tile_columns::<M>(row.as_mut_ptr(), yr);
-                                std::ptr::copy_nonoverlapping(row.as_ptr(), dst, w - M * t0);
+                                crate::util::copy_few(row.as_ptr(), dst, w - M * t0);
                             }
                         }
                     }

@@ -31,13 +31,13 @@ impl Microkernel<4, 24> for Avx2 {
 
     unsafe fn kernel(
         kc: usize,
-        a: *const f32,
+        (a, lda): (*const f32, usize),
         (b, ldb): (*const f32, usize),
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        debug_assert_eq!(ldb, 24, "this kernel reads packed B panels only");
+        debug_assert_eq!((lda, ldb), (4, 24), "this kernel reads packed panels only");
         // SAFETY: as the caller promises.
         unsafe { avx2_kernel(kc, a, b, c, ldc, overwrite) }
     }

@@ -34,20 +34,27 @@ impl Microkernel<8, 48> for Avx512 {
 
     unsafe fn kernel(
         kc: usize,
-        a: *const f32,
+        (a, lda): (*const f32, usize),
         (b, ldb): (*const f32, usize),
         c: *mut f32,
         ldc: usize,
         overwrite: bool,
     ) {
-        debug_assert_eq!(ldb, 48, "this kernel reads packed B panels only");
+        debug_assert_eq!((lda, ldb), (8, 48), "this kernel reads packed panels only");
         // SAFETY: as the caller promises.
         unsafe { avx512_kernel(kc, a, b, c, ldc, overwrite) }
     }
 
     /// A last panel of up to 16 or 32 wanted columns computes one or two vectors per row, not
     /// three: a skinny product (the MLP's hidden layer of 100) wastes at most 15 columns.
-    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+    unsafe fn edge_kernel(
+        kc: usize,
+        (a, lda): (*const f32, usize),
+        b: *const f32,
+        tile: *mut f32,
+        cols: usize,
+    ) {
+        debug_assert_eq!(lda, 8, "this kernel reads packed panels only");
         // SAFETY: as the caller promises.
         unsafe {
             match cols.div_ceil(16) {

@@ -63,17 +63,18 @@ trait Microkernel<const MR: usize, const NR: usize> {
     /// [`Self::available`].
     unsafe fn transpose_rows(rows: [&[f32]; MR], dst: &mut [f32]);
 
-    /// C[0..MR][0..NR] (row stride `ldc`) = (or +=, unless `overwrite`) the product of a packed
-    /// A panel (kc x MR, column by column) and kc rows of NR floats of B, `ldb` floats apart
-    /// (NR: a packed panel, row by row).
+    /// C[0..MR][0..NR] (row stride `ldc`) = (or +=, unless `overwrite`) the product of kc
+    /// columns of MR floats of A, `lda` floats apart (MR: a packed panel, column by column), and
+    /// kc rows of NR floats of B, `ldb` floats apart (NR: a packed panel, row by row).
     ///
     /// # Safety
-    /// [`Self::available`]; kc >= 1; `a` holds MR kc floats; the NR floats at `b + p·ldb` are
-    /// readable for p < kc, and `ldb` is NR unless [`Self::B_ROWS_IN_PLACE`]; the MR x NR tile
-    /// of `c` is valid for reads and writes.
+    /// [`Self::available`]; kc >= 1; the MR floats at `a + p·lda` and the NR floats at
+    /// `b + p·ldb` are readable for p < kc; `lda` is MR unless [`Self::A_COLUMNS_IN_PLACE`],
+    /// and `ldb` is NR unless [`Self::B_ROWS_IN_PLACE`]; the MR x NR tile of `c` is valid for
+    /// reads and writes.
     unsafe fn kernel(
         kc: usize,
-        a: *const f32,
+        a: (*const f32, usize),
         b: (*const f32, usize),
         c: *mut f32,
         ldc: usize,
@@ -81,16 +82,28 @@ trait Microkernel<const MR: usize, const NR: usize> {
     );
 
     /// Whether [`Self::kernel`] takes B's rows at any stride: then a narrow row-major B (see
-    /// [`B_IN_PLACE_COLUMNS`]) is read where it lies instead of packed.
+    /// [`IN_PLACE_COLUMNS`]) is read where it lies instead of packed.
     const B_ROWS_IN_PLACE: bool = false;
 
+    /// Whether [`Self::kernel`] and [`Self::edge_kernel`] take A's columns at any stride: then
+    /// a column-major A of a narrow product (see [`IN_PLACE_COLUMNS`]) is read where it lies;
+    /// only a last panel of fewer than MR rows is packed.
+    const A_COLUMNS_IN_PLACE: bool = false;
+
     /// The tile of an edge panel whose first `cols` (< NR) columns are wanted, overwritten into
-    /// an MR x NR scratch tile (row stride NR): by default the whole tile, its other columns
-    /// computed from the zero padding.
+    /// an MR x NR scratch tile (row stride NR), which may be uninitialised: at least those
+    /// columns of every row are written; by default the whole tile, its other columns computed
+    /// from the zero padding.
     ///
     /// # Safety
-    /// As for [`Self::kernel`], with `tile` valid for MR x NR floats.
-    unsafe fn edge_kernel(kc: usize, a: *const f32, b: *const f32, tile: *mut f32, cols: usize) {
+    /// As for [`Self::kernel`] (`b` a packed panel), with `tile` valid for MR x NR floats.
+    unsafe fn edge_kernel(
+        kc: usize,
+        a: (*const f32, usize),
+        b: *const f32,
+        tile: *mut f32,
+        cols: usize,
+    ) {
         let _ = cols;
         // SAFETY: as the caller promises.
         unsafe { Self::kernel(kc, a, (b, NR), tile, NR, true) }
@@ -470,7 +483,13 @@ unsafe fn pack_a<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
         let i0 = panel * MR;
         let valid = MR.min(rows - i0);
         if valid == MR && a.cs == 1 {
-            let src: [&[f32]; MR] = std::array::from_fn(|i| &a.data[(i0 + i) * a.rs + pc..][..kc]);
+            // One bounds check for the panel's rows, not one per row (a sixth of the packing's
+            // instructions at GoogLeNet's depths).
+            let first = i0 * a.rs + pc;
+            let rows = &a.data[first..first + (MR - 1) * a.rs + kc];
+            // SAFETY: row i < MR spans rows[i·rs..i·rs + kc], inside `rows` (checked above).
+            let src: [&[f32]; MR] =
+                std::array::from_fn(|i| unsafe { rows.get_unchecked(i * a.rs..i * a.rs + kc) });
             // SAFETY: the caller's promise.
             unsafe { K::transpose_rows(src, dst) };
             continue;
@@ -502,13 +521,16 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
     index * units / parts..(index + 1) * units / parts
 }
 
-/// Most columns of a row-major B that a microkernel with [`Microkernel::B_ROWS_IN_PLACE`]
-/// reads where it lies instead of packing it (as BLIS's unpacked path for skinny products
-/// does): a depth block of it (KC rows, 256 KiB at KC = 256) fits in L2, where its rows of NR
-/// floats are read as a packed panel's would be, and the copy is saved. GoogLeNet's products
-/// at batch 1 are 16 to 196 columns wide (Winograd tiles, 14x14 and 7x7 maps); copying their
-/// B took 0.7 % of the step's instructions on aarch64.
-const B_IN_PLACE_COLUMNS: usize = 256;
+/// Most columns of a product whose row-major B a microkernel with
+/// [`Microkernel::B_ROWS_IN_PLACE`] reads where it lies instead of packing it (as BLIS's
+/// unpacked path for skinny products does): a depth block of it (KC rows, 256 KiB at KC = 256)
+/// fits in L2, where its rows of NR floats are read as a packed panel's would be, and the copy
+/// is saved. GoogLeNet's products at batch 1 are 16 to 196 columns wide (Winograd tiles, 14x14
+/// and 7x7 maps); copying their B took 0.7 % of the step's instructions on aarch64. The same
+/// bound holds for a column-major A read in place ([`Microkernel::A_COLUMNS_IN_PLACE`]): each
+/// of its panels then serves at most 22 tiles, and its copy, once per task and depth block,
+/// cost about as many instructions as those tiles' extra loads of A.
+const IN_PLACE_COLUMNS: usize = 256;
 
 /// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -642,7 +664,10 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     let progress_by_group: Vec<Progress> = groups.iter().map(|_| Progress::default()).collect();
     // A narrow row-major B is read where it lies; only each depth block's last, partial panel
     // is packed.
-    let b_in_place = K::B_ROWS_IN_PLACE && b.cs == 1 && n <= B_IN_PLACE_COLUMNS;
+    let b_in_place = K::B_ROWS_IN_PLACE && b.cs == 1 && n <= IN_PLACE_COLUMNS;
+    // So is a column-major A of such a product; only a task's last panel of fewer than MR rows
+    // is packed.
+    let a_in_place = K::A_COLUMNS_IN_PLACE && a.rs == 1 && n <= IN_PLACE_COLUMNS;
     // Taken out of the thread-local while the pool runs: a worker that waits here may steal a
     // task that calls sgemm itself, which then packs into a buffer of its own.
     let mut pack_b_buf = Aligned(PACK_B.take());
@@ -706,26 +731,36 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
                     data: &a.data[first_row * a.rs..],
                     ..a
                 };
+                // Rows packed: all, or with A in place only a last panel of fewer than MR.
+                let first_packed = if a_in_place { rows - rows % MR } else { 0 };
                 PACK_A.with_borrow_mut(|pack_a_buf| {
                     for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
                         let pc = group.pg + blk * K::KC;
                         let kc = K::KC.min(k - pc);
-                        let packed_a = pack_a_buf.slice(rows.div_ceil(MR) * MR * kc);
+                        let packed_rows = rows - first_packed;
+                        let packed_a = pack_a_buf.slice(packed_rows.div_ceil(MR) * MR * kc);
+                        let a_packed = Operand {
+                            data: &a.data[first_packed * a.rs..],
+                            ..a
+                        };
                         // SAFETY: K::available(), the caller's promise.
-                        unsafe { pack_a::<K, MR, NR>(a, rows, (pc, kc), packed_a) };
+                        unsafe { pack_a::<K, MR, NR>(a_packed, packed_rows, (pc, kc), packed_a) };
                         let overwrite = pc == 0 && !accumulate;
+                        let a_cols = a_in_place.then(|| (a.data[pc * a.cs..].as_ptr(), a.cs));
                         let b_rows =
                             b_in_place.then(|| (b.data[pc * b.rs + group.jc..].as_ptr(), b.rs));
-                        // SAFETY: native_kernel() holds (the caller's promise); the panels
-                        // hold kc x MR and kc x NR floats, and the tile writes stay inside
-                        // this task's rows 0..rows and columns jc..jc + nc of C.
+                        // SAFETY: native_kernel() holds (the caller's promise); the packed
+                        // panels hold kc x MR and kc x NR floats, A and B read in place reach
+                        // kc columns of this task's rows and kc rows of columns jc..jc + nc,
+                        // and the tile writes stay inside this task's rows 0..rows and
+                        // columns jc..jc + nc of C.
                         unsafe {
                             macro_kernel::<K, MR, NR>(
                                 kc,
                                 (packed_a, packed_b),
                                 (c, rows, ldc),
                                 (group.jc, group.nc),
-                                b_rows,
+                                (a_cols, b_rows),
                                 overwrite,
                             )
                         }
@@ -748,25 +783,33 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     PACK_B.set(pack_b_buf.0);
 }
 
+/// An operand read where it lies, if it is: its first float and its stride (A's columns' or
+/// B's rows').
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+type InPlace = Option<(*const f32, usize)>;
+
 /// Every MR x NR tile of a thread's rows of C against one packed B block: B panel outer (it
 /// stays in L1 while the A panels stream from L2), A panel inner. With `b_rows` (the block's
 /// first row of B at its column `jc`, and B's row stride), the full panels are read from B's
-/// rows instead: only a last, partial panel comes from `packed_b`.
+/// rows instead: only a last, partial panel comes from `packed_b`. Likewise with `a_cols` (the
+/// block's first column of A at the task's first row, and A's column stride), the panels of
+/// MR rows are read from A's columns: `packed_a` then holds only a last panel of fewer rows.
 ///
 /// # Safety
 /// The microkernel's instructions are present; `c` is valid for reads and writes of `rows`
-/// rows (row stride `ldc`) of columns `jc..jc + nc`; `b_rows`, if given, reaches kc rows of
-/// columns `jc..jc + nc` of B and [`Microkernel::B_ROWS_IN_PLACE`] holds.
+/// rows (row stride `ldc`) of columns `jc..jc + nc`; `a_cols`, if given, reaches kc columns of
+/// rows 0..rows of A and [`Microkernel::A_COLUMNS_IN_PLACE`] holds; `b_rows`, if given,
+/// reaches kc rows of columns `jc..jc + nc` of B and [`Microkernel::B_ROWS_IN_PLACE`] holds.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
     kc: usize,
     (packed_a, packed_b): (&[f32], &[f32]),
     (c, rows, ldc): (*mut f32, usize, usize),
     (jc, nc): (usize, usize),
-    b_rows: Option<(*const f32, usize)>,
+    (a_cols, b_rows): (InPlace, InPlace),
     overwrite: bool,
 ) {
-    let a_panels = packed_a.len() / (kc * MR);
+    let a_panels = rows.div_ceil(MR);
     let b_panels = packed_b.chunks_exact(kc * NR);
     let b_panel_lines = kc * NR / 16;
     // The next B panel is fetched into L2 a few lines per tile while this one is in use, so
@@ -786,8 +829,13 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
             Some((first, ldb)) if cols == NR => (first.wrapping_add(jp * NR), ldb),
             _ => (b_panel.as_ptr(), NR),
         };
-        for (ip, a_panel) in packed_a.chunks_exact(kc * MR).enumerate() {
+        for ip in 0..a_panels {
             let i0 = ip * MR;
+            let a_src = match a_cols {
+                Some((first, lda)) if i0 + MR <= rows => (first.wrapping_add(i0), lda),
+                Some(_) => (packed_a.as_ptr(), MR),
+                None => (packed_a[ip * kc * MR..].as_ptr(), MR),
+            };
             let first_line = ip * lines_per_tile;
             prefetch_l2_lines(
                 next_b.as_ptr().wrapping_add(first_line * 16),
@@ -795,41 +843,35 @@ unsafe fn macro_kernel<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>
             );
             let valid_rows = MR.min(rows - i0);
             if valid_rows == MR && cols == NR {
-                // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c; a B panel read
-                // in place is a full one, inside B (the caller's promise).
-                unsafe {
-                    K::kernel(
-                        kc,
-                        a_panel.as_ptr(),
-                        b_src,
-                        c.add(i0 * ldc + j0),
-                        ldc,
-                        overwrite,
-                    )
-                }
+                // SAFETY: rows i0..i0 + MR and columns j0..j0 + NR lie inside c; panels read
+                // in place are full ones, inside A and B (the caller's promise).
+                unsafe { K::kernel(kc, a_src, b_src, c.add(i0 * ldc + j0), ldc, overwrite) }
             } else {
                 // An edge tile: the full tile into a scratch tile, then its valid part.
-                let mut tile = [[0f32; NR]; MR];
+                let mut tile = [[std::mem::MaybeUninit::<f32>::uninit(); NR]; MR];
                 let tile_at = tile.as_mut_ptr().cast::<f32>();
-                // SAFETY: the scratch tile is MR x NR with row stride NR; B's panel is packed,
-                // or a full one read in place (as above).
+                // SAFETY: the scratch tile is MR x NR with row stride NR; the panels are packed,
+                // or full ones read in place (as above).
                 unsafe {
                     if b_src.1 == NR {
-                        K::edge_kernel(kc, a_panel.as_ptr(), b_src.0, tile_at, cols)
+                        K::edge_kernel(kc, a_src, b_src.0, tile_at, cols)
                     } else {
-                        K::kernel(kc, a_panel.as_ptr(), b_src, tile_at, NR, true)
+                        K::kernel(kc, a_src, b_src, tile_at, NR, true)
                     }
                 };
                 for (i, row) in tile.iter().enumerate().take(valid_rows) {
-                    let src = &row[..cols];
-                    // SAFETY: row i0 + i, columns j0..j0 + cols, lie inside c; a destination
-                    // that is overwritten may be uninitialised, so it is written through the
-                    // pointer, and one that is added to is initialised (the caller's promise).
+                    // SAFETY: the kernels wrote (at least) the first `cols` floats of every row
+                    // of the tile; row i0 + i, columns j0..j0 + cols, lie inside c; a
+                    // destination that is overwritten may be uninitialised, so it is written
+                    // through the pointer, and one that is added to is initialised (the
+                    // caller's promise).
                     unsafe {
+                        let src = row.as_ptr().cast::<f32>();
                         let dst = c.add((i0 + i) * ldc + j0);
                         if overwrite {
-                            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, cols);
+                            crate::util::copy_few(src, dst, cols);
                         } else {
+                            let src = std::slice::from_raw_parts(src, cols);
                             let dst = std::slice::from_raw_parts_mut(dst, cols);
                             for (d, s) in dst.iter_mut().zip(src) {
                                 *d += s;

@@ -232,7 +232,10 @@ fn packed_panels_hold_their_elements<K: Microkernel<MR, NR>, const MR: usize, co
 
 /// The blocked product of strided operands (row-major, transposed, neither stride 1) into
 /// a C whose rows are longer than n, overwritten or added to, on the calling thread alone
-/// and on every thread of pools of 1 to 16: the columns past n stay as they were.
+/// and on every thread of pools of 1 to 16: the columns past n stay as they were. The shapes
+/// are narrow enough for a microkernel that reads A's columns or B's rows in place to do so,
+/// with last panels of A's rows and of B's columns that are partial (one column among them)
+/// and depths that leave 0 to 3 steps after the unrolled loops.
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn strided_operands_into_a_wider_c_overwrite_or_accumulate<
     K: Microkernel<MR, NR>,
@@ -247,6 +250,8 @@ fn strided_operands_into_a_wider_c_overwrite_or_accumulate<
         (MR + 1, NR - 1, 5),
         (37, 41, K::KC + 3),
         (K::MC + 5, 2 * NR + 3, 2 * K::KC + 1),
+        (2 * MR + 1, 2 * NR + 1, 8),
+        (3 * MR, NR + 1, 2),
     ];
     crate::test_util::on_thread_counts(|| {
         let pool = rayon::current_num_threads();
