@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Static cycle estimate (llvm-mca) of the aarch64 SGEMM microkernel's loops (sgemm/neon.rs:
 # 8 x 12 NEON, eight k steps per iteration, with A packed and with A read in place; the edge
-# tiles' 8 x 8 and 8 x 4 variants, two k steps per iteration; the one-column kernel, eight),
-# read out of a built aarch64 binary that holds them (the kernels crate's test binary, or
-# edgebench itself). Prints a Markdown table.
+# tiles' 8 x 8 and 8 x 4 variants with A packed, two k steps per iteration; the one-column
+# kernel, eight), read out of a built aarch64 binary that holds them (the kernels crate's test
+# binary, or edgebench itself). Prints a Markdown table.
 #
 #   bench/arm/mca-sgemm.sh BINARY
 #
-# A loop: in a function of the sgemm module, the one whose body holds 192 (32, 16)
+# A loop: in a function of the sgemm module, the first one whose body holds 192 (32, 16)
 # `fmla v.4s, v.4s, v.s[i]`, from the target of its backward branch to that branch (the 8 x 12
-# loop that prefetches reads A packed; the one-column kernel is the function so named). llvm-mca
-# is a static model of one core's
-# pipeline: no caches, no memory, no branch misses. LLVM 14 has no Cortex-A76 model of its own:
-# -mcpu=cortex-a76 takes the Cortex-A57's scheduling model, so that row repeats the A57's.
+# loop that prefetches reads A packed); the one-column kernel is the function so named, with
+# 16 such fmla among its 34 instructions, hence the slack of 20 over two per fmla. llvm-mca is
+# a static model of one core's pipeline: no caches, no memory, no branch misses. LLVM 14 has
+# no Cortex-A76 model of its own: -mcpu=cortex-a76 takes the Cortex-A57's scheduling model, so
+# that row repeats the A57's.
 set -euo pipefail
 bin=${1:?usage: $0 AARCH64_BINARY}
 command -v llvm-mca >/dev/null || { echo "llvm-mca missing: apt-get install llvm" >&2; exit 1; }

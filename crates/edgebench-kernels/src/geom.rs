@@ -157,7 +157,7 @@ impl Geom {
                     let row = rows.next().expect("col has kk rows");
                     let (lo, hi) = self.valid_cols(kj);
                     if s == 1 && wo == self.w {
-                        self.im2col_same(plane, row, (ki, kj), out_rows.clone());
+                        self.im2col_same(plane, row, (ki, kj), (lo, hi), out_rows.clone());
                         continue;
                     }
                     #[cfg(target_arch = "aarch64")]
@@ -165,7 +165,7 @@ impl Geom {
                         if let (Some(plane), Some(row)) =
                             (crate::util::as_f32(plane), crate::util::as_f32_mut(row))
                         {
-                            self.im2col_stride_2(plane, row, (ki, kj), out_rows.clone());
+                            self.im2col_stride_2(plane, row, (ki, kj), (lo, hi), out_rows.clone());
                             continue;
                         }
                     }
@@ -187,23 +187,34 @@ impl Geom {
         }
     }
 
-    /// One row of im2col (kernel tap `(ki, kj)`) for a stride-2 convolution in f32 on aarch64
-    /// (GoogLeNet's conv1: 147 taps of 112-column rows): the output rows whose input row lies
-    /// inside the image in one call of `neon::gather_even_rows`, the others zeroed. Row by row
-    /// through the generic gather, the fills and calls took as many instructions as the gather.
+    /// Output rows of `out_rows` whose input row `oh * stride + ki - pad` lies in [0, h): none,
+    /// a..a at the run's end, when the whole run lies in the top padding (a thread's run of one
+    /// row of a 7x7 map with a 5x5 kernel) or the bottom one.
+    fn valid_rows(&self, ki: usize, out_rows: &Range<usize>) -> Range<usize> {
+        let (s, (r0, r1)) = (self.stride, (out_rows.start, out_rows.end));
+        let a = self.pad.saturating_sub(ki).div_ceil(s).clamp(r0, r1);
+        a..(self.h + self.pad)
+            .saturating_sub(ki)
+            .div_ceil(s)
+            .clamp(a, r1)
+    }
+
+    /// One row of im2col (kernel tap `(ki, kj)`, valid columns `lo..hi`) for a stride-2
+    /// convolution in f32 on aarch64 (GoogLeNet's conv1: 147 taps of 112-column rows): the
+    /// output rows whose input row lies inside the image in one call of
+    /// `neon::gather_even_rows`, the others zeroed. Row by row through the generic gather, the
+    /// fills and calls take as many instructions as the gather.
     #[cfg(target_arch = "aarch64")]
     fn im2col_stride_2(
         &self,
         plane: &[f32],
         row: &mut [f32],
         (ki, kj): (usize, usize),
+        (lo, hi): (usize, usize),
         out_rows: Range<usize>,
     ) {
-        let (lo, hi) = self.valid_cols(kj);
         let (w, wo, pad, r0) = (self.w, self.wo, self.pad, out_rows.start);
-        // Output rows a..b read input rows 2·oh + ki - pad inside [0, h).
-        let a = pad.saturating_sub(ki).div_ceil(2).clamp(r0, out_rows.end);
-        let b = ((self.h + pad).saturating_sub(ki).div_ceil(2)).clamp(a, out_rows.end);
+        let Range { start: a, end: b } = self.valid_rows(ki, &out_rows);
         let (head, rest) = row.split_at_mut((a - r0) * wo);
         let (inside, tail) = rest.split_at_mut((b - a) * wo);
         head.fill(0.0);
@@ -216,23 +227,21 @@ impl Geom {
         }
     }
 
-    /// One row of im2col (kernel tap `(ki, kj)`) for a stride-1 convolution whose output rows are
-    /// as long as the input's ("same" padding: every 3x3 and 5x5 in both nets). Such a row is the
-    /// input plane shifted by a constant, so it is one copy, then the few columns whose tap falls
-    /// in the padding are zeroed; row-by-row copies of 7-56 elements cost more in calls than data.
+    /// One row of im2col (kernel tap `(ki, kj)`, valid columns `lo..hi`) for a stride-1
+    /// convolution whose output rows are as long as the input's ("same" padding: every 3x3 and
+    /// 5x5 in both nets). Such a row is the input plane shifted by a constant, so it is one copy,
+    /// then the few columns whose tap falls in the padding are zeroed; row-by-row copies of 7-56
+    /// elements cost more in calls than data.
     fn im2col_same<T: Float>(
         &self,
         plane: &[T],
         row: &mut [T],
         (ki, kj): (usize, usize),
+        (lo, hi): (usize, usize),
         out_rows: Range<usize>,
     ) {
         let (w, pad, r0) = (self.w, self.pad, out_rows.start);
-        // Output rows whose input row oh + ki - pad lies inside the image: none, a..a at the
-        // run's end, when the whole run lies in the top padding (a thread's run of one row of a
-        // 7x7 map with a 5x5 kernel) or the bottom one.
-        let a = out_rows.start.max(pad.saturating_sub(ki)).min(out_rows.end);
-        let b = out_rows.end.min((self.h + pad).saturating_sub(ki)).max(a);
+        let Range { start: a, end: b } = self.valid_rows(ki, &out_rows);
         let (head, rest) = row.split_at_mut((a - r0) * w);
         let (dst, tail) = rest.split_at_mut((b - a) * w);
         head.fill(T::ZERO);
@@ -252,7 +261,6 @@ impl Geom {
         dst[skip + n..].fill(T::ZERO);
         // Column by column down the rows: row by row, each row's one or two padding columns
         // would be a memset call.
-        let (lo, hi) = self.valid_cols(kj);
         for j in (0..lo).chain(hi..w) {
             for r in dst.chunks_exact_mut(w) {
                 r[j] = T::ZERO;
@@ -317,18 +325,8 @@ impl Geom {
 /// GoogLeNet conv1's im2col cost as much as its GEMM).
 fn gather_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
     fn fixed<T: Float, const S: usize>(dst: &mut [T], src: &[T]) {
-        // On aarch64 stride-2 f32 rows take the first lane of NEON structure loads (`ld2`):
-        // the compiler's shuffles took 17 instructions per 8 elements and a scalar tail of up
-        // to 7 (GoogLeNet conv1's rows of 112), about 2.4 per element. For stride 4 it emits
-        // `ld4` itself (AlexNet conv1's step counted 1.3 M more instructions through here).
-        #[cfg(target_arch = "aarch64")]
-        let done = match (crate::util::as_f32_mut(dst), crate::util::as_f32(src)) {
-            (Some(d), Some(s)) if S == 2 => neon::gather_even(d, s),
-            _ => 0,
-        };
-        #[cfg(not(target_arch = "aarch64"))]
-        let done = 0;
-        let (dst, src) = (&mut dst[done..], &src[(done * S).min(src.len())..]);
+        // (On aarch64 stride-2 f32 rows go through `neon::gather_even_rows` instead; for stride
+        // 4 the compiler emits `ld4` itself.)
         let Some(last) = dst.len().checked_sub(1) else {
             return;
         };
@@ -376,28 +374,10 @@ fn scatter_add_strided<T: Float>(dst: &mut [T], src: &[T], s: usize) {
     }
 }
 
-/// NEON structure loads for `gather_strided`.
+/// NEON structure loads for `Geom::im2col_stride_2`.
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use std::arch::aarch64::*;
-
-    /// `dst[i] = src[2i]` for the leading blocks of four elements whose loads stay inside
-    /// `src`, eight per iteration where they can; returns how many elements it wrote.
-    pub(super) fn gather_even(dst: &mut [f32], src: &[f32]) -> usize {
-        let blocks = dst.len().min(src.len() / 2) / 4;
-        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
-        // SAFETY: block b reads src[8b..8b + 8] (inside src: b < src.len() / 8) and writes
-        // dst[4b..4b + 4] (b < dst.len() / 4); NEON is part of the aarch64 baseline.
-        let block = |b: usize| unsafe { vst1q_f32(d.add(4 * b), vld2q_f32(s.add(8 * b)).0) };
-        for b in (0..blocks - blocks % 2).step_by(2) {
-            block(b);
-            block(b + 1);
-        }
-        if blocks % 2 == 1 {
-            block(blocks - 1);
-        }
-        4 * blocks
-    }
 
     /// Rows of a stride-2 im2col, `wo` = `lo..hi`'s row length apart in `dst`: in row r,
     /// `dst[lo + i] = src[r·stride + 2i]` for i < hi - lo, and zero outside `lo..hi`. The
@@ -455,8 +435,8 @@ mod neon {
                 let (mut s, mut d) = (src.as_ptr().add(r * stride), row.add(lo));
                 if eights >= 2 {
                     // Each structure load leaves its even elements in the register after the
-                    // previous one's: the four are then one four-register store. (The
-                    // compiler's loop moved registers around: 13 instructions, not 7.)
+                    // previous one's: the four are then one four-register store, 7
+                    // instructions per 16 elements (the intrinsics' loop compiles to 13).
                     std::arch::asm!(
                         "2:",
                         "ld2 {{v0.4s, v1.4s}}, [{s}], #32",

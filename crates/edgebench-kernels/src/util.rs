@@ -81,9 +81,10 @@ const FREE_SCRATCH_BYTES: usize = 0;
 
 /// A scratch vector of which every element that is read was first written by its user: its
 /// values start unspecified (an earlier user's, or zeros). It comes from the thread's free list
-/// when one there is long enough, and goes back to it when dropped, as long as the list stays
-/// under [`FREE_SCRATCH_BYTES`]: a zeroed allocation per call zeroed about 50 MB per batch-1
-/// GoogLeNet step (aarch64) for buffers that the transforms and products overwrite anyway.
+/// when one there is long enough, and is kept when dropped, the list holding its largest
+/// vectors within [`FREE_SCRATCH_BYTES`]: a zeroed allocation per call would zero about 50 MB
+/// per batch-1 GoogLeNet step (aarch64) for buffers that the transforms and products overwrite
+/// anyway.
 pub(crate) struct Scratch<T: Float> {
     /// Initialised in full; `len` of it in use.
     v: Vec<T>,
@@ -662,13 +663,26 @@ pub(crate) unsafe fn copy_few<T>(src: *const T, dst: *mut T, n: usize) {
 /// `dst` = `src` (one length), by [`copy_few`] below 64 elements and `memcpy` from there on.
 #[inline(always)]
 pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
-    if src.len() >= 64 {
-        return dst.copy_from_slice(src);
-    }
     assert_eq!(dst.len(), src.len(), "copy_short: lengths differ");
-    // SAFETY: both hold src.len() < 64 elements (asserted), and a shared and a mutable slice
-    // do not overlap.
-    unsafe { copy_few(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+    // SAFETY: both hold src.len() elements (asserted), and a shared and a mutable slice do not
+    // overlap.
+    unsafe { copy_short_raw(src.as_ptr(), dst.as_mut_ptr(), src.len()) }
+}
+
+/// [`copy_short`] through pointers (a destination that may be uninitialised).
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `n` elements, and they do not overlap.
+#[inline(always)]
+pub(crate) unsafe fn copy_short_raw<T>(src: *const T, dst: *mut T, n: usize) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        if n < 64 {
+            copy_few(src, dst, n);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,8 +37,8 @@ use crate::tuning::{
 #[cfg(target_arch = "aarch64")]
 use crate::util::{as_f32, as_f32_mut, as_f32_out};
 use crate::util::{
-    deinterleave, interleave, interleave_add, relu_f, sum, sum_partials, vec_written_by, zeros,
-    Float, Scratch, SharedPtr,
+    copy_short_raw, deinterleave, interleave, interleave_add, relu_f, sum, sum_partials,
+    vec_written_by, zeros, Float, Scratch, SharedPtr,
 };
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -437,9 +437,9 @@ fn taps_to_filters<T: Float, const K: usize>(taps: &[T], out: &mut [MaybeUninit<
 /// U[ξ][o][c] = (G g Gᵀ)[ξ] for each filter g = w[o][c] (R x R), ξ = A·row + column, laid out
 /// ξ-major as the GEMMs take them: u[ξ·oc + filter]. Each task transforms a block of filters,
 /// the last product writing straight into the block's stretch of every row of U, which is never
-/// zeroed: every element is written once. (A gather of U from per-filter tiles took a strided
-/// load per element; a zeroed block per task, copied into a zeroed U, cost GoogLeNet's batch-1
-/// step on aarch64 about 40 MB of memset and 20 MB of memcpy.)
+/// zeroed: every element is written once. (A gather of U from per-filter tiles would take a
+/// strided load per element; a zeroed block per task, copied into a zeroed U, would move about
+/// 40 MB of memset and 20 MB of memcpy per batch-1 GoogLeNet step on aarch64.)
 fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W: Tile<M, A, R>>(
     w: &[T],
     oc: usize,
@@ -458,7 +458,7 @@ fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                     let nf = gs.len() / rr;
                     // In f32 on aarch64, whole quads of filters in NEON registers.
                     #[cfg(target_arch = "aarch64")]
-                    let in_registers = matches!((A, R), (4, 3) | (6, 3) | (8, 5));
+                    let in_registers = neon::has_transforms(M, R);
                     #[cfg(target_arch = "aarch64")]
                     if let (Some(gs), true) = (as_f32(gs), in_registers && nf.is_multiple_of(4)) {
                         // SAFETY: T is f32 (`gs` is), and the block's stretch of every row of U
@@ -466,12 +466,17 @@ fn filter_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                         let first = unsafe { u.at(b * FILTERS_PER_BLOCK) }.cast::<f32>();
                         // SAFETY: nf floats from first + ξ·oc lie in row ξ of U, this block's.
                         unsafe {
-                            match A {
-                                4 => neon::filter_transform::<3, 9, 4>(gs, first, oc, neon::g_f2),
-                                6 => neon::filter_transform::<3, 9, 6>(gs, first, oc, neon::g_f4),
-                                _ => {
+                            match (M, R) {
+                                (2, 3) => {
+                                    neon::filter_transform::<3, 9, 4>(gs, first, oc, neon::g_f2)
+                                }
+                                (4, 3) => {
+                                    neon::filter_transform::<3, 9, 6>(gs, first, oc, neon::g_f4)
+                                }
+                                (4, 5) => {
                                     neon::filter_transform::<5, 25, 8>(gs, first, oc, neon::g_f4r5)
                                 }
+                                _ => unreachable!("no NEON transforms for F({M}, {R})"),
                             }
                         }
                         return;
@@ -533,7 +538,7 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
                 let f0 = blk * FILTERS_PER_BLOCK;
                 // In f32 on aarch64, whole quads of filters in NEON registers.
                 #[cfg(target_arch = "aarch64")]
-                let in_registers = matches!((A, R), (4, 3) | (6, 3) | (8, 5));
+                let in_registers = neon::has_transforms(M, R);
                 #[cfg(target_arch = "aarch64")]
                 if let (Some(du), Some(out), true) = (
                     as_f32(du),
@@ -543,10 +548,13 @@ fn filter_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
                     let first = du[f0..].as_ptr();
                     // SAFETY: nf floats from first + ξ·oc lie in row ξ of dU (ξ < A·A).
                     unsafe {
-                        match A {
-                            4 => neon::filter_adjoint::<3, 9, 4>(first, oc, out, neon::gt_f2),
-                            6 => neon::filter_adjoint::<3, 9, 6>(first, oc, out, neon::gt_f4),
-                            _ => neon::filter_adjoint::<5, 25, 8>(first, oc, out, neon::gt_f4r5),
+                        match (M, R) {
+                            (2, 3) => neon::filter_adjoint::<3, 9, 4>(first, oc, out, neon::gt_f2),
+                            (4, 3) => neon::filter_adjoint::<3, 9, 6>(first, oc, out, neon::gt_f4),
+                            (4, 5) => {
+                                neon::filter_adjoint::<5, 25, 8>(first, oc, out, neon::gt_f4r5)
+                            }
+                            _ => unreachable!("no NEON transforms for F({M}, {R})"),
                         }
                     }
                     return;
@@ -643,9 +651,7 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
     debug_assert_eq!((t.m, t.r), (M, R));
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if (R == 3 || (R, M) == (5, 4))
-        && tw >= 4
-        && s.v.len() >= (M * rows.len() + A - M) * (M * tw + M)
+    if neon::has_transforms(M, R) && tw >= 4 && s.v.len() >= (M * rows.len() + A - M) * (M * tw + M)
     {
         if let (Some(x), Some(v), Some(band)) =
             (as_f32(x), as_f32_mut(&mut *v), as_f32_mut(&mut s.v))
@@ -656,8 +662,9 @@ fn input_transform<T: Float, const M: usize, const A: usize, const R: usize, W: 
                 (4, 3) => neon::input_transform::<4, 6>(x, shape, rows, v, to, band, |d| {
                     neon::bt_f4(d, c)
                 }),
-                (4, _) => neon::input_transform::<4, 8>(x, shape, rows, v, to, band, neon::bt_f4r5),
-                _ => neon::input_transform::<2, 4>(x, shape, rows, v, to, band, neon::bt_f2),
+                (4, 5) => neon::input_transform::<4, 8>(x, shape, rows, v, to, band, neon::bt_f4r5),
+                (2, 3) => neon::input_transform::<2, 4>(x, shape, rows, v, to, band, neon::bt_f2),
+                _ => unreachable!("no NEON transforms for F({M}, {R})"),
             };
         }
     }
@@ -714,7 +721,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
+    if neon::has_transforms(M, R) && tw >= 4 {
         if let (Some(m), Some(y), Some(bias)) = (as_f32(m), as_f32_out(&mut *y), as_f32(bias)) {
             let (shape, ld_at) = ((h, w, tw), (ld, at));
             let c = neon::lanes([2.0, 4.0, 8.0, 0.0]);
@@ -724,7 +731,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                         neon::at_f4(d, c)
                     })
                 }
-                (4, _) => neon::output_transform::<4, 8>(
+                (4, 5) => neon::output_transform::<4, 8>(
                     m,
                     shape,
                     rows,
@@ -734,7 +741,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                     relu,
                     neon::at_f4r5,
                 ),
-                _ => neon::output_transform::<2, 4>(
+                (2, 3) => neon::output_transform::<2, 4>(
                     m,
                     shape,
                     rows,
@@ -744,6 +751,7 @@ fn output_transform<T: Float, const M: usize, const A: usize, const R: usize, W:
                     relu,
                     neon::at_f2,
                 ),
+                _ => unreachable!("no NEON transforms for F({M}, {R})"),
             };
         }
     }
@@ -797,15 +805,16 @@ fn output_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: T
     debug_assert_eq!(t.m, M);
     let (h, w, tw) = (t.h, t.w, t.tw);
     #[cfg(target_arch = "aarch64")]
-    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
+    if neon::has_transforms(M, R) && tw >= 4 {
         if let (Some(dy), Some(dm)) = (as_f32(dy), as_f32_mut(&mut *dm)) {
             let c = neon::lanes([2.0, 4.0, 8.0, 0.0]);
             return match (M, R) {
                 (4, 3) => {
                     neon::output_adjoint::<4, 6>(dy, (h, w, tw), rows, dm, to, |p| neon::a_f4(p, c))
                 }
-                (4, _) => neon::output_adjoint::<4, 8>(dy, (h, w, tw), rows, dm, to, neon::a_f4r5),
-                _ => neon::output_adjoint::<2, 4>(dy, (h, w, tw), rows, dm, to, neon::a_f2),
+                (4, 5) => neon::output_adjoint::<4, 8>(dy, (h, w, tw), rows, dm, to, neon::a_f4r5),
+                (2, 3) => neon::output_adjoint::<2, 4>(dy, (h, w, tw), rows, dm, to, neon::a_f2),
+                _ => unreachable!("no NEON transforms for F({M}, {R})"),
             };
         }
     }
@@ -861,7 +870,7 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
     debug_assert_eq!((t.m, t.r), (M, R));
     let tw = t.tw;
     #[cfg(target_arch = "aarch64")]
-    if (R == 3 || (R, M) == (5, 4)) && tw >= 4 {
+    if neon::has_transforms(M, R) && tw >= 4 {
         if let (Some(dv), Some(acc)) = (as_f32(dv), as_f32_mut(&mut *acc)) {
             let (hp, wp) = t.padded();
             let shape = (hp, wp, tw);
@@ -872,8 +881,9 @@ fn input_adjoint<T: Float, const M: usize, const A: usize, const R: usize, W: Ti
                         neon::b_f4(d, c)
                     })
                 }
-                (4, _) => neon::input_adjoint::<4, 8>(dv, shape, rows, (ld, at), acc, neon::b_f4r5),
-                _ => neon::input_adjoint::<2, 4>(dv, shape, rows, (ld, at), acc, neon::b_f2),
+                (4, 5) => neon::input_adjoint::<4, 8>(dv, shape, rows, (ld, at), acc, neon::b_f4r5),
+                (2, 3) => neon::input_adjoint::<2, 4>(dv, shape, rows, (ld, at), acc, neon::b_f2),
+                _ => unreachable!("no NEON transforms for F({M}, {R})"),
             };
         }
     }
@@ -1040,15 +1050,9 @@ fn copy_interiors<T: Float>(
     {
         for (r, row) in dst.chunks_exact_mut(g.w).enumerate() {
             let from = &src[(r + pad) * wp + pad..][..g.w];
-            if g.w < 64 {
-                // SAFETY: row and from are g.w < 64 long, and do not overlap; writing through
-                // MaybeUninit<T>'s pointer initialises the row.
-                unsafe { crate::util::copy_few(from.as_ptr(), row.as_mut_ptr().cast::<T>(), g.w) };
-                continue;
-            }
-            for (d, &v) in row.iter_mut().zip(from) {
-                d.write(v);
-            }
+            // SAFETY: row and from are g.w long, and do not overlap; writing through
+            // MaybeUninit<T>'s pointer initialises the row.
+            unsafe { copy_short_raw(from.as_ptr(), row.as_mut_ptr().cast::<T>(), g.w) };
         }
     }
 }
@@ -1947,9 +1951,15 @@ impl Tile<4, 8, 5> for F4R5 {
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::array_of;
-    use crate::util::copy_short;
+    use crate::util::{copy_few, copy_short};
     use std::arch::aarch64::*;
     use std::mem::MaybeUninit;
+
+    /// Whether F(m x m, r x r) has NEON transforms here: F(2x2, 3x3), F(4x4, 3x3) and
+    /// F(4x4, 5x5) (F(2x2, 5x5) keeps the generic ones).
+    pub(super) const fn has_transforms(m: usize, r: usize) -> bool {
+        matches!((m, r), (2, 3) | (4, 3) | (4, 5))
+    }
     use std::ops::Range;
 
     /// The four floats as one vector (the transforms' coefficients, for multiply-adds by lane).
@@ -2205,19 +2215,10 @@ mod neon {
                                     v[j - M] = vaddq_f32(v[j - M], e[j]);
                                 }
                             };
-                            if M * (t0 + 1) + 4 * M <= wp {
-                                let mut v = load_tile_columns::<M>(next);
-                                add_next(&mut v);
-                                store_tile_columns::<M>(next, v);
-                            } else {
-                                let rest = wp - M * (t0 + 1);
-                                let mut tmp = [0f32; 16];
-                                crate::util::copy_few(next, tmp.as_mut_ptr(), rest);
-                                let mut v = load_tile_columns::<M>(tmp.as_ptr());
-                                add_next(&mut v);
-                                store_tile_columns::<M>(tmp.as_mut_ptr(), v);
-                                crate::util::copy_few(tmp.as_ptr(), next, rest);
-                            }
+                            let rest = wp - M * (t0 + 1);
+                            let mut v = load_tile_columns_upto::<M>(next, rest);
+                            add_next(&mut v);
+                            store_tile_columns_upto::<M>(next, v, rest);
                         }
                     }
                 }
@@ -2400,6 +2401,49 @@ mod neon {
         }
     }
 
+    /// `load_tile_columns` from a row with only `avail` floats left at `src`: fewer than 4·M
+    /// go through a zero-padded copy.
+    ///
+    /// # Safety
+    /// `src` has min(avail, 4·M) readable floats; M is 2 or 4.
+    #[inline(always)]
+    unsafe fn load_tile_columns_upto<const M: usize>(
+        src: *const f32,
+        avail: usize,
+    ) -> [float32x4_t; M] {
+        // SAFETY: as the caller promises; `padded` holds 16 >= 4·M floats.
+        unsafe {
+            if avail >= 4 * M {
+                return load_tile_columns::<M>(src);
+            }
+            let mut padded = [0f32; 16];
+            copy_few(src, padded.as_mut_ptr(), avail);
+            load_tile_columns::<M>(padded.as_ptr())
+        }
+    }
+
+    /// `store_tile_columns` into a row with only `avail` floats left at `dst`: of fewer than
+    /// 4·M, only those are written.
+    ///
+    /// # Safety
+    /// `dst` has min(avail, 4·M) writable floats; M is 2 or 4.
+    #[inline(always)]
+    unsafe fn store_tile_columns_upto<const M: usize>(
+        dst: *mut f32,
+        v: [float32x4_t; M],
+        avail: usize,
+    ) {
+        // SAFETY: as the caller promises; `row` holds 16 >= 4·M floats.
+        unsafe {
+            if avail >= 4 * M {
+                return store_tile_columns::<M>(dst, v);
+            }
+            let mut row = [0f32; 16];
+            store_tile_columns::<M>(row.as_mut_ptr(), v);
+            copy_few(row.as_ptr(), dst, avail);
+        }
+    }
+
     /// `f` down each column of `rows` (R rows of the four tiles' A values each), element r of
     /// column `col`'s result stored as tile position r·A + col, at `dst + (r·A + col)·xi`.
     ///
@@ -2473,12 +2517,8 @@ mod neon {
                             let src = plane.as_ptr().add((M * th + r) * w + M * t0);
                             if r >= rows_in {
                                 [zero; M]
-                            } else if M * t0 + 4 * M <= w {
-                                load_tile_columns::<M>(src)
                             } else {
-                                let mut padded = [0f32; 16];
-                                crate::util::copy_few(src, padded.as_mut_ptr(), w - M * t0);
-                                load_tile_columns::<M>(padded.as_ptr())
+                                load_tile_columns_upto::<M>(src, w - M * t0)
                             }
                         };
                         // dy Aᵀ row by row (a vector per tile column), then A (dy Aᵀ) column by
@@ -2552,13 +2592,7 @@ mod neon {
                         }
                         for (r, yr) in y.into_iter().enumerate().take(rows_in) {
                             let dst = plane.add((M * th + r) * w + M * t0);
-                            if M * t0 + 4 * M <= w {
-                                store_tile_columns::<M>(dst, yr);
-                            } else {
-                                let mut row = [0f32; 16];
-                                store_tile_columns::<M>(row.as_mut_ptr(), yr);
-                                crate::util::copy_few(row.as_ptr(), dst, w - M * t0);
-                            }
+                            store_tile_columns_upto::<M>(dst, yr, w - M * t0);
                         }
                     }
                 }

@@ -90,13 +90,14 @@ trait Microkernel<const MR: usize, const NR: usize> {
     /// only a last panel of fewer than MR rows is packed.
     const A_COLUMNS_IN_PLACE: bool = false;
 
-    /// The tile of an edge panel whose first `cols` (< NR) columns are wanted, overwritten into
+    /// The tile of an edge panel whose first `cols` (<= NR) columns are wanted, overwritten into
     /// an MR x NR scratch tile (row stride NR), which may be uninitialised: at least those
     /// columns of every row are written; by default the whole tile, its other columns computed
     /// from the zero padding.
     ///
     /// # Safety
-    /// As for [`Self::kernel`] (`b` a packed panel), with `tile` valid for MR x NR floats.
+    /// As for [`Self::kernel`] with `ldb` = NR (B's rows as a packed panel's), with `tile` valid
+    /// for MR x NR floats.
     unsafe fn edge_kernel(
         kc: usize,
         a: (*const f32, usize),
@@ -526,10 +527,12 @@ fn even_run(units: usize, parts: usize, index: usize) -> std::ops::Range<usize> 
 /// unpacked path for skinny products does): a depth block of it (KC rows, 256 KiB at KC = 256)
 /// fits in L2, where its rows of NR floats are read as a packed panel's would be, and the copy
 /// is saved. GoogLeNet's products at batch 1 are 16 to 196 columns wide (Winograd tiles, 14x14
-/// and 7x7 maps); copying their B took 0.7 % of the step's instructions on aarch64. The same
-/// bound holds for a column-major A read in place ([`Microkernel::A_COLUMNS_IN_PLACE`]): each
-/// of its panels then serves at most 22 tiles, and its copy, once per task and depth block,
-/// cost about as many instructions as those tiles' extra loads of A.
+/// and 7x7 maps); copying their B is 0.7 % of the step's instructions on aarch64. The same
+/// bound holds for a column-major A read in place ([`Microkernel::A_COLUMNS_IN_PLACE`]): its
+/// strided columns are read again from L2 by each of at most 22 tiles, where a packed panel
+/// is copied once per task and depth block and then read contiguously; wider products reuse
+/// each panel over more tiles and keep the copy (GoogLeNet's batch-1 step spent 7.3 M
+/// instructions copying A of the narrow ones).
 const IN_PLACE_COLUMNS: usize = 256;
 
 /// Floats of one packed depth block (KC rows) of `nc` columns of B, in whole panels.
@@ -733,16 +736,16 @@ unsafe fn blocked<K: Microkernel<MR, NR>, const MR: usize, const NR: usize>(
                 };
                 // Rows packed: all, or with A in place only a last panel of fewer than MR.
                 let first_packed = if a_in_place { rows - rows % MR } else { 0 };
+                let packed_rows = rows - first_packed;
+                let a_packed = Operand {
+                    data: &a.data[first_packed * a.rs..],
+                    ..a
+                };
                 PACK_A.with_borrow_mut(|pack_a_buf| {
                     for (blk, packed_b) in packed_group.chunks(block_len).enumerate() {
                         let pc = group.pg + blk * K::KC;
                         let kc = K::KC.min(k - pc);
-                        let packed_rows = rows - first_packed;
                         let packed_a = pack_a_buf.slice(packed_rows.div_ceil(MR) * MR * kc);
-                        let a_packed = Operand {
-                            data: &a.data[first_packed * a.rs..],
-                            ..a
-                        };
                         // SAFETY: K::available(), the caller's promise.
                         unsafe { pack_a::<K, MR, NR>(a_packed, packed_rows, (pc, kc), packed_a) };
                         let overwrite = pc == 0 && !accumulate;
