@@ -18,8 +18,11 @@
 # bench-sgemm`: the gemm crate, or edgebench's own kernel, named in the header), and prints one
 # table. The ratio is edgebench's time against the faster peer of each round. The SGEMM floor is
 # the training FLOPs per image (AlexNet ~4.3 G, GoogLeNet ~9.5 G) at that peak; "% floor" =
-# floor / measured. All sides use all cores. Timings on a shared machine are noisy: the CPU
-# ms/img columns (process CPU time over all threads) are steadier than wall time.
+# floor / measured. The product floor is the GFLOP of the matrix products edgebench's step ran
+# per image (`product_gflop_per_image`: the Winograd layers' as multiplied) at that peak, so
+# "% of product floor" is the share of the step that its products would take at the peak; the
+# rest is the time spent around them. All sides use all cores. Timings on a shared machine are
+# noisy: the CPU ms/img columns (process CPU time over all threads) are steadier than wall time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NETS=${1:-alexnet,googlenet}
@@ -51,8 +54,8 @@ torchver=$("$TORCH_VENV/bin/python" -c 'import torch; print(torch.__version__)' 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;" \
     "SGEMM peak $peak GFLOP/s (edgebench's kernel: $(field kernel "$sgemm"), $(field threads "$sgemm") threads);" \
     "TensorFlow $tfver, PyTorch $torchver"
-printf '| net | batch | edgebench ms/img | TF ms/img | PyTorch ms/img | ratio eb/best peer | SGEMM floor ms/img | eb %% of floor | eb CPU ms/img | TF CPU ms/img | eb peak RSS MiB | TF peak RSS MiB |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+printf '| net | batch | edgebench ms/img | TF ms/img | PyTorch ms/img | ratio eb/best peer | SGEMM floor ms/img | eb %% of floor | eb CPU ms/img | TF CPU ms/img | eb peak RSS MiB | TF peak RSS MiB | eb product GFLOP/img | eb %% of product floor |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for net in ${NETS//,/ }; do
     case $net in
         alexnet) gflop=4.3 ;;
@@ -68,14 +71,15 @@ for net in ${NETS//,/ }; do
             rounds+="$(field median_s_per_image "$ours") $(field median_s_per_image "$tf") "
             rounds+="$(field median_s_per_image "$torch") "
             rounds+="$(field cpu_s_per_image "$ours") $(field cpu_s_per_image "$tf") "
-            rounds+="$(field peak_rss_kb "$ours") $(field peak_rss_kb "$tf")"$'\n'
+            rounds+="$(field peak_rss_kb "$ours") $(field peak_rss_kb "$tf") "
+            rounds+="$(field product_gflop_per_image "$ours")"$'\n'
         done
         python3 - "$net" "$batch" "$gflop" "$peak" "$rounds" <<'PY'
 import statistics, sys
 net, batch, gflop, peak, rounds = sys.argv[1:]
 gflop, peak = float(gflop), float(peak)
 rows = [list(map(float, line.split())) for line in rounds.splitlines() if line.strip()]
-eb, tf, pt, ebc, tfc, ebr, tfr = (statistics.median(col) for col in zip(*rows))
+eb, tf, pt, ebc, tfc, ebr, tfr, prod = (statistics.median(col) for col in zip(*rows))
 ratios = [r[0] / min(r[1], r[2]) for r in rows]
 ratio = f"{statistics.median(ratios):.2f}"
 if len(rows) > 1:
@@ -83,7 +87,8 @@ if len(rows) > 1:
 floor = gflop / peak * 1e3
 print(f"| {net} | {batch} | {eb*1e3:.1f} | {tf*1e3:.1f} | {pt*1e3:.1f} | {ratio} | {floor:.1f} | "
       f"{100*floor/(eb*1e3):.0f} % | {ebc*1e3:.1f} | {tfc*1e3:.1f} | "
-      f"{int(ebr)/1024:.0f} | {int(tfr)/1024:.0f} |")
+      f"{int(ebr)/1024:.0f} | {int(tfr)/1024:.0f} | {prod:.2f} | "
+      f"{100*prod/peak/eb:.0f} % |")
 PY
     done
 done

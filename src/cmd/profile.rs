@@ -33,8 +33,18 @@ pub(crate) fn run(args: ProfileArgs) -> Outcome {
     if !quick {
         print!("{}", p.text());
     }
+    // The products' GFLOP only where edgebench's kernels ran them: on a GPU (cuDNN, cuBLAS) and
+    // with `--candle-conv` (candle's matmul) they go uncounted.
+    let products = if p.product_flops_per_image > 0.0 {
+        format!(
+            " product_gflop_per_image={:.4}",
+            p.product_flops_per_image * 1e-9
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} issue_s_per_image={:.6} peak_rss_kb={} peak_gpu_bytes={}",
+        "RESULT net={} batch={} device={} median_s_per_image={:.6} cpu_s_per_image={:.6} issue_s_per_image={:.6} peak_rss_kb={} peak_gpu_bytes={}{products}",
         p.net,
         p.batch,
         p.device,

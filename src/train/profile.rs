@@ -35,6 +35,10 @@ pub struct Profile {
     pub issue_s: f64,
     pub forward_s: f64,
     pub backward_s: f64,
+    /// Floating-point operations of the matrix products edgebench's kernels ran per image in a
+    /// timed step (`edgebench_kernels::product_flops`); 0 where other libraries ran them (a GPU,
+    /// candle's convolutions).
+    pub product_flops_per_image: f64,
     pub stages: Vec<StageTime>,
     pub losses: Vec<f64>,
 }
@@ -104,11 +108,13 @@ pub fn profile(
 
     let (mut step_s, mut fwd_s, mut bwd_s, mut losses) = (vec![], vec![], vec![], vec![]);
     let (mut cpu_s, mut issue_s) = (vec![], vec![]);
+    let mut timed_product_flops = 0;
     for step in 0..total_steps {
         let timed = step > 0 && step <= steps;
         let split = split_inline || step > steps;
         let (x, y) = batch_at(step)?;
         let (t0, c0) = (monotonic_ns(), cpu_seconds());
+        let flops0 = edgebench_kernels::product_flops();
         let out = net.forward(&x, Some(&mut rng), None)?;
         let loss = net.loss(&out, &y)?;
         if split {
@@ -125,6 +131,7 @@ pub fn profile(
         // Waits for the device.
         let loss = loss.to_scalar::<f32>()? as f64;
         if timed {
+            timed_product_flops += edgebench_kernels::product_flops() - flops0;
             step_s.push(secs(t0));
             cpu_s.push(cpu_seconds() - c0);
             issue_s.push((queued - t0) as f64 * 1e-9);
@@ -185,6 +192,7 @@ pub fn profile(
         issue_s: median(&mut issue_s),
         forward_s: median(&mut fwd_s),
         backward_s: median(&mut bwd_s),
+        product_flops_per_image: timed_product_flops as f64 / (steps * batch) as f64,
         stages,
         losses,
     })
@@ -246,6 +254,14 @@ impl Profile {
             self.issue_s * 1e3,
             self.step_s * 1e3
         );
+        if self.product_flops_per_image > 0.0 {
+            let _ = writeln!(
+                s,
+                "matrix products {:.3} GFLOP/img, {:.1} GFLOP/s over the whole step",
+                self.product_flops_per_image * 1e-9,
+                self.product_flops_per_image * 1e-9 / (self.step_s / self.batch as f64)
+            );
+        }
         let _ = writeln!(
             s,
             "ms/img {:.2} (CPU time {:.2} ms/img over {} threads)   losses {:?}",

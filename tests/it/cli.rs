@@ -317,6 +317,34 @@ fn sigint_stops_at_an_iteration_boundary_and_marks_the_trial_interrupted() {
     );
 }
 
+/// `profile` reports the GFLOP of the step's matrix products per image: AlexNet at batch 1 on
+/// two threads runs every layer as a direct product (no map is large enough for the Winograd
+/// path with one image split over the threads), so they are three times the forward's
+/// multiply-adds, less conv1's input gradient (the image needs none), at two FLOP each.
+#[test]
+fn profile_counts_the_steps_matrix_products() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(edgebench(dir.path())
+        .args(["--quiet", "profile", "--net", "alexnet", "--batch", "1"])
+        .args(["--steps", "1", "--quick", "--threads", "2"])
+        .output()
+        .unwrap());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let counted: f64 = stdout
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("product_gflop_per_image="))
+        .unwrap_or_else(|| panic!("no product_gflop_per_image in {stdout}"))
+        .parse()
+        .unwrap();
+    let s = edgebench::models::by_name("alexnet").unwrap().summary();
+    let macs = 3 * s.forward_macs - s.stages[0].macs;
+    let want = 2.0 * macs as f64 * 1e-9;
+    assert!(
+        (counted - want).abs() < 1e-4,
+        "{counted} GFLOP, want {want}: {stdout}"
+    );
+}
+
 #[test]
 fn models_lists_both_networks() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,7 @@
 use crate::util::{is_f32, Float};
 use ::gemm::Parallelism;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
 #[allow(clippy::too_many_arguments)]
@@ -207,6 +208,24 @@ pub(crate) fn own_kernel_takes<T: Float>(m: usize, n: usize) -> bool {
     };
 }
 
+/// Floating-point operations (a multiply-add counts as two) of the matrix products the kernels
+/// have run in this process: the convolutions' GEMMs as multiplied (Winograd's on transformed
+/// tiles, so its savings show), the fully connected layers' GEMMs and streaming loops, and
+/// [`mm`]'s. Against the machine's SGEMM peak it gives the time the products alone would take.
+static PRODUCT_FLOPS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts an m x n x k product in [`product_flops`].
+pub(crate) fn count_product(m: usize, n: usize, k: usize) {
+    let flops = 2 * m as u64 * n as u64 * k as u64;
+    PRODUCT_FLOPS.fetch_add(flops, Ordering::Relaxed);
+}
+
+/// The floating-point operations of every matrix product the kernels have run in this process
+/// so far (see [`count_product`]); `edgebench profile` reports them per image.
+pub fn product_flops() -> u64 {
+    PRODUCT_FLOPS.load(Ordering::Relaxed)
+}
+
 /// The call into gemm (f32 into [`crate::sgemm`]'s blocked product where
 /// [`crate::sgemm::trains_with`] this CPU's kernel), with its operands' bounds checked here and
 /// dst's by the caller; `own` takes edgebench's kernel whatever `trains_with` says ([`mm`]'s products
@@ -226,6 +245,7 @@ unsafe fn gemm_raw<T: Float>(
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
+    count_product(m, n, k);
     // f32 on aarch64 (and for `own`): edgebench's own kernel (crate::sgemm), when dst has a unit
     // stride and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
