@@ -199,6 +199,23 @@ impl Geom {
             .clamp(a, r1)
     }
 
+    /// Zeroes the output rows of `row` (those of `out_rows`, `wo` elements each) whose input row
+    /// lies in the padding for kernel row `ki`, and returns the others' range (`valid_rows`) and
+    /// elements.
+    fn zero_padding_rows<'a, T: Float>(
+        &self,
+        row: &'a mut [T],
+        ki: usize,
+        out_rows: &Range<usize>,
+    ) -> (Range<usize>, &'a mut [T]) {
+        let valid = self.valid_rows(ki, out_rows);
+        let (head, rest) = row.split_at_mut((valid.start - out_rows.start) * self.wo);
+        let (inside, tail) = rest.split_at_mut(valid.len() * self.wo);
+        head.fill(T::ZERO);
+        tail.fill(T::ZERO);
+        (valid, inside)
+    }
+
     /// One row of im2col (kernel tap `(ki, kj)`, valid columns `lo..hi`) for a stride-2
     /// convolution in f32 on aarch64 (GoogLeNet's conv1: 147 taps of 112-column rows): the
     /// output rows whose input row lies inside the image in one call of
@@ -213,12 +230,8 @@ impl Geom {
         (lo, hi): (usize, usize),
         out_rows: Range<usize>,
     ) {
-        let (w, wo, pad, r0) = (self.w, self.wo, self.pad, out_rows.start);
-        let Range { start: a, end: b } = self.valid_rows(ki, &out_rows);
-        let (head, rest) = row.split_at_mut((a - r0) * wo);
-        let (inside, tail) = rest.split_at_mut((b - a) * wo);
-        head.fill(0.0);
-        tail.fill(0.0);
+        let (w, wo, pad) = (self.w, self.wo, self.pad);
+        let (Range { start: a, end: b }, inside) = self.zero_padding_rows(row, ki, &out_rows);
         if lo < hi && a < b {
             let first = (2 * a + ki - pad) * w + 2 * lo + kj - pad;
             neon::gather_even_rows((&plane[first..], 2 * w), inside, (lo, hi), wo);
@@ -240,12 +253,9 @@ impl Geom {
         (lo, hi): (usize, usize),
         out_rows: Range<usize>,
     ) {
-        let (w, pad, r0) = (self.w, self.pad, out_rows.start);
-        let Range { start: a, end: b } = self.valid_rows(ki, &out_rows);
-        let (head, rest) = row.split_at_mut((a - r0) * w);
-        let (dst, tail) = rest.split_at_mut((b - a) * w);
-        head.fill(T::ZERO);
-        tail.fill(T::ZERO);
+        let (w, pad) = (self.w, self.pad);
+        // Output rows are as long as input rows (`wo` = `w`).
+        let (Range { start: a, .. }, dst) = self.zero_padding_rows(row, ki, &out_rows);
         if dst.is_empty() {
             return;
         }
