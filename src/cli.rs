@@ -219,6 +219,11 @@ pub(crate) struct ProfileArgs {
     /// default for convolutions); without it they are strict fp32.
     #[arg(long)]
     pub tf32: bool,
+    /// Time every matrix product of the timed steps and list the shapes that took longest, with
+    /// their call sites in the kernels and their rate per thread (CPU; adds a clock read per
+    /// product).
+    #[arg(long)]
+    pub products: bool,
 }
 
 /// A usize flag that must lie in `min..=max`; clap names the flag and the range on a miss.

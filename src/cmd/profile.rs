@@ -4,6 +4,9 @@ use super::{usage, Outcome};
 use crate::cli::ProfileArgs;
 use edgebench::models;
 
+/// Shapes `--products` lists, the longest first.
+const PRODUCT_ROWS: usize = 15;
+
 pub(crate) fn run(args: ProfileArgs) -> Outcome {
     let ProfileArgs {
         net,
@@ -14,6 +17,7 @@ pub(crate) fn run(args: ProfileArgs) -> Outcome {
         quick,
         threads,
         tf32,
+        products,
     } = args;
     if threads > 0 {
         std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
@@ -29,10 +33,12 @@ pub(crate) fn run(args: ProfileArgs) -> Outcome {
     let kind = edgebench::config::DeviceKind::parse(&device)
         .map_err(|e| usage(anyhow::anyhow!("--device: {e}")))?;
     let device = edgebench::train::device(kind)?;
-    let p = edgebench::train::profile::profile(spec, &device, batch, steps, conv, !quick)?;
+    let p =
+        edgebench::train::profile::profile(spec, &device, batch, steps, conv, !quick, products)?;
     if !quick {
         print!("{}", p.text());
     }
+    print!("{}", p.products_text(PRODUCT_ROWS));
     // The products' GFLOP only where edgebench's kernels ran them: on a GPU (cuDNN, cuBLAS) and
     // with `--candle-conv` (candle's matmul) they go uncounted.
     let products = if p.product_flops_per_image > 0.0 {

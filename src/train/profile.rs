@@ -41,6 +41,10 @@ pub struct Profile {
     pub product_flops_per_image: f64,
     pub stages: Vec<StageTime>,
     pub losses: Vec<f64>,
+    /// The timed steps' matrix products by shape and call site, most time first, where
+    /// `profile` was asked to log them; their calls and seconds are the timed steps' sums.
+    pub products: Vec<edgebench_kernels::ProductShape>,
+    pub timed_steps: usize,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -81,6 +85,7 @@ pub fn profile(
     steps: usize,
     conv: ConvImpl,
     per_stage: bool,
+    log_products: bool,
 ) -> anyhow::Result<Profile> {
     anyhow::ensure!(batch > 0 && steps > 0, "--batch and --steps must be > 0");
     crate::train::prepare_training_process();
@@ -113,6 +118,9 @@ pub fn profile(
         let timed = step > 0 && step <= steps;
         let split = split_inline || step > steps;
         let (x, y) = batch_at(step)?;
+        if log_products && step == 1 {
+            edgebench_kernels::log_products(true);
+        }
         let (t0, c0) = (monotonic_ns(), cpu_seconds());
         let flops0 = edgebench_kernels::product_flops();
         let out = net.forward(&x, Some(&mut rng), None)?;
@@ -136,6 +144,9 @@ pub fn profile(
             cpu_s.push(cpu_seconds() - c0);
             issue_s.push((queued - t0) as f64 * 1e-9);
         }
+        if log_products && step == steps {
+            edgebench_kernels::log_products(false);
+        }
         if step > 0 && split {
             fwd_s.push((t1 - t0) as f64 * 1e-9);
             bwd_s.push((t2 - t1) as f64 * 1e-9);
@@ -144,6 +155,12 @@ pub fn profile(
             losses.push(loss);
         }
     }
+
+    let products = if log_products {
+        edgebench_kernels::take_logged_products()
+    } else {
+        Vec::new()
+    };
 
     // Every stage's input, from one training-graph forward pass.
     let (x, _) = batch_at(0)?;
@@ -195,12 +212,61 @@ pub fn profile(
         product_flops_per_image: timed_product_flops as f64 / (steps * batch) as f64,
         stages,
         losses,
+        products,
+        timed_steps: steps,
     })
 }
 
 impl Profile {
     pub(crate) fn ms_per_image(&self) -> f64 {
         self.step_s * 1e3 / self.batch as f64
+    }
+
+    /// The logged products as a table: the `rows` with the most time, then all of them summed.
+    /// Times are per timed step and per thread, to set against one core's SGEMM peak.
+    pub fn products_text(&self, rows: usize) -> String {
+        let mut s = String::new();
+        if self.products.is_empty() {
+            return s;
+        }
+        let steps = self.timed_steps.max(1) as f64;
+        let _ = writeln!(
+            s,
+            "matrix products by shape and call site, per timed step ({} of {} shapes)",
+            rows.min(self.products.len()),
+            self.products.len()
+        );
+        let _ = writeln!(
+            s,
+            "{:>6} {:>6} {:>6} {:>7} {:>7} {:>9} {:>14}  call site",
+            "m", "n", "k", "threads", "calls", "ms", "GFLOP/s/thread"
+        );
+        let per_thread = |flops: f64, seconds: f64| flops / seconds.max(1e-12) * 1e-9;
+        for p in self.products.iter().take(rows) {
+            let thread_s = p.seconds * p.threads as f64;
+            let _ = writeln!(
+                s,
+                "{:>6} {:>6} {:>6} {:>7} {:>7.0} {:>9.2} {:>14.1}  {}",
+                p.m,
+                p.n,
+                p.k,
+                p.threads,
+                p.calls as f64 / steps,
+                p.seconds * 1e3 / steps,
+                per_thread(p.flops(), thread_s),
+                p.site
+            );
+        }
+        let (flops, thread_s) = self.products.iter().fold((0.0, 0.0), |(f, t), p| {
+            (f + p.flops(), t + p.seconds * p.threads as f64)
+        });
+        let _ = writeln!(
+            s,
+            "all products: {:.1} ms of thread time per step, {:.1} GFLOP/s per thread",
+            thread_s * 1e3 / steps,
+            per_thread(flops, thread_s)
+        );
+        s
     }
 
     pub fn text(&self) -> String {

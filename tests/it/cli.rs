@@ -322,11 +322,11 @@ fn sigint_stops_at_an_iteration_boundary_and_marks_the_trial_interrupted() {
 /// path with one image split over the threads), so they are three times the forward's
 /// multiply-adds, less conv1's input gradient (the image needs none), at two FLOP each.
 #[test]
-fn profile_counts_the_steps_matrix_products() {
+fn profile_counts_and_lists_the_steps_matrix_products() {
     let dir = tempfile::tempdir().unwrap();
     let out = ok(edgebench(dir.path())
         .args(["--quiet", "profile", "--net", "alexnet", "--batch", "1"])
-        .args(["--steps", "1", "--quick", "--threads", "2"])
+        .args(["--steps", "1", "--quick", "--threads", "2", "--products"])
         .output()
         .unwrap());
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -342,6 +342,42 @@ fn profile_counts_the_steps_matrix_products() {
     assert!(
         (counted - want).abs() < 1e-4,
         "{counted} GFLOP, want {want}: {stdout}"
+    );
+    // `--products`: the longest shapes first, each with its kernel's call site, then the total.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("m ") && l.ends_with("call site"))
+        .unwrap_or_else(|| panic!("no product table in {stdout}"));
+    let rows: Vec<Vec<&str>> = lines[header + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("all products:"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(!rows.is_empty() && rows.len() <= 15, "{stdout}");
+    let ms: Vec<f64> = rows.iter().map(|r| r[5].parse().unwrap()).collect();
+    assert!(
+        ms.windows(2).all(|w| w[0] >= w[1]),
+        "not longest first: {stdout}"
+    );
+    for r in &rows {
+        let site = r[7];
+        assert!(
+            ["conv.rs:", "linear.rs:", "winograd.rs:"]
+                .iter()
+                .any(|f| site.starts_with(f)),
+            "{site}: {stdout}"
+        );
+    }
+    // conv2's grouped 5x5 forward (128 filters per group, 48 channels x 25 taps deep) is among
+    // the longest products.
+    assert!(
+        rows.iter().any(|r| r[0] == "128" && r[2] == "1200"),
+        "{stdout}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("all products:")),
+        "{stdout}"
     );
 }
 

@@ -76,7 +76,7 @@ pub use dropout::dropout;
 pub use im2col::conv2d_im2col;
 pub use linear::{linear, linear_candle};
 pub use lrn::{lrn, Lrn};
-pub use matmul::{mm, product_flops};
+pub use matmul::{log_products, mm, product_flops, take_logged_products, ProductShape};
 pub use pool::{pool2d, pool_output_size, Pool2d, PoolKind};
 pub use sgd::{sgd_momentum, sgd_momentum_all, sgd_momentum_host, SgdUpdate};
 pub use tuning::{set_tf32, tf32, tuning, SgemmChoice, Tuning};

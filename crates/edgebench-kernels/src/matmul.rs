@@ -6,10 +6,11 @@
 use crate::util::{is_f32, Float};
 use ::gemm::Parallelism;
 use candle_core::{bail, CpuStorage, CustomOp2, DType, Layout, Result, Shape, Tensor};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// dst (m, n) = [dst +] lhs (m, k) · rhs (k, n); strides are (row, column) in elements.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub(crate) fn gemm<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [T],
@@ -35,6 +36,7 @@ pub(crate) fn gemm<T: Float>(
 
 /// [`gemm`] with the destination's (row, column) strides too.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub(crate) fn gemm_strided<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [T],
@@ -74,6 +76,7 @@ pub(crate) fn gemm_strided<T: Float>(
 /// [`gemm_strided`] without accumulating, into memory that need not be initialised: every
 /// element the strides reach is written and none is read.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub(crate) fn gemm_strided_uninit<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [std::mem::MaybeUninit<T>],
@@ -111,6 +114,7 @@ pub(crate) fn gemm_strided_uninit<T: Float>(
 /// Every element (r, c) < (m, n) at dst + r * dst_rs + c * dst_cs must lie in one allocation,
 /// be writable, and be neither read nor written by anything else meanwhile.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub(crate) unsafe fn gemm_into_ptr<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: *mut T,
@@ -150,6 +154,7 @@ pub(crate) unsafe fn gemm_into_ptr<T: Float>(
 /// dst (m, n) = lhs (m, k) · rhs (k, n) into uninitialised memory, row-major, every element
 /// written (no zero-fill first: fc6's 151 MB weight gradient took 5 ms to zero per step).
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 pub(crate) fn gemm_uninit<T: Float>(
     dims: (usize, usize, usize),
     dst: &mut [std::mem::MaybeUninit<T>],
@@ -164,6 +169,7 @@ pub(crate) fn gemm_uninit<T: Float>(
 
 /// [`gemm_uninit`], with edgebench's own kernel when `own` (see [`gemm_raw`]).
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 fn product_uninit<T: Float>(
     (m, n, k): (usize, usize, usize),
     dst: &mut [std::mem::MaybeUninit<T>],
@@ -226,6 +232,125 @@ pub fn product_flops() -> u64 {
     PRODUCT_FLOPS.load(Ordering::Relaxed)
 }
 
+/// Whether [`gemm_raw`] times each product into [`PRODUCT_LOG`] (`log_products`).
+static LOG_PRODUCTS: AtomicBool = AtomicBool::new(false);
+
+/// What the product log keeps per shape and call site: calls and seconds.
+type ProductLog = std::collections::BTreeMap<ProductKey, (u64, f64)>;
+
+/// A logged product's (m, n, k), threads and call site.
+type ProductKey = (
+    (usize, usize, usize),
+    usize,
+    &'static std::panic::Location<'static>,
+);
+
+static PRODUCT_LOG: std::sync::Mutex<ProductLog> = std::sync::Mutex::new(ProductLog::new());
+
+/// The matrix products of one shape from one call site in the kernels, as logged between
+/// [`log_products`]`(true)` and [`take_logged_products`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProductShape {
+    /// Rows of the destination, its columns, and the depth of the sum.
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Threads each call ran on (1: the calling thread alone, inside a kernel's own task).
+    pub threads: usize,
+    /// The kernels' source line that asked for the product, `file.rs:line`.
+    pub site: String,
+    pub calls: u64,
+    /// Wall time inside the calls, summed over the calls (the threads that ran them in
+    /// parallel each count their own).
+    pub seconds: f64,
+}
+
+impl ProductShape {
+    /// Floating-point operations of all the calls (a multiply-add counts as two).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.calls as f64
+    }
+}
+
+/// Starts (`true`) or stops logging every matrix product's shape, call site and time; starting
+/// clears the log. Off, a product pays one relaxed atomic load for it.
+pub fn log_products(on: bool) {
+    if on {
+        PRODUCT_LOG
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+    LOG_PRODUCTS.store(on, Ordering::Relaxed);
+}
+
+/// The products logged since [`log_products`]`(true)`, most time first; the log is left empty.
+pub fn take_logged_products() -> Vec<ProductShape> {
+    let log = std::mem::take(
+        &mut *PRODUCT_LOG
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let mut shapes: Vec<ProductShape> = log
+        .into_iter()
+        .map(|(((m, n, k), threads, site), (calls, seconds))| {
+            let file = site
+                .file()
+                .rsplit(['/', '\\'])
+                .next()
+                .unwrap_or(site.file());
+            ProductShape {
+                m,
+                n,
+                k,
+                threads,
+                site: format!("{file}:{}", site.line()),
+                calls,
+                seconds,
+            }
+        })
+        .collect();
+    shapes.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    shapes
+}
+
+/// The threads a product with `par` runs on.
+fn threads_of(par: Parallelism) -> usize {
+    match par {
+        Parallelism::None => 1,
+        Parallelism::Rayon(0) => rayon::current_num_threads(),
+        Parallelism::Rayon(threads) => threads,
+    }
+}
+
+/// Times one product into [`PRODUCT_LOG`] when it is dropped, if logging was on at its start.
+struct ProductTimer(Option<(ProductKey, std::time::Instant)>);
+
+impl ProductTimer {
+    #[track_caller]
+    fn start(dims: (usize, usize, usize), par: Parallelism) -> ProductTimer {
+        if !LOG_PRODUCTS.load(Ordering::Relaxed) {
+            return ProductTimer(None);
+        }
+        let key = (dims, threads_of(par), std::panic::Location::caller());
+        ProductTimer(Some((key, std::time::Instant::now())))
+    }
+}
+
+impl Drop for ProductTimer {
+    fn drop(&mut self) {
+        if let Some((key, t0)) = self.0.take() {
+            let seconds = t0.elapsed().as_secs_f64();
+            let mut log = PRODUCT_LOG
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let entry = log.entry(key).or_insert((0, 0.0));
+            entry.0 += 1;
+            entry.1 += seconds;
+        }
+    }
+}
+
 /// The call into gemm (f32 into [`crate::sgemm`]'s blocked product where
 /// [`crate::sgemm::trains_with`] this CPU's kernel), with its operands' bounds checked here and
 /// dst's by the caller; `own` takes edgebench's kernel whatever `trains_with` says ([`mm`]'s products
@@ -234,6 +359,7 @@ pub fn product_flops() -> u64 {
 /// # Safety
 /// Every element (r, c) < (m, n) of dst at r * rs + c * cs must be in one allocation, writable
 /// and not aliased; when `accumulate` it must be initialised. m, n and k are not zero.
+#[track_caller]
 unsafe fn gemm_raw<T: Float>(
     (m, n, k): (usize, usize, usize),
     (dst, (dst_rs, dst_cs)): (*mut T, (usize, usize)),
@@ -246,6 +372,7 @@ unsafe fn gemm_raw<T: Float>(
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
     count_product(m, n, k);
+    let _timer = ProductTimer::start((m, n, k), par);
     // f32 on aarch64 (and for `own`): edgebench's own kernel (crate::sgemm), when dst has a unit
     // stride and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
@@ -256,11 +383,7 @@ unsafe fn gemm_raw<T: Float>(
     }) && ((dst_cs == 1 && crate::sgemm::tiles_fit(m, n))
         || (dst_cs != 1 && dst_rs == 1 && crate::sgemm::tiles_fit(n, m)))
     {
-        let threads = match par {
-            Parallelism::None => 1,
-            Parallelism::Rayon(0) => rayon::current_num_threads(),
-            Parallelism::Rayon(threads) => threads,
-        };
+        let threads = threads_of(par);
         // SAFETY: T is f32 (checked above), so the casts change no type.
         let (lhs, rhs, dst) = unsafe {
             (

@@ -1001,6 +1001,7 @@ impl<T: Float> Task<T> {
 
 /// The `count` GEMMs dst_ξ (m, n) [+]= lhs_ξ (m, k) · rhs_ξ (k, n), each operand ξ-major.
 #[allow(clippy::too_many_arguments)]
+#[track_caller]
 fn gemms<T: Float>(
     count: usize,
     (m, n, k): (usize, usize, usize),
