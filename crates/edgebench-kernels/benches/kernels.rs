@@ -167,10 +167,11 @@ fn max_pool(kernel: usize, stride: usize, pad: usize) -> Pool2d {
 
 fn pool(c: &mut Criterion) {
     keep_freed_memory();
-    let cases: [(&str, Dims, Pool2d); 6] = [
+    let cases: [(&str, Dims, Pool2d); 7] = [
         ("goog pool1", (batch(), 64, 112, 112), max_pool(3, 2, 0)),
         ("goog pool2", (batch(), 192, 56, 56), max_pool(3, 2, 0)),
         ("goog 3b-pool", (batch(), 256, 28, 28), max_pool(3, 1, 1)),
+        ("goog pool3", (batch(), 480, 28, 28), max_pool(3, 2, 0)),
         ("goog 4d-pool", (batch(), 512, 14, 14), max_pool(3, 1, 1)),
         ("goog pool4", (batch(), 832, 14, 14), max_pool(3, 2, 0)),
         ("alex pool1", (batch(), 96, 55, 55), max_pool(3, 2, 0)),
