@@ -3,16 +3,11 @@
 //! definition (paths that multiply less, such as Winograd's, are kept out by the shapes). One
 //! test in its own process, so no other test's products land in the counter.
 
-use candle_core::{Device, Tensor, Var};
-use edgebench_kernels::{conv2d, linear, product_flops, Conv2d};
+mod common;
 
-fn var(dims: &[usize], seed: u32) -> Var {
-    let n: usize = dims.iter().product();
-    let data: Vec<f32> = (0..n as u32)
-        .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 1000.0 - 0.5)
-        .collect();
-    Var::from_tensor(&Tensor::from_vec(data, dims, &Device::Cpu).unwrap()).unwrap()
-}
+use candle_core::Tensor;
+use common::var;
+use edgebench_kernels::{conv2d, linear, product_flops, Conv2d};
 
 /// The products counted while `f` runs.
 fn counted(f: impl FnOnce()) -> u64 {

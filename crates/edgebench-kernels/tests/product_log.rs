@@ -3,18 +3,12 @@
 //! and holds nothing from while it is off. One test in its own process, as the log is the
 //! process's.
 
-use candle_core::{Device, Tensor, Var};
+mod common;
+
+use common::var;
 use edgebench_kernels::{
     conv2d, linear, log_products, product_flops, take_logged_products, Conv2d,
 };
-
-fn var(dims: &[usize], seed: u32) -> Var {
-    let n: usize = dims.iter().product();
-    let data: Vec<f32> = (0..n as u32)
-        .map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 1000.0 - 0.5)
-        .collect();
-    Var::from_tensor(&Tensor::from_vec(data, dims, &Device::Cpu).unwrap()).unwrap()
-}
 
 /// A stride-2 3x3 convolution (im2col on every CPU) and a fully connected layer at 64 rows
 /// (GEMM), forward and backward.
