@@ -2,7 +2,7 @@
 //! forward and backward. candle's `x.matmul(&w.t())` differentiates through the transpose and
 //! leaves the weight gradient transposed (strided), which the SGD update then walks slowly.
 
-use crate::matmul::{count_product, gemm_strided, gemm_uninit};
+use crate::matmul::{gemm_strided, gemm_uninit, Product};
 use crate::relu::ReluMask;
 #[cfg(target_arch = "aarch64")]
 use crate::tuning::LINEAR_STREAM_COLS_PER_TASK;
@@ -80,7 +80,7 @@ fn dot<T: Float>(a: &[T], b: &[T]) -> T {
 
 /// yt (o, n), column-major y, = W · xᵀ for a few rows of x: one pass over W.
 fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    count_product(n, o, i);
+    let _product = Product::start((n, o, i), Parallelism::Rayon(0));
     let rows = LINEAR_STREAM_ROWS_PER_TASK;
     // SAFETY: each chunk of `rows` W rows writes its n values per row below.
     unsafe {
@@ -106,7 +106,7 @@ fn stream_fwd<T: Float>(x: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> V
 /// written to memory once. The first input row's products are stored, not added to zeros: at
 /// batch 1 that is the whole row in one multiply and one store per element.
 fn stream_weight<T: Float>(dy: &[T], x: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    count_product(n, o, i);
+    let _product = Product::start((n, o, i), Parallelism::Rayon(0));
     let rows = LINEAR_STREAM_ROWS_PER_TASK;
     // SAFETY: every element of every row of every chunk is written by the first input row's
     // pass below (n >= 1, x holds n rows of i).
@@ -156,7 +156,7 @@ fn stream_rows<T: Float>() -> usize {
 /// dx's columns, built in the cache from W's rows four at a time.
 #[cfg(target_arch = "aarch64")]
 fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    count_product(n, o, i);
+    let _product = Product::start((n, o, i), Parallelism::Rayon(0));
     let (dy, w) = (as_f32(dy).expect("f32"), as_f32(w).expect("f32"));
     let mut out = zeros::<T>(n * i);
     let dx = as_f32_mut(&mut out).expect("f32");
@@ -175,7 +175,7 @@ fn stream_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) ->
 /// runs a product this thin on the calling thread alone; bands of dx's columns instead read W in
 /// short pieces a row apart, at half the rate of the forward's pass over it.
 fn rows_data<T: Float>(dy: &[T], w: &[T], (n, i, o): (usize, usize, usize)) -> Vec<T> {
-    count_product(n, o, i);
+    let _product = Product::start((n, o, i), Parallelism::Rayon(0));
     if o == 0 || i == 0 {
         return zeros(n * i);
     }

@@ -220,19 +220,13 @@ pub(crate) fn own_kernel_takes<T: Float>(m: usize, n: usize) -> bool {
 /// [`mm`]'s. Against the machine's SGEMM peak it gives the time the products alone would take.
 static PRODUCT_FLOPS: AtomicU64 = AtomicU64::new(0);
 
-/// Counts an m x n x k product in [`product_flops`].
-pub(crate) fn count_product(m: usize, n: usize, k: usize) {
-    let flops = 2 * m as u64 * n as u64 * k as u64;
-    PRODUCT_FLOPS.fetch_add(flops, Ordering::Relaxed);
-}
-
 /// The floating-point operations of every matrix product the kernels have run in this process
-/// so far (see [`count_product`]); `edgebench profile` reports them per image.
+/// so far (see [`Product`]); `edgebench profile` reports them per image.
 pub fn product_flops() -> u64 {
     PRODUCT_FLOPS.load(Ordering::Relaxed)
 }
 
-/// Whether [`gemm_raw`] times each product into [`PRODUCT_LOG`] (`log_products`).
+/// Whether each [`Product`] is timed into [`PRODUCT_LOG`] (`log_products`).
 static LOG_PRODUCTS: AtomicBool = AtomicBool::new(false);
 
 /// What the product log keeps per shape and call site: calls and seconds.
@@ -323,21 +317,26 @@ fn threads_of(par: Parallelism) -> usize {
     }
 }
 
-/// Times one product into [`PRODUCT_LOG`] when it is dropped, if logging was on at its start.
-struct ProductTimer(Option<(ProductKey, std::time::Instant)>);
+/// One matrix product while it runs: counted in [`product_flops`] at its start and, if
+/// [`log_products`] was on then, timed into [`PRODUCT_LOG`] under its caller's source line when
+/// dropped. Every product takes one, so the count and the log hold the same products.
+pub(crate) struct Product(Option<(ProductKey, std::time::Instant)>);
 
-impl ProductTimer {
+impl Product {
+    /// An m x n x k product on the threads `par` gives it.
     #[track_caller]
-    fn start(dims: (usize, usize, usize), par: Parallelism) -> ProductTimer {
+    pub(crate) fn start((m, n, k): (usize, usize, usize), par: Parallelism) -> Product {
+        let flops = 2 * m as u64 * n as u64 * k as u64;
+        PRODUCT_FLOPS.fetch_add(flops, Ordering::Relaxed);
         if !LOG_PRODUCTS.load(Ordering::Relaxed) {
-            return ProductTimer(None);
+            return Product(None);
         }
-        let key = (dims, threads_of(par), std::panic::Location::caller());
-        ProductTimer(Some((key, std::time::Instant::now())))
+        let key = ((m, n, k), threads_of(par), std::panic::Location::caller());
+        Product(Some((key, std::time::Instant::now())))
     }
 }
 
-impl Drop for ProductTimer {
+impl Drop for Product {
     fn drop(&mut self) {
         if let Some((key, t0)) = self.0.take() {
             let seconds = t0.elapsed().as_secs_f64();
@@ -371,8 +370,7 @@ unsafe fn gemm_raw<T: Float>(
 ) {
     assert!(lhs.len() > (m - 1) * lhs_rs + (k - 1) * lhs_cs);
     assert!(rhs.len() > (k - 1) * rhs_rs + (n - 1) * rhs_cs);
-    count_product(m, n, k);
-    let _timer = ProductTimer::start((m, n, k), par);
+    let _product = Product::start((m, n, k), par);
     // f32 on aarch64 (and for `own`): edgebench's own kernel (crate::sgemm), when dst has a unit
     // stride and the product fills its tiles (row-major C as m x n, column-major as C^T, n x m).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
