@@ -293,13 +293,19 @@ struct RowEnds<T> {
 
 impl<T: Float> RowEnds<T> {
     fn new(h: usize, w: usize) -> RowEnds<T> {
-        let (inf, keep) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(-0.0));
-        let end = |at_end: bool| if at_end { inf } else { keep };
         RowEnds {
-            left: (0..h * w).map(|o| end(o % w == 0)).collect(),
-            right: (0..h * w).map(|o| end(o % w == w - 1)).collect(),
+            left: column_terms(h, w, 0),
+            right: column_terms(h, w, w - 1),
         }
     }
+}
+
+/// Per element of an h x w plane, -inf in column `col`, else -0.0: the terms of `RowEnds`.
+fn column_terms<T: Float>(h: usize, w: usize, col: usize) -> Vec<T> {
+    let (inf, keep) = (T::from_f64(f64::NEG_INFINITY), T::from_f64(-0.0));
+    (0..h * w)
+        .map(|o| if o % w == col { inf } else { keep })
+        .collect()
 }
 
 impl Pool2d {
@@ -362,7 +368,7 @@ impl Pool2d {
         // Per column-pass output, whether its window's third tap lies in the next row.
         let last_columns = g
             .whole_plane_stride_2()
-            .then(|| RowEnds::new(g.h, g.ow).right);
+            .then(|| column_terms(g.h, g.ow, g.ow - 1));
         y[..len]
             .par_chunks_mut(plane_out)
             .zip(arg[..len].par_chunks_mut(plane_out))
@@ -491,9 +497,9 @@ fn max_cols_3_stride_2_plane<T: Float>(
     a: &mut [u32],
 ) {
     let half = x.len() / 2;
+    // `even` has one element past the plane, read only as a masked third tap.
     let (even, odd) = halves.split_at_mut(half + 1);
     deinterleave(x, [&mut even[..half], &mut odd[..half]]);
-    even[half] = T::LOWEST;
     let taps = even[..half].iter().zip(&odd[..half]).zip(&even[1..]);
     let outs = m[..half].iter_mut().zip(&mut a[..half]).zip(&ends[..half]);
     for (j, (((m, a), &end), ((&e0, &e1), &e2))) in outs.zip(taps).enumerate() {
