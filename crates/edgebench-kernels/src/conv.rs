@@ -1541,8 +1541,7 @@ mod tests {
                 let splits = groups == 1 && side >= few_min_side;
                 let threads = rayon::current_num_threads();
                 let enough_images = if k == 5 {
-                    n >= crate::tuning::WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads
-                        || (crate::tuning::WINOGRAD_5X5_F4 && groups == 1)
+                    n >= crate::tuning::WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads || groups == 1
                 } else {
                     n >= threads || splits
                 };

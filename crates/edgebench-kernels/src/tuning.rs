@@ -61,17 +61,12 @@ pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
 /// tiles) 17–35 % faster (`cargo run --release -p edgebench-kernels --example conv_paths`).
 pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
 
-/// 5x5 layers take the Winograd path (F(2x2, 5x5)) only with at least this many images per
-/// thread. With fewer, its GEMMs have too few tile columns: at batch 1 (1 or 2 threads) it ran
-/// level with im2col to 1.3x slower on 28x28 and 27x27 maps and up to 2x slower on 14x14; at
-/// batch 8 on one thread and batch 32 on two, 1.1-1.8x faster (`conv_paths ... 5`).
+/// Grouped 5x5 layers (AlexNet's conv2) take the Winograd path only with at least this many
+/// images per thread; one-group layers take it at any batch. A grouped layer cannot be split
+/// over the threads by channels, and at batch 1 its GEMMs have too few tile columns: F(2x2,
+/// 5x5) ran level with im2col to 1.3x slower on 28x28 and 27x27 maps and up to 2x slower on
+/// 14x14; at batch 8 on one thread and batch 32 on two, 1.1-1.8x faster (`conv_paths ... 5`).
 pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
-
-/// On aarch64 5x5 layers take F(4x4, 5x5) (8x8 tiles: 64 multiplies per 16 outputs and channel
-/// pair, F(2x2, 5x5) 144), and one-group layers take the Winograd path at any batch. On the
-/// Cortex-A57 GoogLeNet's batch-8 step counted 2.5 % fewer instructions with F(4x4, 5x5), and
-/// its batch-1 step 5 % fewer with its 28x28 and 14x14 5x5 layers on it instead of im2col.
-pub(crate) const WINOGRAD_5X5_F4: bool = cfg!(target_arch = "aarch64");
 
 /// Maps of at least this side take F(4x4, 3x3), smaller ones F(2x2, 3x3) (the default of
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
@@ -80,8 +75,10 @@ pub(crate) const WINOGRAD_5X5_F4: bool = cfg!(target_arch = "aarch64");
 /// 28x28 layers are on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
 /// batch 8 (Cortex-A57). On a 2-core Xeon those layers alone are 3–13 % faster at batch 32 and
 /// 1–8 % slower at batch 1, the whole step level to 1 % slower at both, with 4–18 MiB more peak
-/// RSS at batch 32: x86 keeps F(2x2) there. Smaller maps take F(4x4) on aarch64 only with
-/// several images per task (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
+/// RSS at batch 32: x86 keeps F(2x2) there for batches, and takes F(4x4) where each image is
+/// split over the threads (`winograd::tile_size`; with F(4x4, 5x5) for the 5x5 layers, 1 % less
+/// time for GoogLeNet's batch-1 step on a Zen 4 VM at the same peak RSS). Smaller maps take
+/// F(4x4) on aarch64 only with several images per task (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
 #[cfg(target_arch = "aarch64")]
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
 /// See the aarch64 value.

@@ -14,23 +14,25 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64), and on
-//! aarch64 every map when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64), images
+//! split over the threads, and on aarch64 every map when a task has at least
+//! `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
 //! F(4x4, 3x3) instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x
 //! fewer than im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients
 //! up to 8 (f32 error ~10x im2col's; the tests bound it).
 //!
 //! The 5x5, stride 1, pad 2 convolutions (AlexNet's conv2, GoogLeNet's inception 5x5s) take
-//! F(2x2, 5x5): 6x6 input tiles at stride 2, 36 GEMMs, 36 multiplies per 4 outputs instead of
-//! 100 (2.8x fewer). Its input transform is F(4x4, 3x3)'s (the same points 0, ±1, ±2, ∞); only
-//! G (6x5) and Aᵀ (2x6) differ. On aarch64 they take F(4x4, 5x5) instead
-//! (`WINOGRAD_5X5_F4`): 8x8 input tiles at stride 4, 64 GEMMs, 64 multiplies per 16 outputs
-//! (6.25x fewer than im2col), with the points 0, ±1, ±2, ±½, ∞.
+//! F(4x4, 5x5): 8x8 input tiles at stride 4, 64 GEMMs, 64 multiplies per 16 outputs (6.25x
+//! fewer than im2col), with the points 0, ±1, ±2, ±½, ∞. F(2x2, 5x5) (6x6 input tiles at
+//! stride 2, 36 multiplies per 4 outputs, 2.8x fewer; F(4x4, 3x3)'s input transform, its own G
+//! and Aᵀ) stays for comparison (`bench_api::ConvPath::Winograd2`): on the Zen 4 VM AlexNet's
+//! batch-32 step took 15 % less time with F(4x4, 5x5) and GoogLeNet's 1.5 % less at batch 1 and
+//! 32 (performance.md).
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{
-    tuning, WINOGRAD_5X5_F4, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
+    tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
     WINOGRAD_F4_MIN_IMAGES_PER_TASK, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
     WINOGRAD_MIN_SIDE,
 };
@@ -49,13 +51,13 @@ use std::ops::Range;
 /// `batched_f4`), and not turned off with EDGEBENCH_WINOGRAD=0 (`Tuning::winograd`;
 /// the im2col path, for comparison). With fewer images than threads each image of a 3x3 layer
 /// is split over the threads by channels (`fwd_few`), for one group on maps of at least
-/// `WINOGRAD_FEW_MIN_SIDE`; a 5x5 layer needs `WINOGRAD_5X5_MIN_IMAGES_PER_THREAD` images per
-/// thread, or one group where it takes F(4x4, 5x5) (`WINOGRAD_5X5_F4`).
+/// `WINOGRAD_FEW_MIN_SIDE`; a grouped 5x5 layer needs `WINOGRAD_5X5_MIN_IMAGES_PER_THREAD`
+/// images per thread, a one-group 5x5 layer takes it at any batch.
 pub(crate) fn applies(g: &Geom) -> bool {
     let side = g.h.min(g.w);
     let threads = rayon::current_num_threads();
     let enough_images = if g.kh == 5 {
-        g.n >= WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads || (WINOGRAD_5X5_F4 && g.groups == 1)
+        g.n >= WINOGRAD_5X5_MIN_IMAGES_PER_THREAD * threads || g.groups == 1
     } else {
         g.n >= threads || splits_images(g)
     };
@@ -95,21 +97,27 @@ fn few_images(g: &Geom) -> bool {
     g.n < rayon::current_num_threads() && g.groups == 1
 }
 
-/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
-/// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
-/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5) where
-/// `WINOGRAD_5X5_F4` (aarch64), else F(2x2, 5x5).
+/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
+/// with enough images per task (`batched_f4`) or with each image split over the threads
+/// (`few_images`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for
+/// every 3x3 layer. 5x5 layers take F(4x4, 5x5).
+///
+/// A split image's GEMMs are one image's tiles, few columns whatever the tile, and F(4x4)
+/// halves their multiplies; on a Zen 4 VM GoogLeNet's batch-1 step (its 28x28 layers on F(4x4)
+/// instead of F(2x2)) took 1 % less time at the same peak RSS (performance.md).
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
-        return if WINOGRAD_5X5_F4 { 4 } else { 2 };
+        return 4;
     }
     let forced = tuning().winograd_tile;
     let side = g.h.min(g.w);
-    forced.unwrap_or(if side >= WINOGRAD_F4_MIN_SIDE || batched_f4(g) {
-        4
-    } else {
-        2
-    })
+    forced.unwrap_or(
+        if side >= WINOGRAD_F4_MIN_SIDE || batched_f4(g) || few_images(g) {
+            4
+        } else {
+            2
+        },
+    )
 }
 
 fn tiles_target() -> usize {
@@ -2885,6 +2893,36 @@ mod neon {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geom::Conv2d;
+
+    /// 5x5 layers take F(4x4, 5x5) at any batch; a 3x3 layer of a map too small for F(4x4) in
+    /// batches takes it when its image is split over the threads, and F(2x2) (on x86; aarch64
+    /// takes F(4x4) from 24x24 on) when the images are shared out whole.
+    #[test]
+    fn tile_size_by_kernel_and_images() {
+        let geom = |n: usize, k: usize| {
+            let p = Conv2d {
+                stride: 1,
+                pad: k / 2,
+                groups: 1,
+                relu: true,
+            };
+            Geom::new(&[n, 16, 28, 28], &[32, 16, k, k], &[32], p).unwrap()
+        };
+        // EDGEBENCH_WINOGRAD_TILE, where set, decides every 3x3 layer.
+        let forced = tuning().winograd_tile;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            assert_eq!(tile_size(&geom(1, 5)), 4);
+            assert_eq!(tile_size(&geom(8, 5)), 4);
+            assert_eq!(tile_size(&geom(1, 3)), forced.unwrap_or(4));
+            let batch = if WINOGRAD_F4_MIN_SIDE <= 28 { 4 } else { 2 };
+            assert_eq!(tile_size(&geom(2, 3)), forced.unwrap_or(batch));
+        });
+    }
 
     /// Every length from 0 to 40 (whole blocks, overlapping last blocks, pairs of 4 and the
     /// element loop) against the plain loop, with the elements past `n` left alone.
