@@ -62,8 +62,8 @@ pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
 pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
 
 /// Grouped 5x5 layers (AlexNet's conv2) take the Winograd path only with at least this many
-/// images per thread; one-group layers take it at any batch. A grouped layer cannot be split
-/// over the threads by channels, and at batch 1 its GEMMs have too few tile columns: F(2x2,
+/// images per thread; one-group layers take it at any batch. A grouped layer's image is not
+/// split over the threads by channels, and at batch 1 its GEMMs have too few tile columns: F(2x2,
 /// 5x5) ran level with im2col to 1.3x slower on 28x28 and 27x27 maps and up to 2x slower on
 /// 14x14; at batch 8 on one thread and batch 32 on two, 1.1-1.8x faster (`conv_paths ... 5`).
 pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;

@@ -25,9 +25,9 @@
 //! F(4x4, 5x5): 8x8 input tiles at stride 4, 64 GEMMs, 64 multiplies per 16 outputs (6.25x
 //! fewer than im2col), with the points 0, ±1, ±2, ±½, ∞. F(2x2, 5x5) (6x6 input tiles at
 //! stride 2, 36 multiplies per 4 outputs, 2.8x fewer; F(4x4, 3x3)'s input transform, its own G
-//! and Aᵀ) stays for comparison (`bench_api::ConvPath::Winograd2`): on the Zen 4 VM AlexNet's
-//! batch-32 step took 15 % less time with F(4x4, 5x5) and GoogLeNet's 1.5 % less at batch 1 and
-//! 32 (performance.md).
+//! and Aᵀ) stays for comparison (`bench_api::ConvPath::Winograd2`): on a Zen 4 VM AlexNet's
+//! batch-32 step took 4 % less time with F(4x4, 5x5), GoogLeNet's batch-1 step 1 % less and its
+//! batch-32 step the same (performance.md).
 
 use crate::geom::Geom;
 use crate::matmul::{gemm, SERIAL};
@@ -103,7 +103,7 @@ fn few_images(g: &Geom) -> bool {
 /// every 3x3 layer. 5x5 layers take F(4x4, 5x5).
 ///
 /// A split image's GEMMs are one image's tiles, few columns whatever the tile, and F(4x4)
-/// halves their multiplies; on a Zen 4 VM GoogLeNet's batch-1 step (its 28x28 layers on F(4x4)
+/// takes 44 % fewer multiplies than F(2x2); on a Zen 4 VM GoogLeNet's batch-1 step (its 28x28 layers on F(4x4)
 /// instead of F(2x2)) took 1 % less time at the same peak RSS (performance.md).
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
