@@ -50,7 +50,7 @@ pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = 7;
 #[cfg(target_arch = "aarch64")]
 pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
 /// See the aarch64 value: x86_64 keeps F(2x2) below `WINOGRAD_F4_MIN_SIDE` and maps under
-/// `WINOGRAD_MIN_SIDE` on im2col.
+/// `WINOGRAD_MIN_SIDE` on im2col, whatever the batch.
 #[cfg(not(target_arch = "aarch64"))]
 pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
 
@@ -72,18 +72,12 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// `Tuning::winograd_tile`). F(4x4) does 4x fewer multiplies than direct convolution (F(2x2):
 /// 2.25x) but its transforms cost more per tile, and a map that is not a multiple of 4 wastes
 /// more of its last tiles. GoogLeNet's 56x56 conv2/3x3 is faster with F(4x4) everywhere. Its
-/// 28x28 layers are on the boards' cores: 2 % fewer instructions per step at batch 1 and 3 % at
-/// batch 8 (Cortex-A57). On a 2-core Xeon those layers alone are 3–13 % faster at batch 32 and
-/// 1–8 % slower at batch 1, the whole step level to 1 % slower at both, with 4–18 MiB more peak
-/// RSS at batch 32: x86 keeps F(2x2) there for batches, and takes F(4x4) where each image is
-/// split over the threads (`winograd::tile_size`; with F(4x4, 5x5) for the 5x5 layers, 1 % less
-/// time for GoogLeNet's batch-1 step on a Zen 4 VM at the same peak RSS). Smaller maps take
-/// F(4x4) on aarch64 only with several images per task (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
-#[cfg(target_arch = "aarch64")]
+/// 28x28 layers are too: on the boards' cores 2 % fewer instructions per step at batch 1 and 3 %
+/// at batch 8 (Cortex-A57); on a 2-core Zen 4 VM, with the 5x5 layers on F(4x4, 5x5), the step
+/// took 1 % less time at batch 1 and 0.8 % less at batch 32 (peak RSS +6 MiB of 1.5 GiB).
+/// Smaller maps take F(4x4) on aarch64 only with several images per task
+/// (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
-/// See the aarch64 value.
-#[cfg(not(target_arch = "aarch64"))]
-pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 48;
 
 /// Fully connected layers with at most this many rows (batch) take streaming loops for the
 /// forward and the weight gradient instead of gemm: with so few rows they are bound by reading

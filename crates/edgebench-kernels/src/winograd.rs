@@ -14,9 +14,8 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56, and 28x28 on aarch64), images
-//! split over the threads, and on aarch64 every map when a task has at least
-//! `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 and 28x28), and on aarch64 every
+//! map when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
 //! F(4x4, 3x3) instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x
 //! fewer than im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients
 //! up to 8 (f32 error ~10x im2col's; the tests bound it).
@@ -97,27 +96,20 @@ fn few_images(g: &Geom) -> bool {
     g.n < rayon::current_num_threads() && g.groups == 1
 }
 
-/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`,
-/// with enough images per task (`batched_f4`) or with each image split over the threads
-/// (`few_images`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4 (`Tuning::winograd_tile`) sets it for
-/// every 3x3 layer. 5x5 layers take F(4x4, 5x5).
-///
-/// A split image's GEMMs are one image's tiles, few columns whatever the tile, and F(4x4)
-/// takes 44 % fewer multiplies than F(2x2); on a Zen 4 VM GoogLeNet's batch-1 step (its 28x28 layers on F(4x4)
-/// instead of F(2x2)) took 1 % less time at the same peak RSS (performance.md).
+/// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
+/// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
+/// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5).
 fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
         return 4;
     }
     let forced = tuning().winograd_tile;
     let side = g.h.min(g.w);
-    forced.unwrap_or(
-        if side >= WINOGRAD_F4_MIN_SIDE || batched_f4(g) || few_images(g) {
-            4
-        } else {
-            2
-        },
-    )
+    forced.unwrap_or(if side >= WINOGRAD_F4_MIN_SIDE || batched_f4(g) {
+        4
+    } else {
+        2
+    })
 }
 
 fn tiles_target() -> usize {
@@ -2895,19 +2887,18 @@ mod tests {
     use super::*;
     use crate::geom::Conv2d;
 
-    /// 5x5 layers take F(4x4, 5x5) at any batch; a 3x3 layer of a map too small for F(4x4) in
-    /// batches takes it when its image is split over the threads, and F(2x2) (on x86; aarch64
-    /// takes F(4x4) from 24x24 on) when the images are shared out whole.
+    /// 5x5 layers take F(4x4, 5x5) at any batch; 3x3 layers F(4x4, 3x3) from 24x24 on, and on
+    /// smaller maps F(2x2) (on aarch64 F(4x4) with four images per task or more).
     #[test]
-    fn tile_size_by_kernel_and_images() {
-        let geom = |n: usize, k: usize| {
+    fn tile_size_by_kernel_map_and_images() {
+        let geom = |n: usize, k: usize, side: usize| {
             let p = Conv2d {
                 stride: 1,
                 pad: k / 2,
                 groups: 1,
                 relu: true,
             };
-            Geom::new(&[n, 16, 28, 28], &[32, 16, k, k], &[32], p).unwrap()
+            Geom::new(&[n, 16, side, side], &[32, 16, k, k], &[32], p).unwrap()
         };
         // EDGEBENCH_WINOGRAD_TILE, where set, decides every 3x3 layer.
         let forced = tuning().winograd_tile;
@@ -2916,11 +2907,14 @@ mod tests {
             .build()
             .unwrap();
         pool.install(|| {
-            assert_eq!(tile_size(&geom(1, 5)), 4);
-            assert_eq!(tile_size(&geom(8, 5)), 4);
-            assert_eq!(tile_size(&geom(1, 3)), forced.unwrap_or(4));
-            let batch = if WINOGRAD_F4_MIN_SIDE <= 28 { 4 } else { 2 };
-            assert_eq!(tile_size(&geom(2, 3)), forced.unwrap_or(batch));
+            for (n, side) in [(1, 28), (8, 28), (1, 14), (8, 14)] {
+                assert_eq!(tile_size(&geom(n, 5, side)), 4);
+            }
+            assert_eq!(tile_size(&geom(1, 3, 28)), forced.unwrap_or(4));
+            assert_eq!(tile_size(&geom(2, 3, 24)), forced.unwrap_or(4));
+            assert_eq!(tile_size(&geom(2, 3, 14)), forced.unwrap_or(2));
+            let batched = if cfg!(target_arch = "aarch64") { 4 } else { 2 };
+            assert_eq!(tile_size(&geom(8, 3, 14)), forced.unwrap_or(batched));
         });
     }
 
