@@ -74,7 +74,7 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// more of its last tiles. GoogLeNet's 56x56 conv2/3x3 is faster with F(4x4) everywhere. Its
 /// 28x28 layers are too: on the boards' cores 2 % fewer instructions per step at batch 1 and 3 %
 /// at batch 8 (Cortex-A57); on a 2-core Zen 4 VM, with the 5x5 layers on F(4x4, 5x5), the step
-/// took 1 % less time at batch 1 and 0.8 % less at batch 32 (peak RSS +6 MiB of 1.5 GiB).
+/// took 1 % less time at batch 1 and 0.8 % less at batch 32 (peak RSS +4 MiB of 1.5 GiB).
 /// Smaller maps take F(4x4) on aarch64 only with several images per task
 /// (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
