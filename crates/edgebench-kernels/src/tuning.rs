@@ -56,10 +56,11 @@ pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
 /// path (each image split over the threads by channels). A 14x14 map is 49 tiles (F(2x2)), few
-/// columns for its GEMMs: at batch 1 on 2 threads GoogLeNet's 4a/3x3 measured level with im2col
-/// forward and 15 % slower backward, 4e/3x3 6 % and 17 % faster; 28x28 and 56x56 maps (196
-/// tiles) 17–35 % faster (`cargo run --release -p edgebench-kernels --example conv_paths`).
-pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 24;
+/// columns for its GEMMs, yet GoogLeNet's batch-1 step with its 14x14 3x3 layers on the path
+/// took 6 % less time than with them on im2col (58.3 against 62.0 ms/img, 5 alternating rounds
+/// on a 2-core Zen 4 VM, faster in all 5; CPU time 109.6 against 117.3 ms/img). AlexNet's 13x13
+/// layers stay on im2col: on the path its batch-1 step was level and its peak RSS 5 MiB higher.
+pub(crate) const WINOGRAD_FEW_MIN_SIDE: usize = 14;
 
 /// Grouped 5x5 layers (AlexNet's conv2) take the Winograd path only with at least this many
 /// images per thread; one-group layers take it at any batch. A grouped layer's image is not

@@ -2915,6 +2915,11 @@ mod tests {
             assert_eq!(tile_size(&geom(2, 3, 14)), forced.unwrap_or(2));
             let batched = if cfg!(target_arch = "aarch64") { 4 } else { 2 };
             assert_eq!(tile_size(&geom(8, 3, 14)), forced.unwrap_or(batched));
+            // One image on two threads: split by channels from 14x14 on (GoogLeNet's 14x14
+            // layers), not on 13x13 (AlexNet's).
+            let on = tuning().winograd;
+            assert_eq!(applies(&geom(1, 3, 14)), on);
+            assert!(!applies(&geom(1, 3, 13)));
         });
     }
 
