@@ -92,9 +92,8 @@ impl ConvLayer {
         }
     }
 
-    /// Both gradients of the convolution (without the ReLU mask) through `path`: im2col's input
-    /// gradient and [dW | db], or Winograd's single pass that yields both ([dx | dW | db], and
-    /// an empty second vector).
+    /// Both gradients of the convolution (without the ReLU mask) through `path`, dx and
+    /// [dW | db]: im2col's two passes, or Winograd's single pass that yields both.
     pub fn bwd(&self, path: ConvPath, x: &[f32], dy: &[f32], w: &[f32]) -> (Vec<f32>, Vec<f32>) {
         assert!(self.supports(path), "{path:?} does not fit {:?}", self.g);
         let x = (x, self.g.c * self.g.h * self.g.w);
@@ -103,10 +102,7 @@ impl ConvLayer {
                 conv::bwd_data_im2col(dy, w, &self.g),
                 conv::bwd_filter_im2col(x, dy, &self.g),
             ),
-            _ => (
-                winograd::bwd_both_with(x, dy, w, None, &self.g, Self::tile(path)),
-                Vec::new(),
-            ),
+            _ => winograd::bwd_both_with(x, dy, w, None, &self.g, Self::tile(path)),
         }
     }
 

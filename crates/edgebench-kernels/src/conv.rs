@@ -21,13 +21,16 @@ use crate::matmul::{
 };
 use crate::relu::ReluMask;
 use crate::util::{
-    images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
-    SharedPtr,
+    images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials,
+    unsupported_dtypes, Float, SharedPtr,
 };
 use crate::winograd;
-use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
+use candle_core::backend::BackendStorage;
+use candle_core::op::BackpropOp;
+use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
 use rayon::prelude::*;
 use std::ops::Range;
+use std::sync::{Mutex, PoisonError};
 
 /// x: (N, C, H, W), w: (O, C / groups, KH, KW), b: (O) -> (N, O, HO, WO), differentiable in all
 /// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
@@ -912,21 +915,26 @@ fn conv_bwd(
     };
     let g = Geom::new(x.dims(), w.dims(), b.dims(), p)?;
     if x.track_op() && x.device().is_cpu() && winograd::applies(&g) {
-        // Both gradients in one pass (`winograd::bwd_both`).
-        let flat = images_in_place(x)?.apply_op3_no_bwd(
-            &dy,
-            &w.contiguous()?,
-            &ConvBwdWinograd(p, filters),
-        )?;
-        let (ndx, nw) = (x.elem_count(), g.o * g.kk());
-        let dx = flat.narrow(0, 0, ndx)?.reshape(x.shape())?;
-        // Copies of just their elements (`copy` would clone the whole buffer), so that the
-        // small weight gradients do not keep dx's buffer alive.
-        let dw = flat
-            .narrow(0, ndx, nw)?
-            .reshape(w.shape())?
-            .force_contiguous()?;
-        let db = flat.narrow(0, ndx + nw, g.o)?.force_contiguous()?;
+        // Both gradients in one pass (`winograd::bwd_both`): dx as the op's output, [dW | db]
+        // in a buffer of their own that the op hands over.
+        let op = ConvBwdWinograd {
+            p,
+            filters,
+            grads: Mutex::new(None),
+        };
+        let flat = images_in_place(x)?.apply_op3_no_bwd(&dy, &w.contiguous()?, &op)?;
+        let dx = flat.reshape(x.shape())?;
+        let grads = op
+            .grads
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(grads) = grads else {
+            bail!("conv2d-winograd-bwd: the weight gradients were not handed over");
+        };
+        let nw = g.o * g.kk();
+        let grads = Tensor::from_storage(Storage::Cpu(grads), nw + g.o, BackpropOp::none(), false);
+        let dw = grads.narrow(0, 0, nw)?.reshape(w.shape())?;
+        let db = grads.narrow(0, nw, g.o)?;
         return Ok((Some(dx), Some(dw), Some(db)));
     }
     let dx = if x.track_op() {
@@ -1097,8 +1105,12 @@ impl CustomOp3 for ConvCpu {
 }
 
 /// (x, dy, w) -> [dx | dW | db] of a convolution on the Winograd path, with the forward's
-/// transformed filters where it kept them.
-struct ConvBwdWinograd(Conv2d, Option<CpuStorage>);
+/// transformed filters where it kept them. Its output is dx; [dW | db] go to `grads`.
+struct ConvBwdWinograd {
+    p: Conv2d,
+    filters: Option<CpuStorage>,
+    grads: Mutex<Option<CpuStorage>>,
+}
 
 impl CustomOp3 for ConvBwdWinograd {
     fn name(&self) -> &'static str {
@@ -1115,19 +1127,31 @@ impl CustomOp3 for ConvBwdWinograd {
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let wd = l3.dims();
-        let g = Geom::new(l1.dims(), wd, &wd[..1], self.0)?;
+        let g = Geom::new(l1.dims(), wd, &wd[..1], self.p)?;
         let n = "conv2d-winograd-bwd";
         if l2.dims() != [g.n, g.o, g.ho, g.wo] || !winograd::applies(&g) {
             bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
         }
-        let out = float_kernel!(n, |x in s1, dy in s2, w in s3| winograd::bwd_both(
-            images_slice(x, l1, n)?,
-            nchw_slice(dy, l2, n)?,
-            nchw_slice(w, l3, n)?,
-            self.1.as_ref().and_then(|u| u.as_slice().ok()),
-            &g,
-        ));
-        Ok((out, Shape::from(g.n * g.c * g.hw() + g.o * g.kk() + g.o)))
+        let filters = self.filters.as_ref();
+        let (dx, grads) = match (s1, s2, s3) {
+            (CpuStorage::F32(x), CpuStorage::F32(dy), CpuStorage::F32(w)) => {
+                let u = filters.and_then(|u| u.as_slice().ok());
+                let x = images_slice(x, l1, n)?;
+                let (dx, grads) =
+                    winograd::bwd_both(x, nchw_slice(dy, l2, n)?, nchw_slice(w, l3, n)?, u, &g);
+                (CpuStorage::F32(dx), CpuStorage::F32(grads))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(dy), CpuStorage::F64(w)) => {
+                let u = filters.and_then(|u| u.as_slice().ok());
+                let x = images_slice(x, l1, n)?;
+                let (dx, grads) =
+                    winograd::bwd_both(x, nchw_slice(dy, l2, n)?, nchw_slice(w, l3, n)?, u, &g);
+                (CpuStorage::F64(dx), CpuStorage::F64(grads))
+            }
+            _ => return Err(unsupported_dtypes(n, &[s1.dtype(), s2.dtype(), s3.dtype()])),
+        };
+        *self.grads.lock().unwrap_or_else(PoisonError::into_inner) = Some(grads);
+        Ok((dx, Shape::from(g.n * g.c * g.hw())))
     }
 }
 
@@ -1136,6 +1160,12 @@ mod tests {
     use super::*;
     use crate::test_util::{to_vec, Rng};
     use candle_core::{DType, Device, Var};
+
+    /// Winograd's (dx, [dW | db]) as one vector, im2col's order.
+    fn joined<T>((mut dx, grads): (Vec<T>, Vec<T>)) -> Vec<T> {
+        dx.extend(grads);
+        dx
+    }
 
     /// (x dims, w dims, params)
     type Case = ([usize; 4], [usize; 4], Conv2d);
@@ -1564,10 +1594,13 @@ mod tests {
                 // The forward's kept filters serve the backward as its own transform does, and
                 // are what it uses (zeros instead give a zero input gradient).
                 let (_, kept) = winograd::fwd(x_img, &wt, &b, &g, p.relu);
-                let own = winograd::bwd_both(x_img, &dy, &wt, None, &g);
-                assert_eq!(winograd::bwd_both(x_img, &dy, &wt, Some(&kept), &g), own);
+                let own = joined(winograd::bwd_both(x_img, &dy, &wt, None, &g));
+                assert_eq!(
+                    joined(winograd::bwd_both(x_img, &dy, &wt, Some(&kept), &g)),
+                    own
+                );
                 let zeros = vec![0.0; kept.len()];
-                let with_zeros = winograd::bwd_both(x_img, &dy, &wt, Some(&zeros), &g);
+                let with_zeros = joined(winograd::bwd_both(x_img, &dy, &wt, Some(&zeros), &g));
                 assert!(with_zeros[..ndx].iter().all(|&v| v == 0.0));
                 assert_eq!(with_zeros[ndx..], own[ndx..]);
                 for m in [2, 4].into_iter().filter(|&m| winograd::tile_fits(&g, m)) {
@@ -1578,7 +1611,7 @@ mod tests {
                         &want_y,
                     );
                     assert!(e < 1e-12, "forward {ctx}: {e}");
-                    let winograd = winograd::bwd_both_with(x_img, &dy, &wt, None, &g, m);
+                    let winograd = joined(winograd::bwd_both_with(x_img, &dy, &wt, None, &g, m));
                     let e = max_rel(&winograd[ndx..], &both[ndx..]);
                     assert!(e < 1e-12, "weight gradient {ctx}: {e}");
                     let e = max_rel(&winograd, &both);
@@ -1646,7 +1679,9 @@ mod tests {
                         let xi32 = (&x32[..], c * h * w);
                         let got = [
                             back(&winograd::fwd_with(xi32, &w32, &b32, &g, relu, m).0),
-                            back(&winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m)),
+                            back(&joined(winograd::bwd_both_with(
+                                xi32, &dy32, &w32, None, &g, m,
+                            ))),
                         ];
                         for (pass, name) in ["forward", "gradients"].into_iter().enumerate() {
                             let e = max_rel(&exact[pass], &got[pass]);
@@ -1691,7 +1726,7 @@ mod tests {
         // F(4x4)'s transforms have coefficients up to 8 (and 1/24 in G), so its rounding error
         // is larger: measured 8-17x im2col's, ~1e-4 of max(|value|, 1).
         for &(m, bound) in tiles {
-            let both = winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m);
+            let both = joined(winograd::bwd_both_with(xi32, &dy32, &w32, None, &g, m));
             let winograd = [
                 back(winograd::fwd_with(xi32, &w32, &b32, &g, false, m).0),
                 back(both[..n * c * h * w].to_vec()),

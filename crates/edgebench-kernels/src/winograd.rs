@@ -1223,9 +1223,11 @@ pub(crate) fn fwd_with<T: Float>(
     (y, u)
 }
 
-/// [dx (N·C·H·W) | dW (O·C·R·R) | db (O)] in one pass over the tiles: each block's output
+/// (dx (N·C·H·W), [dW (O·C·R·R) | db (O)]) in one pass over the tiles: each block's output
 /// gradient transform dM serves both the input gradient (dV = Uᵀ·dM) and the weight gradient
-/// (dU += dM·Vᵀ). (A layer whose input needs no gradient takes im2col's weight gradient.)
+/// (dU += dM·Vᵀ). Two vectors, so that the small weight gradients need not be copied out of
+/// dx's buffer (a serial copy per layer while the other threads wait) nor keep it alive. (A
+/// layer whose input needs no gradient takes im2col's weight gradient.)
 /// `filters`: the forward's transformed filters (`fwd`), if it kept them; else w's are
 /// transformed here.
 pub(crate) fn bwd_both<T: Float>(
@@ -1234,7 +1236,7 @@ pub(crate) fn bwd_both<T: Float>(
     w: &[T],
     filters: Option<&[T]>,
     g: &Geom,
-) -> Vec<T> {
+) -> (Vec<T>, Vec<T>) {
     bwd_both_with(x, dy, w, filters, g, tile_size(g))
 }
 
@@ -1246,18 +1248,17 @@ pub(crate) fn bwd_both_with<T: Float>(
     filters: Option<&[T]>,
     g: &Geom,
     m: usize,
-) -> Vec<T> {
+) -> (Vec<T>, Vec<T>) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (cg, og) = (g.cg(), g.og());
     // Filters: O of C/groups channels.
     let (ndx, oc) = (g.n * c * hw, o * cg);
     let rr = g.kh * g.kw;
-    let len = ndx + rr * oc + o;
-    let mut out = Vec::with_capacity(len);
+    let grads_len = rr * oc + o;
     if g.n == 0 || hw == 0 {
-        out.resize(len, T::ZERO);
-        return out;
+        return (vec![T::ZERO; ndx], vec![T::ZERO; grads_len]);
     }
+    let (mut dx_out, mut grads_out) = (Vec::with_capacity(ndx), Vec::with_capacity(grads_len));
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
     let xis = t.xi();
@@ -1271,20 +1272,25 @@ pub(crate) fn bwd_both_with<T: Float>(
         }
     };
     if few_images(g) {
+        let dx = &mut dx_out.spare_capacity_mut()[..ndx];
         bwd_both_few(
             (x, x_img),
             dy,
             u,
             g,
             m,
-            &mut out.spare_capacity_mut()[..len],
+            dx,
+            &mut grads_out.spare_capacity_mut()[..grads_len],
         );
         // SAFETY: `bwd_both_few` writes dx, dW and db.
-        unsafe { out.set_len(len) };
-        return out;
+        unsafe {
+            dx_out.set_len(ndx);
+            grads_out.set_len(grads_len);
+        }
+        return (dx_out, grads_out);
     }
     let (hp, wp) = t.padded();
-    let (dx, _) = out.spare_capacity_mut().split_at_mut(ndx);
+    let dx = &mut dx_out.spare_capacity_mut()[..ndx];
     let partials: Vec<Vec<T>> = dx
         .par_chunks_mut(per * c * hw)
         .zip(x.par_chunks(per * x_img))
@@ -1340,16 +1346,19 @@ pub(crate) fn bwd_both_with<T: Float>(
         })
         .collect();
     let total = sum_partials(partials);
-    let (tail_dw, tail_db) = out.spare_capacity_mut()[ndx..].split_at_mut(rr * oc);
+    let (tail_dw, tail_db) = grads_out.spare_capacity_mut()[..grads_len].split_at_mut(rr * oc);
     (f.filter_adjoint)(&total[..xis * oc], oc, tail_dw);
     // A plain loop (a chained iterator does not vectorise).
     for (d, &v) in tail_db.iter_mut().zip(&total[xis * oc..]) {
         d.write(v);
     }
-    // SAFETY: every image's dx is copied out once its last band is done, and the tail
-    // (dW, db) was written just above.
-    unsafe { out.set_len(len) };
-    out
+    // SAFETY: every image's dx is copied out once its last band is done, and dW and db were
+    // written just above.
+    unsafe {
+        dx_out.set_len(ndx);
+        grads_out.set_len(grads_len);
+    }
+    (dx_out, grads_out)
 }
 
 /// Channels per run when fewer images than threads split each image over the threads by
@@ -1440,8 +1449,8 @@ fn fwd_few<T: Float>(
     }
 }
 
-/// `bwd_both_with` for fewer images than threads, writing every element of `out` ([dx | dW |
-/// db]), split by channels as `fwd_few`: V and dM are made by runs of channels (channel-major),
+/// `bwd_both_with` for fewer images than threads, writing every element of `dx` and of
+/// `grads` ([dW | db]), split by channels as `fwd_few`: V and dM are made by runs of channels (channel-major),
 /// the input gradient is taken by runs of input channels (each run's padded planes its own),
 /// the weight gradient by runs of filters (each run's rows of dU summed over the images by that
 /// run), so no two tasks write one element.
@@ -1451,10 +1460,11 @@ fn bwd_both_few<T: Float>(
     u: &[T],
     g: &Geom,
     m: usize,
-    out: &mut [MaybeUninit<T>],
+    dx: &mut [MaybeUninit<T>],
+    grads: &mut [MaybeUninit<T>],
 ) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
-    let (ndx, oc) = (g.n * c * hw, o * c);
+    let oc = o * c;
     let t = Tiles::new(g, 1, m);
     let (xis, cols) = (t.xi(), t.max_cols());
     let f = Transforms::<T>::of(m, g.kh);
@@ -1466,7 +1476,6 @@ fn bwd_both_few<T: Float>(
     let mut accs = zeros(c * hp * wp);
     // dU by runs of filters, each run's block ξ-major ([ξ][filters][C]), and db.
     let (mut du, mut db) = (zeros(xis * oc), vec![T::ZERO; o]);
-    let (dx, tail) = out.split_at_mut(ndx);
     let images = x.chunks(x_img).zip(dy.chunks_exact(o * hw));
     for ((xn, dyn_), dxn) in images.zip(dx.chunks_exact_mut(c * hw)) {
         for (_, _, rows) in t.blocks(1) {
@@ -1530,7 +1539,7 @@ fn bwd_both_few<T: Float>(
     // Each run's dU block is ξ-major over its filters, as `filter_adjoint` takes it, and its
     // filters' rows of dW are one slice.
     let rr = g.kh * g.kw;
-    let (tail_dw, tail_db) = tail.split_at_mut(rr * oc);
+    let (tail_dw, tail_db) = grads.split_at_mut(rr * oc);
     du.par_chunks(o_step * xis * c)
         .zip(tail_dw.par_chunks_mut(o_step * rr * c))
         .for_each(|(run, dw)| (f.filter_adjoint)(run, dw.len() / rr, dw));
