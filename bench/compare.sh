@@ -10,7 +10,8 @@
 #     ROUNDS   runs of each side, alternating edgebench, TF and PyTorch (default 1); with more
 #              than one every column is the median over the rounds, and the ratio is the median
 #              of the rounds' own ratios with their range, so a slow spell of the machine that
-#              hits one side of one round does not decide the comparison
+#              hits one side of one round does not decide the comparison; each round's times and
+#              ratio also go to stderr
 #
 # Installs tensorflow-cpu into bench/.venv (or $EDGEBENCH_TF_VENV) and torch into
 # bench/.venv-torch (or $EDGEBENCH_TORCH_VENV) if they are missing, builds edgebench (release),
@@ -81,6 +82,10 @@ gflop, peak = float(gflop), float(peak)
 rows = [list(map(float, line.split())) for line in rounds.splitlines() if line.strip()]
 eb, tf, pt, ebc, tfc, ebr, tfr, prod = (statistics.median(col) for col in zip(*rows))
 ratios = [r[0] / min(r[1], r[2]) for r in rows]
+# Each round on stderr, the ratio to three places: the table rounds it to two.
+for i, (r, q) in enumerate(zip(rows, ratios), 1):
+    print(f"{net} batch {batch} round {i}: edgebench {r[0]*1e3:.1f}, TF {r[1]*1e3:.1f}, "
+          f"PyTorch {r[2]*1e3:.1f} ms/img, ratio {q:.3f}", file=sys.stderr)
 ratio = f"{statistics.median(ratios):.2f}"
 if len(rows) > 1:
     ratio += f" ({min(ratios):.2f}-{max(ratios):.2f}, {len(rows)} rounds)"
