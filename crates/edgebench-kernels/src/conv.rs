@@ -21,13 +21,14 @@ use crate::matmul::{
 };
 use crate::relu::ReluMask;
 use crate::util::{
-    images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials,
-    unsupported_dtypes, Float, SharedPtr,
+    images_in_place, images_slice, init_slice, nchw_slice, relu_f, sum, sum_partials, Float,
+    SharedPtr,
 };
 use crate::winograd;
-use candle_core::backend::BackendStorage;
 use candle_core::op::BackpropOp;
-use candle_core::{bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{
+    bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Storage, Tensor, WithDType,
+};
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
@@ -1133,23 +1134,15 @@ impl CustomOp3 for ConvBwdWinograd {
             bail!("{n}: dy {:?} does not fit {g:?}", l2.dims());
         }
         let filters = self.filters.as_ref();
-        let (dx, grads) = match (s1, s2, s3) {
-            (CpuStorage::F32(x), CpuStorage::F32(dy), CpuStorage::F32(w)) => {
-                let u = filters.and_then(|u| u.as_slice().ok());
-                let x = images_slice(x, l1, n)?;
-                let (dx, grads) =
-                    winograd::bwd_both(x, nchw_slice(dy, l2, n)?, nchw_slice(w, l3, n)?, u, &g);
-                (CpuStorage::F32(dx), CpuStorage::F32(grads))
-            }
-            (CpuStorage::F64(x), CpuStorage::F64(dy), CpuStorage::F64(w)) => {
-                let u = filters.and_then(|u| u.as_slice().ok());
-                let x = images_slice(x, l1, n)?;
-                let (dx, grads) =
-                    winograd::bwd_both(x, nchw_slice(dy, l2, n)?, nchw_slice(w, l3, n)?, u, &g);
-                (CpuStorage::F64(dx), CpuStorage::F64(grads))
-            }
-            _ => return Err(unsupported_dtypes(n, &[s1.dtype(), s2.dtype(), s3.dtype()])),
-        };
+        let grads;
+        let dx = float_kernel!(n, |x in s1, dy in s2, w in s3| {
+            let u = filters.and_then(|u| u.as_slice().ok());
+            let x = images_slice(x, l1, n)?;
+            let (dx, dw_db) =
+                winograd::bwd_both(x, nchw_slice(dy, l2, n)?, nchw_slice(w, l3, n)?, u, &g);
+            grads = WithDType::to_cpu_storage_owned(dw_db);
+            dx
+        });
         *self.grads.lock().unwrap_or_else(PoisonError::into_inner) = Some(grads);
         Ok((dx, Shape::from(g.n * g.c * g.hw())))
     }
