@@ -1105,8 +1105,8 @@ impl CustomOp3 for ConvCpu {
     }
 }
 
-/// (x, dy, w) -> [dx | dW | db] of a convolution on the Winograd path, with the forward's
-/// transformed filters where it kept them. Its output is dx; [dW | db] go to `grads`.
+/// (x, dy, w) -> dx of a convolution on the Winograd path, with the forward's transformed
+/// filters where it kept them; the same pass's [dW | db] go to `grads`.
 struct ConvBwdWinograd {
     p: Conv2d,
     filters: Option<CpuStorage>,
