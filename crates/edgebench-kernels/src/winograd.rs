@@ -1450,10 +1450,10 @@ fn fwd_few<T: Float>(
 }
 
 /// `bwd_both_with` for fewer images than threads, writing every element of `dx` and of
-/// `grads` ([dW | db]), split by channels as `fwd_few`: V and dM are made by runs of channels (channel-major),
-/// the input gradient is taken by runs of input channels (each run's padded planes its own),
-/// the weight gradient by runs of filters (each run's rows of dU summed over the images by that
-/// run), so no two tasks write one element.
+/// `grads` ([dW | db]), split by channels as `fwd_few`: V and dM are made by runs of channels
+/// (channel-major), the input gradient is taken by runs of input channels (each run's padded
+/// planes its own), the weight gradient by runs of filters (each run's rows of dU summed over
+/// the images by that run), so no two tasks write one element.
 fn bwd_both_few<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
