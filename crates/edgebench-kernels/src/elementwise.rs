@@ -11,6 +11,7 @@
 //! [`crate::sgemm`].
 
 use crate::sgemm::{gemm_crate, sgemm};
+use crate::util::with_widest_vectors;
 use rayon::prelude::*;
 
 /// The element types the benchmark runs in.
@@ -187,32 +188,6 @@ pub fn fused_multiply_add() -> bool {
     return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     #[cfg(not(target_arch = "x86_64"))]
     cfg!(target_arch = "aarch64")
-}
-
-/// Runs `body` compiled for AVX2 (8 f32 lanes) and FMA when the CPU has them: the build targets
-/// baseline x86-64 (SSE2, 4 lanes, no FMA), and sigmoid and tanh are bound by arithmetic, not
-/// memory, at that width. The closure and the op it calls are inlined into that copy.
-#[inline(always)]
-fn with_widest_vectors(body: impl FnOnce()) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2_fma(body: impl FnOnce()) {
-            body()
-        }
-        // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { avx2_fma(body) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        #[target_feature(enable = "avx2")]
-        unsafe fn avx2(body: impl FnOnce()) {
-            body()
-        }
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { avx2(body) };
-    }
-    body()
 }
 
 /// `c[i] = f(a[i], b[i])` on all threads.

@@ -531,6 +531,54 @@ pub(crate) fn sum_partials<T: Float>(partials: Vec<Vec<T>>) -> Vec<T> {
     total
 }
 
+/// Runs `body` compiled for AVX2 (8 f32 lanes) and FMA when the CPU has them: the build targets
+/// baseline x86-64 (SSE2, 4 lanes, no FMA), and sigmoid and tanh are bound by arithmetic, not
+/// memory, at that width. `body` and what it calls are compiled into that copy only where they
+/// are inlined into it: a closure with more than a short loop needs `#[inline(always)]`.
+/// Results are the same: Rust never fuses a multiply and an add unless asked (`mul_add`).
+#[inline(always)]
+pub(crate) fn with_widest_vectors(body: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2_fma(body: impl FnOnce()) {
+            body()
+        }
+        // SAFETY: the CPU has AVX2 and FMA, checked just above.
+        return unsafe { avx2_fma(body) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(body: impl FnOnce()) {
+            body()
+        }
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { avx2(body) };
+    }
+    body()
+}
+
+/// [`with_widest_vectors`] with AVX-512 (F, VL) first, for LRN's square roots and divisions:
+/// compiled for AVX2 alone, LLVM keeps them 4 lanes wide, for AVX-512 it takes 8.
+#[inline(always)]
+pub(crate) fn with_avx512_vectors(body: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+    {
+        #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+        unsafe fn avx512(body: impl FnOnce()) {
+            body()
+        }
+        // SAFETY: the CPU has AVX-512 F and VL, AVX2 and FMA, checked just above.
+        return unsafe { avx512(body) };
+    }
+    with_widest_vectors(body)
+}
+
 /// Keeps freed memory in the process instead of handing it back to the kernel. A training step
 /// frees and re-allocates the same large activation and gradient buffers every time; glibc serves
 /// blocks above its mmap threshold with fresh mappings, so every step page-faulted all of them in
