@@ -536,6 +536,24 @@ pub enum ConfigError {
     Invalid { origin: String, message: String },
 }
 
+/// The deepest a workload's section (`Config::sections`) may nest tables and arrays.
+const MAX_SECTION_DEPTH: usize = 16;
+
+/// How deep tables and arrays nest in `value` (1: a plain value), without recursion.
+fn nesting_depth(value: &toml::Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 1)];
+    while let Some((v, depth)) = pending.pop() {
+        deepest = deepest.max(depth);
+        match v {
+            toml::Value::Table(t) => pending.extend(t.values().map(|c| (c, depth + 1))),
+            toml::Value::Array(a) => pending.extend(a.iter().map(|c| (c, depth + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Command-line overrides; `None` keeps the file's value.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -563,10 +581,25 @@ impl Config {
     /// Parses TOML text; `path` names the origin in errors (toml's message carries the line,
     /// column and key).
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
-        })
+        })?;
+        // A workload's section nests a few levels; a dotted key can nest a hundred, which loads
+        // but, written back, exceeds the TOML parser's recursion limit.
+        for (name, value) in &config.sections {
+            let depth = nesting_depth(value);
+            if depth > MAX_SECTION_DEPTH {
+                return Err(ConfigError::Parse {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "[{name}] nests tables and arrays {depth} deep; a section nests at most \
+                         {MAX_SECTION_DEPTH}"
+                    ),
+                });
+            }
+        }
+        Ok(config)
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -881,6 +914,25 @@ mod tests {
         assert_eq!((c.sweep.epochs, c.sweep.images), (10, 1024));
         assert_eq!(c.sweep.devices, vec![DeviceKind::Cpu, DeviceKind::Cuda]);
         assert_eq!(c.sweep.nets, vec!["alexnet", "googlenet"]);
+    }
+
+    #[test]
+    fn a_section_nested_too_deep_is_refused_and_a_deep_enough_one_round_trips() {
+        let nested = |depth: usize| {
+            let keys: Vec<String> = (0..depth - 1).map(|i| format!("k{i}")).collect();
+            format!("[{}]\nv = 1\n", keys.join("."))
+        };
+        let path = Path::new("deep.toml");
+        let fits = Config::from_toml(&nested(MAX_SECTION_DEPTH), path).unwrap();
+        let written = fits.to_toml();
+        assert_eq!(Config::from_toml(&written, path).unwrap(), fits);
+        let e = Config::from_toml(&nested(MAX_SECTION_DEPTH + 1), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("deep.toml") && e.contains("[k0]") && e.contains("17 deep"),
+            "{e}"
+        );
     }
 
     #[test]
