@@ -260,6 +260,7 @@ impl Lrn {
                 });
         });
     }
+
     /// One task of `bwd_into`: dx of channels `c0..` of one sample (`xs`, `ys`, `dys`: its C
     /// planes each) into `dxb`. Inlined into `with_avx512_vectors`' copy, as `fwd_block`.
     #[inline(always)]
