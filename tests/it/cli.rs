@@ -317,6 +317,44 @@ fn sigint_stops_at_an_iteration_boundary_and_marks_the_trial_interrupted() {
     );
 }
 
+/// `profile` without `--quick` times every stage alone, forward and backward (the backward from
+/// a contiguous gradient of the stage's output): a row per AlexNet stage, in order, each with a
+/// forward, a backward and a total time.
+#[test]
+fn profile_times_every_stage_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(edgebench(dir.path())
+        .args(["--quiet", "profile", "--net", "alexnet", "--batch", "1"])
+        .args(["--steps", "1", "--threads", "2"])
+        .output()
+        .unwrap());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<String> = edgebench::models::by_name("alexnet")
+        .unwrap()
+        .summary()
+        .stages
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.first().is_some_and(|n| names.iter().any(|s| s == n)))
+        .collect();
+    let listed: Vec<&str> = rows.iter().map(|r| r[0]).collect();
+    assert_eq!(listed, names, "{stdout}");
+    let times: Vec<[f64; 3]> = rows
+        .iter()
+        .map(|r| std::array::from_fn(|i| r[1 + i].parse().unwrap()))
+        .collect();
+    assert!(
+        times.iter().flatten().all(|t| t.is_finite() && *t >= 0.0),
+        "{stdout}"
+    );
+    // conv1 (a 11x11 convolution) takes time both ways; a dropout may round to 0.0 ms.
+    assert!(times[0][0] > 0.0 && times[0][1] > 0.0, "{stdout}");
+}
+
 /// `profile` reports the GFLOP of the step's matrix products per image: AlexNet at batch 1 on
 /// two threads runs every layer as a direct product (no map is large enough for the Winograd
 /// path with one image split over the threads), so they are three times the forward's

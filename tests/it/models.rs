@@ -658,3 +658,29 @@ fn cuda_training_loss_matches_cpu() {
         );
     }
 }
+
+/// The vendored candle's `backward_from` (vendor/candle-core/PATCHED.md, change 7) starts the
+/// backward from the gradient given: the same gradients as `backward` of the sum of the output
+/// times that gradient, and an error naming a gradient of another shape or dtype.
+#[test]
+fn backward_from_starts_from_the_given_gradient() {
+    let dev = Device::Cpu;
+    let x =
+        candle_core::Var::from_vec(vec![0.5f32, -1.0, 2.0, 3.0, -0.25, 1.5], (2, 3), &dev).unwrap();
+    let y = (x.as_tensor().sqr().unwrap() + x.as_tensor()).unwrap();
+    let g = Tensor::from_vec(vec![1f32, -2.0, 0.5, 3.0, 0.0, -1.0], (2, 3), &dev).unwrap();
+    let got = y.backward_from(&g).unwrap();
+    let want = (&y * &g).unwrap().sum_all().unwrap().backward().unwrap();
+    let grad = |s: &candle_core::backprop::GradStore| -> Vec<Vec<f32>> {
+        s.get(x.as_tensor()).unwrap().to_vec2().unwrap()
+    };
+    assert_eq!(grad(&got), grad(&want));
+    // dy/dx = 2x + 1, times g.
+    assert_eq!(grad(&got)[0], vec![2.0, 2.0, 2.5]);
+    let wrong_shape = Tensor::ones((3, 2), candle_core::DType::F32, &dev).unwrap();
+    let e = y.backward_from(&wrong_shape).unwrap_err().to_string();
+    assert!(e.contains("backward_from") && e.contains("shape"), "{e}");
+    let wrong_dtype = Tensor::ones((2, 3), candle_core::DType::F64, &dev).unwrap();
+    let e = y.backward_from(&wrong_dtype).unwrap_err().to_string();
+    assert!(e.contains("backward_from") && e.contains("dtype"), "{e}");
+}

@@ -163,9 +163,40 @@ impl Tensor {
     }
 
     pub fn backward(&self) -> Result<GradStore> {
+        self.backward_from(&self.ones_like()?.contiguous()?)
+    }
+
+    /// edgebench patch 7 (PATCHED.md): the backward from `grad`, the gradient of this tensor
+    /// (its shape, dtype and device), where `backward` starts from ones: a tensor of any shape
+    /// can start one, with the gradient its consumers would hand it.
+    pub fn backward_from(&self, grad: &Tensor) -> Result<GradStore> {
+        if grad.shape() != self.shape() {
+            Err(Error::ShapeMismatchBinaryOp {
+                lhs: self.shape().clone(),
+                rhs: grad.shape().clone(),
+                op: "backward_from",
+            }
+            .bt())?
+        }
+        if grad.dtype() != self.dtype() {
+            Err(Error::DTypeMismatchBinaryOp {
+                lhs: self.dtype(),
+                rhs: grad.dtype(),
+                op: "backward_from",
+            }
+            .bt())?
+        }
+        if !grad.device().same_device(self.device()) {
+            Err(Error::DeviceMismatchBinaryOp {
+                lhs: self.device().location(),
+                rhs: grad.device().location(),
+                op: "backward_from",
+            }
+            .bt())?
+        }
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
-        grads.insert(self, self.ones_like()?.contiguous()?);
+        grads.insert(self, grad.clone());
         // edgebench patch 4 (PATCHED.md): gradients that `narrow`'s backward allocated here and
         // that nothing else has seen, with the ranges (dim, start, len) written into them so far.
         let mut narrow_owned: HashMap<TensorId, Vec<(usize, usize, usize)>> = HashMap::new();
