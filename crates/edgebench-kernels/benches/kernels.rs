@@ -15,6 +15,8 @@
 //! - `lrn/{fwd,bwd}/<layer>`: cross-channel LRN into preallocated outputs;
 //! - `linear/{fwd,bwd-data,bwd-weight}/<batch>`: AlexNet's fc6 (9216 -> 4096); throughput in
 //!   floating-point operations;
+//! - `winograd-filters/{fwd,bwd}/<layer>/<tile>`: the filter transform of a layer's weights and
+//!   its adjoint (once per training step whatever the batch); throughput in filter elements;
 //! - `copy/<layer>`: a parallel copy of the pooling/LRN input, the memory floor of one pass
 //!   (those groups' throughput is the input's bytes, comparable with it).
 
@@ -224,6 +226,36 @@ fn tensor_ops<Op: candle_core::CustomOp1>(
     });
 }
 
+/// GoogLeNet's largest 3x3 weights on each tile (4e on F(2x2) at 14x14, 3b on F(4x4) at 28x28)
+/// and its largest 5x5 (4e, F(4x4, 5x5)).
+fn winograd_filters(c: &mut Criterion) {
+    keep_freed_memory();
+    let layers: [(&str, usize, usize, usize, usize); 3] = [
+        ("goog 4e-3x3", 320, 160, 3, 2),
+        ("goog 3b-3x3", 192, 128, 3, 4),
+        ("goog 4e-5x5", 128, 32, 5, 4),
+    ];
+    let mut group = c.benchmark_group("winograd-filters");
+    for (name, o, ci, r, m) in layers {
+        let oc = o * ci;
+        let w = values(oc * r * r, 9);
+        let du = values(oc * (m + r - 1) * (m + r - 1), 10);
+        let mut dw: Vec<f32> = Vec::with_capacity(oc * r * r);
+        let id = format!("{name}/F({m}x{m})");
+        group.throughput(Throughput::Elements((oc * r * r) as u64));
+        group.bench_function(BenchmarkId::new("fwd", &id), |bench| {
+            bench.iter(|| bench_api::winograd_filters(&w, oc, m, r))
+        });
+        group.bench_function(BenchmarkId::new("bwd", &id), |bench| {
+            bench.iter(|| {
+                let dw = &mut dw.spare_capacity_mut()[..oc * r * r];
+                bench_api::winograd_filter_grads(&du, oc, m, r, dw)
+            })
+        });
+    }
+    group.finish();
+}
+
 fn lrn_bench(c: &mut Criterion) {
     keep_freed_memory();
     let p = Lrn {
@@ -318,6 +350,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = conv, im2col, pool, lrn_bench, linear_bench
+    targets = conv, im2col, winograd_filters, pool, lrn_bench, linear_bench
 }
 criterion_main!(benches);

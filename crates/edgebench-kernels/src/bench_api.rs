@@ -144,6 +144,24 @@ impl ConvLayer {
     }
 }
 
+/// Winograd's filter transform of `oc` filters (`r` x `r` each) for output tiles of `m` x `m`:
+/// the transformed filters, tile position by tile position, as the forward computes them.
+pub fn winograd_filters(w: &[f32], oc: usize, m: usize, r: usize) -> Vec<f32> {
+    winograd::transform_filters(w, oc, m, r)
+}
+
+/// Its adjoint, from the transformed filters' gradient `du` into `dw` (`oc` filters of r x r),
+/// as the backward computes the weight gradient.
+pub fn winograd_filter_grads(
+    du: &[f32],
+    oc: usize,
+    m: usize,
+    r: usize,
+    dw: &mut [MaybeUninit<f32>],
+) {
+    winograd::filter_grads(du, oc, m, r, dw)
+}
+
 /// Max pooling of `x` (N, C, H, W) with each output's argmax, as the op's forward computes them.
 pub fn max_pool(p: Pool2d, x: &[f32], dims: (usize, usize, usize, usize)) -> (Vec<f32>, Vec<u32>) {
     p.max_fwd(x, dims)

@@ -1079,6 +1079,22 @@ pub(crate) fn fwd<T: Float>(
     fwd_with(x, w, bias, g, relu, tile_size(g))
 }
 
+/// The filter transform of `oc` filters of `r` x `r` for output tiles of `m` x `m` (the benches').
+pub(crate) fn transform_filters<T: Float>(w: &[T], oc: usize, m: usize, r: usize) -> Vec<T> {
+    (Transforms::of(m, r).filter)(w, oc)
+}
+
+/// Its adjoint into `dw` (the benches').
+pub(crate) fn filter_grads<T: Float>(
+    du: &[T],
+    oc: usize,
+    m: usize,
+    r: usize,
+    dw: &mut [MaybeUninit<T>],
+) {
+    (Transforms::of(m, r).filter_adjoint)(du, oc, dw)
+}
+
 /// The filter transform: (filters, O·C) -> transformed filters.
 type FilterFn<T> = fn(&[T], usize) -> Vec<T>;
 /// Its adjoint: (transformed filter gradients, O·C, dW to write).
