@@ -170,29 +170,12 @@ impl Tensor {
     /// (its shape, dtype and device), where `backward` starts from ones: a tensor of any shape
     /// can start one, with the gradient its consumers would hand it.
     pub fn backward_from(&self, grad: &Tensor) -> Result<GradStore> {
-        if grad.shape() != self.shape() {
-            Err(Error::ShapeMismatchBinaryOp {
-                lhs: self.shape().clone(),
-                rhs: grad.shape().clone(),
-                op: "backward_from",
-            }
-            .bt())?
-        }
-        if grad.dtype() != self.dtype() {
-            Err(Error::DTypeMismatchBinaryOp {
-                lhs: self.dtype(),
-                rhs: grad.dtype(),
-                op: "backward_from",
-            }
-            .bt())?
-        }
-        if !grad.device().same_device(self.device()) {
-            Err(Error::DeviceMismatchBinaryOp {
-                lhs: self.device().location(),
-                rhs: grad.device().location(),
-                op: "backward_from",
-            }
-            .bt())?
+        const OP: &str = "backward_from";
+        self.same_shape_binary_op(grad, OP)?;
+        {
+            let (storage, grad_storage) = (self.storage(), grad.storage());
+            storage.same_dtype(&grad_storage, OP)?;
+            storage.same_device(&grad_storage, OP)?;
         }
         let sorted_nodes = self.sorted_nodes();
         let mut grads = GradStore::new();
