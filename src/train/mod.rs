@@ -210,8 +210,7 @@ pub(crate) fn run_trial(
 
         let outputs = net.forward(&images, Some(&mut dropout_rng), None)?;
         let loss = net.loss(&outputs, &labels)?;
-        let grads = loss.backward()?;
-        let lr = sgd.step(step, net.params(), &grads)?;
+        let lr = sgd.backward_and_step(step, net.params(), &loss)?;
         // Reading the loss back synchronises the device, so the step time is complete.
         let loss = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
 

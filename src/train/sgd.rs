@@ -4,8 +4,9 @@
 use crate::models::spec::{LrPolicy, SolverSpec};
 use crate::models::Param;
 use candle_core::backprop::GradStore;
-use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Tensor};
+use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Tensor, TensorId};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// Learning rate at 0-based iteration `iter` of a trial of `max_iter` iterations.
@@ -26,7 +27,20 @@ pub struct Sgd {
     max_iter: usize,
     /// One momentum ("history") blob per parameter, in `params` order.
     history: Vec<History>,
+    /// Each parameter's index in `params`, by its variable.
+    index: HashMap<TensorId, usize>,
 }
+
+/// Gradients handed over during the backward wait until they hold this many elements (4 MiB of
+/// f32, which the last-level caches of x86 hosts and of the larger boards hold), then are
+/// applied in one parallel pass: the pool wakes once per group instead of once per parameter,
+/// and the gradients are read back while still cached.
+const IN_BACKWARD_GROUP: usize = 1 << 20;
+
+/// A gradient of more elements than this (16 MiB of f32) is read back from memory wherever its
+/// update runs, and applied during the backward it measured slower (AlexNet's fc6 and fc7 at
+/// batch 1, 2-core Zen 4 VM): it waits for the end of the backward, as in [`Sgd::step`].
+const DEFERRED_FROM: usize = 1 << 22;
 
 /// A parameter's momentum: a plain vector for f32 parameters on the CPU, which the update
 /// writes in the same pass as the parameter; a tensor on other devices (on CUDA written in place
@@ -51,11 +65,94 @@ impl Sgd {
                 )
             })
             .collect::<Result<_>>()?;
+        let index = params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.var.as_tensor().id(), i))
+            .collect();
         Ok(Sgd {
             solver,
             max_iter,
             history,
+            index,
         })
+    }
+
+    /// The backward of `loss` and the update of [`Sgd::step`], with the same arithmetic and
+    /// results. On the host each parameter is updated as soon as the backward has completed
+    /// its gradient, in groups of [`IN_BACKWARD_GROUP`] elements: the gradient is read back
+    /// from cache instead of memory (at batch 1 the update is a large part of the step), and
+    /// the network's gradients are not all held at once. Elsewhere the backward then
+    /// [`Sgd::step`]. Returns the learning rate used.
+    pub fn backward_and_step(
+        &mut self,
+        iter: usize,
+        params: &[Param],
+        loss: &Tensor,
+    ) -> Result<f64> {
+        if !self.history.iter().all(|h| matches!(h, History::Host(_))) {
+            let grads = loss.backward()?;
+            return self.step(iter, params, &grads);
+        }
+        let lr = learning_rate(&self.solver, iter, self.max_iter);
+        let mut pending: Vec<(usize, Tensor)> = Vec::new();
+        let mut pending_elements = 0;
+        let mut deferred: Vec<(usize, Tensor)> = Vec::new();
+        loss.backward_handing_variables(&mut |var, grad| {
+            let Some(&i) = self.index.get(&var.id()) else {
+                return Ok(()); // a variable the optimiser does not own
+            };
+            if grad.elem_count() > DEFERRED_FROM {
+                deferred.push((i, grad));
+                return Ok(());
+            }
+            pending_elements += grad.elem_count();
+            pending.push((i, grad));
+            if pending_elements >= IN_BACKWARD_GROUP {
+                self.update_on_host(lr, params, &mut pending)?;
+                pending_elements = 0;
+            }
+            Ok(())
+        })?;
+        pending.append(&mut deferred);
+        self.update_on_host(lr, params, &mut pending)?;
+        Ok(lr)
+    }
+
+    /// Caffe's update of the `pending` parameters (index in `params`, gradient), all host f32,
+    /// one task per parameter; empties `pending`.
+    fn update_on_host(
+        &mut self,
+        lr: f64,
+        params: &[Param],
+        pending: &mut Vec<(usize, Tensor)>,
+    ) -> Result<()> {
+        pending.sort_unstable_by_key(|(i, _)| *i);
+        let mut grads = pending.drain(..).peekable();
+        let mut on_host = Vec::new();
+        for (i, history) in self.history.iter_mut().enumerate() {
+            let Some((_, grad)) = grads.next_if(|(j, _)| *j == i) else {
+                continue;
+            };
+            let History::Host(v) = history else {
+                bail!(
+                    "sgd: parameter {} is not a host f32 parameter",
+                    params[i].name
+                );
+            };
+            let update = momentum_for(&self.solver, &params[i], lr, v);
+            on_host.push((
+                params[i].var.as_tensor(),
+                grad.detach().contiguous()?,
+                update,
+            ));
+        }
+        if let Some((i, _)) = grads.next() {
+            bail!("sgd: a gradient for parameter {i} twice in one step");
+        }
+        on_host
+            .par_iter()
+            .try_for_each(|(w, grad, update)| w.inplace_op2(grad, update))
     }
 
     /// One update (Caffe's SGDSolver::ApplyUpdate):
@@ -84,15 +181,7 @@ impl Sgd {
             let rate = lr * param.lr_mult;
             match history {
                 History::Host(v) => {
-                    // One in-place pass over w, g and v: memory-bound, and at batch 1 the
-                    // update is a large part of the step (AlexNet's 61 M parameters: ~1.2 GB
-                    // read and written per step), so no temporaries and no second pass.
-                    let update = Momentum {
-                        momentum: self.solver.momentum as f32,
-                        rate: rate as f32,
-                        decay: decay as f32,
-                        history: Mutex::new(v.as_mut_slice()),
-                    };
+                    let update = momentum_for(&self.solver, param, lr, v);
                     on_host.push((w, grad.contiguous()?, update));
                 }
                 History::Device(history)
@@ -130,6 +219,18 @@ impl Sgd {
             .collect();
         edgebench_kernels::sgd_momentum_all(&updates, self.solver.momentum as f32)?;
         Ok(lr)
+    }
+}
+
+/// The host update of `param` at learning rate `lr`, writing its history `v`: one in-place pass
+/// over w, g and v, memory-bound (at batch 1 the update is a large part of the step; AlexNet's
+/// 61 M parameters: ~1.2 GB read and written per step), so no temporaries and no second pass.
+fn momentum_for<'a>(solver: &SolverSpec, param: &Param, lr: f64, v: &'a mut [f32]) -> Momentum<'a> {
+    Momentum {
+        momentum: solver.momentum as f32,
+        rate: (lr * param.lr_mult) as f32,
+        decay: (solver.weight_decay * param.decay_mult) as f32,
+        history: Mutex::new(v),
     }
 }
 
@@ -232,11 +333,28 @@ mod tests {
     }
 
     /// Many parameters, small and larger than one chunk, with their own rates and decays: each
-    /// is updated exactly once per step, as the update written out in f64 does it.
+    /// is updated exactly once per step, as the update written out in f64 does it; after the
+    /// backward, and during it (the sizes fill more than one group).
     #[test]
     fn every_parameter_is_updated_once_per_step() -> Result<()> {
+        every_parameter_updated_once(false)?;
+        every_parameter_updated_once(true)
+    }
+
+    fn every_parameter_updated_once(during_backward: bool) -> Result<()> {
         let dev = Device::Cpu;
-        let sizes = [1, 7, CHUNK - 1, CHUNK + 3, 3 * CHUNK + 5, 2, 64, 9 * 64];
+        let sizes = [
+            1,
+            7,
+            CHUNK - 1,
+            CHUNK + 3,
+            3 * CHUNK + 5,
+            2,
+            IN_BACKWARD_GROUP + 9,
+            DEFERRED_FROM + 1,
+            64,
+            9 * 64,
+        ];
         let params: Vec<Param> = sizes
             .iter()
             .enumerate()
@@ -273,7 +391,11 @@ mod tests {
             for (i, p) in params.iter().enumerate() {
                 loss = (loss + (p.var.as_tensor().sum_all()? * (i + 1) as f64)?)?;
             }
-            sgd.step(iter, &params, &loss.backward()?)?;
+            if during_backward {
+                sgd.backward_and_step(iter, &params, &loss)?;
+            } else {
+                sgd.step(iter, &params, &loss.backward()?)?;
+            }
             for (i, p) in params.iter().enumerate() {
                 let (rate, decay) = (0.01 * p.lr_mult, 0.0005 * p.decay_mult);
                 for (w, v) in want[i].iter_mut().zip(&mut hist[i]) {
@@ -285,7 +407,10 @@ mod tests {
         for (i, p) in params.iter().enumerate() {
             let got = p.var.as_tensor().to_vec1::<f32>()?;
             for (k, (&g, &w)) in got.iter().zip(&want[i]).enumerate() {
-                assert!((g as f64 - w).abs() < 1e-5, "p{i}[{k}]: {g} vs {w}");
+                assert!(
+                    (g as f64 - w).abs() < 1e-5,
+                    "p{i}[{k}] (during the backward: {during_backward}): {g} vs {w}"
+                );
             }
         }
         Ok(())

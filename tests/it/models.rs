@@ -532,6 +532,69 @@ fn one_step(
     })
 }
 
+/// The update applied during the backward (`Sgd::backward_and_step`, as training and the
+/// profile run it) leaves every parameter bit for bit where the backward followed by the
+/// update leaves it, step after step (the momentum carries over).
+fn check_update_during_backward_matches_update_after(net: &str) {
+    let spec = models::by_name(net).unwrap();
+    let after = Network::new(spec, &Device::Cpu, 5).unwrap();
+    let during = Network::new(spec, &Device::Cpu, 5).unwrap();
+    let mut sgd_after = Sgd::new(spec.solver, after.params(), 100).unwrap();
+    let mut sgd_during = Sgd::new(spec.solver, during.params(), 100).unwrap();
+    let data = Dataset::synthetic(3, 1000, 64);
+    let [c, h, w] = spec.input;
+    let (mut rng_after, mut rng_during) = (
+        rand::rngs::StdRng::seed_from_u64(6),
+        rand::rngs::StdRng::seed_from_u64(6),
+    );
+    let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+    let initial: Vec<Vec<f32>> = during
+        .params()
+        .iter()
+        .map(|p| flat(p.var.as_tensor()))
+        .collect();
+    for step in 0..3 {
+        let b = data.batch(step * 2, 2, [c, h, w]).unwrap();
+        let x = Tensor::from_vec(b.images, (2, c, h, w), &Device::Cpu).unwrap();
+        let y = Tensor::from_vec(b.labels, 2, &Device::Cpu).unwrap();
+        let out = after.forward(&x, Some(&mut rng_after), None).unwrap();
+        let loss = after.loss(&out, &y).unwrap();
+        let grads = loss.backward().unwrap();
+        sgd_after.step(step, after.params(), &grads).unwrap();
+        let out = during.forward(&x, Some(&mut rng_during), None).unwrap();
+        let loss = during.loss(&out, &y).unwrap();
+        sgd_during
+            .backward_and_step(step, during.params(), &loss)
+            .unwrap();
+        for (a, d) in after.params().iter().zip(during.params()) {
+            let (wa, wd) = (flat(a.var.as_tensor()), flat(d.var.as_tensor()));
+            assert!(
+                wa.iter().zip(&wd).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{net} step {step}: {} differs when updated during the backward",
+                a.name
+            );
+        }
+    }
+    for (p, w0) in during.params().iter().zip(initial) {
+        assert_ne!(
+            flat(p.var.as_tensor()),
+            w0,
+            "{net}: {} never updated",
+            p.name
+        );
+    }
+}
+
+#[test]
+fn alexnet_update_during_backward_matches_update_after() {
+    check_update_during_backward_matches_update_after("alexnet");
+}
+
+#[test]
+fn googlenet_update_during_backward_matches_update_after() {
+    check_update_during_backward_matches_update_after("googlenet");
+}
+
 /// A training step at batch 1 and 3 on 12 and 16 threads (more threads than images: the
 /// kernels split single images by channels and by runs of output rows, some of them wholly in
 /// the padding of GoogLeNet's 7x7 maps) gives the 1-thread step's loss, gradients and updates,
@@ -683,4 +746,55 @@ fn backward_from_starts_from_the_given_gradient() {
     let wrong_dtype = Tensor::ones((2, 3), candle_core::DType::F64, &dev).unwrap();
     let e = y.backward_from(&wrong_dtype).unwrap_err().to_string();
     assert!(e.contains("backward_from") && e.contains("dtype"), "{e}");
+}
+
+/// The vendored candle's `backward_handing_variables` (vendor/candle-core/PATCHED.md, change 8)
+/// hands each variable's gradient over once, complete (a variable used by two ops gets the sum
+/// of both), and only after every op that uses the variable has run its backward; the store it
+/// returns holds no variable's gradient.
+#[test]
+fn backward_hands_each_variable_over_once_when_complete() {
+    let dev = Device::Cpu;
+    let w = candle_core::Var::from_vec(vec![0.5f32, -1.0, 2.0], 3, &dev).unwrap();
+    let b = candle_core::Var::from_vec(vec![0.25f32, 4.0, -3.0], 3, &dev).unwrap();
+    let x = Tensor::from_vec(vec![1f32, 2.0, -1.5], 3, &dev).unwrap();
+    // w is used twice (w·x, then w² further up); b once, before the second use of w.
+    let h = ((w.as_tensor() * &x).unwrap() + b.as_tensor()).unwrap();
+    let y = (h.sqr().unwrap() + w.as_tensor().sqr().unwrap())
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    let want = y.backward().unwrap();
+    let mut handed: Vec<(candle_core::TensorId, Vec<f32>)> = Vec::new();
+    let rest = y
+        .backward_handing_variables(&mut |var, grad| {
+            handed.push((var.id(), grad.to_vec1().unwrap()));
+            Ok(())
+        })
+        .unwrap();
+    let ids: Vec<_> = handed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids.len(), 2, "each variable once: {ids:?}");
+    for v in [&w, &b] {
+        let got = &handed.iter().find(|(id, _)| *id == v.id()).unwrap().1;
+        let expected: Vec<f32> = want.get(v.as_tensor()).unwrap().to_vec1().unwrap();
+        assert_eq!(got, &expected);
+        assert!(rest.get(v.as_tensor()).is_none());
+    }
+    // dy/dw = 2h·x + 2w, both uses summed.
+    let h: Vec<f32> = h.to_vec1().unwrap();
+    let expected_w: Vec<f32> = [0.5f32, -1.0, 2.0]
+        .iter()
+        .zip([1f32, 2.0, -1.5])
+        .zip(&h)
+        .map(|((w, x), h)| 2.0 * h * x + 2.0 * w)
+        .collect();
+    assert_eq!(
+        handed.iter().find(|(id, _)| *id == w.id()).unwrap().1,
+        expected_w
+    );
+    // An error from the callback stops the backward and comes back.
+    let e = y
+        .backward_handing_variables(&mut |_, _| candle_core::bail!("stop here"))
+        .unwrap_err();
+    assert!(e.to_string().contains("stop here"), "{e}");
 }

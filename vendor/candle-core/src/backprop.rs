@@ -170,6 +170,28 @@ impl Tensor {
     /// (its shape, dtype and device), where `backward` starts from ones: a tensor of any shape
     /// can start one, with the gradient its consumers would hand it.
     pub fn backward_from(&self, grad: &Tensor) -> Result<GradStore> {
+        self.backward_from_handing_variables(grad, None)
+    }
+
+    /// edgebench patch 8 (PATCHED.md): `backward`, handing each variable's gradient to
+    /// `on_variable` as soon as it is complete, instead of keeping it in the returned store
+    /// (which then holds no variable's gradient). The sorted nodes are a reversed post-order,
+    /// so every node that uses a variable comes before it: when the loop reaches a variable,
+    /// its gradient is final, and nothing later in the backward reads the variable itself.
+    /// An optimiser can so update a parameter while its gradient is still in cache, and the
+    /// gradients of a whole network are not all held at once.
+    pub fn backward_handing_variables(
+        &self,
+        on_variable: &mut dyn FnMut(&Tensor, Tensor) -> Result<()>,
+    ) -> Result<GradStore> {
+        self.backward_from_handing_variables(&self.ones_like()?.contiguous()?, Some(on_variable))
+    }
+
+    fn backward_from_handing_variables(
+        &self,
+        grad: &Tensor,
+        mut on_variable: Option<&mut dyn FnMut(&Tensor, Tensor) -> Result<()>>,
+    ) -> Result<GradStore> {
         const OP: &str = "backward_from";
         self.same_shape_binary_op(grad, OP)?;
         {
@@ -185,6 +207,11 @@ impl Tensor {
         let mut narrow_owned: HashMap<TensorId, Vec<(usize, usize, usize)>> = HashMap::new();
         for node in sorted_nodes.iter() {
             if node.is_variable() {
+                if let Some(on_variable) = on_variable.as_mut() {
+                    if let Some(grad) = grads.remove(node) {
+                        on_variable(node, grad)?;
+                    }
+                }
                 continue;
             }
             let grad = grads
