@@ -37,10 +37,11 @@ pub struct Sgd {
 /// and the gradients are read back while still cached.
 const IN_BACKWARD_GROUP: usize = 1 << 20;
 
-/// A gradient of more elements than this (16 MiB of f32) is read back from memory wherever its
-/// update runs, and applied during the backward it measured slower (AlexNet's fc6 and fc7 at
-/// batch 1, 2-core Zen 4 VM): it waits for the end of the backward, as in [`Sgd::step`].
-const DEFERRED_FROM: usize = 1 << 22;
+/// A gradient of more elements than this (8 MiB of f32) is read back from memory wherever its
+/// update runs, and applied during the backward it measured slower (AlexNet's fc6, fc7 and fc8
+/// at batch 1, 2-core Zen 4 VM): it waits for the end of the backward, as in [`Sgd::step`].
+/// GoogLeNet's largest, its auxiliary classifiers' first layers, have 2 M elements.
+const DEFERRED_FROM: usize = 1 << 21;
 
 /// A parameter's momentum: a plain vector for f32 parameters on the CPU, which the update
 /// writes in the same pass as the parameter; a tensor on other devices (on CUDA written in place
