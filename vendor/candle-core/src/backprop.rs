@@ -177,9 +177,10 @@ impl Tensor {
     /// `on_variable` as soon as it is complete, instead of keeping it in the returned store
     /// (which then holds no variable's gradient). The sorted nodes are a reversed post-order,
     /// so every node that uses a variable comes before it: when the loop reaches a variable,
-    /// its gradient is final, and nothing later in the backward reads the variable itself.
-    /// An optimiser can so update a parameter while its gradient is still in cache, and the
-    /// gradients of a whole network are not all held at once.
+    /// its gradient is final, and nothing later in the backward reads the variable itself
+    /// (only a detached tensor sharing its storage, outside the graph, would see an update made
+    /// here). An optimiser can so update a parameter while its gradient is still in cache, and
+    /// the gradients of a whole network are not all held at once.
     pub fn backward_handing_variables(
         &self,
         on_variable: &mut dyn FnMut(&Tensor, Tensor) -> Result<()>,
