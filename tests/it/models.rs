@@ -498,11 +498,7 @@ fn one_step(
         let loss = network.loss(&out, &y).unwrap();
         let grads = loss.backward().unwrap();
         let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
-        let before: Vec<Vec<f32>> = network
-            .params()
-            .iter()
-            .map(|p| flat(p.var.as_tensor()))
-            .collect();
+        let before = flat_params(&network);
         let gradients = network
             .params()
             .iter()
@@ -547,12 +543,7 @@ fn check_update_during_backward_matches_update_after(net: &str) {
         rand::rngs::StdRng::seed_from_u64(6),
         rand::rngs::StdRng::seed_from_u64(6),
     );
-    let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
-    let initial: Vec<Vec<f32>> = during
-        .params()
-        .iter()
-        .map(|p| flat(p.var.as_tensor()))
-        .collect();
+    let initial = flat_params(&during);
     for step in 0..3 {
         let b = data.batch(step * 2, 2, [c, h, w]).unwrap();
         let x = Tensor::from_vec(b.images, (2, c, h, w), &Device::Cpu).unwrap();
@@ -566,23 +557,31 @@ fn check_update_during_backward_matches_update_after(net: &str) {
         sgd_during
             .backward_and_step(step, during.params(), &loss)
             .unwrap();
-        for (a, d) in after.params().iter().zip(during.params()) {
-            let (wa, wd) = (flat(a.var.as_tensor()), flat(d.var.as_tensor()));
+        let (wa, wd) = (flat_params(&after), flat_params(&during));
+        for ((a, d), p) in wa.iter().zip(&wd).zip(after.params()) {
             assert!(
-                wa.iter().zip(&wd).all(|(x, y)| x.to_bits() == y.to_bits()),
+                a.iter().zip(d).all(|(x, y)| x.to_bits() == y.to_bits()),
                 "{net} step {step}: {} differs when updated during the backward",
-                a.name
+                p.name
             );
         }
     }
-    for (p, w0) in during.params().iter().zip(initial) {
-        assert_ne!(
-            flat(p.var.as_tensor()),
-            w0,
-            "{net}: {} never updated",
-            p.name
-        );
+    for ((w, w0), p) in flat_params(&during)
+        .iter()
+        .zip(&initial)
+        .zip(during.params())
+    {
+        assert_ne!(w, w0, "{net}: {} never updated", p.name);
     }
+}
+
+/// Every parameter's values, flattened, in `params` order.
+fn flat_params(network: &Network) -> Vec<Vec<f32>> {
+    network
+        .params()
+        .iter()
+        .map(|p| p.var.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+        .collect()
 }
 
 #[test]
