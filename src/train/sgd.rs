@@ -149,7 +149,10 @@ impl Sgd {
             ));
         }
         if let Some((i, _)) = grads.next() {
-            bail!("sgd: a gradient for parameter {i} twice in one step");
+            bail!(
+                "sgd: two gradients for parameter {} in one step",
+                params[i].name
+            );
         }
         on_host
             .par_iter()
