@@ -7,7 +7,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{bail, CpuStorage, InplaceOp2, Layout, Result, Tensor, TensorId};
 use rayon::prelude::*;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Learning rate at 0-based iteration `iter` of a trial of `max_iter` iterations.
 pub fn learning_rate(solver: &SolverSpec, iter: usize, max_iter: usize) -> f64 {
@@ -38,10 +38,11 @@ pub struct Sgd {
 const IN_BACKWARD_GROUP: usize = 1 << 20;
 
 /// A gradient of more elements than this (8 MiB of f32) is read back from memory wherever its
-/// update runs, and applied during the backward it measured slower (AlexNet's fc6, fc7 and fc8
-/// at batch 1, 2-core Zen 4 VM): it waits for the end of the backward, as in [`Sgd::step`].
-/// GoogLeNet's largest, its auxiliary classifiers' first layers, have 2 M elements.
-const DEFERRED_FROM: usize = 1 << 21;
+/// update runs: the update is a task of its own, which a core that the backward leaves idle
+/// takes up while the backward goes on (AlexNet's fc6, fc7 and fc8; GoogLeNet's largest, its
+/// auxiliary classifiers' first layers, have 2 M elements). Within the backward's own
+/// sequence, as the smaller ones are, such a gradient made AlexNet's batch-1 step slower.
+const STREAMED_FROM: usize = 1 << 21;
 
 /// A parameter's momentum: a plain vector for f32 parameters on the CPU, which the update
 /// writes in the same pass as the parameter; a tensor on other devices (on CUDA written in place
@@ -83,8 +84,9 @@ impl Sgd {
     /// results. On the host each parameter is updated as soon as the backward has completed
     /// its gradient, in groups of [`IN_BACKWARD_GROUP`] elements: the gradient is read back
     /// from cache instead of memory (at batch 1 the update is a large part of the step), and
-    /// the network's gradients are not all held at once. Elsewhere the backward then
-    /// [`Sgd::step`]. Returns the learning rate used.
+    /// the network's gradients are not all held at once. A gradient of more than
+    /// [`STREAMED_FROM`] elements is applied on whichever core is free while the backward goes
+    /// on. Elsewhere the backward then [`Sgd::step`]. Returns the learning rate used.
     pub fn backward_and_step(
         &mut self,
         iter: usize,
@@ -96,67 +98,56 @@ impl Sgd {
             return self.step(iter, params, &grads);
         }
         let lr = learning_rate(&self.solver, iter, self.max_iter);
-        let mut pending: Vec<(usize, Tensor)> = Vec::new();
-        let mut pending_elements = 0;
-        let mut deferred: Vec<(usize, Tensor)> = Vec::new();
-        loss.backward_handing_variables(&mut |var, grad| {
-            let Some(&i) = self.index.get(&var.id()) else {
-                return Ok(()); // a variable the optimiser does not own
-            };
-            if grad.elem_count() > DEFERRED_FROM {
-                deferred.push((i, grad));
-                return Ok(());
-            }
-            pending_elements += grad.elem_count();
-            pending.push((i, grad));
-            if pending_elements >= IN_BACKWARD_GROUP {
-                self.update_on_host(lr, params, &mut pending)?;
-                pending_elements = 0;
-            }
-            Ok(())
+        let (solver, index) = (&self.solver, &self.index);
+        // Each parameter's momentum, taken by its update: once per step.
+        let mut histories: Vec<Option<&mut [f32]>> = self
+            .history
+            .iter_mut()
+            .map(|h| match h {
+                History::Host(v) => Some(v.as_mut_slice()),
+                History::Device(_) => None,
+            })
+            .collect();
+        let streamed_failure: Mutex<Option<candle_core::Error>> = Mutex::new(None);
+        rayon::scope(|scope| -> Result<()> {
+            let mut group: Vec<(&Tensor, Tensor, Momentum)> = Vec::new();
+            let mut group_elements = 0;
+            loss.backward_handing_variables(&mut |var, grad| {
+                let Some(&i) = index.get(&var.id()) else {
+                    return Ok(()); // a variable the optimiser does not own
+                };
+                let Some(v) = histories[i].take() else {
+                    bail!("sgd: two gradients for {} in one step", params[i].name);
+                };
+                let w = params[i].var.as_tensor();
+                let update = momentum_for(solver, &params[i], lr, v);
+                let grad = grad.detach().contiguous()?;
+                if grad.elem_count() > STREAMED_FROM {
+                    let failure = &streamed_failure;
+                    scope.spawn(move |_| {
+                        if let Err(e) = w.inplace_op2(&grad, &update) {
+                            *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                        }
+                    });
+                    return Ok(());
+                }
+                group_elements += grad.elem_count();
+                group.push((w, grad, update));
+                if group_elements >= IN_BACKWARD_GROUP {
+                    apply_group(&mut group)?;
+                    group_elements = 0;
+                }
+                Ok(())
+            })?;
+            apply_group(&mut group)
         })?;
-        pending.append(&mut deferred);
-        self.update_on_host(lr, params, &mut pending)?;
-        Ok(lr)
-    }
-
-    /// Caffe's update of the `pending` parameters (index in `params`, gradient), all host f32,
-    /// one task per parameter; empties `pending`.
-    fn update_on_host(
-        &mut self,
-        lr: f64,
-        params: &[Param],
-        pending: &mut Vec<(usize, Tensor)>,
-    ) -> Result<()> {
-        pending.sort_unstable_by_key(|(i, _)| *i);
-        let mut grads = pending.drain(..).peekable();
-        let mut on_host = Vec::new();
-        for (i, history) in self.history.iter_mut().enumerate() {
-            let Some((_, grad)) = grads.next_if(|(j, _)| *j == i) else {
-                continue;
-            };
-            let History::Host(v) = history else {
-                bail!(
-                    "sgd: parameter {} is not a host f32 parameter",
-                    params[i].name
-                );
-            };
-            let update = momentum_for(&self.solver, &params[i], lr, v);
-            on_host.push((
-                params[i].var.as_tensor(),
-                grad.detach().contiguous()?,
-                update,
-            ));
+        match streamed_failure
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+        {
+            Some(e) => Err(e),
+            None => Ok(lr),
         }
-        if let Some((i, _)) = grads.next() {
-            bail!(
-                "sgd: two gradients for parameter {} in one step",
-                params[i].name
-            );
-        }
-        on_host
-            .par_iter()
-            .try_for_each(|(w, grad, update)| w.inplace_op2(grad, update))
     }
 
     /// One update (Caffe's SGDSolver::ApplyUpdate):
@@ -224,6 +215,13 @@ impl Sgd {
         edgebench_kernels::sgd_momentum_all(&updates, self.solver.momentum as f32)?;
         Ok(lr)
     }
+}
+
+/// The updates of `group`, one task per parameter; empties it.
+fn apply_group(group: &mut Vec<(&Tensor, Tensor, Momentum)>) -> Result<()> {
+    group
+        .par_drain(..)
+        .try_for_each(|(w, grad, update)| w.inplace_op2(&grad, &update))
 }
 
 /// The host update of `param` at learning rate `lr`, writing its history `v`: one in-place pass
@@ -355,7 +353,7 @@ mod tests {
             3 * CHUNK + 5,
             2,
             IN_BACKWARD_GROUP + 9,
-            DEFERRED_FROM + 1,
+            STREAMED_FROM + 1,
             64,
             9 * 64,
         ];
