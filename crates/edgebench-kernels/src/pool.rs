@@ -48,7 +48,8 @@ pub fn pool2d(x: &Tensor, p: Pool2d) -> Result<Tensor> {
     // get their gradient.
     native_or_host(x, |x| {
         let x = x.contiguous()?;
-        if p.kind == PoolKind::Max && x.device().is_cpu() {
+        // An output that needs no gradient (inference) takes the maxima alone (`Pool2d`'s op).
+        if p.kind == PoolKind::Max && x.device().is_cpu() && x.track_op() {
             let arg = std::sync::Mutex::new(Vec::new());
             return x.apply_op1(MaxPoolCpu { pool: p, arg });
         }
@@ -110,7 +111,7 @@ impl Pool2d {
         }
         let (len, plane) = (n * c * plane_out, h * w);
         if self.kind == PoolKind::Max {
-            return self.max_fwd(x, (n, c, h, w)).0;
+            return self.max_only_fwd(x, (n, c, h, w));
         }
         // A window's sum is the sum of its columns' sums over its rows: the rows are added
         // whole, in a loop that vectorises, and each output sums only its few column sums.
@@ -222,6 +223,38 @@ impl Pool2d {
 /// gradient.
 const NO_ARG: u32 = u32::MAX;
 
+/// What the max-pool forward keeps of each maximum's position: its index in the plane (`u32`,
+/// for the backward), or nothing (`()`: a forward whose output needs no gradient; the index
+/// arithmetic then compiles away).
+pub(crate) trait ArgSlot: Copy + Send + Sync + 'static {
+    /// No position: an empty window's, or one where nothing beat -FLT_MAX.
+    const NONE: Self;
+    fn at(index: u32) -> Self;
+    /// The slots as plane indices, where they are (the NEON pass writes index lanes).
+    #[cfg(target_arch = "aarch64")]
+    fn as_indices(slots: &mut [Self]) -> Option<&mut [u32]>;
+}
+
+impl ArgSlot for u32 {
+    const NONE: u32 = NO_ARG;
+    fn at(index: u32) -> u32 {
+        index
+    }
+    #[cfg(target_arch = "aarch64")]
+    fn as_indices(slots: &mut [u32]) -> Option<&mut [u32]> {
+        Some(slots)
+    }
+}
+
+impl ArgSlot for () {
+    const NONE: () = ();
+    fn at(_: u32) {}
+    #[cfg(target_arch = "aarch64")]
+    fn as_indices(_: &mut [()]) -> Option<&mut [u32]> {
+        None
+    }
+}
+
 /// A max-pool's geometry on one plane.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MaxGeom {
@@ -273,12 +306,12 @@ impl MaxGeom {
 
 /// Per-worker scratch of the max-pool forward: a padded input row, and per input row each
 /// output column's max over its window's columns with that element's index in the plane.
-struct MaxScratch<T> {
+struct MaxScratch<T, A> {
     row: Vec<T>,
     /// For stride 2: `row`'s even columns, then its odd ones.
     halves: Vec<T>,
     col_max: Vec<T>,
-    col_arg: Vec<u32>,
+    col_arg: Vec<A>,
 }
 
 /// Per element of a plane, -inf where its left (`left`) or right (`right`) neighbour lies in
@@ -337,13 +370,30 @@ impl Pool2d {
         (y, arg)
     }
 
+    /// `max_fwd`'s maxima without their argmax, bit for bit the same.
+    pub(crate) fn max_only_fwd<T: Float>(
+        &self,
+        x: &[T],
+        (n, c, h, w): (usize, usize, usize, usize),
+    ) -> Vec<T> {
+        let g = MaxGeom::new(self, h, w);
+        let len = n * c * g.oh * g.ow;
+        let mut y = Vec::with_capacity(len);
+        // Zero-sized: no allocation, and no index is computed.
+        let mut none = vec![MaybeUninit::new(()); len];
+        self.max_fwd_into(x, g, y.spare_capacity_mut(), &mut none);
+        // SAFETY: `max_fwd_into` initialised every element of y's first `len`.
+        unsafe { y.set_len(len) };
+        y
+    }
+
     /// `max_fwd` into the first N·C·OH·OW elements of `y` and `arg`, initialising them.
-    pub(crate) fn max_fwd_into<T: Float>(
+    pub(crate) fn max_fwd_into<T: Float, A: ArgSlot>(
         &self,
         x: &[T],
         g: MaxGeom,
         y: &mut [MaybeUninit<T>],
-        arg: &mut [MaybeUninit<u32>],
+        arg: &mut [MaybeUninit<A>],
     ) {
         use rayon::prelude::*;
         let (plane, plane_out) = (g.h * g.w, g.oh * g.ow);
@@ -361,7 +411,7 @@ impl Pool2d {
                 }
             ],
             col_max: vec![T::LOWEST; g.h * g.ow],
-            col_arg: vec![NO_ARG; g.h * g.ow],
+            col_arg: vec![A::NONE; g.h * g.ow],
         };
         // One table for every plane, shared by the tasks.
         let row_ends = (g.same_width() && g.k == 3).then(|| RowEnds::new(g.h, g.w));
@@ -393,7 +443,7 @@ impl Pool2d {
 /// The column pass for `MaxGeom::same_width` with a 3-wide window (so pad 1, GoogLeNet's
 /// inception pools): output o takes x[o - 1], x[o] and x[o + 1], the outer two plus
 /// `row_ends`' terms, so that a neighbour in another row never wins.
-fn max_cols_3<T: Float>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [u32]) {
+fn max_cols_3<T: Float, A: ArgSlot>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [A]) {
     let n = x.len();
     let (m, a) = (&mut m[..n], &mut a[..n]);
     if n == 0 {
@@ -402,7 +452,7 @@ fn max_cols_3<T: Float>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [u32]) 
     let (left, right) = (&ends.left[..n], &ends.right[..n]);
     // The plane's first and last outputs, one of whose outer taps lies outside the plane.
     let edge = |o: usize| {
-        let (mut best, mut at) = (T::LOWEST, NO_ARG);
+        let (mut best, mut at) = (T::LOWEST, A::NONE);
         let first = o.saturating_sub(1);
         for (t, &v) in (first..).zip(&x[first..(o + 2).min(n)]) {
             let v = match t.cmp(&o) {
@@ -410,7 +460,7 @@ fn max_cols_3<T: Float>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [u32]) 
                 std::cmp::Ordering::Equal => v,
                 std::cmp::Ordering::Greater => v + right[o],
             };
-            max_step::<T, false>(v, &mut best, &mut at, t as u32);
+            max_step::<T, A, false>(v, &mut best, &mut at, A::at(t as u32));
         }
         (best, at)
     };
@@ -424,11 +474,11 @@ fn max_cols_3<T: Float>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [u32]) 
     let (left, right) = (&left[1..inner + 1], &right[1..inner + 1]);
     let (m, a) = (&mut m[1..inner + 1], &mut a[1..inner + 1]);
     for o in 0..inner {
-        let (mut best, mut at) = (T::LOWEST, NO_ARG);
+        let (mut best, mut at) = (T::LOWEST, A::NONE);
         let at0 = o as u32;
-        max_step::<T, false>(xl[o] + left[o], &mut best, &mut at, at0);
-        max_step::<T, false>(xc[o], &mut best, &mut at, at0 + 1);
-        max_step::<T, false>(xr[o] + right[o], &mut best, &mut at, at0 + 2);
+        max_step::<T, A, false>(xl[o] + left[o], &mut best, &mut at, A::at(at0));
+        max_step::<T, A, false>(xc[o], &mut best, &mut at, A::at(at0 + 1));
+        max_step::<T, A, false>(xr[o] + right[o], &mut best, &mut at, A::at(at0 + 2));
         (m[o], a[o]) = (best, at);
     }
 }
@@ -437,7 +487,7 @@ fn max_cols_3<T: Float>(x: &[T], ends: &RowEnds<T>, m: &mut [T], a: &mut [u32]) 
 /// whole plane shifted by `kj - pad` (one pass per tap); columns whose window reaches past a
 /// row's start or end took taps from the neighbouring row there, and are computed again with
 /// clipping.
-fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
+fn max_cols_same_width<T: Float, A: ArgSlot>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [A]) {
     max_cols_tap_by_tap(g, x, m, a);
     // The edge columns: c < pad, or c + k > w + pad.
     let right = (g.w + g.pad + 1).saturating_sub(g.k).max(g.pad.min(g.w));
@@ -448,11 +498,11 @@ fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
         .enumerate()
     {
         for c in edges.clone() {
-            let (mut best, mut at) = (T::LOWEST, NO_ARG);
+            let (mut best, mut at) = (T::LOWEST, A::NONE);
             let cols = c.saturating_sub(g.pad)..(c + g.k - g.pad).min(g.w);
             for cc in cols {
-                let at_cc = (r * g.w + cc) as u32;
-                max_step::<T, false>(x[r * g.w + cc], &mut best, &mut at, at_cc);
+                let at_cc = A::at((r * g.w + cc) as u32);
+                max_step::<T, A, false>(x[r * g.w + cc], &mut best, &mut at, at_cc);
             }
             (mr[c], ar[c]) = (best, at);
         }
@@ -461,13 +511,13 @@ fn max_cols_same_width<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
 
 /// The same-width column pass one tap at a time (windows other than 3 wide): tap `kj` is the
 /// whole plane shifted by `kj - pad`, each a pass over the plane.
-fn max_cols_tap_by_tap<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32]) {
+fn max_cols_tap_by_tap<T: Float, A: ArgSlot>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [A]) {
     let n = x.len();
     // Tap 0 initialises every output it reaches (all but the first `pad`, which are edge
     // columns, recomputed below), so nothing is filled with -FLT_MAX first.
     let d0 = g.pad.min(n);
     m[..d0].fill(T::LOWEST);
-    a[..d0].fill(NO_ARG);
+    a[..d0].fill(A::NONE);
     for kj in 0..g.k {
         let (m, a, e, at0) = if kj < g.pad {
             let d = (g.pad - kj).min(n);
@@ -477,9 +527,9 @@ fn max_cols_tap_by_tap<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
             (&mut m[..n - d], &mut a[..n - d], &x[d..], d as u32)
         };
         if kj == 0 {
-            max_into::<T, true>(e, at0, m, a);
+            max_into::<T, A, true>(e, at0, m, a);
         } else {
-            max_into::<T, false>(e, at0, m, a);
+            max_into::<T, A, false>(e, at0, m, a);
         }
     }
 }
@@ -489,12 +539,12 @@ fn max_cols_tap_by_tap<T: Float>(g: &MaxGeom, x: &[T], m: &mut [T], a: &mut [u32
 /// over the plane instead of a copy, a split and a loop per row (GoogLeNet's pool4 rows are
 /// 14 wide). A row's last window has its third tap in the next row (or past the plane); `ends`
 /// adds -inf to it there (and -0.0 elsewhere, which changes no value), so it never wins.
-fn max_cols_3_stride_2_plane<T: Float>(
+fn max_cols_3_stride_2_plane<T: Float, A: ArgSlot>(
     x: &[T],
     ends: &[T],
     halves: &mut [T],
     m: &mut [T],
-    a: &mut [u32],
+    a: &mut [A],
 ) {
     let half = x.len() / 2;
     // `even` has one element past the plane, read only as a masked third tap.
@@ -504,16 +554,16 @@ fn max_cols_3_stride_2_plane<T: Float>(
     let outs = m[..half].iter_mut().zip(&mut a[..half]).zip(&ends[..half]);
     for (j, (((m, a), &end), ((&e0, &e1), &e2))) in outs.zip(taps).enumerate() {
         let at0 = 2 * j as u32;
-        let (mut best, mut at) = (T::LOWEST, NO_ARG);
-        max_step::<T, false>(e0, &mut best, &mut at, at0);
-        max_step::<T, false>(e1, &mut best, &mut at, at0 + 1);
-        max_step::<T, false>(e2 + end, &mut best, &mut at, at0 + 2);
+        let (mut best, mut at) = (T::LOWEST, A::NONE);
+        max_step::<T, A, false>(e0, &mut best, &mut at, A::at(at0));
+        max_step::<T, A, false>(e1, &mut best, &mut at, A::at(at0 + 1));
+        max_step::<T, A, false>(e2 + end, &mut best, &mut at, A::at(at0 + 2));
         (*m, *a) = (best, at);
     }
 }
 
 /// The column pass for any geometry, row by row through a padded copy of the row.
-fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
+fn max_cols<T: Float, A: ArgSlot>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T, A>) {
     let rows = x.chunks_exact(g.w);
     let outs = sc.col_max.chunks_exact_mut(g.ow);
     for (r, ((xr, m), a)) in rows
@@ -530,7 +580,9 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
         let at = |kj: usize| at0.wrapping_add(kj as u32).wrapping_sub(g.pad as u32);
         #[cfg(target_arch = "aarch64")]
         if g.k == 3 && g.s == 2 {
-            if let (Some(row), Some(m)) = (as_f32(&sc.row), as_f32_mut(m)) {
+            if let (Some(row), Some(m), Some(a)) =
+                (as_f32(&sc.row), as_f32_mut(m), A::as_indices(a))
+            {
                 neon::max_cols_3_stride_2(row, at(0), m, a);
                 continue;
             }
@@ -545,18 +597,18 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
                 deinterleave(&sc.row, [even, odd]);
                 [&even[..], &odd[..], &even[1..]]
             };
-            max_of_taps::<T, 3>(taps, [at(0), at(1), at(2)], g.s as u32, m, a);
+            max_of_taps::<T, A, 3>(taps, [at(0), at(1), at(2)], g.s as u32, m, a);
         } else if g.s == 2 {
             let (even, odd) = sc.halves.split_at_mut(sc.row.len() / 2);
             deinterleave(&sc.row, [even, odd]);
-            max_taps_2::<T, true>([even, odd], 0, m, a, at(0));
+            max_taps_2::<T, A, true>([even, odd], 0, m, a, at(0));
             for kj in 1..g.k {
-                max_taps_2::<T, false>([even, odd], kj, m, a, at(kj));
+                max_taps_2::<T, A, false>([even, odd], kj, m, a, at(kj));
             }
         } else {
-            max_taps::<T, true>(&sc.row, m, a, at(0), g.s);
+            max_taps::<T, A, true>(&sc.row, m, a, at(0), g.s);
             for kj in 1..g.k {
-                max_taps::<T, false>(&sc.row[kj..], m, a, at(kj), g.s);
+                max_taps::<T, A, false>(&sc.row[kj..], m, a, at(kj), g.s);
             }
         }
     }
@@ -565,27 +617,33 @@ fn max_cols<T: Float>(g: &MaxGeom, x: &[T], sc: &mut MaxScratch<T>) {
 /// One kernel column's pass over a padded row: `m[o]`, `a[o]` take `src[o * s]` and its index
 /// `at0 + o * s` where it is strictly larger. A strided read does not vectorise: stride 2 goes
 /// through `max_taps_2` instead.
-fn max_taps<T: Float, const INIT: bool>(src: &[T], m: &mut [T], a: &mut [u32], at0: u32, s: usize) {
+fn max_taps<T: Float, A: ArgSlot, const INIT: bool>(
+    src: &[T],
+    m: &mut [T],
+    a: &mut [A],
+    at0: u32,
+    s: usize,
+) {
     if s == 1 {
-        return max_into::<T, INIT>(&src[..m.len()], at0, m, a);
+        return max_into::<T, A, INIT>(&src[..m.len()], at0, m, a);
     }
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(src.iter().step_by(s)).enumerate() {
-        max_step::<T, INIT>(e, m, a, at0.wrapping_add((o * s) as u32));
+        max_step::<T, A, INIT>(e, m, a, A::at(at0.wrapping_add((o * s) as u32)));
     }
 }
 
 /// Stride-2 taps from the row split into its even and odd columns: tap `kj` of window `o` is
 /// `halves[kj % 2][o + kj / 2]`.
-fn max_taps_2<T: Float, const INIT: bool>(
+fn max_taps_2<T: Float, A: ArgSlot, const INIT: bool>(
     halves: [&[T]; 2],
     kj: usize,
     m: &mut [T],
-    a: &mut [u32],
+    a: &mut [A],
     at0: u32,
 ) {
     let e = &halves[kj % 2][kj / 2..kj / 2 + m.len()];
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
-        max_step::<T, INIT>(e, m, a, at0.wrapping_add(2 * o as u32));
+        max_step::<T, A, INIT>(e, m, a, A::at(at0.wrapping_add(2 * o as u32)));
     }
 }
 
@@ -593,30 +651,30 @@ fn max_taps_2<T: Float, const INIT: bool>(
 /// -FLT_MAX), with its index `at0[kj] + o * step`: a window's whole row of taps in one pass,
 /// instead of one pass over `m` and `a` per tap.
 #[inline(always)]
-fn max_of_taps<T: Float, const K: usize>(
+fn max_of_taps<T: Float, A: ArgSlot, const K: usize>(
     taps: [&[T]; K],
     at0: [u32; K],
     step: u32,
     m: &mut [T],
-    a: &mut [u32],
+    a: &mut [A],
 ) {
     let len = m.len();
     let (taps, a) = (taps.map(|t| &t[..len]), &mut a[..len]);
     for (o, (m, a)) in m.iter_mut().zip(a.iter_mut()).enumerate() {
-        let (mut best, mut at) = (T::LOWEST, NO_ARG);
+        let (mut best, mut at) = (T::LOWEST, A::NONE);
         for kj in 0..K {
-            let at_kj = at0[kj].wrapping_add((o as u32).wrapping_mul(step));
-            max_step::<T, false>(taps[kj][o], &mut best, &mut at, at_kj);
+            let at_kj = A::at(at0[kj].wrapping_add((o as u32).wrapping_mul(step)));
+            max_step::<T, A, false>(taps[kj][o], &mut best, &mut at, at_kj);
         }
         (*m, *a) = (best, at);
     }
 }
 
 /// `m[o]`, `a[o]` = `e[o]`, `at0 + o` where `e[o]` is strictly larger.
-fn max_into<T: Float, const INIT: bool>(e: &[T], at0: u32, m: &mut [T], a: &mut [u32]) {
+fn max_into<T: Float, A: ArgSlot, const INIT: bool>(e: &[T], at0: u32, m: &mut [T], a: &mut [A]) {
     let (e, a) = (&e[..m.len()], &mut a[..m.len()]);
     for (o, ((m, a), &e)) in m.iter_mut().zip(a).zip(e).enumerate() {
-        max_step::<T, INIT>(e, m, a, at0.wrapping_add(o as u32));
+        max_step::<T, A, INIT>(e, m, a, A::at(at0.wrapping_add(o as u32)));
     }
 }
 
@@ -624,12 +682,12 @@ fn max_into<T: Float, const INIT: bool>(e: &[T], at0: u32, m: &mut [T], a: &mut 
 /// bottom, into `y` and `ya` (initialising them). Rows whose 3-high window lies inside the
 /// plane take all three rows in one loop (for stride 1, a run of such rows is one stretch of
 /// the plane: one loop); the others start from their first row inside and add the rest.
-fn max_rows<T: Float>(
+fn max_rows<T: Float, A: ArgSlot>(
     g: &MaxGeom,
     cm: &[T],
-    ca: &[u32],
+    ca: &[A],
     y: &mut [MaybeUninit<T>],
-    ya: &mut [MaybeUninit<u32>],
+    ya: &mut [MaybeUninit<A>],
 ) {
     let ow = g.ow;
     // Kernel rows ki in `inside(oy)` read input row oy·s + ki - pad, inside the plane.
@@ -650,7 +708,7 @@ fn max_rows<T: Float>(
                 }
             }
             let (r0, len) = (oy * g.s - g.pad, (end - oy) * ow);
-            max_of_rows::<T, 3>(
+            max_of_rows::<T, A, 3>(
                 std::array::from_fn(|ki| &cm[(r0 + ki) * ow..][..len]),
                 std::array::from_fn(|ki| &ca[(r0 + ki) * ow..][..len]),
                 &mut y[oy * ow..end * ow],
@@ -665,7 +723,7 @@ fn max_rows<T: Float>(
         );
         if kis.is_empty() {
             init_slice(yr, T::LOWEST);
-            init_slice(yar, NO_ARG);
+            init_slice(yar, A::NONE);
         } else {
             // The column pass's maxima are -FLT_MAX exactly where their argmax is NO_ARG, so
             // starting from the first row inside is the same as a strict `>` from
@@ -709,18 +767,18 @@ fn init_from<'a, T: Copy>(dst: &'a mut [MaybeUninit<T>], src: &[T]) -> &'a mut [
 /// `y[o]`, `ya[o]` = the first strict maximum over the `K` rows `e[ki][o]`, with its index
 /// `ea[ki][o]`, starting from row 0 (initialising `y` and `ya`).
 #[inline(always)]
-fn max_of_rows<T: Float, const K: usize>(
+fn max_of_rows<T: Float, A: ArgSlot, const K: usize>(
     e: [&[T]; K],
-    ea: [&[u32]; K],
+    ea: [&[A]; K],
     y: &mut [MaybeUninit<T>],
-    ya: &mut [MaybeUninit<u32>],
+    ya: &mut [MaybeUninit<A>],
 ) {
     let len = y.len();
     let (e, ea, ya) = (e.map(|r| &r[..len]), ea.map(|r| &r[..len]), &mut ya[..len]);
     for (o, (y, ya)) in y.iter_mut().zip(ya.iter_mut()).enumerate() {
         let (mut best, mut at) = (e[0][o], ea[0][o]);
         for ki in 1..K {
-            max_step::<T, false>(e[ki][o], &mut best, &mut at, ea[ki][o]);
+            max_step::<T, A, false>(e[ki][o], &mut best, &mut at, ea[ki][o]);
         }
         y.write(best);
         ya.write(at);
@@ -728,10 +786,10 @@ fn max_of_rows<T: Float, const K: usize>(
 }
 
 /// `m[o]`, `a[o]` = `e[o]`, `ea[o]` where `e[o]` is strictly larger.
-fn select_max<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
+fn select_max<T: Float, A: ArgSlot>(e: &[T], ea: &[A], m: &mut [T], a: &mut [A]) {
     let (e, ea, a) = (&e[..m.len()], &ea[..m.len()], &mut a[..m.len()]);
     for (((m, a), &e), &ea) in m.iter_mut().zip(a).zip(e).zip(ea) {
-        max_step::<T, false>(e, m, a, ea);
+        max_step::<T, A, false>(e, m, a, ea);
     }
 }
 
@@ -739,8 +797,8 @@ fn select_max<T: Float>(e: &[T], ea: &[u32], m: &mut [T], a: &mut [u32]) {
 /// unpredictable, and a branch keeps the loops from vectorising. With INIT, `m` and `a` are not
 /// read: the step starts from (-FLT_MAX, NO_ARG), as for a window's first tap.
 #[inline(always)]
-fn max_step<T: Float, const INIT: bool>(e: T, m: &mut T, a: &mut u32, at: u32) {
-    let (pm, pa) = if INIT { (T::LOWEST, NO_ARG) } else { (*m, *a) };
+fn max_step<T: Float, A: ArgSlot, const INIT: bool>(e: T, m: &mut T, a: &mut A, at: A) {
+    let (pm, pa) = if INIT { (T::LOWEST, A::NONE) } else { (*m, *a) };
     let win = e > pm;
     *m = std::hint::select_unpredictable(win, e, pm);
     *a = std::hint::select_unpredictable(win, at, pa);
@@ -839,7 +897,7 @@ mod neon {
             let (mut best, mut arg) = (f32::MIN, NO_ARG);
             for kj in 0..3 {
                 let at = at0.wrapping_add((2 * o + kj) as u32);
-                max_step::<f32, false>(row[2 * o + kj], &mut best, &mut arg, at);
+                max_step::<f32, u32, false>(row[2 * o + kj], &mut best, &mut arg, at);
             }
             (m[o], a[o]) = (best, arg);
         }
@@ -1415,7 +1473,8 @@ mod tests {
     #[test]
     fn f32_max_pool_argmax_matches_caffe_on_every_row_width() {
         // f32 has paths of its own (NEON on aarch64): rows of every width from 1 to 40, so
-        // that each takes whole vectors, a tail or both, with ties, NaN, +inf and -FLT_MAX.
+        // that each takes whole vectors, a tail or both, with ties, NaN, +inf, -FLT_MAX and
+        // both zeros.
         let mut rng = Rng::new(12);
         for (kernel, stride, pad) in [(3, 2, 0), (3, 2, 1), (3, 1, 1), (2, 2, 0)] {
             let p = max(kernel, stride, pad);
@@ -1429,10 +1488,15 @@ mod tests {
                             0 => f32::NAN,
                             1 | 2 => f32::MIN,
                             3 => f32::INFINITY,
+                            4 => -0.0,
                             v => (v % 3) as f32,
                         })
                         .collect();
                     let (y, arg) = p.max_fwd(&x, (1, 2, h, w));
+                    // Without the argmax the same maxima, to the bit (the sign of a zero too).
+                    let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+                    let alone = p.max_only_fwd(&x, (1, 2, h, w));
+                    assert_eq!(bits(&alone), bits(&y), "{p:?} on {h}x{w}: maxima alone");
                     let (want_y, want_arg) = reference_max_arg_f32(&x, (h, w), p);
                     assert_eq!(arg, want_arg, "{p:?} on {h}x{w}: argmax");
                     let same = |a: f32, b: f32| a == b || (a.is_nan() && b.is_nan());
