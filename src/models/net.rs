@@ -4,8 +4,8 @@
 use super::spec::{ConvSpec, FcSpec, Init, Layer, NetSpec};
 use candle_core::{Device, Result, Tensor, Var};
 use edgebench_kernels::{
-    conv2d, conv2d_candle, conv2d_im2col, conv2d_runs_on, linear, linear_candle, lrn, pool2d,
-    Conv2d, Lrn, Pool2d,
+    conv2d, conv2d_candle, conv2d_frozen, conv2d_im2col, conv2d_runs_on, linear, linear_candle,
+    lrn, pool2d, Conv2d, FrozenFilters, Lrn, Pool2d,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,6 +27,8 @@ enum Node {
         pad: usize,
         groups: usize,
         relu: bool,
+        /// A frozen network's transformed Winograd filters (`Network::frozen`).
+        frozen: Option<FrozenFilters>,
     },
     Fc {
         w: Tensor,
@@ -36,7 +38,11 @@ enum Node {
     Pool(Pool2d),
     Lrn(Lrn),
     Dropout(f64),
-    Inception(Vec<Vec<Node>>),
+    Inception {
+        branches: Vec<Vec<Node>>,
+        /// The branches' 1x1 heads stacked once (`Network::frozen`); None: stacked per forward.
+        heads: Option<StackedHeads>,
+    },
 }
 
 struct AuxNodes {
@@ -128,6 +134,7 @@ impl Builder<'_> {
             pad: s.pad,
             groups: s.groups,
             relu: s.relu,
+            frozen: None,
         })
     }
 
@@ -151,12 +158,13 @@ impl Builder<'_> {
                 Layer::Pool { pool, .. } => Node::Pool(*pool),
                 Layer::Lrn { lrn, .. } => Node::Lrn(*lrn),
                 Layer::Dropout { p, .. } => Node::Dropout(*p),
-                Layer::Inception { branches, .. } => Node::Inception(
-                    branches
+                Layer::Inception { branches, .. } => Node::Inception {
+                    branches: branches
                         .iter()
                         .map(|b| self.seq(b, shape).map(|(nodes, _)| nodes))
                         .collect::<Result<_>>()?,
-                ),
+                    heads: None,
+                },
             });
             shape = super::spec::infer_layer(layer, shape).0;
         }
@@ -215,6 +223,7 @@ fn branch_head(branch: &[Node]) -> Option<PointwiseHead<'_>> {
             pad: 0,
             groups: 1,
             relu,
+            ..
         } if w.dims()[2..] == [1, 1] => Some(PointwiseHead {
             w,
             b,
@@ -227,40 +236,56 @@ fn branch_head(branch: &[Node]) -> Option<PointwiseHead<'_>> {
 
 /// The inception branches that open with a 1x1 convolution of the module's input (GoogLeNet: the
 /// 1x1, 3x3_reduce and 5x5_reduce branches) run it as one convolution with their filters stacked:
-/// one GEMM per image where there were three, one input gradient where three were summed. Returns
-/// that convolution's output (the heads' outputs side by side, in branch order) and, per branch,
-/// how many of its channels are that branch's (None: not covered), or None where fewer than two
-/// branches qualify. The parameters stay per layer.
-fn fused_heads(branches: &[Vec<Node>], x: &Tensor) -> Result<Option<(Tensor, Vec<Option<usize>>)>> {
-    let heads: Vec<Option<PointwiseHead>> = branches.iter().map(|b| branch_head(b)).collect();
-    let Some(relu) = heads.iter().flatten().next().map(|h| h.relu) else {
-        return Ok(None);
-    };
-    // One ReLU flag for the whole stack: branches that differ keep their own convolution.
-    let stacked: Vec<Option<&PointwiseHead>> = heads
-        .iter()
-        .map(|h| h.as_ref().filter(|h| h.relu == relu))
-        .collect();
-    if stacked.iter().flatten().count() < 2 {
-        return Ok(None);
-    }
-    let (ws, bs): (Vec<Tensor>, Vec<Tensor>) = stacked
-        .iter()
-        .flatten()
-        .map(|h| (h.w.clone(), h.b.clone()))
-        .unzip();
-    let widths = stacked.iter().map(|h| h.map(|h| h.out)).collect();
-    let p = Conv2d {
-        stride: 1,
-        pad: 0,
-        groups: 1,
-        relu,
-    };
-    let y = conv2d(x, &Tensor::cat(&ws, 0)?, &Tensor::cat(&bs, 0)?, p)?;
-    Ok(Some((y, widths)))
+/// one GEMM per image where there were three, one input gradient where three were summed. The
+/// parameters stay per layer.
+struct StackedHeads {
+    w: Tensor,
+    b: Tensor,
+    relu: bool,
+    /// Per branch, how many of the stacked output channels are its (None: not covered).
+    widths: Vec<Option<usize>>,
 }
 
-#[allow(clippy::too_many_arguments)]
+impl StackedHeads {
+    /// The branches' heads stacked, or None where fewer than two branches qualify.
+    fn of(branches: &[Vec<Node>]) -> Result<Option<StackedHeads>> {
+        let heads: Vec<Option<PointwiseHead>> = branches.iter().map(|b| branch_head(b)).collect();
+        let Some(relu) = heads.iter().flatten().next().map(|h| h.relu) else {
+            return Ok(None);
+        };
+        // One ReLU flag for the whole stack: branches that differ keep their own convolution.
+        let stacked: Vec<Option<&PointwiseHead>> = heads
+            .iter()
+            .map(|h| h.as_ref().filter(|h| h.relu == relu))
+            .collect();
+        if stacked.iter().flatten().count() < 2 {
+            return Ok(None);
+        }
+        let (ws, bs): (Vec<Tensor>, Vec<Tensor>) = stacked
+            .iter()
+            .flatten()
+            .map(|h| (h.w.clone(), h.b.clone()))
+            .unzip();
+        Ok(Some(StackedHeads {
+            w: Tensor::cat(&ws, 0)?,
+            b: Tensor::cat(&bs, 0)?,
+            relu,
+            widths: stacked.iter().map(|h| h.map(|h| h.out)).collect(),
+        }))
+    }
+
+    /// The stacked convolution's output: the heads' outputs side by side, in branch order.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let p = Conv2d {
+            stride: 1,
+            pad: 0,
+            groups: 1,
+            relu: self.relu,
+        };
+        conv2d(x, &self.w, &self.b, p)
+    }
+}
+
 fn run_seq(
     nodes: &[Node],
     conv_impl: ConvImpl,
@@ -279,6 +304,7 @@ fn run_seq(
                 pad,
                 groups,
                 relu,
+                frozen,
             } => {
                 let p = Conv2d {
                     stride: *stride,
@@ -287,7 +313,10 @@ fn run_seq(
                     relu: *relu,
                 };
                 match conv_impl {
-                    ConvImpl::Gemm if conv2d_runs_on(x.device()) => conv2d(&x, w, b, p)?,
+                    ConvImpl::Gemm if conv2d_runs_on(x.device()) => match frozen {
+                        Some(filters) => conv2d_frozen(&x, w, b, p, filters)?,
+                        None => conv2d(&x, w, b, p)?,
+                    },
                     ConvImpl::Gemm if x.device().is_cuda() => conv2d_im2col(&x, w, b, p)?,
                     _ => conv2d_candle(&x, w, b, p)?,
                 }
@@ -310,11 +339,19 @@ fn run_seq(
                 Some(rng) => dropout(&x, *p, rng)?,
                 None => x,
             },
-            Node::Inception(branches) => {
-                let fused = if conv_impl == ConvImpl::Gemm && conv2d_runs_on(x.device()) {
-                    fused_heads(branches, &x)?
-                } else {
-                    None
+            Node::Inception { branches, heads } => {
+                let per_forward;
+                let heads = match heads {
+                    _ if conv_impl != ConvImpl::Gemm || !conv2d_runs_on(x.device()) => None,
+                    Some(heads) => Some(heads),
+                    None => {
+                        per_forward = StackedHeads::of(branches)?;
+                        per_forward.as_ref()
+                    }
+                };
+                let fused = match heads {
+                    Some(h) => Some((h.forward(&x)?, &h.widths)),
+                    None => None,
                 };
                 let mut outs = Vec::with_capacity(branches.len());
                 let mut at = 0;
@@ -375,6 +412,75 @@ impl Network {
             aux,
             params: b.params,
             conv_impl: ConvImpl::default(),
+        })
+    }
+
+    /// The network for inference only: the same weights detached from their `Var`s, so that a
+    /// forward builds no autograd graph (an activation is freed once the next layer has read
+    /// it, and no op keeps what a backward would take), with each inception module's stacked
+    /// 1x1 heads built once and each Winograd layer's transformed filters made by the first
+    /// forward, instead of per forward. It has no parameters left to train: both are copies of
+    /// the weights as they are now.
+    pub fn frozen(self) -> Result<Network> {
+        fn freeze(nodes: &[Node]) -> Result<Vec<Node>> {
+            nodes
+                .iter()
+                .map(|node| {
+                    Ok(match node {
+                        Node::Conv {
+                            w,
+                            b,
+                            stride,
+                            pad,
+                            groups,
+                            relu,
+                            ..
+                        } => Node::Conv {
+                            w: w.detach(),
+                            b: b.detach(),
+                            stride: *stride,
+                            pad: *pad,
+                            groups: *groups,
+                            relu: *relu,
+                            frozen: Some(FrozenFilters::default()),
+                        },
+                        Node::Fc { w, b, relu } => Node::Fc {
+                            w: w.detach(),
+                            b: b.detach(),
+                            relu: *relu,
+                        },
+                        Node::Pool(p) => Node::Pool(*p),
+                        Node::Lrn(p) => Node::Lrn(*p),
+                        Node::Dropout(p) => Node::Dropout(*p),
+                        Node::Inception { branches, .. } => {
+                            let branches: Vec<Vec<Node>> =
+                                branches.iter().map(|b| freeze(b)).collect::<Result<_>>()?;
+                            let heads = StackedHeads::of(&branches)?;
+                            Node::Inception { branches, heads }
+                        }
+                    })
+                })
+                .collect()
+        }
+        let tower = freeze(&self.tower)?;
+        let aux = self
+            .aux
+            .iter()
+            .map(|a| {
+                Ok(AuxNodes {
+                    after: a.after,
+                    nodes: freeze(&a.nodes)?,
+                    loss_weight: a.loss_weight,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Network {
+            spec: self.spec,
+            device: self.device,
+            tower,
+            aux,
+            params: Vec::new(),
+            conv_impl: self.conv_impl,
         })
     }
 

@@ -797,3 +797,40 @@ fn backward_hands_each_variable_over_once_when_complete() {
         .unwrap_err();
     assert!(e.to_string().contains("stop here"), "{e}");
 }
+
+/// A frozen network (detached weights, each inception module's 1x1 heads stacked once, the
+/// Winograd layers' filters transformed by the first forward) computes the inference forward of
+/// the network it came from bit for bit, on the first query and on the next (the kept filters),
+/// without an autograd graph.
+fn check_frozen_matches_inference_forward(net: &str) {
+    let spec = models::by_name(net).unwrap();
+    let dev = Device::Cpu;
+    let network = Network::new(spec, &dev, 3).unwrap();
+    let [c, h, w] = spec.input;
+    let x = Tensor::randn(0f32, 50.0, (2, c, h, w), &dev).unwrap();
+    let want = network.forward(&x, None, None).unwrap().logits;
+    assert!(
+        want.track_op(),
+        "the training network's forward builds a graph"
+    );
+    let want: Vec<f32> = want.flatten_all().unwrap().to_vec1().unwrap();
+    let frozen = network.frozen().unwrap();
+    assert!(frozen.params().is_empty());
+    for query in 0..2 {
+        let out = frozen.forward(&x, None, None).unwrap();
+        assert!(out.aux.is_empty());
+        assert!(!out.logits.track_op(), "query {query} built a graph");
+        let got: Vec<f32> = out.logits.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(got, want, "query {query}");
+    }
+}
+
+#[test]
+fn alexnet_frozen_matches_inference_forward() {
+    check_frozen_matches_inference_forward("alexnet");
+}
+
+#[test]
+fn googlenet_frozen_matches_inference_forward() {
+    check_frozen_matches_inference_forward("googlenet");
+}

@@ -31,22 +31,69 @@ use candle_core::{
 };
 use rayon::prelude::*;
 use std::ops::Range;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// x: (N, C, H, W), w: (O, C / groups, KH, KW), b: (O) -> (N, O, HO, WO), differentiable in all
 /// three. On the CPU, and on CUDA through cuDNN with the `cudnn` feature (`conv2d_runs_on`);
 /// callers route other devices to `conv2d_im2col` or `conv2d_candle`.
 pub fn conv2d(x: &Tensor, w: &Tensor, b: &Tensor, p: Conv2d) -> Result<Tensor> {
+    conv2d_with(x, w, b, p, None)
+}
+
+/// `conv2d` for weights that no longer change (an inference network's): on the CPU's Winograd
+/// path it transforms them once, into `filters`, and later calls take them from there.
+pub fn conv2d_frozen(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    p: Conv2d,
+    filters: &FrozenFilters,
+) -> Result<Tensor> {
+    conv2d_with(x, w, b, p, Some(filters))
+}
+
+fn conv2d_with(
+    x: &Tensor,
+    w: &Tensor,
+    b: &Tensor,
+    p: Conv2d,
+    frozen: Option<&FrozenFilters>,
+) -> Result<Tensor> {
     Geom::new(x.dims(), w.dims(), b.dims(), p)?;
     let (x, w, b) = (images_in_place(x)?, w.contiguous()?, b.contiguous()?);
     if x.device().is_cpu() {
         let op = ConvCpu {
             p,
             filters: std::sync::Mutex::new(None),
+            frozen: frozen.cloned(),
         };
         return x.apply_op3(&w, &b, op);
     }
     x.apply_op3(&w, &b, p)
+}
+
+/// A convolution's Winograd-transformed filters, made by its first forward on that path
+/// (`conv2d_frozen`) and taken by the later ones, with the tile size they were made for. Clones
+/// share them.
+#[derive(Clone, Default)]
+pub struct FrozenFilters(Arc<Mutex<Option<TileFilters>>>);
+
+/// Transformed filters (shared) and the tile size, m of F(m x m), they were made for.
+type TileFilters = (usize, Arc<CpuStorage>);
+
+impl FrozenFilters {
+    /// The filters for tiles of `m` x `m`, made by `make` where there are none for that tile.
+    fn get_or_make(&self, m: usize, make: impl FnOnce() -> CpuStorage) -> Arc<CpuStorage> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*slot {
+            Some((tile, u)) if *tile == m => u.clone(),
+            _ => {
+                let u = Arc::new(make());
+                *slot = Some((m, u.clone()));
+                u
+            }
+        }
+    }
 }
 
 /// Whether `conv2d` runs natively on `device`: always on the CPU, on CUDA with the `cudnn`
@@ -143,26 +190,34 @@ fn fwd<T: Float>(
     }
 }
 
-/// `Conv2d`'s forward on CPU storages: y, its shape, and the Winograd filters `fwd` kept.
+/// `Conv2d`'s forward on CPU storages: y, its shape, and the Winograd filters `fwd` kept (none
+/// where they came from `frozen`).
 fn cpu_fwd(
     p: &Conv2d,
+    frozen: Option<&FrozenFilters>,
     (s1, l1): (&CpuStorage, &Layout),
     (s2, l2): (&CpuStorage, &Layout),
     (s3, l3): (&CpuStorage, &Layout),
 ) -> Result<(CpuStorage, Shape, Option<CpuStorage>)> {
     let g = geom_of(p, l1, l2, l3.dims())?;
     let n = "conv2d";
-    let filters;
+    let mut filters = None;
     let y = float_kernel!(n, |x in s1, w in s2, b in s3| {
-        let (y, u) = fwd(
-            images_slice(x, l1, n)?,
-            nchw_slice(w, l2, n)?,
-            nchw_slice(b, l3, n)?,
-            &g,
-            p.relu,
-        );
-        filters = u.map(candle_core::WithDType::to_cpu_storage_owned);
-        y
+        let (x, w, b) = (images_slice(x, l1, n)?, nchw_slice(w, l2, n)?, nchw_slice(b, l3, n)?);
+        match frozen.filter(|_| winograd::applies(&g)) {
+            Some(cache) => {
+                let m = winograd::tile_size(&g);
+                let u = cache.get_or_make(m, || {
+                    WithDType::to_cpu_storage_owned(winograd::filters(w, &g, m))
+                });
+                winograd::fwd_filtered(x, u.as_slice()?, b, &g, p.relu, m)
+            }
+            None => {
+                let (y, u) = fwd(x, w, b, &g, p.relu);
+                filters = u.map(WithDType::to_cpu_storage_owned);
+                y
+            }
+        }
     });
     Ok((y, Shape::from((g.n, g.o, g.ho, g.wo)), filters))
 }
@@ -862,7 +917,7 @@ impl CustomOp3 for Conv2d {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (y, shape, _) = cpu_fwd(self, (s1, l1), (s2, l2), (s3, l3))?;
+        let (y, shape, _) = cpu_fwd(self, None, (s1, l1), (s2, l2), (s3, l3))?;
         Ok((y, shape))
     }
 
@@ -1067,6 +1122,7 @@ impl CustomOp2 for ConvBwdFilter {
 struct ConvCpu {
     p: Conv2d,
     filters: std::sync::Mutex<Option<CpuStorage>>,
+    frozen: Option<FrozenFilters>,
 }
 
 impl CustomOp3 for ConvCpu {
@@ -1083,7 +1139,8 @@ impl CustomOp3 for ConvCpu {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (y, shape, filters) = cpu_fwd(&self.p, (s1, l1), (s2, l2), (s3, l3))?;
+        let frozen = self.frozen.as_ref();
+        let (y, shape, filters) = cpu_fwd(&self.p, frozen, (s1, l1), (s2, l2), (s3, l3))?;
         *self.filters.lock().unwrap_or_else(|e| e.into_inner()) = filters;
         Ok((y, shape))
     }
@@ -1509,6 +1566,63 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `conv2d_frozen` gives `conv2d`'s output bit for bit (f32), from filters it transforms
+    /// once per tile size: a second call takes the same ones, and an input whose tile differs
+    /// makes them again.
+    #[test]
+    fn frozen_filters_match_conv2d_and_follow_the_tile() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut r = Rng::new(11);
+            let f32s = |v: Vec<f64>, d: &[usize]| {
+                Tensor::from_vec(v, d, &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(DType::F32)
+                    .unwrap()
+            };
+            let (w, b) = (f32s(r.vec(8 * 4 * 9), &[8, 4, 3, 3]), f32s(r.vec(8), &[8]));
+            let p = Conv2d {
+                stride: 1,
+                pad: 1,
+                groups: 1,
+                relu: true,
+            };
+            let cache = FrozenFilters::default();
+            let held = || {
+                let slot = cache.0.lock().unwrap();
+                slot.as_ref().map(|(m, u)| (*m, Arc::clone(u)))
+            };
+            let mut tiles = Vec::new();
+            let mut first: Option<Arc<CpuStorage>> = None;
+            for side in [28, 28, 12] {
+                let x = f32s(r.vec(4 * 4 * side * side), &[4, 4, side, side]);
+                let g = Geom::new(x.dims(), w.dims(), b.dims(), p).unwrap();
+                assert!(
+                    winograd::applies(&g),
+                    "{side}x{side} takes the Winograd path"
+                );
+                let want = to_vec(&conv2d(&x, &w, &b, p).unwrap());
+                let got = conv2d_frozen(&x, &w, &b, p, &cache).unwrap();
+                assert!(!got.track_op(), "a frozen forward builds no graph");
+                assert_eq!(to_vec(&got), want, "{side}x{side}");
+                let (m, u) = held().expect("the first forward kept its filters");
+                assert_eq!(m, winograd::tile_size(&g));
+                match &first {
+                    None => first = Some(u),
+                    Some(f) if side == 28 => {
+                        assert!(Arc::ptr_eq(f, &u), "the second call reuses them")
+                    }
+                    Some(f) => assert!(!Arc::ptr_eq(f, &u), "a new tile remakes them"),
+                }
+                tiles.push(m);
+            }
+            assert_ne!(tiles[0], tiles[2], "the two sides take different tiles");
+        });
     }
 
     #[test]

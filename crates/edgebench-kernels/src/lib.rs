@@ -70,7 +70,7 @@ mod tuning;
 mod util;
 mod winograd;
 
-pub use conv::{conv2d, conv2d_candle, conv2d_runs_on, Conv2d};
+pub use conv::{conv2d, conv2d_candle, conv2d_frozen, conv2d_runs_on, Conv2d, FrozenFilters};
 pub use descend::descend;
 pub use dropout::dropout;
 pub use im2col::conv2d_im2col;

@@ -99,7 +99,7 @@ fn few_images(g: &Geom) -> bool {
 /// Output tile side for a layer: 4 (F(4x4, 3x3)) on maps of at least `WINOGRAD_F4_MIN_SIDE`
 /// or with enough images per task (`batched_f4`), else 2; EDGEBENCH_WINOGRAD_TILE=2 or 4
 /// (`Tuning::winograd_tile`) sets it for every 3x3 layer. 5x5 layers take F(4x4, 5x5).
-fn tile_size(g: &Geom) -> usize {
+pub(crate) fn tile_size(g: &Geom) -> usize {
     if g.kh == 5 {
         return 4;
     }
@@ -1158,19 +1158,37 @@ pub(crate) fn fwd_with<T: Float>(
     relu: bool,
     m: usize,
 ) -> (Vec<T>, Vec<T>) {
+    let u = filters(w, g, m);
+    (fwd_filtered((x, x_img), &u, bias, g, relu, m), u)
+}
+
+/// Layer `g`'s weights `w` transformed for output tiles of `m` x `m`, as `fwd_filtered` takes
+/// them.
+pub(crate) fn filters<T: Float>(w: &[T], g: &Geom, m: usize) -> Vec<T> {
+    (Transforms::of(m, g.kh).filter)(w, g.o * g.cg())
+}
+
+/// The forward from transformed filters `u` (`filters`, for tiles of `m` x `m`).
+pub(crate) fn fwd_filtered<T: Float>(
+    (x, x_img): (&[T], usize),
+    u: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+    m: usize,
+) -> Vec<T> {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (cg, og) = (g.cg(), g.og());
     let f = Transforms::of(m, g.kh);
-    let u = (f.filter)(w, o * cg);
     let len = g.n * o * hw;
     let mut y = Vec::with_capacity(len);
     if len == 0 {
-        return (y, u);
+        return y;
     }
     if few_images(g) {
         fwd_few(
             (x, x_img),
-            &u,
+            u,
             bias,
             g,
             relu,
@@ -1179,7 +1197,7 @@ pub(crate) fn fwd_with<T: Float>(
         );
         // SAFETY: `fwd_few` writes every image's output rows.
         unsafe { y.set_len(len) };
-        return (y, u);
+        return y;
     }
     let per = g.images_per_task();
     let t = Tiles::new(g, per, m);
@@ -1236,7 +1254,7 @@ pub(crate) fn fwd_with<T: Float>(
         });
     // SAFETY: every image's output rows are written by `output_transform` (all tile rows).
     unsafe { y.set_len(len) };
-    (y, u)
+    y
 }
 
 /// (dx (N·C·H·W), [dW (O·C·R·R) | db (O)]) in one pass over the tiles: each block's output

@@ -254,7 +254,7 @@ impl Loaded {
                 let spec = models::by_name(net)
                     .with_context(|| format!("unknown network '{net}'"))?;
                 let device = crate::train::device(device)?;
-                let net = Network::new(spec, &device, seed)?;
+                let net = Network::new(spec, &device, seed)?.frozen()?;
                 let [c, h, w] = spec.input;
                 let input = own_input(batch, [c, h, w], seed, &device)?;
                 Ok(Loaded::Own {
