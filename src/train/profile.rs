@@ -226,7 +226,8 @@ impl Profile {
         self.step_s * 1e3 / self.batch as f64
     }
 
-    /// The logged products as a table: the `rows` with the most time, then all of them summed.
+    /// The logged products as a table: the `rows` with the most time, then all of them summed,
+    /// then each call site's.
     /// Times are per timed step and per thread, to set against one core's SGEMM peak.
     pub fn products_text(&self, rows: usize) -> String {
         let mut s = String::new();
@@ -270,6 +271,26 @@ impl Profile {
             thread_s * 1e3 / steps,
             per_thread(flops, thread_s)
         );
+        // Every shape of a call site summed: which kernels' products run below the peak.
+        let mut sites: Vec<(&str, f64, f64)> = Vec::new();
+        for p in &self.products {
+            let thread_s = p.seconds * p.threads as f64;
+            match sites.iter_mut().find(|(site, ..)| *site == p.site) {
+                Some((_, f, t)) => {
+                    *f += p.flops();
+                    *t += thread_s;
+                }
+                None => sites.push((&p.site, p.flops(), thread_s)),
+            }
+        }
+        sites.sort_by(|a, b| b.2.total_cmp(&a.2));
+        let _ = writeln!(s, "by call site, every shape summed, per timed step");
+        let _ = writeln!(s, "{:>9} {:>14}  call site", "thread ms", "GFLOP/s/thread");
+        for (site, flops, thread_s) in sites {
+            let ms = thread_s * 1e3 / steps;
+            let rate = per_thread(flops, thread_s);
+            let _ = writeln!(s, "{ms:>9.2} {rate:>14.1}  {site}");
+        }
         s
     }
 

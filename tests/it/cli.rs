@@ -413,9 +413,32 @@ fn profile_counts_and_lists_the_steps_matrix_products() {
         rows.iter().any(|r| r[0] == "128" && r[2] == "1200"),
         "{stdout}"
     );
+    let total = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("all products: "))
+        .unwrap_or_else(|| panic!("no total in {stdout}"));
+    let total_ms: f64 = total.split_whitespace().next().unwrap().parse().unwrap();
+    // Then each call site once, all its shapes summed, longest first; together the total.
+    let by_site = lines
+        .iter()
+        .position(|l| l.starts_with("by call site"))
+        .unwrap_or_else(|| panic!("no call-site table in {stdout}"));
+    let sites: Vec<(f64, &str)> = lines[by_site + 2..]
+        .iter()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .take_while(|r| r.len() == 3)
+        .map(|r| (r[0].parse().unwrap(), r[2]))
+        .collect();
+    assert!(sites.len() >= 3, "{stdout}");
+    let mut names: Vec<&str> = sites.iter().map(|s| s.1).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), sites.len(), "a site listed twice: {stdout}");
+    assert!(sites.windows(2).all(|w| w[0].0 >= w[1].0), "{stdout}");
+    let sum: f64 = sites.iter().map(|s| s.0).sum();
     assert!(
-        lines.iter().any(|l| l.starts_with("all products:")),
-        "{stdout}"
+        (sum - total_ms).abs() <= 0.01 * sites.len() as f64 + 0.05,
+        "sites {sum} ms against the total {total_ms}: {stdout}"
     );
 }
 
