@@ -89,7 +89,7 @@ fn splits_images(g: &Geom) -> bool {
     g.groups == 1 && g.h.min(g.w) >= WINOGRAD_FEW_MIN_SIDE
 }
 
-/// Whether `fwd_with` and `bwd_both_with` split each image over the threads by channels
+/// Whether `fwd_filtered` and `bwd_both_with` split each image over the threads by channels
 /// (`fwd_few`, `bwd_both_few`): fewer images than threads, one group. Any map size: `applies`
 /// keeps small maps off the path, the per-layer benches and tests call it directly.
 fn few_images(g: &Geom) -> bool {
@@ -1426,7 +1426,7 @@ fn tiles_by_channels<T: Float>(
         .for_each(|(p, run)| f(p, t, rows, run, to, &mut Rows::new(t)));
 }
 
-/// `fwd_with` for fewer images than threads (batch 1 on a multi-core CPU), writing every
+/// `fwd_filtered` for fewer images than threads (batch 1 on a multi-core CPU), writing every
 /// element of `y` (N·O·H·W): a task per image would leave threads idle, so each image is split
 /// over the threads by channels. The input transform runs by runs of input channels, into a
 /// channel-major V that each run writes as one slice; then each thread computes its run of
@@ -1457,7 +1457,7 @@ fn fwd_few<T: Float>(
                 .for_each(|(k, yk)| {
                     let outs = yk.len() / hw;
                     let mut s = Rows::new(&t);
-                    // Output channels in chunks whose GEMM outputs stay in L2, as in `fwd_with`.
+                    // Output channels in chunks whose GEMM outputs stay in L2, as in `fwd_filtered`.
                     let step = out_chunk(ld, outs, xis);
                     let mut b = Scratch::new(xis * step.min(outs) * ld);
                     for o0 in (0..outs).step_by(step) {
