@@ -39,6 +39,39 @@ pub(crate) fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
     }
 }
 
+/// The inference forward's peak: a frozen network (`Network::frozen`) keeps its weights once,
+/// with their kept transforms (stacked inception heads, Winograd filters), and only the
+/// activations of the layers in flight, so
+///
+/// peak ≈ base + params x 4 B x INFER_PARAM_COPIES + largest layer output/image x batch x 4 B x
+/// INFER_ACTIVATION_COPIES
+///
+/// fitted, as the training constants were, to the peak RSS of CPU trials of both nets at batch
+/// 1, 8 and 32 (docs/memory.md); the base is the process's own (code, threads, allocator).
+pub(crate) const INFER_BASE_BYTES: u64 = 40 << 20;
+pub(crate) const INFER_PARAM_COPIES: f64 = 1.2;
+pub(crate) const INFER_ACTIVATION_COPIES: f64 = 2.8;
+
+pub(crate) fn inference_estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
+    let params = net.summary().params as f64 * 4.0 * INFER_PARAM_COPIES;
+    let largest = net
+        .summary()
+        .stages
+        .iter()
+        .map(|s| s.output.iter().product::<usize>())
+        .chain([net.input.iter().product()])
+        .max()
+        .unwrap_or(0);
+    let activations = largest as f64 * batch as f64 * 4.0 * INFER_ACTIVATION_COPIES;
+    let (params, activations) = (params as u64, activations as u64);
+    MemoryEstimate {
+        params_bytes: params,
+        activations_bytes: activations,
+        base_bytes: INFER_BASE_BYTES,
+        total_bytes: INFER_BASE_BYTES + params + activations,
+    }
+}
+
 /// What the host offers a trial: RAM (or the cgroup cap) and swap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Capacity {
@@ -86,6 +119,31 @@ mod tests {
         let goog = models::by_name("googlenet").unwrap();
         // GoogLeNet has 4.5x fewer parameters but far more activations per image
         assert!(goog.activation_elements_per_image() > 4 * alex.activation_elements_per_image());
+    }
+
+    #[test]
+    fn inference_needs_the_weights_once_and_the_largest_layer() {
+        for (name, largest) in [("alexnet", 96 * 55 * 55), ("googlenet", 64 * 112 * 112)] {
+            let net = models::by_name(name).unwrap();
+            let (e1, e32) = (inference_estimate(net, 1), inference_estimate(net, 32));
+            let params = net.summary().params as f64 * 4.0 * INFER_PARAM_COPIES;
+            assert_eq!(e1.params_bytes, params as u64, "{name}");
+            let per_image = largest as f64 * 4.0 * INFER_ACTIVATION_COPIES;
+            assert_eq!(e1.activations_bytes, per_image as u64, "{name}");
+            assert!((e32.activations_bytes as f64 - 32.0 * per_image).abs() <= 1.0);
+            assert_eq!(
+                e32.total_bytes,
+                INFER_BASE_BYTES + e32.params_bytes + e32.activations_bytes
+            );
+            // No gradients, no momentum, no activations kept for a backward.
+            for batch in [1, 8, 32] {
+                let (infer, train) = (inference_estimate(net, batch), estimate(net, batch));
+                assert!(
+                    infer.total_bytes < train.total_bytes,
+                    "{name} batch {batch}"
+                );
+            }
+        }
     }
 
     #[test]

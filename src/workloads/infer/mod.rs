@@ -664,7 +664,7 @@ fn planned(job: InferJob) -> PlannedTrial<InferJob> {
     };
     let memory = match &job.model {
         ModelRef::Own { net } => crate::models::by_name(net)
-            .map(|spec| crate::memory::estimate::estimate(spec, job.batch).total_bytes)
+            .map(|spec| crate::memory::estimate::inference_estimate(spec, job.batch).total_bytes)
             .unwrap_or(0),
         // The weights read, their optimised copy and the activations: about three times the
         // file, plus the runtime.
