@@ -84,15 +84,17 @@ type TileFilters = (usize, Arc<CpuStorage>);
 impl FrozenFilters {
     /// The filters for tiles of `m` x `m`, made by `make` where there are none for that tile.
     fn get_or_make(&self, m: usize, make: impl FnOnce() -> CpuStorage) -> Arc<CpuStorage> {
-        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*slot {
-            Some((tile, u)) if *tile == m => u.clone(),
-            _ => {
-                let u = Arc::new(make());
-                *slot = Some((m, u.clone()));
-                u
+        let slot = || self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((tile, u)) = &*slot() {
+            if *tile == m {
+                return u.clone();
             }
         }
+        // Made without the lock: the transform runs on rayon's threads, and a thread that waits
+        // for them may take up another task of this layer's.
+        let u = Arc::new(make());
+        *slot() = Some((m, u.clone()));
+        u
     }
 }
 
