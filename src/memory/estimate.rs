@@ -27,15 +27,26 @@ pub(crate) struct MemoryEstimate {
 }
 
 pub(crate) fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
-    let params = net.summary().params as f64 * 4.0 * PARAM_COPIES;
-    let activations =
-        net.activation_elements_per_image() as f64 * batch as f64 * 4.0 * ACTIVATION_COPIES;
-    let (params, activations) = (params as u64, activations as u64);
-    MemoryEstimate {
-        params_bytes: params,
-        activations_bytes: activations,
-        base_bytes: BASE_BYTES,
-        total_bytes: BASE_BYTES + params + activations,
+    let activations = net.activation_elements_per_image() * batch;
+    MemoryEstimate::of(
+        BASE_BYTES,
+        (net, PARAM_COPIES),
+        (activations, ACTIVATION_COPIES),
+    )
+}
+
+impl MemoryEstimate {
+    /// `base` plus `copies` of the net's f32 parameters plus `copies` of `elements` f32
+    /// activations.
+    fn of(base: u64, (net, p_copies): (&NetSpec, f64), (elements, a_copies): (usize, f64)) -> Self {
+        let params = (net.summary().params as f64 * 4.0 * p_copies) as u64;
+        let activations = (elements as f64 * 4.0 * a_copies) as u64;
+        MemoryEstimate {
+            params_bytes: params,
+            activations_bytes: activations,
+            base_bytes: base,
+            total_bytes: base + params + activations,
+        }
     }
 }
 
@@ -53,7 +64,6 @@ pub(crate) const INFER_PARAM_COPIES: f64 = 1.2;
 pub(crate) const INFER_ACTIVATION_COPIES: f64 = 2.8;
 
 pub(crate) fn inference_estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
-    let params = net.summary().params as f64 * 4.0 * INFER_PARAM_COPIES;
     let largest = net
         .summary()
         .stages
@@ -62,14 +72,11 @@ pub(crate) fn inference_estimate(net: &NetSpec, batch: usize) -> MemoryEstimate 
         .chain([net.input.iter().product()])
         .max()
         .unwrap_or(0);
-    let activations = largest as f64 * batch as f64 * 4.0 * INFER_ACTIVATION_COPIES;
-    let (params, activations) = (params as u64, activations as u64);
-    MemoryEstimate {
-        params_bytes: params,
-        activations_bytes: activations,
-        base_bytes: INFER_BASE_BYTES,
-        total_bytes: INFER_BASE_BYTES + params + activations,
-    }
+    MemoryEstimate::of(
+        INFER_BASE_BYTES,
+        (net, INFER_PARAM_COPIES),
+        (largest * batch, INFER_ACTIVATION_COPIES),
+    )
 }
 
 /// What the host offers a trial: RAM (or the cgroup cap) and swap.
