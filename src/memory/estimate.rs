@@ -30,16 +30,16 @@ pub(crate) fn estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
     let activations = net.activation_elements_per_image() * batch;
     MemoryEstimate::of(
         BASE_BYTES,
-        (net, PARAM_COPIES),
+        (net.summary().params, PARAM_COPIES),
         (activations, ACTIVATION_COPIES),
     )
 }
 
 impl MemoryEstimate {
-    /// `base` plus `copies` of the net's f32 parameters plus `copies` of `elements` f32
+    /// `base` plus `p_copies` of `params` f32 parameters plus `a_copies` of `elements` f32
     /// activations.
-    fn of(base: u64, (net, p_copies): (&NetSpec, f64), (elements, a_copies): (usize, f64)) -> Self {
-        let params = (net.summary().params as f64 * 4.0 * p_copies) as u64;
+    fn of(base: u64, (params, p_copies): (usize, f64), (elements, a_copies): (usize, f64)) -> Self {
+        let params = (params as f64 * 4.0 * p_copies) as u64;
         let activations = (elements as f64 * 4.0 * a_copies) as u64;
         MemoryEstimate {
             params_bytes: params,
@@ -64,8 +64,8 @@ pub(crate) const INFER_PARAM_COPIES: f64 = 1.2;
 pub(crate) const INFER_ACTIVATION_COPIES: f64 = 2.8;
 
 pub(crate) fn inference_estimate(net: &NetSpec, batch: usize) -> MemoryEstimate {
-    let largest = net
-        .summary()
+    let summary = net.summary();
+    let largest = summary
         .stages
         .iter()
         .map(|s| s.output.iter().product::<usize>())
@@ -74,7 +74,7 @@ pub(crate) fn inference_estimate(net: &NetSpec, batch: usize) -> MemoryEstimate 
         .unwrap_or(0);
     MemoryEstimate::of(
         INFER_BASE_BYTES,
-        (net, INFER_PARAM_COPIES),
+        (summary.params, INFER_PARAM_COPIES),
         (largest * batch, INFER_ACTIVATION_COPIES),
     )
 }

@@ -349,10 +349,9 @@ fn run_seq(
                         per_forward.as_ref()
                     }
                 };
-                let fused = match heads {
-                    Some(h) => Some((h.forward(&x)?, &h.widths)),
-                    None => None,
-                };
+                let fused = heads
+                    .map(|h| h.forward(&x).map(|y| (y, &h.widths)))
+                    .transpose()?;
                 let mut outs = Vec::with_capacity(branches.len());
                 let mut at = 0;
                 for (i, branch) in branches.iter().enumerate() {
@@ -420,7 +419,7 @@ impl Network {
     /// it, and no op keeps what a backward would take), with each inception module's stacked
     /// 1x1 heads built once and each Winograd layer's transformed filters made by the first
     /// forward, instead of per forward. It has no parameters left to train: both are copies of
-    /// the weights as they are now.
+    /// the weights as they are when it is frozen.
     pub fn frozen(self) -> Result<Network> {
         fn freeze(nodes: &[Node]) -> Result<Vec<Node>> {
             nodes
