@@ -45,7 +45,7 @@ def category(frames):
     for func, path in frames:
         if path.startswith("/rustc/") or "/library/" in path and "/rustc/" in path:
             continue
-        m = re.search(r"crates/edgebench-kernels/src/(\w+)\.rs", path)
+        m = re.search(r"crates/edgebench-kernels/src/(\w+)(?:\.rs|/)", path)
         if m:
             return f"edgebench-kernels::{m.group(1)}"
         m = re.search(r"/registry/src/[^/]+/([A-Za-z0-9_-]+?)-\d+\.\d+", path)
