@@ -17,6 +17,9 @@
 //!   floating-point operations;
 //! - `winograd-filters/{fwd,bwd}/<layer>/<tile>`: the filter transform of a layer's weights and
 //!   its adjoint (once per training step whatever the batch); throughput in filter elements;
+//! - `winograd-products/{xi-major,tile-major}/<layer>`: a F(4x4) layer's forward products over
+//!   one task's images in the kernels' layout and in a channel-vectorised one; throughput in
+//!   floating-point operations;
 //! - `copy/<layer>`: a parallel copy of the pooling/LRN input, the memory floor of one pass
 //!   (those groups' throughput is the input's bytes, comparable with it).
 
@@ -256,6 +259,102 @@ fn winograd_filters(c: &mut Criterion) {
     group.finish();
 }
 
+/// C (m x n, row-major) = A (m x k, row-major) · B (k x n, row-major) on the calling thread,
+/// through the gemm crate, as the convolutions' products run on x86-64.
+fn product(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) {
+    assert!(c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
+    // SAFETY: the asserts above keep every element the strides reach inside the slices.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            b.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// The 36 products of a Winograd F(4x4, 3x3) forward over one task's images (batch / threads),
+/// block by block, each block's transformed input written just before its products (a copy
+/// standing in for the input transform), on one thread, in two layouts:
+/// - `xi-major`: the kernels' (V[ξ][c][tile], blocks of about `WINOGRAD_TILES` = 196 tiles,
+///   M_ξ = U_ξ · V_ξ in chunks of 40 output channels): the products' vectors run along tiles;
+/// - `tile-major`: V[ξ][tile][c] and M[ξ][tile][o] in blocks of 48 tiles, M_ξ = V_ξ · U_ξᵀ: the
+///   vectors run along output channels, the layout a blocked channel layout's transforms write.
+///
+/// Throughput in floating-point operations (the same for both).
+fn winograd_products(c: &mut Criterion) {
+    keep_freed_memory();
+    const XIS: usize = 36;
+    // (name, output channels, input channels, F(4x4) tiles per image)
+    let layers: [(&str, usize, usize, usize); 3] = [
+        ("goog conv2-3x3", 192, 64, 196),
+        ("goog 3b-3x3", 192, 128, 49),
+        ("goog 4e-3x3", 320, 160, 16),
+    ];
+    let images = batch().div_ceil(rayon::current_num_threads());
+    let mut group = c.benchmark_group("winograd-products");
+    for (name, o, ci, per_image) in layers {
+        let tiles = images * per_image;
+        let flops = 2 * XIS * o * ci * tiles;
+        group.throughput(Throughput::Elements(flops as u64));
+        let u = values(XIS * o * ci, 11);
+        // xi-major: whole images per block, about 196 tiles.
+        let ld = per_image * 196usize.div_ceil(per_image).min(images);
+        let src = values(XIS * ci * ld, 12);
+        let (mut v, mut m) = (vec![0f32; XIS * ci * ld], vec![0f32; XIS * o * ld]);
+        group.bench_function(BenchmarkId::new("xi-major", name), |bench| {
+            bench.iter(|| {
+                for _ in 0..tiles.div_ceil(ld) {
+                    v.copy_from_slice(&src);
+                    for o0 in (0..o).step_by(40) {
+                        let oc = 40.min(o - o0);
+                        for xi in 0..XIS {
+                            let a = &u[xi * o * ci + o0 * ci..];
+                            let b = &v[xi * ci * ld..];
+                            let dst = &mut m[xi * o * ld + o0 * ld..];
+                            product(dst, a, b, (oc, ld, ci));
+                        }
+                    }
+                }
+                black_box(&m);
+            })
+        });
+        const BLOCK: usize = 48;
+        let ut = values(XIS * ci * o, 13);
+        let src = values(XIS * BLOCK * ci, 14);
+        let (mut v, mut m) = (vec![0f32; XIS * BLOCK * ci], vec![0f32; XIS * BLOCK * o]);
+        group.bench_function(BenchmarkId::new("tile-major", name), |bench| {
+            bench.iter(|| {
+                for _ in 0..tiles.div_ceil(BLOCK) {
+                    v.copy_from_slice(&src);
+                    for xi in 0..XIS {
+                        let (a, b) = (&v[xi * BLOCK * ci..], &ut[xi * ci * o..]);
+                        product(&mut m[xi * BLOCK * o..], a, b, (BLOCK, o, ci));
+                    }
+                }
+                black_box(&m);
+            })
+        });
+    }
+    group.finish();
+}
+
 fn lrn_bench(c: &mut Criterion) {
     keep_freed_memory();
     let p = Lrn {
@@ -350,6 +449,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = conv, im2col, winograd_filters, pool, lrn_bench, linear_bench
+    targets = conv, im2col, winograd_filters, winograd_products, pool, lrn_bench, linear_bench
 }
 criterion_main!(benches);

@@ -29,6 +29,11 @@ pub(crate) const WINOGRAD_TILES: usize = 196;
 /// the cache for the output transform.
 pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 
+/// Tiles per block of the tile-major Winograd products (`Tuning::winograd_tile_major`): a
+/// block's transformed input and products, 36 (F(4x4, 3x3)) x 48 tiles x the channels, stay
+/// in L2 between the transforms and the products.
+pub(crate) const WINOGRAD_TILE_MAJOR_BLOCK: usize = 48;
+
 /// Maps smaller than this (on either side) stay on im2col, unless a task has at least
 /// `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images (aarch64): a 7x7 map is 4x4 F(2x2) tiles covering
 /// 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
@@ -129,6 +134,10 @@ pub struct Tuning {
     /// `EDGEBENCH_WINOGRAD_CHUNK_KB` (default 1024, half of a 2 MB L2): size in KiB of the
     /// Winograd forward's output-channel chunks.
     pub winograd_chunk_kb: usize,
+    /// `EDGEBENCH_WINOGRAD_TILE_MAJOR` (default on, x86-64 only): `0` keeps the Winograd
+    /// products of batched layers in their ξ-major layout (vectors along tiles) instead of the
+    /// tile-major one (vectors along channels, blocks of `WINOGRAD_TILE_MAJOR_BLOCK` tiles).
+    pub winograd_tile_major: bool,
     /// `EDGEBENCH_SGEMM` (default: the widest microkernel the CPU has): `gemm-crate` runs every
     /// f32 product on the `gemm` crate, `avx2` keeps an AVX-512 x86 CPU on the AVX2 kernel.
     pub sgemm: SgemmChoice,
@@ -153,6 +162,7 @@ impl Default for Tuning {
             winograd_tile: None,
             winograd_tiles: WINOGRAD_TILES,
             winograd_chunk_kb: WINOGRAD_CHUNK_KB,
+            winograd_tile_major: cfg!(not(target_arch = "aarch64")),
             sgemm: SgemmChoice::Widest,
         }
     }
@@ -181,6 +191,11 @@ impl Tuning {
                 .unwrap_or(default.winograd_tiles),
             winograd_chunk_kb: number("EDGEBENCH_WINOGRAD_CHUNK_KB")
                 .unwrap_or(default.winograd_chunk_kb),
+            winograd_tile_major: match var("EDGEBENCH_WINOGRAD_TILE_MAJOR").as_deref() {
+                Some("0") => false,
+                Some("1") => true,
+                _ => default.winograd_tile_major,
+            },
             sgemm: match var("EDGEBENCH_SGEMM").as_deref() {
                 Some("avx2") => SgemmChoice::Avx2,
                 Some("gemm-crate") => SgemmChoice::GemmCrate,
@@ -231,6 +246,7 @@ mod tests {
         assert_eq!((d.conv_cols, d.winograd_tiles), (256, 196));
         assert!(d.winograd && d.winograd_tile.is_none());
         assert_eq!(d.winograd_chunk_kb, 1024);
+        assert_eq!(d.winograd_tile_major, cfg!(not(target_arch = "aarch64")));
     }
 
     #[test]
@@ -241,6 +257,7 @@ mod tests {
             ("EDGEBENCH_WINOGRAD_TILE", "2"),
             ("EDGEBENCH_WINOGRAD_TILES", "128"),
             ("EDGEBENCH_WINOGRAD_CHUNK_KB", "512"),
+            ("EDGEBENCH_WINOGRAD_TILE_MAJOR", "0"),
             ("EDGEBENCH_SGEMM", "gemm-crate"),
         ]);
         let want = Tuning {
@@ -249,6 +266,7 @@ mod tests {
             winograd_tile: Some(2),
             winograd_tiles: 128,
             winograd_chunk_kb: 512,
+            winograd_tile_major: false,
             sgemm: SgemmChoice::GemmCrate,
         };
         assert_eq!(t, want);

@@ -165,14 +165,14 @@ pub(crate) fn is_f32<T: Float>() -> bool {
 }
 
 /// `v` as an f32 slice when T is f32.
-#[cfg(target_arch = "aarch64")]
+#[cfg(any(target_arch = "aarch64", target_arch = "x86_64"))]
 pub(crate) fn as_f32<T: Float>(v: &[T]) -> Option<&[f32]> {
     // SAFETY: T is f32 (same TypeId): the same slice.
     is_f32::<T>().then(|| unsafe { &*(v as *const [T] as *const [f32]) })
 }
 
 /// A mutable slice as f32 when T is f32.
-#[cfg(target_arch = "aarch64")]
+#[cfg(any(target_arch = "aarch64", target_arch = "x86_64"))]
 pub(crate) fn as_f32_mut<T: Float>(v: &mut [T]) -> Option<&mut [f32]> {
     // SAFETY: T is f32 (same TypeId): the same slice.
     is_f32::<T>().then(|| unsafe { &mut *(v as *mut [T] as *mut [f32]) })

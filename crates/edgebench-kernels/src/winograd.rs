@@ -33,10 +33,12 @@ use crate::matmul::{gemm, SERIAL};
 use crate::tuning::{
     tuning, WINOGRAD_5X5_MIN_IMAGES_PER_THREAD, WINOGRAD_BATCHED_MIN_SIDE,
     WINOGRAD_F4_MIN_IMAGES_PER_TASK, WINOGRAD_F4_MIN_SIDE, WINOGRAD_FEW_MIN_SIDE,
-    WINOGRAD_MIN_SIDE,
+    WINOGRAD_MIN_SIDE, WINOGRAD_TILE_MAJOR_BLOCK,
 };
 #[cfg(target_arch = "aarch64")]
-use crate::util::{as_f32, as_f32_mut, as_f32_out};
+use crate::util::as_f32_out;
+#[cfg(any(target_arch = "aarch64", target_arch = "x86_64"))]
+use crate::util::{as_f32, as_f32_mut};
 use crate::util::{
     copy_short_raw, deinterleave, interleave, interleave_add, relu_f, sum, sum_partials,
     vec_written_by, zeros, Float, Scratch, SharedPtr,
@@ -135,8 +137,12 @@ struct Tiles {
 
 impl Tiles {
     fn new(g: &Geom, per: usize, m: usize) -> Tiles {
+        Tiles::with_target(g, per, m, tiles_target())
+    }
+    /// Blocks of about `target` tiles.
+    fn with_target(g: &Geom, per: usize, m: usize, target: usize) -> Tiles {
         let (th, tw) = (g.h.div_ceil(m), g.w.div_ceil(m));
-        let (target, per_image) = (tiles_target(), th * tw);
+        let per_image = th * tw;
         let (nb, rb) = if per_image >= target {
             (1, (target / tw.max(1)).clamp(1, th.max(1)))
         } else {
@@ -1177,6 +1183,20 @@ pub(crate) fn fwd_filtered<T: Float>(
     relu: bool,
     m: usize,
 ) -> Vec<T> {
+    let tile_major = tile_major(g) && g.c >= TILE_MAJOR_FWD_MIN_CHANNELS;
+    fwd_in_layout((x, x_img), u, bias, g, relu, m, tile_major)
+}
+
+/// `fwd_filtered` with the batched layers' products tile-major or ξ-major (`tile_major`).
+fn fwd_in_layout<T: Float>(
+    (x, x_img): (&[T], usize),
+    u: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+    m: usize,
+    tile_major: bool,
+) -> Vec<T> {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (cg, og) = (g.cg(), g.og());
     let f = Transforms::of(m, g.kh);
@@ -1200,6 +1220,20 @@ pub(crate) fn fwd_filtered<T: Float>(
         return y;
     }
     let per = g.images_per_task();
+    if tile_major {
+        fwd_tile_major(
+            (x, x_img),
+            u,
+            bias,
+            g,
+            relu,
+            m,
+            &mut y.spare_capacity_mut()[..len],
+        );
+        // SAFETY: `fwd_tile_major` writes every image's output rows.
+        unsafe { y.set_len(len) };
+        return y;
+    }
     let t = Tiles::new(g, per, m);
     y.spare_capacity_mut()
         .par_chunks_mut(per * o * hw)
@@ -1257,6 +1291,321 @@ pub(crate) fn fwd_filtered<T: Float>(
     y
 }
 
+/// Channels per group that the tile-major path moves between the transforms' layout (a run of
+/// tiles per channel) and its own (a run of channels per tile): 16 f32, one cache line per tile.
+const GROUP: usize = 16;
+
+/// Whether a batched layer's products take the tile-major layout (`Tuning::winograd_tile_major`,
+/// one group): vectors along the channels of blocks of `WINOGRAD_TILE_MAJOR_BLOCK` tiles, whose
+/// operands the products read where they lie, instead of along the tiles of blocks of about
+/// `WINOGRAD_TILES`, which the gemm crate packs and reads from L3.
+fn tile_major(g: &Geom) -> bool {
+    g.groups == 1 && tuning().winograd_tile_major
+}
+
+/// Input channels from which the forward takes the tile-major products too: with fewer, its
+/// products are short (depth C) next to the transposes of M (O per tile), and the ξ-major
+/// forward was faster (GoogLeNet's conv2/3x3, 64 -> 192 channels, 19 %; its 5x5 layers, 16 to
+/// 48 channels in, 4 %). The backward is faster tile-major on every layer.
+const TILE_MAJOR_FWD_MIN_CHANNELS: usize = 96;
+
+/// dst[j·dst_rs + i] = src[i·src_rs + j] for i < rows, j < cols: a `rows` x `cols` block
+/// transposed, both with unit column stride.
+fn transpose<T: Float>(
+    src: &[T],
+    src_rs: usize,
+    (rows, cols): (usize, usize),
+    dst: &mut [T],
+    dst_rs: usize,
+) {
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    let (src, dst) = (
+        &src[..(rows - 1) * src_rs + cols],
+        &mut dst[..(cols - 1) * dst_rs + rows],
+    );
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(s), Some(d)) = (as_f32(src), as_f32_mut(&mut *dst)) {
+        if avx512::transpose_f32(s, src_rs, (rows, cols), d, dst_rs) {
+            return;
+        }
+    }
+    for j in 0..cols {
+        let out = &mut dst[j * dst_rs..][..rows];
+        for (i, d) in out.iter_mut().enumerate() {
+            *d = src[i * src_rs + j];
+        }
+    }
+}
+
+/// The tile-major path's transposes in AVX-512 registers, 16 x 16 floats at a time (the
+/// compiler's loop moves one float per load and store).
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    /// `transpose` in f32 with AVX-512 F, in blocks of up to 16 x 16 floats in registers (the
+    /// edges' through masked loads and stores). False (nothing written) when the CPU lacks
+    /// AVX-512 F.
+    pub(super) fn transpose_f32(
+        src: &[f32],
+        src_rs: usize,
+        (rows, cols): (usize, usize),
+        dst: &mut [f32],
+        dst_rs: usize,
+    ) -> bool {
+        if !std::is_x86_feature_detected!("avx512f") {
+            return false;
+        }
+        assert!(src.len() > (rows - 1) * src_rs + cols - 1);
+        assert!(dst.len() > (cols - 1) * dst_rs + rows - 1);
+        for i0 in (0..rows).step_by(16) {
+            for j0 in (0..cols).step_by(16) {
+                let shape = ((rows - i0).min(16), (cols - j0).min(16));
+                // SAFETY: the CPU has AVX-512 F (checked above); the block's rows of src
+                // (i0.., columns j0..) and of dst (j0.., columns i0..) lie inside the slices
+                // (asserted above).
+                unsafe {
+                    block(
+                        src.as_ptr().add(i0 * src_rs + j0),
+                        src_rs,
+                        shape,
+                        dst.as_mut_ptr().add(j0 * dst_rs + i0),
+                        dst_rs,
+                    )
+                };
+            }
+        }
+        true
+    }
+
+    /// One block of `rows` x `cols` (each at most 16) at `src` (row stride `src_rs`) to its
+    /// transpose at `dst` (row stride `dst_rs`).
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `rows` rows of `cols` floats from `src` are readable and `cols`
+    /// rows of `rows` floats from `dst` writable.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn block(
+        src: *const f32,
+        src_rs: usize,
+        (rows, cols): (usize, usize),
+        dst: *mut f32,
+        dst_rs: usize,
+    ) {
+        let (col_mask, row_mask) = (((1u32 << cols) - 1) as u16, ((1u32 << rows) - 1) as u16);
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (i, row) in r.iter_mut().take(rows).enumerate() {
+            // SAFETY: the caller's: `cols` floats from src + i·src_rs are readable.
+            *row = unsafe { _mm512_maskz_loadu_ps(col_mask, src.add(i * src_rs)) };
+        }
+        let mut t = [_mm512_setzero_ps(); 16];
+        // Pairs of rows interleaved within 128-bit lanes, then pairs of those, then the lanes.
+        for k in 0..8 {
+            t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+            t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+        }
+        for k in 0..4 {
+            let b = 4 * k;
+            r[b] = _mm512_shuffle_ps::<0x44>(t[b], t[b + 2]);
+            r[b + 1] = _mm512_shuffle_ps::<0xEE>(t[b], t[b + 2]);
+            r[b + 2] = _mm512_shuffle_ps::<0x44>(t[b + 1], t[b + 3]);
+            r[b + 3] = _mm512_shuffle_ps::<0xEE>(t[b + 1], t[b + 3]);
+        }
+        for h in 0..2 {
+            let b = 8 * h;
+            for q in 0..4 {
+                t[b + q] = _mm512_shuffle_f32x4::<0x88>(r[b + q], r[b + 4 + q]);
+                t[b + 4 + q] = _mm512_shuffle_f32x4::<0xDD>(r[b + q], r[b + 4 + q]);
+            }
+        }
+        for q in 0..8 {
+            r[q] = _mm512_shuffle_f32x4::<0x88>(t[q], t[8 + q]);
+            r[8 + q] = _mm512_shuffle_f32x4::<0xDD>(t[q], t[8 + q]);
+        }
+        for (j, row) in r.iter().take(cols).enumerate() {
+            // SAFETY: the caller's: `rows` floats from dst + j·dst_rs are writable.
+            unsafe { _mm512_mask_storeu_ps(dst.add(j * dst_rs), row_mask, *row) };
+        }
+    }
+}
+
+/// Uᵀ per tile position: `u` (ξ, O, C) -> (ξ, C, O).
+fn filters_by_input<T: Float>(u: &[T], xis: usize, (o, c): (usize, usize)) -> Vec<T> {
+    let mut ut = vec![T::ZERO; xis * o * c];
+    ut.par_chunks_mut(o * c)
+        .zip(u.par_chunks(o * c))
+        .for_each(|(ut, u)| transpose(u, c, (o, c), ut, o));
+    ut
+}
+
+/// `fwd_filtered` of a batched layer in the tile-major layout (`tile_major`): per block of
+/// tiles, the input transform writes each group of `GROUP` channels as runs of tiles, which are
+/// transposed into V[ξ][tile][c]; M_ξ = V_ξ · U_ξᵀ (tile x O); each group of output channels of
+/// M is transposed back into runs for the output transform.
+fn fwd_tile_major<T: Float>(
+    (x, x_img): (&[T], usize),
+    u: &[T],
+    bias: &[T],
+    g: &Geom,
+    relu: bool,
+    m: usize,
+    y: &mut [MaybeUninit<T>],
+) {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let f = Transforms::of(m, g.kh);
+    let per = g.images_per_task();
+    let t = Tiles::with_target(g, per, m, WINOGRAD_TILE_MAJOR_BLOCK);
+    let xis = t.xi();
+    let ut = filters_by_input(u, xis, (o, c));
+    y.par_chunks_mut(per * o * hw)
+        .zip(x.par_chunks(per * x_img))
+        .for_each(|(ys, xs)| {
+            let cols = t.max_cols();
+            let mut v = Scratch::new(xis * cols * c);
+            let mut mm = Scratch::new(xis * cols * o);
+            let mut runs = Scratch::new(xis * GROUP * cols);
+            let mut rows_scratch = Rows::new(&t);
+            let nimg = ys.len() / (o * hw);
+            for (n0, nb, rows) in t.blocks(nimg) {
+                let ld = nb * rows.len() * t.tw;
+                for c0 in (0..c).step_by(GROUP) {
+                    let cn = GROUP.min(c - c0);
+                    for j in 0..nb {
+                        let xj = &xs[(n0 + j) * x_img + c0 * hw..][..cn * hw];
+                        let at = j * rows.len() * t.tw;
+                        let to = Strides::xi_major(cn, ld, at);
+                        (f.input)(xj, &t, &rows, &mut runs, to, &mut rows_scratch);
+                    }
+                    for xi in 0..xis {
+                        let from = &runs[xi * cn * ld..];
+                        transpose(from, ld, (cn, ld), &mut v[xi * ld * c + c0..], c);
+                    }
+                }
+                for xi in 0..xis {
+                    let (lhs, rhs) = (&v[xi * ld * c..], &ut[xi * c * o..]);
+                    let dst = &mut mm[xi * ld * o..];
+                    gemm((ld, o, c), dst, false, lhs, (c, 1), rhs, (o, 1), SERIAL);
+                }
+                for o0 in (0..o).step_by(GROUP) {
+                    let on = GROUP.min(o - o0);
+                    for xi in 0..xis {
+                        let from = &mm[xi * ld * o + o0..];
+                        transpose(from, o, (ld, on), &mut runs[xi * on * ld..], ld);
+                    }
+                    for j in 0..nb {
+                        let yj = &mut ys[(n0 + j) * o * hw + o0 * hw..][..on * hw];
+                        let at = j * rows.len() * t.tw;
+                        let b = &bias[o0..o0 + on];
+                        (f.output)(&runs, &t, &rows, (ld, at), yj, b, relu, &mut rows_scratch);
+                    }
+                }
+            }
+        });
+}
+
+/// One task of `bwd_both_with` in the tile-major layout (`tile_major`): its images' dx, and its
+/// partial [dU (ξ·O·C) | db (O)]. Per block of tiles, dM[ξ][tile][o] and V[ξ][tile][c] from the
+/// transforms' runs (`GROUP` channels at a time, transposed); dV_ξ = dM_ξ · U_ξ and
+/// dU_ξ += dM_ξᵀ · V_ξ; dV's groups transposed back into runs for the input adjoint.
+#[allow(clippy::too_many_arguments)]
+fn bwd_task_tile_major<T: Float>(
+    (xs, x_img): (&[T], usize),
+    dys: &[T],
+    u: &[T],
+    g: &Geom,
+    t: &Tiles,
+    f: &Transforms<T>,
+    dxs: &mut [MaybeUninit<T>],
+) -> Vec<T> {
+    let (c, o, hw) = (g.c, g.o, g.h * g.w);
+    let (xis, oc) = (t.xi(), o * c);
+    let (hp, wp) = t.padded();
+    let cols = t.max_cols();
+    let mut dm = Scratch::new(xis * cols * o);
+    let mut v = Scratch::new(xis * cols * c);
+    let mut dv = Scratch::new(xis * cols * c);
+    let mut runs = Scratch::new(xis * GROUP * cols);
+    let mut rs = Rows::new(t);
+    // Zeroed below as each image's first band starts.
+    let mut acc = Scratch::new(t.nb * c * hp * wp);
+    let mut grads = vec![T::ZERO; xis * oc + o];
+    let (du, db) = grads.split_at_mut(xis * oc);
+    let nimg = dxs.len() / (c * hw);
+    for (n0, nb, rows) in t.blocks(nimg) {
+        let ld = nb * rows.len() * t.tw;
+        if rows.start == 0 {
+            acc.fill(T::ZERO);
+        }
+        let at = |j: usize| j * rows.len() * t.tw;
+        for o0 in (0..o).step_by(GROUP) {
+            let on = GROUP.min(o - o0);
+            for j in 0..nb {
+                let dyj = &dys[(n0 + j) * o * hw + o0 * hw..][..on * hw];
+                let to = Strides::xi_major(on, ld, at(j));
+                (f.output_adjoint)(dyj, t, &rows, &mut runs, to, &mut rs);
+            }
+            for xi in 0..xis {
+                transpose(
+                    &runs[xi * on * ld..],
+                    ld,
+                    (on, ld),
+                    &mut dm[xi * ld * o + o0..],
+                    o,
+                );
+            }
+        }
+        for c0 in (0..c).step_by(GROUP) {
+            let cn = GROUP.min(c - c0);
+            for j in 0..nb {
+                let xj = &xs[(n0 + j) * x_img + c0 * hw..][..cn * hw];
+                let to = Strides::xi_major(cn, ld, at(j));
+                (f.input)(xj, t, &rows, &mut runs, to, &mut rs);
+            }
+            for xi in 0..xis {
+                transpose(
+                    &runs[xi * cn * ld..],
+                    ld,
+                    (cn, ld),
+                    &mut v[xi * ld * c + c0..],
+                    c,
+                );
+            }
+        }
+        // The task's first block writes dU, the others add to it.
+        let add = n0 > 0 || rows.start > 0;
+        for xi in 0..xis {
+            let (dmx, vx) = (&dm[xi * ld * o..], &v[xi * ld * c..]);
+            let (dvx, ux) = (&mut dv[xi * ld * c..], &u[xi * oc..]);
+            gemm((ld, c, o), dvx, false, dmx, (o, 1), ux, (c, 1), SERIAL);
+            let dux = &mut du[xi * oc..];
+            gemm((o, c, ld), dux, add, dmx, (1, o), vx, (c, 1), SERIAL);
+        }
+        for c0 in (0..c).step_by(GROUP) {
+            let cn = GROUP.min(c - c0);
+            for xi in 0..xis {
+                transpose(
+                    &dv[xi * ld * c + c0..],
+                    c,
+                    (ld, cn),
+                    &mut runs[xi * cn * ld..],
+                    ld,
+                );
+            }
+            for j in 0..nb {
+                let accj = &mut acc[j * c * hp * wp + c0 * hp * wp..][..cn * hp * wp];
+                (f.input_adjoint)(&runs, t, &rows, (ld, at(j)), accj, &mut rs);
+            }
+        }
+        if rows.end == t.th {
+            copy_interiors(&acc, &mut dxs[n0 * c * hw..(n0 + nb) * c * hw], g, (hp, wp));
+        }
+    }
+    sum_planes(dys, hw, db);
+    grads
+}
+
 /// (dx (N·C·H·W), [dW (O·C·R·R) | db (O)]) in one pass over the tiles: each block's output
 /// gradient transform dM serves both the input gradient (dV = Uᵀ·dM) and the weight gradient
 /// (dU += dM·Vᵀ). Two vectors, so that the small weight gradients need not be copied out of
@@ -1276,12 +1625,25 @@ pub(crate) fn bwd_both<T: Float>(
 
 /// `bwd_both` with output tiles of `m` x `m` (2 or 4).
 pub(crate) fn bwd_both_with<T: Float>(
+    x: (&[T], usize),
+    dy: &[T],
+    w: &[T],
+    filters: Option<&[T]>,
+    g: &Geom,
+    m: usize,
+) -> (Vec<T>, Vec<T>) {
+    bwd_both_in_layout(x, dy, w, filters, g, m, tile_major(g))
+}
+
+/// `bwd_both_with` with the batched layers' products tile-major or ξ-major (`tile_major`).
+fn bwd_both_in_layout<T: Float>(
     (x, x_img): (&[T], usize),
     dy: &[T],
     w: &[T],
     filters: Option<&[T]>,
     g: &Geom,
     m: usize,
+    tm: bool,
 ) -> (Vec<T>, Vec<T>) {
     let (c, o, hw) = (g.c, g.o, g.h * g.w);
     let (cg, og) = (g.cg(), g.og());
@@ -1323,6 +1685,11 @@ pub(crate) fn bwd_both_with<T: Float>(
         }
         return (dx_out, grads_out);
     }
+    let t = if tm {
+        Tiles::with_target(g, per, m, WINOGRAD_TILE_MAJOR_BLOCK)
+    } else {
+        t
+    };
     let (hp, wp) = t.padded();
     let dx = &mut dx_out.spare_capacity_mut()[..ndx];
     let partials: Vec<Vec<T>> = dx
@@ -1330,6 +1697,9 @@ pub(crate) fn bwd_both_with<T: Float>(
         .zip(x.par_chunks(per * x_img))
         .zip(dy.par_chunks(per * o * hw))
         .map(|((dxs, xs), dys)| {
+            if tm {
+                return bwd_task_tile_major((xs, x_img), dys, u, g, &t, &f, dxs);
+            }
             // s.a: dM, s.b: dV; v: V.
             let mut s = Task::new(&t, o, c);
             let mut v = Scratch::new(xis * c * t.max_cols());
@@ -2929,6 +3299,101 @@ mod neon {
 mod tests {
     use super::*;
     use crate::geom::Conv2d;
+
+    #[test]
+    fn tile_major_matches_xi_major() {
+        // Batched layers (at least as many images as threads; the others are skipped): F(4x4,
+        // 3x3) on maps whose tiles fill blocks exactly and not, F(2x2, 3x3), F(4x4, 5x5);
+        // channels across and within groups of 16.
+        let layers: [(usize, usize, usize, usize, usize, usize); 5] = [
+            (17, 20, 14, 40, 3, 4),
+            (6, 17, 9, 33, 3, 4),
+            (5, 16, 28, 24, 3, 2),
+            (4, 12, 12, 18, 5, 4),
+            (16, 3, 7, 5, 3, 4),
+        ];
+        let values = |len: usize, seed: u64| -> Vec<f32> {
+            let mut rng = crate::test_util::Rng::new(seed);
+            (0..len).map(|_| rng.uniform() as f32).collect()
+        };
+        crate::test_util::on_thread_counts(|| {
+            let threads = rayon::current_num_threads();
+            for (n, c, h, o, r, m) in layers {
+                let p = Conv2d {
+                    stride: 1,
+                    pad: r / 2,
+                    groups: 1,
+                    relu: true,
+                };
+                let g = Geom::new(&[n, c, h, h], &[o, c, r, r], &[o], p).unwrap();
+                if few_images(&g) {
+                    continue;
+                }
+                let x = values(n * c * h * h, 1);
+                let w = values(o * c * r * r, 2);
+                let bias = values(o, 3);
+                let dy = values(n * o * h * h, 4);
+                let u = filters(&w, &g, m);
+                let what = format!("{n}x{c}x{h}x{h} -> {o}, {r}x{r}, F({m}), {threads} threads");
+                let fwd = |tm| fwd_in_layout((&x, c * h * h), &u, &bias, &g, true, m, tm);
+                close(&fwd(true), &fwd(false), &format!("forward {what}"));
+                let bwd = |tm| bwd_both_in_layout((&x, c * h * h), &dy, &w, None, &g, m, tm);
+                let ((dx_t, dw_t), (dx_x, dw_x)) = (bwd(true), bwd(false));
+                close(&dx_t, &dx_x, &format!("dx {what}"));
+                close(&dw_t, &dw_x, &format!("dW, db {what}"));
+            }
+        });
+    }
+
+    /// Equal up to the rounding of sums taken in another order.
+    fn close(got: &[f32], want: &[f32], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let scale = want.iter().fold(0f32, |a, &v| a.max(v.abs())).max(1.0);
+        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-5 * scale,
+                "{what}: [{i}] {a} against {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn transposes_match_the_element_loop() {
+        // Blocks with and without whole 16 x 16 tiles, strides past the widths.
+        for (rows, cols) in [
+            (16, 48),
+            (48, 16),
+            (16, 42),
+            (42, 16),
+            (8, 49),
+            (33, 17),
+            (1, 1),
+        ] {
+            let (src_rs, dst_rs) = (cols + 3, rows + 5);
+            let src: Vec<f32> = (0..rows * src_rs).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut got = vec![f32::NAN; cols * dst_rs];
+            transpose(&src, src_rs, (rows, cols), &mut got, dst_rs);
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = src[i * src_rs + j];
+                    assert_eq!(
+                        got[j * dst_rs + i].to_bits(),
+                        want.to_bits(),
+                        "{rows}x{cols} ({i}, {j})"
+                    );
+                }
+            }
+            // f64 takes the element loop.
+            let src64: Vec<f64> = src.iter().map(|&v| v as f64).collect();
+            let mut got64 = vec![0f64; cols * dst_rs];
+            transpose(&src64, src_rs, (rows, cols), &mut got64, dst_rs);
+            for i in 0..rows {
+                for j in 0..cols {
+                    assert_eq!(got64[j * dst_rs + i], src64[i * src_rs + j]);
+                }
+            }
+        }
+    }
 
     /// 5x5 layers take F(4x4, 5x5) at any batch; 3x3 layers F(4x4, 3x3) from 24x24 on, and on
     /// smaller maps F(2x2) (on aarch64 F(4x4) with four images per task or more).
