@@ -259,36 +259,6 @@ fn winograd_filters(c: &mut Criterion) {
     group.finish();
 }
 
-/// C (m x n, row-major) = A (m x k, row-major) · B (k x n, row-major) on the calling thread,
-/// through the gemm crate, as the convolutions' products run on x86-64.
-fn product(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) {
-    assert!(c.len() >= m * n && a.len() >= m * k && b.len() >= k * n);
-    // SAFETY: the asserts above keep every element the strides reach inside the slices.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            1,
-            n as isize,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
-    }
-}
-
 /// The 36 products of a Winograd F(4x4, 3x3) forward over one task's images (batch / threads),
 /// block by block, each block's transformed input written just before its products (a copy
 /// standing in for the input transform), on one thread, in two layouts:
@@ -328,7 +298,7 @@ fn winograd_products(c: &mut Criterion) {
                             let a = &u[xi * o * ci + o0 * ci..];
                             let b = &v[xi * ci * ld..];
                             let dst = &mut m[xi * o * ld + o0 * ld..];
-                            product(dst, a, b, (oc, ld, ci));
+                            bench_api::product(dst, a, b, (oc, ld, ci));
                         }
                     }
                 }
@@ -345,7 +315,7 @@ fn winograd_products(c: &mut Criterion) {
                     v.copy_from_slice(&src);
                     for xi in 0..XIS {
                         let (a, b) = (&v[xi * BLOCK * ci..], &ut[xi * ci * o..]);
-                        product(&mut m[xi * BLOCK * o..], a, b, (BLOCK, o, ci));
+                        bench_api::product(&mut m[xi * BLOCK * o..], a, b, (BLOCK, o, ci));
                     }
                 }
                 black_box(&m);

@@ -221,3 +221,18 @@ pub fn values(len: usize, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// C (m x n) = A (m x k) · B (k x n), all row-major, on the calling thread: the product call the
+/// convolutions make (`matmul::gemm`).
+pub fn product(c: &mut [f32], a: &[f32], b: &[f32], (m, n, k): (usize, usize, usize)) {
+    crate::matmul::gemm(
+        (m, n, k),
+        c,
+        false,
+        a,
+        (k, 1),
+        b,
+        (n, 1),
+        crate::matmul::SERIAL,
+    );
+}

@@ -1207,35 +1207,18 @@ fn fwd_in_layout<T: Float>(
     if len == 0 {
         return y;
     }
-    if few_images(g) {
-        fwd_few(
-            (x, x_img),
-            u,
-            bias,
-            g,
-            relu,
-            m,
-            &mut y.spare_capacity_mut()[..len],
-        );
-        // SAFETY: `fwd_few` writes every image's output rows.
+    if few_images(g) || tile_major {
+        let out = &mut y.spare_capacity_mut()[..len];
+        if few_images(g) {
+            fwd_few((x, x_img), u, bias, g, relu, m, out);
+        } else {
+            fwd_tile_major((x, x_img), u, bias, g, relu, m, out);
+        }
+        // SAFETY: `fwd_few` and `fwd_tile_major` write every image's output rows.
         unsafe { y.set_len(len) };
         return y;
     }
     let per = g.images_per_task();
-    if tile_major {
-        fwd_tile_major(
-            (x, x_img),
-            u,
-            bias,
-            g,
-            relu,
-            m,
-            &mut y.spare_capacity_mut()[..len],
-        );
-        // SAFETY: `fwd_tile_major` writes every image's output rows.
-        unsafe { y.set_len(len) };
-        return y;
-    }
     let t = Tiles::new(g, per, m);
     y.spare_capacity_mut()
         .par_chunks_mut(per * o * hw)
