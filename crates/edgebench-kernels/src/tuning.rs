@@ -29,9 +29,10 @@ pub(crate) const WINOGRAD_TILES: usize = 196;
 /// the cache for the output transform.
 pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 
-/// Tiles per block of the tile-major Winograd products (`Tuning::winograd_tile_major`): a
-/// block's transformed input and products, 36 (F(4x4, 3x3)) x 48 tiles x the channels, stay
-/// in L2 between the transforms and the products.
+/// Most tiles per block of the tile-major Winograd products (`Tuning::winograd_tile_major`;
+/// a map's tile rows are cut into bands of equal rows): a block's transformed input is 36
+/// (F(4x4, 3x3)) x 48 tiles x the input channels, 440 KB at 64 channels, a quarter of a
+/// 196-tile block's.
 pub(crate) const WINOGRAD_TILE_MAJOR_BLOCK: usize = 48;
 
 /// Maps smaller than this (on either side) stay on im2col, unless a task has at least
@@ -134,7 +135,7 @@ pub struct Tuning {
     /// `EDGEBENCH_WINOGRAD_CHUNK_KB` (default 1024, half of a 2 MB L2): size in KiB of the
     /// Winograd forward's output-channel chunks.
     pub winograd_chunk_kb: usize,
-    /// `EDGEBENCH_WINOGRAD_TILE_MAJOR` (default on, x86-64 only): `0` keeps the Winograd
+    /// `EDGEBENCH_WINOGRAD_TILE_MAJOR` (default on except on aarch64): `0` keeps the Winograd
     /// products of batched layers in their ξ-major layout (vectors along tiles) instead of the
     /// tile-major one (vectors along channels, blocks of `WINOGRAD_TILE_MAJOR_BLOCK` tiles).
     pub winograd_tile_major: bool,

@@ -1335,9 +1335,9 @@ fn transpose<T: Float>(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    /// `transpose` in f32 with AVX-512 F, in blocks of up to 16 x 16 floats in registers (the
-    /// edges' through masked loads and stores). False (nothing written) when the CPU lacks
-    /// AVX-512 F.
+    /// `transpose` in f32 with AVX-512 F, in blocks of up to 16 x 16 floats in registers (those
+    /// at the edges through masked loads and stores). False (nothing written) when the CPU
+    /// lacks AVX-512 F.
     pub(super) fn transpose_f32(
         src: &[f32],
         src_rs: usize,
@@ -3309,12 +3309,13 @@ mod tests {
     #[test]
     fn tile_major_matches_xi_major() {
         // Batched layers (at least as many images as threads; the others are skipped): F(4x4,
-        // 3x3) on maps whose tiles fill blocks exactly and not, F(2x2, 3x3), F(4x4, 5x5);
-        // channels across and within groups of 16.
-        let layers: [(usize, usize, usize, usize, usize, usize); 5] = [
+        // 3x3) on maps whose tiles fill blocks exactly and not and on a 28x28 map cut into
+        // bands, F(2x2, 3x3), F(4x4, 5x5); channels across and within groups of 16.
+        let layers: [(usize, usize, usize, usize, usize, usize); 6] = [
             (17, 20, 14, 40, 3, 4),
             (6, 17, 9, 33, 3, 4),
             (5, 16, 28, 24, 3, 2),
+            (4, 18, 28, 20, 3, 4),
             (4, 12, 12, 18, 5, 4),
             (16, 3, 7, 5, 3, 4),
         ];
@@ -3363,6 +3364,8 @@ mod tests {
         }
     }
 
+    /// On a CPU without AVX-512 F (and on aarch64) `transpose` is the element loop itself: this
+    /// checks it against its definition, and `tile_major_matches_xi_major` the path around it.
     #[test]
     fn transposes_match_the_element_loop() {
         // Blocks with and without whole 16 x 16 tiles, strides past the widths.
@@ -3379,14 +3382,16 @@ mod tests {
             let src: Vec<f32> = (0..rows * src_rs).map(|i| i as f32 * 0.5 - 7.0).collect();
             let mut got = vec![f32::NAN; cols * dst_rs];
             transpose(&src, src_rs, (rows, cols), &mut got, dst_rs);
-            for i in 0..rows {
-                for j in 0..cols {
-                    let want = src[i * src_rs + j];
-                    assert_eq!(
-                        got[j * dst_rs + i].to_bits(),
-                        want.to_bits(),
-                        "{rows}x{cols} ({i}, {j})"
-                    );
+            for j in 0..cols {
+                for i in 0..dst_rs {
+                    let at = got[j * dst_rs + i];
+                    if i < rows {
+                        let want = src[i * src_rs + j];
+                        assert_eq!(at.to_bits(), want.to_bits(), "{rows}x{cols} ({i}, {j})");
+                    } else {
+                        // Past each destination row's `rows` floats nothing is written.
+                        assert!(at.is_nan(), "{rows}x{cols}: wrote ({j}, {i})");
+                    }
                 }
             }
             // f64 takes the element loop.
