@@ -3320,8 +3320,8 @@ mod tests {
             (16, 3, 7, 5, 3, 4),
         ];
         let values = |len: usize, seed: u64| -> Vec<f32> {
-            let mut rng = crate::test_util::Rng::new(seed);
-            (0..len).map(|_| rng.uniform() as f32).collect()
+            let v = crate::test_util::Rng::new(seed).vec(len);
+            v.into_iter().map(|v| v as f32).collect()
         };
         crate::test_util::on_thread_counts(|| {
             let threads = rayon::current_num_threads();
