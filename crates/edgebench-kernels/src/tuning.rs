@@ -36,7 +36,7 @@ pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 pub(crate) const WINOGRAD_TILE_MAJOR_BLOCK: usize = 48;
 
 /// Maps smaller than this (on either side) stay on im2col, unless a task has at least
-/// `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images (aarch64): a 7x7 map is 4x4 F(2x2) tiles covering
+/// `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images on aarch64 (`WINOGRAD_BATCHED_MIN_SIDE`): a 7x7 map is 4x4 F(2x2) tiles covering
 /// 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
 /// measured slower there (GoogLeNet 5a/5b, x86_64).
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
@@ -46,19 +46,22 @@ pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
 /// map is then 2x2 tiles, 144 multiplies per 49 outputs and channel pair where im2col does 441.
 /// GoogLeNet's batch-8 step on the Cortex-A57 counted 1.7 % fewer instructions; with one image
 /// per task (4 tiles) its batch-1 step counted 4 % more.
-pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = 7;
-
-/// On aarch64 3x3 maps of any side take F(4x4, 3x3) when a task has at least this many images,
-/// and maps from `WINOGRAD_BATCHED_MIN_SIDE` take the Winograd path: GoogLeNet's 14x14 maps are
-/// then 4x4 tiles of 6x6 (576 multiplies per channel pair instead of F(2x2)'s 784), and the
-/// images of a block give the GEMMs enough tile columns. With one image (16 tiles) F(4x4)
-/// counted 5 % more instructions for GoogLeNet's batch-1 step.
 #[cfg(target_arch = "aarch64")]
-pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
-/// See the aarch64 value: x86_64 keeps F(2x2) below `WINOGRAD_F4_MIN_SIDE` and maps under
-/// `WINOGRAD_MIN_SIDE` on im2col, whatever the batch.
+pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = 7;
+/// See the aarch64 value: on x86_64 GoogLeNet's 5a/5b layers (7x7 maps) on F(4x4) made the
+/// batch-32 step 3.5 % slower (faster in 1 of 4 alternating rounds, 2-core Zen 4 VM), so maps
+/// under `WINOGRAD_MIN_SIDE` stay on im2col whatever the batch.
 #[cfg(not(target_arch = "aarch64"))]
-pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = None;
+pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = WINOGRAD_MIN_SIDE;
+
+/// 3x3 maps of any side (from `WINOGRAD_BATCHED_MIN_SIDE`) take F(4x4, 3x3) when a task has
+/// at least this many images: GoogLeNet's 14x14 maps are then 4x4 tiles of 6x6 (576 multiplies
+/// per channel pair instead of F(2x2)'s 784), and the images of a block give the GEMMs enough
+/// tile columns. With one image (16 tiles) F(4x4) counted 5 % more instructions for GoogLeNet's
+/// batch-1 step on the Cortex-A57. On a 2-core Zen 4 VM at batch 32, AlexNet's step (13x13 maps)
+/// took 6.6 % less time than with F(2x2) (faster in 5 of 5 alternating rounds) and GoogLeNet's
+/// ran level (faster in 5 of 11).
+pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
 /// path (each image split over the threads by channels). A 14x14 map is 49 tiles (F(2x2)), few
@@ -82,7 +85,7 @@ pub(crate) const WINOGRAD_5X5_MIN_IMAGES_PER_THREAD: usize = 2;
 /// 28x28 layers are too: on the boards' cores 2 % fewer instructions per step at batch 1 and 3 %
 /// at batch 8 (Cortex-A57); on a 2-core Zen 4 VM, with the 5x5 layers on F(4x4, 5x5), the step
 /// took 1 % less time at batch 1 and 0.8 % less at batch 32 (peak RSS +4 MiB of 1.5 GiB).
-/// Smaller maps take F(4x4) on aarch64 only with several images per task
+/// Smaller maps take F(4x4) only with several images per task
 /// (`WINOGRAD_F4_MIN_IMAGES_PER_TASK`).
 pub(crate) const WINOGRAD_F4_MIN_SIDE: usize = 24;
 
@@ -124,9 +127,8 @@ pub struct Tuning {
     /// `EDGEBENCH_WINOGRAD` (default on): `0` turns the Winograd convolutions off, so every
     /// convolution takes the im2col path.
     pub winograd: bool,
-    /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24 on
-    /// aarch64, 48 elsewhere, and on aarch64 on every map with at least four images per task,
-    /// else F(2x2)): `2` or `4` sets the output tile side for every Winograd layer; other
+    /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24, and on
+    /// every map with at least four images per task, else F(2x2)): `2` or `4` sets the output tile side for every Winograd layer; other
     /// values are ignored.
     pub winograd_tile: Option<usize>,
     /// `EDGEBENCH_WINOGRAD_TILES` (default 196): target tile columns per Winograd GEMM block;

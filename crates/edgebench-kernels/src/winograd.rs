@@ -14,8 +14,8 @@
 //! bands of tile rows for large ones) of about `Tuning::winograd_tiles` columns. With fewer
 //! images than threads each image is split over the threads by channels (`fwd_few`).
 //!
-//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 and 28x28), and on aarch64 every
-//! map when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
+//! Maps of at least `WINOGRAD_F4_MIN_SIDE` (GoogLeNet's 56x56 and 28x28), and every map when a
+//! task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images, take
 //! F(4x4, 3x3) instead: 6x6 input tiles at stride 4, 36 GEMMs, 36 multiplies per 16 outputs (4x
 //! fewer than im2col) and tiles expanded 2.25x instead of 4x, for transforms with coefficients
 //! up to 8 (f32 error ~10x im2col's; the tests bound it).
@@ -68,7 +68,7 @@ pub(crate) fn applies(g: &Geom) -> bool {
 }
 
 /// Whether a task has enough images for F(4x4, 3x3) on maps of any side and for the Winograd
-/// path on maps from `WINOGRAD_BATCHED_MIN_SIDE` (aarch64 only).
+/// path on maps from `WINOGRAD_BATCHED_MIN_SIDE`.
 fn batched_f4(g: &Geom) -> bool {
     WINOGRAD_F4_MIN_IMAGES_PER_TASK.is_some_and(|min| g.images_per_task() >= min)
 }
@@ -3407,7 +3407,7 @@ mod tests {
     }
 
     /// 5x5 layers take F(4x4, 5x5) at any batch; 3x3 layers F(4x4, 3x3) from 24x24 on, and on
-    /// smaller maps F(2x2) (on aarch64 F(4x4) with four images per task or more).
+    /// smaller maps F(2x2), or F(4x4) with four images per task or more.
     #[test]
     fn tile_size_by_kernel_map_and_images() {
         let geom = |n: usize, k: usize, side: usize| {
@@ -3432,11 +3432,14 @@ mod tests {
             assert_eq!(tile_size(&geom(1, 3, 28)), forced.unwrap_or(4));
             assert_eq!(tile_size(&geom(2, 3, 24)), forced.unwrap_or(4));
             assert_eq!(tile_size(&geom(2, 3, 14)), forced.unwrap_or(2));
-            let batched = if cfg!(target_arch = "aarch64") { 4 } else { 2 };
-            assert_eq!(tile_size(&geom(8, 3, 14)), forced.unwrap_or(batched));
+            assert_eq!(tile_size(&geom(8, 3, 14)), forced.unwrap_or(4));
+            // With four images per task 7x7 maps take the path on aarch64 only.
+            let on = tuning().winograd;
+            let on_aarch64 = on && cfg!(target_arch = "aarch64");
+            assert_eq!(applies(&geom(8, 3, 7)), on_aarch64);
+            assert_eq!(applies(&geom(8, 3, 13)), on);
             // One image on two threads: split by channels from 14x14 on (GoogLeNet's 14x14
             // layers), not on 13x13 (AlexNet's).
-            let on = tuning().winograd;
             assert_eq!(applies(&geom(1, 3, 14)), on);
             assert!(!applies(&geom(1, 3, 13)));
         });
