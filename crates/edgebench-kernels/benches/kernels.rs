@@ -229,8 +229,8 @@ fn tensor_ops<Op: candle_core::CustomOp1>(
     });
 }
 
-/// GoogLeNet's largest 3x3 weights on each tile (4e on F(2x2) at 14x14, 3b on F(4x4) at 28x28)
-/// and its largest 5x5 (4e, F(4x4, 5x5)).
+/// GoogLeNet's largest 3x3 weights on each tile (4e on F(2x2) at 14x14, as at batch 1; 3b on
+/// F(4x4) at 28x28) and its largest 5x5 (4e, F(4x4, 5x5)).
 fn winograd_filters(c: &mut Criterion) {
     keep_freed_memory();
     let layers: [(&str, usize, usize, usize, usize); 3] = [

@@ -19,8 +19,8 @@ pub(crate) const CONV_COLS: usize = 256;
 pub(crate) const COL_BLOCK_BYTES: usize = 1 << 20;
 
 /// Default of `Tuning::winograd_tiles`: target tile columns per Winograd GEMM. 196 keeps one
-/// image per block on 56x56 (F(4x4)) and 28x28 maps (196 tiles each) instead of two, and four
-/// 14x14 images instead of six. At 256 a block's transformed tiles are larger and conv2/3x3, 3a,
+/// image per block on 56x56 (F(4x4)) and 28x28 maps (F(2x2); 196 tiles each) instead of two,
+/// and four 14x14 images (F(2x2)) instead of six. At 256 a block's transformed tiles are larger and conv2/3x3, 3a,
 /// 3b and 4e ran 2-7 % slower; 128 and 160 were no faster than 196 on 3b and 4e.
 pub(crate) const WINOGRAD_TILES: usize = 196;
 
@@ -35,9 +35,9 @@ pub(crate) const WINOGRAD_CHUNK_KB: usize = 1024;
 /// 196-tile block's.
 pub(crate) const WINOGRAD_TILE_MAJOR_BLOCK: usize = 48;
 
-/// Maps smaller than this (on either side) stay on im2col, unless a task has at least
-/// `WINOGRAD_F4_MIN_IMAGES_PER_TASK` images on aarch64 (`WINOGRAD_BATCHED_MIN_SIDE`): a 7x7 map is 4x4 F(2x2) tiles covering
-/// 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
+/// Maps smaller than this (on either side) stay on im2col, except on aarch64 from
+/// `WINOGRAD_BATCHED_MIN_SIDE` when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK`
+/// images: a 7x7 map is 4x4 F(2x2) tiles covering 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
 /// measured slower there (GoogLeNet 5a/5b, x86_64).
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
 
@@ -54,13 +54,13 @@ pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = 7;
 #[cfg(not(target_arch = "aarch64"))]
 pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = WINOGRAD_MIN_SIDE;
 
-/// 3x3 maps of any side (from `WINOGRAD_BATCHED_MIN_SIDE`) take F(4x4, 3x3) when a task has
+/// 3x3 layers on the Winograd path, whatever their map side, take F(4x4, 3x3) when a task has
 /// at least this many images: GoogLeNet's 14x14 maps are then 4x4 tiles of 6x6 (576 multiplies
 /// per channel pair instead of F(2x2)'s 784), and the images of a block give the GEMMs enough
 /// tile columns. With one image (16 tiles) F(4x4) counted 5 % more instructions for GoogLeNet's
 /// batch-1 step on the Cortex-A57. On a 2-core Zen 4 VM at batch 32, AlexNet's step (13x13 maps)
-/// took 6.6 % less time than with F(2x2) (faster in 5 of 5 alternating rounds) and GoogLeNet's
-/// ran level (faster in 5 of 11).
+/// took 6.5 % less time than with F(2x2) (two runs, faster in 8 of 9 alternating rounds) and
+/// GoogLeNet's ran level (paired ratios 0.992 and 1.023, faster in 5 of 11).
 pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
@@ -128,8 +128,8 @@ pub struct Tuning {
     /// convolution takes the im2col path.
     pub winograd: bool,
     /// `EDGEBENCH_WINOGRAD_TILE` (default by map size: F(4x4) on maps of at least 24, and on
-    /// every map with at least four images per task, else F(2x2)): `2` or `4` sets the output tile side for every Winograd layer; other
-    /// values are ignored.
+    /// every map with at least four images per task, else F(2x2)): `2` or `4` sets the output
+    /// tile side for every Winograd layer; other values are ignored.
     pub winograd_tile: Option<usize>,
     /// `EDGEBENCH_WINOGRAD_TILES` (default 196): target tile columns per Winograd GEMM block;
     /// 0 is ignored.
