@@ -1687,9 +1687,10 @@ mod tests {
                 let batched = crate::tuning::WINOGRAD_F4_MIN_IMAGES_PER_TASK
                     .is_some_and(|min| g.images_per_task() >= min)
                     && side >= crate::tuning::WINOGRAD_BATCHED_MIN_SIDE;
+                let on = crate::tuning::tuning().winograd;
                 assert_eq!(
                     winograd::applies(&g),
-                    (side >= min_side || batched) && enough_images
+                    on && (side >= min_side || batched) && enough_images
                 );
                 let mut r = Rng::new(7 + i as u64);
                 let (x, wt, b) = (r.vec(n * c * h * w), r.vec(o * cg * k * k), r.vec(o));
