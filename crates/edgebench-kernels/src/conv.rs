@@ -1684,8 +1684,7 @@ mod tests {
                 } else {
                     n >= threads || splits
                 };
-                let batched = crate::tuning::WINOGRAD_F4_MIN_IMAGES_PER_TASK
-                    .is_some_and(|min| g.images_per_task() >= min)
+                let batched = g.images_per_task() >= crate::tuning::WINOGRAD_F4_MIN_IMAGES_PER_TASK
                     && side >= crate::tuning::WINOGRAD_BATCHED_MIN_SIDE;
                 let on = crate::tuning::tuning().winograd;
                 assert_eq!(

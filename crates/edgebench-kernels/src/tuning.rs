@@ -20,8 +20,9 @@ pub(crate) const COL_BLOCK_BYTES: usize = 1 << 20;
 
 /// Default of `Tuning::winograd_tiles`: target tile columns per Winograd GEMM. 196 keeps one
 /// image per block on 56x56 (F(4x4)) and 28x28 maps (F(2x2); 196 tiles each) instead of two,
-/// and four 14x14 images (F(2x2)) instead of six. At 256 a block's transformed tiles are larger and conv2/3x3, 3a,
-/// 3b and 4e ran 2-7 % slower; 128 and 160 were no faster than 196 on 3b and 4e.
+/// and four 14x14 images (F(2x2)) instead of six. At 256 a block's transformed tiles are larger
+/// and conv2/3x3, 3a, 3b and 4e ran 2-7 % slower; 128 and 160 were no faster than 196 on 3b and
+/// 4e.
 pub(crate) const WINOGRAD_TILES: usize = 196;
 
 /// Default of `Tuning::winograd_chunk_kb`: the Winograd forward computes its GEMM outputs in
@@ -37,8 +38,8 @@ pub(crate) const WINOGRAD_TILE_MAJOR_BLOCK: usize = 48;
 
 /// Maps smaller than this (on either side) stay on im2col, except on aarch64 from
 /// `WINOGRAD_BATCHED_MIN_SIDE` when a task has at least `WINOGRAD_F4_MIN_IMAGES_PER_TASK`
-/// images: a 7x7 map is 4x4 F(2x2) tiles covering 8x8 (31 % of the work wasted) with rows too short for the transforms' vectors; Winograd
-/// measured slower there (GoogLeNet 5a/5b, x86_64).
+/// images: a 7x7 map is 4x4 F(2x2) tiles covering 8x8 (31 % of the work wasted) with rows too
+/// short for the transforms' vectors; Winograd measured slower there (GoogLeNet 5a/5b, x86_64).
 pub(crate) const WINOGRAD_MIN_SIDE: usize = 10;
 
 /// Maps from this side up to `WINOGRAD_MIN_SIDE` take the Winograd path too when a task has at
@@ -61,7 +62,7 @@ pub(crate) const WINOGRAD_BATCHED_MIN_SIDE: usize = WINOGRAD_MIN_SIDE;
 /// batch-1 step on the Cortex-A57. On a 2-core Zen 4 VM at batch 32, AlexNet's step (13x13 maps)
 /// took 6.5 % less time than with F(2x2) (two runs, faster in 8 of 9 alternating rounds) and
 /// GoogLeNet's ran level (paired ratios 0.992 and 1.023, faster in 5 of 11).
-pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: Option<usize> = Some(4);
+pub(crate) const WINOGRAD_F4_MIN_IMAGES_PER_TASK: usize = 4;
 
 /// With fewer images than threads (batch 1), only maps of at least this side take the Winograd
 /// path (each image split over the threads by channels). A 14x14 map is 49 tiles (F(2x2)), few

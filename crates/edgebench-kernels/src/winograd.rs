@@ -70,7 +70,7 @@ pub(crate) fn applies(g: &Geom) -> bool {
 /// Whether a task has enough images for F(4x4, 3x3) on maps of any side and for the Winograd
 /// path on maps from `WINOGRAD_BATCHED_MIN_SIDE`.
 fn batched_f4(g: &Geom) -> bool {
-    WINOGRAD_F4_MIN_IMAGES_PER_TASK.is_some_and(|min| g.images_per_task() >= min)
+    g.images_per_task() >= WINOGRAD_F4_MIN_IMAGES_PER_TASK
 }
 
 /// Whether the Winograd kernels compute a convolution of this shape at all: 3x3 with pad 1 or
