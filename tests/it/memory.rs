@@ -217,31 +217,45 @@ fn a_trial_pushed_into_swap_is_flagged() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("swap.db");
-    // AlexNet at batch 4 peaks near 0.95 GB, well above 600 MiB: with swap allowed it
-    // completes, paging its parameters in and out every step.
-    let out = edgebench(dir.path())
-        .args([
-            "run",
-            "--net",
-            "alexnet",
-            "--batch",
-            "4",
-            "--images",
-            "12",
-            "--epochs",
-            "1",
-            "--warmup",
-            "1",
-            "--mem-limit",
-            "600M",
-            "--db",
-        ])
-        .arg(&db)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
-    let r = &results(dir.path(), &db)[0];
+    // AlexNet at batch 4 peaks near 800 MB, well above 600 MiB: with swap allowed it completes,
+    // paging its parameters in and out every step. A memory cgroup that must reclaim this fast
+    // is sometimes OOM-killed by the kernel although swap is free (its reclaim falls behind the
+    // swap device): such an attempt must be recorded as an OOM kill, and the next one tried.
+    let mut attempts = Vec::new();
+    let r = loop {
+        let db = dir.path().join(format!("swap-{}.db", attempts.len()));
+        let out = edgebench(dir.path())
+            .args([
+                "run",
+                "--net",
+                "alexnet",
+                "--batch",
+                "4",
+                "--images",
+                "12",
+                "--epochs",
+                "1",
+                "--warmup",
+                "1",
+                "--mem-limit",
+                "600M",
+                "--db",
+            ])
+            .arg(&db)
+            .output()
+            .unwrap();
+        let r = results(dir.path(), &db).swap_remove(0);
+        if out.status.success() {
+            break r;
+        }
+        assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+        assert_eq!(r["status"], "oom", "{r}");
+        attempts.push(describe(&out));
+        assert!(
+            attempts.len() < 3,
+            "every attempt was OOM-killed:\n{attempts:#?}"
+        );
+    };
     assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["swap_pressure"], true, "{r}");
     assert!(r["major_faults"].as_u64().unwrap() > 0, "{r}");
