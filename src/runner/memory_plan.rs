@@ -136,6 +136,28 @@ impl MemoryPlan {
         }
     }
 
+    /// What an OOM kill's error adds where the cap, not a full swap, ended the trial: under
+    /// `--mem-limit` with the host's swap (no `--mem-swap-limit`), the kernel's memory cgroup
+    /// kills a trial whose paging outruns the cgroup's reclaim although swap is free, where a
+    /// board without the cap would have swapped on. None when swap ran short at some sample
+    /// (under 64 MiB free), when the cap has its own swap limit, or without a cap.
+    pub(super) fn oom_with_swap_free(&self, samples: &[MemorySample]) -> Option<String> {
+        let limit = self.limit.filter(|_| self.swap_limit.is_none())?;
+        let least_free = samples
+            .iter()
+            .filter_map(|s| s.system.map(|m| m.swap_free))
+            .min()?;
+        (least_free >= 64 << 20).then(|| {
+            format!(
+                "; but swap never ran short ({} MiB free at the least): under the {} MiB cap the \
+                 kernel's memory cgroup kills a trial whose paging outruns its reclaim, so a \
+                 larger --mem-limit may let it finish (its time would be swap-spoiled)",
+                least_free >> 20,
+                limit >> 20
+            )
+        })
+    }
+
     /// The swap verdict over the trial's measured iterations (`from_ns`..`to_ns`, `measured`
     /// of them): one rule for every trial. A CUDA trial on an integrated GPU is judged like a
     /// CPU trial: its device memory is the RAM whose shortage pages the worker out.
@@ -315,6 +337,48 @@ mod tests {
                 ..Default::default()
             })
             .collect()
+    }
+
+    /// Samples whose meminfo says `swap_free_mib` of swap is free, in turn.
+    fn swap_free(swap_free_mib: &[u64]) -> Vec<MemorySample> {
+        swap_free_mib
+            .iter()
+            .map(|&free| MemorySample {
+                system: Some(crate::memory::procfs::MemInfo {
+                    swap_total: 2048 << 20,
+                    swap_free: free << 20,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_oom_kill_under_a_cap_with_swap_free_says_so() {
+        let (_keep, nano) = host(NANO, 4096, 3500);
+        // The plan of `--mem-limit 600M` (its cgroup parent does not matter here).
+        let mut p = memory_plan(&Config::default(), &nano);
+        p.limit = Some(600 << 20);
+        let note = p
+            .oom_with_swap_free(&swap_free(&[2000, 1700, 1900]))
+            .unwrap();
+        assert!(
+            note.contains("1700 MiB free") && note.contains("600 MiB cap"),
+            "{note}"
+        );
+        assert!(note.contains("--mem-limit"), "{note}");
+        // Swap that ran out at one sample: the kill was a real shortage.
+        assert_eq!(p.oom_with_swap_free(&swap_free(&[2000, 10, 1900])), None);
+        // Without meminfo nothing can be said.
+        assert_eq!(p.oom_with_swap_free(&[MemorySample::default()]), None);
+        // A cap with its own swap limit: the host's free swap is not the trial's.
+        p.swap_limit = Some(0);
+        assert_eq!(p.oom_with_swap_free(&swap_free(&[2000])), None);
+        // No cap: the kernel's own OOM killer, nothing to add.
+        p.swap_limit = None;
+        p.limit = None;
+        assert_eq!(p.oom_with_swap_free(&swap_free(&[2000])), None);
     }
 
     #[test]

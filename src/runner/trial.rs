@@ -563,6 +563,13 @@ fn conclude(
         },
     };
 
+    let error = match (&status, error) {
+        (TrialStatus::Oom, Some(why)) => match ctx.memory.oom_with_swap_free(&samples) {
+            Some(more) => Some(why + &more),
+            None => Some(why),
+        },
+        (_, error) => error,
+    };
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
     // What the trial's own records said its items were counts before the plan's guess.

@@ -1221,21 +1221,21 @@ fn a_sweep_after_kill_9_kills_what_a_dead_trial_left_and_removes_its_cgroup() {
     unsafe { libc::kill(-(edgebench_pid as i32), libc::SIGKILL) };
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), None, "{}", describe(&out));
+    // Every sweep removes the cgroups of dead edgebench processes beside its own, so a sweep of
+    // a test running beside this one may be the one that removes it: what is asserted is that
+    // the next sweep starts with it gone and its process killed, whoever removed it.
     let stale = trial_cgroups_of(edgebench_pid);
-    assert_eq!(stale.len(), 1, "{stale:?}");
+    assert!(stale.len() <= 1, "{stale:?}");
 
     let next = exec(dir.path(), &db, &["--name", "next"], &["true"]);
     assert_eq!(next.status.code(), Some(0), "{}", describe(&next));
     assert!(
-        String::from_utf8_lossy(&next.stderr).contains("removed 1 trial cgroup"),
-        "{}",
-        describe(&next)
-    );
-    assert!(
         gone_within(sleeper, Duration::from_secs(5)),
         "{sleeper} still runs"
     );
-    assert!(!stale[0].exists(), "{} was not removed", stale[0].display());
+    for cgroup in &stale {
+        assert!(!cgroup.exists(), "{} was not removed", cgroup.display());
+    }
     let rows = results(dir.path(), &db);
     assert_eq!(rows[0]["status"], "interrupted", "{}", rows[0]);
     assert_eq!(rows[1]["status"], "ok", "{}", rows[1]);
@@ -1257,8 +1257,9 @@ fn a_second_interrupt_kills_a_command_that_ignores_signals_and_records_the_trial
     let second = Instant::now();
     common::signal(child.id(), libc::SIGINT);
     let out = child.wait_with_output().unwrap();
+    // Far below the command's 316 s; above the sweep's own 3 s deadline for the abort.
     assert!(
-        second.elapsed() < Duration::from_secs(2),
+        second.elapsed() < Duration::from_secs(10),
         "{:?}\n{}",
         second.elapsed(),
         describe(&out)
@@ -1393,7 +1394,14 @@ fn a_step_that_stalls_far_beyond_the_median_flags_the_trial() {
     let r = &results(dir.path(), &db)[0];
     assert_eq!(r["status"], "ok", "{r}");
     assert_eq!(r["stalled_steps"], 1, "{r}");
-    assert!(r["stall_note"].as_str().unwrap().contains("1.6"), "{r}");
+    // 1.6 s of sleep and what starting the commands around it took.
+    let note = r["stall_note"].as_str().unwrap();
+    let took: f64 = note
+        .split_once("took ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no step time in {note:?}"));
+    assert!((1.6..3.0).contains(&took), "{r}");
 
     // An even trial is not flagged, and says so (0, not null).
     let db = dir.path().join("even.db");

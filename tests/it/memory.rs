@@ -250,6 +250,14 @@ fn a_trial_pushed_into_swap_is_flagged() {
         }
         assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
         assert_eq!(r["status"], "oom", "{r}");
+        // The error says the cap, not a full swap, ended it, and what to do.
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap()
+                .contains("swap never ran short"),
+            "{r}"
+        );
         attempts.push(describe(&out));
         assert!(
             attempts.len() < 3,
