@@ -190,7 +190,7 @@ impl MemoryPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::procfs::{ProcMemory, VmStat};
+    use crate::memory::procfs::{MemInfo, ProcMemory, VmStat};
     use crate::testkit::jetson;
     use crate::workloads;
 
@@ -344,7 +344,7 @@ mod tests {
         swap_free_mib
             .iter()
             .map(|&free| MemorySample {
-                system: Some(crate::memory::procfs::MemInfo {
+                system: Some(MemInfo {
                     swap_total: 2048 << 20,
                     swap_free: free << 20,
                     ..Default::default()

@@ -563,12 +563,11 @@ fn conclude(
         },
     };
 
-    let error = match (&status, error) {
-        (TrialStatus::Oom, Some(why)) => match ctx.memory.oom_with_swap_free(&samples) {
-            Some(more) => Some(why + &more),
-            None => Some(why),
-        },
-        (_, error) => error,
+    let error = match status {
+        TrialStatus::Oom => {
+            error.map(|why| why + &ctx.memory.oom_with_swap_free(&samples).unwrap_or_default())
+        }
+        _ => error,
     };
     let step_s: Vec<f64> = iterations.iter().map(|r| r.step_s).collect();
     let losses: Vec<f64> = iterations.iter().map(|r| r.loss).collect();
